@@ -1,0 +1,137 @@
+"""The offset codec: Kafka offsets <-> Redis stream entry ids, and the append rule.
+
+Spec: ``spec/OffsetCodec.tla`` (names in spec/README.md). A Kafka offset packs
+a Redis entry id ``ms-seq`` as ``offset = ms * 2^bits + seq`` with
+``0 <= seq < 2^bits``. ``bits`` (the topic's ``sequence.bits``, default 10)
+is configurable per topic within ``1..22``: below 1 there is no sequence at
+all, and above 22 the millisecond part of the current time (41 bits until
+2039) would no longer leave room in a signed 64-bit offset.
+
+``decode`` is defined for every offset in ``0 .. 2^63-1``, so ``last + 1``
+simply carries into the next millisecond when ``seq`` is at its maximum.
+``encode`` refuses a sequence wider than ``bits``: such an id (written by
+something other than the broker, e.g. ``XADD *`` at more than 2^bits entries
+in one millisecond) has no offset.
+
+The broker, not Redis' ``*``, chooses entry ids: each appended batch of ``n``
+records gets the consecutive offsets starting at
+``max(last + 1, encode(now_ms, 0))`` (``reserve``). The storage script
+(korvet/storage/lua/append.lua) performs the same computation inside Redis,
+atomically, so several broker processes can append to one partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_SEQUENCE_BITS = 1
+MAX_SEQUENCE_BITS = 22
+DEFAULT_SEQUENCE_BITS = 10
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit; negative values are sentinels
+
+
+class OffsetError(ValueError):
+    """An offset or entry id outside the codec's domain (maps to OFFSET_OUT_OF_RANGE)."""
+
+
+class SequenceBitsError(ValueError):
+    """A sequence width outside 1..22 (a topic configuration error)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EntryId:
+    """A Redis stream entry id ``ms-seq``."""
+
+    ms: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.ms}-{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> EntryId:
+        raw = text.decode() if isinstance(text, bytes) else text
+        ms_text, sep, seq_text = raw.partition("-")
+        if not sep or not ms_text.isdigit() or not seq_text.isdigit():
+            raise OffsetError(f"not a stream entry id: {raw!r}")
+        return cls(int(ms_text), int(seq_text))
+
+
+def validate_bits(bits: int) -> int:
+    if not isinstance(bits, int) or isinstance(bits, bool):
+        raise SequenceBitsError(f"sequence bits must be an integer, got {bits!r}")
+    if not MIN_SEQUENCE_BITS <= bits <= MAX_SEQUENCE_BITS:
+        raise SequenceBitsError(
+            f"sequence bits must be within {MIN_SEQUENCE_BITS}..{MAX_SEQUENCE_BITS}, got {bits}"
+        )
+    return bits
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCodec:
+    """Encode/decode for one sequence width. Immutable and cheap to share."""
+
+    bits: int = DEFAULT_SEQUENCE_BITS
+
+    def __post_init__(self) -> None:
+        validate_bits(self.bits)
+
+    @property
+    def seq_limit(self) -> int:
+        """Entries per millisecond: seq ranges over 0 .. seq_limit - 1."""
+        return 1 << self.bits
+
+    @property
+    def max_ms(self) -> int:
+        """The largest millisecond whose offsets all fit a signed 64-bit integer."""
+        return MAX_OFFSET >> self.bits
+
+    def encode(self, ms: int, seq: int) -> int:
+        if not 0 <= ms <= self.max_ms:
+            raise OffsetError(f"millisecond {ms} outside 0..{self.max_ms} for {self.bits} bits")
+        if not 0 <= seq < self.seq_limit:
+            raise OffsetError(
+                f"sequence {seq} is wider than {self.bits} bits (max {self.seq_limit - 1})"
+            )
+        return (ms << self.bits) | seq
+
+    def encode_id(self, entry: EntryId) -> int:
+        return self.encode(entry.ms, entry.seq)
+
+    def decode(self, offset: int) -> EntryId:
+        if not 0 <= offset <= MAX_OFFSET:
+            raise OffsetError(f"offset {offset} outside 0..{MAX_OFFSET}")
+        return EntryId(offset >> self.bits, offset & (self.seq_limit - 1))
+
+    def reserve(self, last_offset: int, now_ms: int, count: int) -> range:
+        """Offsets for a batch of ``count`` records appended after ``last_offset``.
+
+        ``last_offset`` is -1 for a partition that never held an entry. The batch
+        starts at ``max(last_offset + 1, encode(now_ms, 0))``: never before the
+        previous batch (so offsets strictly increase even when the clock stands
+        still or steps back) and never before the current millisecond (so an
+        offset tells roughly when it was appended).
+        """
+        if count < 1:
+            raise ValueError(f"a batch has at least one record, got {count}")
+        if last_offset < -1:
+            raise OffsetError(f"last offset {last_offset} is below -1")
+        floor = self.encode(max(0, min(now_ms, self.max_ms)), 0)
+        first = max(last_offset + 1, floor)
+        last = first + count - 1
+        if last > MAX_OFFSET:
+            raise OffsetError(f"a batch of {count} after {last_offset} passes 2^63-1")
+        return range(first, last + 1)
+
+    def last_offset_of(self, entry: EntryId | None) -> int:
+        """The offset of a stream's last-generated id, as an append floor.
+
+        An id whose sequence is wider than ``bits`` (not written by the broker)
+        has no offset; appending after it must still produce larger ids, so it
+        counts as the last offset of its millisecond.
+        """
+        if entry is None or (entry.ms == 0 and entry.seq == 0):
+            return -1
+        if entry.seq >= self.seq_limit:
+            return self.encode(min(entry.ms, self.max_ms), self.seq_limit - 1)
+        return self.encode(entry.ms, entry.seq)

@@ -1,0 +1,40 @@
+"""ApiVersions (key 18): the list of APIs and versions this broker answers.
+
+A client that asks with a version newer than ours gets, as Kafka does, a
+version-0 response with UNSUPPORTED_VERSION (35) and the full list, so that it
+can pick a version we support and ask again (KIP-511).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
+
+from korvet.protocol.framing import response_class
+from korvet.protocol.registry import ApiRegistry
+
+API_KEY = 18
+VERSIONS = range(0, 4)  # v0..v3 (v4 adds nothing the broker uses)
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+def build_response(registry: ApiRegistry, version: int, error: ErrorCode = ErrorCode.none) -> Any:
+    response_type = response_class(API_KEY, version)
+    module = __import__(response_type.__module__, fromlist=["ApiVersion"])
+    api_version_type = module.ApiVersion
+    keys = tuple(
+        api_version_type(api_key=i16(api.key), min_version=i16(api.min_version),
+                         max_version=i16(api.max_version))
+        for api in registry
+    )
+    if version == 0:
+        return response_type(error_code=error, api_keys=keys)
+    return response_type(error_code=error, api_keys=keys, throttle_time=_NO_THROTTLE)
+
+
+def unsupported_version_response(registry: ApiRegistry) -> Any:
+    return build_response(registry, 0, ErrorCode.unsupported_version)

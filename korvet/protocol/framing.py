@@ -1,0 +1,130 @@
+"""Kafka wire framing: size-prefixed frames, request headers, response encoding.
+
+A request frame is ``int32 size`` followed by ``size`` bytes: the request
+header (api key, api version, correlation id, client id, and tagged fields in
+the flexible header v2) and the request body. kio's generated classes say which
+header version each request and response uses (``__header_schema__``), so this
+module never hard-codes the flexible-version table.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(ValueError):
+    """The bytes are not a Kafka request we can answer; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # a kio request dataclass
+    body_bytes: int
+
+
+def peek_prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """api key, api version and correlation id: readable even when the rest is not."""
+    if len(frame) < _PREFIX.size:
+        raise FrameError(f"frame of {len(frame)} bytes is too short for a request header")
+    key, version, correlation = _PREFIX.unpack_from(frame, 0)
+    return int(key), int(version), int(correlation)
+
+
+def known_versions(api_key: int) -> range:
+    """The versions kio has schemas for (Kafka 4.x's supported range)."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return range(0)
+    versions = [v for v, types in schema_name_map[name].items() if EntityType.request in types]
+    return range(min(versions), max(versions) + 1) if versions else range(0)
+
+
+@cache
+def _request_reader(api_key: int, api_version: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    schema = load_request_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    return entity_reader(header_schema), entity_reader(schema)
+
+
+def parse_request(frame: bytes | memoryview) -> RequestFrame:
+    """Decode header and body. Raises FrameError on anything malformed."""
+    api_key, api_version, correlation_id = peek_prefix(frame)
+    try:
+        header_reader, body_reader = _request_reader(api_key, api_version)
+    except Exception as exc:  # unknown key or version: kio raises its own index errors
+        raise FrameError(f"no schema for api key {api_key} version {api_version}") from exc
+    view = memoryview(frame)
+    try:
+        header, header_size = header_reader(view, 0)
+        body, body_size = body_reader(view, header_size)
+    except Exception as exc:  # kio raises several decode error types
+        raise FrameError(
+            f"malformed api key {api_key} v{api_version} request "
+            f"(correlation {correlation_id}): {exc}"
+        ) from exc
+    if header_size + body_size != len(frame):
+        raise FrameError(
+            f"api key {api_key} v{api_version}: {len(frame) - header_size - body_size} "
+            "trailing bytes after the request body"
+        )
+    return RequestFrame(
+        api_key=api_key,
+        api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=getattr(header, "client_id", None),
+        body=body,
+        body_bytes=body_size,
+    )
+
+
+_WRITERS: dict[type[Any], tuple[Callable[..., Any], Callable[..., Any], type[Any]]] = {}
+
+
+def _response_writers(
+    response_type: type[Any],
+) -> tuple[Callable[..., Any], Callable[..., Any], type[Any]]:
+    writers = _WRITERS.get(response_type)
+    if writers is None:
+        header_schema = response_type.__header_schema__
+        writers = (entity_writer(header_schema), entity_writer(response_type), header_schema)
+        _WRITERS[response_type] = writers
+    return writers
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Size-prefixed response frame for a kio response dataclass."""
+    header_writer, body_writer, header_schema = _response_writers(type(response))
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header_writer(buffer, header_schema(correlation_id=correlation_id))
+    body_writer(buffer, response)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    data.release()
+    return out
+
+
+def response_class(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+def request_class(api_key: int, api_version: int) -> type[Any]:
+    return load_request_schema(api_key, api_version)

@@ -1,0 +1,70 @@
+"""Which Kafka APIs the broker answers, in which versions, and with which handler.
+
+The supported range of an API is the intersection of what the handler
+implements and what kio has schemas for; ApiVersions answers from this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from korvet.protocol.framing import known_versions
+
+
+class RequestContext(Protocol):
+    """What a handler knows about the request beyond its body."""
+
+    @property
+    def api_version(self) -> int: ...
+
+    @property
+    def client_id(self) -> str | None: ...
+
+    @property
+    def correlation_id(self) -> int: ...
+
+    @property
+    def client_host(self) -> str: ...
+
+    @property
+    def connection_id(self) -> str: ...
+
+
+# A handler returns the kio response, or None when no response is sent (acks=0 produce).
+Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class ApiRegistry:
+    def __init__(self) -> None:
+        self._apis: dict[int, Api] = {}
+
+    def register(self, key: int, name: str, versions: range, handler: Handler) -> None:
+        available = known_versions(key)
+        lo = max(versions.start, available.start)
+        hi = min(versions.stop, available.stop) - 1
+        if lo > hi:
+            raise ValueError(f"{name}: no version in {versions} has a kio schema ({available})")
+        self._apis[key] = Api(key, name, lo, hi, handler)
+
+    def get(self, key: int) -> Api | None:
+        return self._apis.get(key)
+
+    def __iter__(self) -> Iterator[Api]:
+        return iter(sorted(self._apis.values(), key=lambda a: a.key))
+
+    def __len__(self) -> int:
+        return len(self._apis)

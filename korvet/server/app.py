@@ -1,0 +1,124 @@
+"""`korvet serve`: start Redis (embedded or given), wire the broker, listen, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from korvet.config import Config
+from korvet.server.broker import Broker
+from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
+from korvet.server.listener import KafkaListener
+
+log = logging.getLogger("korvet")
+
+
+class StartupError(RuntimeError):
+    """The broker cannot start; the message says what to do."""
+
+
+async def connect_redis(url: str) -> aioredis.Redis:
+    client: aioredis.Redis = aioredis.from_url(url, decode_responses=False)
+    try:
+        info = await client.info("server")
+    except (RedisError, OSError) as exc:
+        await client.aclose()
+        raise StartupError(f"cannot reach Redis at {url}: {exc}") from exc
+    version = str(info.get("redis_version", "0"))
+    head = version.split(".", 1)[0]
+    major = int(head) if head.isdigit() else 0
+    if major < MIN_REDIS_MAJOR:
+        await client.aclose()
+        raise StartupError(
+            f"Redis at {url} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
+            "(XADD with explicit ids, XINFO STREAM fields and functions it relies on)"
+        )
+    return client
+
+
+async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+    embedded: EmbeddedRedis | None = None
+    url = config.get_str("redis.url")
+    if not url:
+        embedded = EmbeddedRedis(
+            data_dir=Path(config.get_str("data.dir")),
+            binary=config.get_str("redis.server-binary"),
+            appendfsync=config.get_str("redis.appendfsync"),
+        )
+        try:
+            url = await asyncio.to_thread(embedded.start)
+        except RedisStartError as exc:
+            raise StartupError(str(exc)) from exc
+        log.info("embedded Redis started at %s (data in %s)", url, embedded.redis_dir)
+    listener: KafkaListener | None = None
+    broker: Broker | None = None
+    try:
+        client = await connect_redis(url)
+        broker = Broker(config, client, redis_url=url)
+        await broker.start()
+        listener = KafkaListener(
+            broker.registry,
+            host=config.get_str("broker.host"),
+            port=config.get_int("broker.port"),
+            max_request_bytes=config.get_int("broker.max-request-bytes"),
+        )
+        try:
+            port = await listener.start()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {config.get_str('broker.host')}:{config.get_int('broker.port')}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        broker.bound_port = port
+        port_file = config.get_str("broker.port-file")
+        if port_file:
+            Path(port_file).write_text(f"{port}\n")
+        log.info("Korvet listening on %s:%d (Redis %s, keyspace '%s')",
+                 config.get_str("broker.host"), port, url, config.get_str("redis.keyspace"))
+        if ready is not None:
+            ready.set()
+        await _wait_for_stop_signal()
+        log.info("stopping")
+    finally:
+        if listener is not None:
+            await listener.close()
+        if broker is not None:
+            await broker.close()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+            log.info("embedded Redis stopped")
+
+
+async def _wait_for_stop_signal() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
+
+
+def run(config: Config) -> int:
+    logging.basicConfig(
+        level=config.get_str("log.level").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(serve(config))
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 2
+    return 0

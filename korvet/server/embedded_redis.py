@@ -1,0 +1,201 @@
+"""The embedded default Redis: a private ``redis-server`` the broker starts and stops.
+
+It listens on a free loopback port, keeps its data (AOF) under
+``<data.dir>/redis`` and dies with the broker: the child gets SIGTERM from the
+kernel if the broker process dies, even by ``kill -9`` (Linux PR_SET_PDEATHSIG),
+so an AOF flush still happens and no orphan keeps the port. A lock file keeps a
+second broker from starting a second Redis on the same data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+MIN_REDIS_MAJOR = 7
+
+
+class RedisStartError(RuntimeError):
+    """The embedded Redis could not be started."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_server_version(binary: str) -> tuple[int, int, int]:
+    path = shutil.which(binary)
+    if path is None:
+        raise RedisStartError(
+            f"'{binary}' not found: install redis-server (Debian: apt-get install redis-server) "
+            "or point the broker at a running Redis with --redis-url"
+        )
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    if not match:
+        raise RedisStartError(f"cannot tell the version of {path}: {out.strip()!r}")
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec.
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    os.setpgrp()  # a Ctrl-C in the terminal goes to the broker, which stops Redis in order
+
+
+@dataclass
+class EmbeddedRedis:
+    data_dir: Path
+    binary: str = "redis-server"
+    appendfsync: str = "everysec"  # always | everysec | no | off (no persistence at all)
+    host: str = "127.0.0.1"
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _lock: IO[str] | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.data_dir.resolve() / "redis"
+
+    def start(self, timeout: float = 15.0) -> str:
+        major, minor, patch = redis_server_version(self.binary)
+        if major < MIN_REDIS_MAJOR:
+            raise RedisStartError(
+                f"{self.binary} is {major}.{minor}.{patch}; Korvet needs Redis >= {MIN_REDIS_MAJOR}"
+            )
+        self.redis_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        for _attempt in range(5):
+            self.port = self.port or free_port(self.host)
+            self.process = subprocess.Popen(
+                self._command(),
+                cwd=self.redis_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - the child only calls prctl/setpgrp
+            )
+            if self._wait_ready(timeout):
+                (self.redis_dir / "redis.url").write_text(self.url + "\n")
+                return self.url
+            # Most likely another process took the port between our probe and the bind.
+            self._kill()
+            self.port = 0
+        log_tail = self._log_tail()
+        self._release_lock()
+        raise RedisStartError(f"embedded redis-server did not start; its log ends with:\n{log_tail}")
+
+    def _command(self) -> list[str]:
+        persistence = (
+            ["--appendonly", "no", "--save", ""]
+            if self.appendfsync == "off"
+            else ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
+        )
+        return [
+            shutil.which(self.binary) or self.binary,
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--dir", str(self.redis_dir),
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+            "--logfile", str(self.redis_dir / "redis.log"),
+            "--pidfile", str(self.redis_dir / "redis.pid"),
+            *persistence,
+        ]
+
+    def _wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                return False
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        # AOF loading answers -LOADING to PING; +PONG means ready.
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def _take_lock(self) -> None:
+        lock_path = self.redis_dir / "korvet.lock"
+        handle = lock_path.open("a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            url_file = self.redis_dir / "redis.url"
+            running = url_file.read_text().strip() if url_file.is_file() else "unknown"
+            handle.close()
+            raise RedisStartError(
+                f"the data folder {self.data_dir} is in use by another broker (its Redis: "
+                f"{running}); share it with --redis-url {running} or pick another --data-dir"
+            ) from None
+        self._lock = handle
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def _kill(self) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.process.wait()
+        self.process = None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM makes redis-server flush the AOF and exit; SIGKILL if it hangs."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill()
+            self.process = None
+        with contextlib.suppress(OSError):
+            (self.redis_dir / "redis.url").unlink()
+        self._release_lock()
+
+    def _log_tail(self, lines: int = 15) -> str:
+        log = self.redis_dir / "redis.log"
+        if not log.is_file():
+            return "(no log)"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

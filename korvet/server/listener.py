@@ -1,0 +1,156 @@
+"""The asyncio Kafka listener: connections, frames, in-order dispatch.
+
+Each connection reads size-prefixed frames and answers them strictly in the
+order they arrived, as Kafka does (clients pipeline several requests and match
+responses by order and correlation id). Requests of one connection are handled
+one after another, which also keeps a producer's batches in order; different
+connections run concurrently.
+
+Bad input closes only the connection that sent it: an oversized or negative
+frame size, a frame that does not decode, an API key we do not know, or a
+version we do not support (ApiVersions excepted: it answers version 0 with
+UNSUPPORTED_VERSION so the client can downgrade). Each such close is logged
+once, with the peer and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+from dataclasses import dataclass, field
+
+from korvet.protocol import api_versions
+from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
+from korvet.protocol.registry import ApiRegistry
+
+log = logging.getLogger("korvet.listener")
+
+_WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Connection:
+    connection_id: str
+    client_host: str
+    api_version: int = 0
+    correlation_id: int = 0
+    client_id: str | None = None
+    requests: int = 0
+
+
+class _Close(Exception):
+    """Stop serving this connection; the message says why."""
+
+
+@dataclass
+class KafkaListener:
+    registry: ApiRegistry
+    host: str = "127.0.0.1"
+    port: int = 9092
+    max_request_bytes: int = 100 * 1024 * 1024
+    _server: asyncio.base_events.Server | None = field(default=None, init=False)
+    _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        sock: socket.socket = self._server.sockets[0]
+        port: int = sock.getsockname()[1]
+        return port
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(
+            self._on_connection, self.host, self.port, reuse_address=True, limit=1 << 20
+        )
+        return self.bound_port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]))
+        try:
+            await self._serve(conn, reader, writer)
+        except _Close as reason:
+            log.warning("closing connection %s (client %r): %s", conn.connection_id,
+                        conn.client_id, reason)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away; nothing to answer
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("closing connection %s after an unexpected error", conn.connection_id)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readexactly(4)
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 8:
+                raise _Close(f"invalid frame size {size}")
+            if size > self.max_request_bytes:
+                raise _Close(
+                    f"frame of {size} bytes exceeds broker.max-request-bytes "
+                    f"({self.max_request_bytes})"
+                )
+            frame = await reader.readexactly(size)
+            response = await self._dispatch(conn, frame)
+            if response is None:
+                continue
+            writer.write(response)
+            if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                await writer.drain()
+
+    async def _dispatch(self, conn: Connection, frame: bytes) -> bytes | None:
+        try:
+            api_key, version, correlation_id = peek_prefix(frame)
+        except FrameError as exc:
+            raise _Close(str(exc)) from None
+        api = self.registry.get(api_key)
+        if api is None:
+            raise _Close(f"unknown or unsupported api key {api_key} (version {version})")
+        if not api.supports(version):
+            if api_key == api_versions.API_KEY:
+                return encode_response(
+                    correlation_id, api_versions.unsupported_version_response(self.registry)
+                )
+            raise _Close(
+                f"{api.name} version {version} is not supported "
+                f"(supported {api.min_version}..{api.max_version})"
+            )
+        try:
+            request = parse_request(frame)
+        except FrameError as exc:
+            raise _Close(str(exc)) from None
+        conn.api_version = version
+        conn.correlation_id = correlation_id
+        conn.client_id = request.client_id
+        conn.requests += 1
+        response = await api.handler(conn, request.body)
+        if response is None:
+            return None
+        return encode_response(correlation_id, response)

@@ -1,0 +1,337 @@
+"""Run TLC, the TLA+ model checker, and read what it says.
+
+TLC comes from Maven Central (jar set ``tlc``, see korvet/tools/locks/tlc.lock)
+and runs as ``java -cp <jar> tlc2.TLC -tool ...``. In ``-tool`` mode every
+message is framed as ``@!@!@STARTMSG code:severity @!@!@ ... @!@!@ENDMSG code @!@!@``,
+which this module parses into statistics, a verdict and, on a violation, the
+counterexample as a list of states.
+
+The models to check are listed in ``spec/models.yaml``: each names a module,
+a config, a tier (``ci`` models run in the test suite; ``deep`` ones only with
+``korvet spec check --deep``) and the expected verdict. A model that encodes a
+claim we expect TLC to refute (a seed document's claim, say) says
+``expect: violation`` with the invariant it must violate; it then passes only
+when TLC finds exactly that violation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from korvet.spec.values import TlaValue, parse_state
+from korvet.tools import maven
+
+JAR_SET = "tlc"
+
+
+class TlcError(RuntimeError):
+    """TLC could not be run (no Java, no jar, a malformed manifest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    module: str
+    config: str
+    tier: str = "ci"  # ci | deep
+    expect: str = "pass"  # pass | violation
+    expect_invariant: str = ""
+    description: str = ""
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStep:
+    number: int
+    action: str  # "Initial predicate", an action name, or "Stuttering" / "Back to state"
+    location: str
+    state: dict[str, TlaValue]
+    raw: str
+
+
+@dataclass(slots=True)
+class TlcResult:
+    model: Model
+    outcome: str = "error"  # pass | violation | error
+    violated: str = ""  # e.g. "Invariant RoundTrip", "Deadlock", "Temporal property"
+    generated: int = 0
+    distinct: int = 0
+    depth: int = 0
+    wall_seconds: float = 0.0
+    trace: list[TraceStep] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    version: str = ""
+    exit_code: int = 0
+
+    @property
+    def as_expected(self) -> bool:
+        if self.model.expect == "violation":
+            wanted = self.model.expect_invariant
+            return self.outcome == "violation" and (not wanted or wanted in self.violated)
+        return self.outcome == "pass"
+
+
+def spec_dir(explicit: str | Path | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    checkout = Path(__file__).resolve().parents[2] / "spec"
+    if checkout.is_dir():
+        return checkout
+    return Path.cwd() / "spec"
+
+
+def load_models(directory: Path) -> list[Model]:
+    manifest = directory / "models.yaml"
+    if not manifest.is_file():
+        raise TlcError(f"{manifest} not found")
+    data = yaml.safe_load(manifest.read_text()) or {}
+    models: list[Model] = []
+    for entry in data.get("models", []):
+        try:
+            models.append(Model(
+                name=str(entry["name"]),
+                module=str(entry["module"]),
+                config=str(entry["config"]),
+                tier=str(entry.get("tier", "ci")),
+                expect=str(entry.get("expect", "pass")),
+                expect_invariant=str(entry.get("expect_invariant", "")),
+                description=str(entry.get("description", "")),
+                extra_args=tuple(str(a) for a in entry.get("extra_args", ())),
+            ))
+        except KeyError as exc:
+            raise TlcError(f"{manifest}: a model lacks {exc}") from None
+    for model in models:
+        for path in (directory / f"{model.module}.tla", directory / model.config):
+            if not path.is_file():
+                raise TlcError(f"{manifest}: model {model.name} refers to missing {path.name}")
+    return models
+
+
+def java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise TlcError("java not found: TLC needs a Java runtime (Debian: openjdk-17-jre-headless)")
+    return found
+
+
+def tlc_jar() -> Path:
+    paths = maven.ensure(JAR_SET, quiet=True)
+    return paths[0]
+
+
+def tlc_command(module: str, config: str, metadir: Path, args: Sequence[str] = (),
+                workers: str = "auto") -> list[str]:
+    return [
+        java_binary(), "-XX:+UseParallelGC", "-Xss16m", "-cp", str(tlc_jar()), "tlc2.TLC",
+        "-tool", "-workers", workers, "-metadir", str(metadir), "-config", config,
+        *args, f"{module}.tla",
+    ]
+
+
+_MESSAGE = re.compile(r"@!@!@STARTMSG (\d+):(\d+) @!@!@\n(.*?)@!@!@ENDMSG \1 @!@!@", re.S)
+_STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
+_DEPTH = re.compile(r"depth of the complete state graph search is (\d+)")
+_STEP = re.compile(r"^(\d+): <(.*?)>\n(.*)$", re.S)
+
+# TLC message codes (tlc2.output.EC / MP)
+MSG_VERSION = 2262
+MSG_PROGRESS = 2200
+MSG_STATS = 2199
+MSG_DEPTH = 2194
+MSG_SUCCESS = 2193
+MSG_INVARIANT_VIOLATED = 2110
+MSG_INVARIANT_VIOLATED_INITIAL = 2107
+MSG_PROPERTY_VIOLATED_INITIAL = 2108
+MSG_DEADLOCK = 2114
+MSG_TEMPORAL_VIOLATED = 2116
+MSG_STATE = 2217
+MSG_STUTTER = 2218
+MSG_BACK_TO_STATE = 2122
+MSG_TRACE_HEADER = 2121
+MSG_GC_WARNING = 2401
+SEVERITY_ERROR = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    code: int
+    severity: int
+    text: str
+
+
+def parse_messages(output: str) -> Iterator[Message]:
+    for match in _MESSAGE.finditer(output):
+        yield Message(int(match.group(1)), int(match.group(2)), match.group(3).strip("\n"))
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_step(text: str) -> TraceStep:
+    match = _STEP.match(text.strip("\n"))
+    if not match:
+        raise TlcError(f"unexpected TLC state message: {text[:200]!r}")
+    number, header, body = match.groups()
+    action, _, location = header.partition(" ")
+    if header.startswith("Initial predicate"):
+        action, location = "Initial predicate", ""
+    state = parse_state(body) if body.strip() else {}
+    return TraceStep(int(number), action, location, state, body.strip())
+
+
+def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResult:
+    result = TlcResult(model=model, wall_seconds=wall, exit_code=exit_code)
+    success = False
+    for message in parse_messages(output):
+        code, text = message.code, message.text
+        if code == MSG_VERSION:
+            result.version = text.strip()
+        elif code in (MSG_STATS, MSG_PROGRESS):
+            stats = _STATS.search(text)
+            if stats:
+                result.generated, result.distinct = _int(stats.group(1)), _int(stats.group(2))
+        elif code == MSG_DEPTH:
+            depth = _DEPTH.search(text)
+            if depth:
+                result.depth = int(depth.group(1))
+        elif code == MSG_SUCCESS:
+            success = True
+        elif code in (MSG_INVARIANT_VIOLATED, MSG_INVARIANT_VIOLATED_INITIAL):
+            result.outcome = "violation"
+            name = re.search(r"Invariant (\S+) is violated", text)
+            result.violated = f"Invariant {name.group(1)}" if name else text.strip()
+        elif code == MSG_PROPERTY_VIOLATED_INITIAL:
+            result.outcome = "violation"
+            result.violated = text.strip()
+        elif code == MSG_DEADLOCK:
+            result.outcome = "violation"
+            result.violated = "Deadlock"
+        elif code == MSG_TEMPORAL_VIOLATED:
+            result.outcome = "violation"
+            result.violated = "Temporal property " + text.strip()
+        elif code == MSG_STATE:
+            result.trace.append(parse_step(text))
+        elif code == MSG_STUTTER:
+            number = re.match(r"(\d+)", text.strip())
+            result.trace.append(TraceStep(int(number.group(1)) if number else 0, "Stuttering",
+                                          "", {}, text.strip()))
+        elif code == MSG_BACK_TO_STATE:
+            result.trace.append(TraceStep(0, "Back to state", "", {}, text.strip()))
+        elif (message.severity == SEVERITY_ERROR and code not in (MSG_TRACE_HEADER,)
+              and code != MSG_GC_WARNING):
+            result.errors.append(f"[{code}] {text.strip()}")
+    if result.outcome != "violation":
+        result.outcome = "pass" if success and not result.errors else "error"
+        if result.outcome == "error" and not result.errors:
+            tail = "\n".join(output.strip().splitlines()[-15:])
+            result.errors.append(f"TLC exited with {exit_code} without a verdict:\n{tail}")
+    return result
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def run_model(model: Model, directory: Path, *, workers: str = "auto",
+              on_progress: ProgressCallback | None = None,
+              extra_args: Sequence[str] = ()) -> TlcResult:
+    """Run TLC on one model; stream its progress; return the parsed result."""
+    with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir:
+        command = tlc_command(model.module, model.config, Path(metadir),
+                              [*model.extra_args, *extra_args], workers=workers)
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=directory, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        chunks: list[str] = []
+        for line in process.stdout:
+            chunks.append(line)
+            if on_progress is not None and "states generated" in line:
+                stats = _STATS.search(line)
+                if stats:
+                    on_progress(_int(stats.group(1)), _int(stats.group(2)))
+        exit_code = process.wait()
+        wall = time.monotonic() - started
+    return interpret(model, "".join(chunks), exit_code, wall)
+
+
+# --- the state graph (for replaying every transition through the Python machines) ---
+
+@dataclass(frozen=True, slots=True)
+class StateGraph:
+    states: dict[str, dict[str, TlaValue]]  # node id -> state
+    initial: frozenset[str]
+    edges: dict[str, list[tuple[str, str]]]  # node id -> [(action, successor id)]
+    result: TlcResult
+
+    def successors(self, node: str) -> list[tuple[str, str]]:
+        return self.edges.get(node, [])
+
+    @property
+    def transition_count(self) -> int:
+        return sum(len(v) for v in self.edges.values())
+
+
+_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(,style = filled)?\]$')
+_DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
+
+
+def _unescape_dot(label: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(label):
+        char = label[i]
+        if char == "\\" and i + 1 < len(label):
+            nxt = label[i + 1]
+            out.append("\n" if nxt == "n" else nxt)
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
+                                  dict[str, list[tuple[str, str]]]]:
+    states: dict[str, dict[str, TlaValue]] = {}
+    initial: set[str] = set()
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        edge = _DOT_EDGE.match(line)
+        if edge:
+            source, target, action = edge.groups()
+            edges.setdefault(source, []).append((action, target))
+            continue
+        node = _DOT_NODE.match(line)
+        if node:
+            node_id, label, filled = node.groups()
+            states[node_id] = parse_state(_unescape_dot(label))
+            if filled:
+                initial.add(node_id)
+    return states, initial, edges
+
+
+def state_graph(model: Model, directory: Path, *, workers: str = "1") -> StateGraph:
+    """Run TLC with ``-dump dot,actionlabels`` and parse the whole reachable graph."""
+    with tempfile.TemporaryDirectory(prefix="korvet-dot-") as work:
+        dot = Path(work) / "graph.dot"
+        result = run_model(model, directory, workers=workers,
+                           extra_args=("-dump", "dot,actionlabels", str(dot)))
+        if result.outcome == "error":
+            raise TlcError("TLC failed while dumping the state graph: " + "; ".join(result.errors))
+        states, initial, edges = parse_dot(dot.read_text())
+    return StateGraph(states, frozenset(initial), edges, result)
