@@ -39,7 +39,7 @@ def _jars(args: argparse.Namespace) -> int:
         elif args.jars_command == "classpath":
             print(maven.classpath(args.set))
         elif args.jars_command == "lock":
-            out = maven.lock(args.set, args.coordinates, comment=args.comment)
+            out = maven.lock(args.set, args.coordinates, comment=args.comment, exclude=args.exclude)
             print(f"wrote {out}")
     except maven.JarError as exc:
         print(f"korvet jars: {exc}", file=sys.stderr)
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     lock.add_argument("set")
     lock.add_argument("coordinates", nargs="+", metavar="GROUP:ARTIFACT:VERSION")
     lock.add_argument("--comment", default="")
+    lock.add_argument("--exclude", action="append", default=[], metavar="GROUP:ARTIFACT",
+                      help="cut this artifact (and what only it needs) from the tree; repeatable")
     jars.set_defaults(func=_jars)
     return parser
 

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import urllib.request
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -169,34 +170,99 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 </project>
 """
 
+# Maven resolves from the same repository ensure() downloads from, so the sha256 written
+# is the sha256 of the file a fresh checkout will get.
+_SETTINGS = """<settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">
+  <mirrors>
+    <mirror><id>korvet-lock</id><mirrorOf>*</mirrorOf><url>{url}</url></mirror>
+  </mirrors>
+</settings>
+"""
 
-def lock(name: str, coordinates: Sequence[str], *, comment: str = "") -> Path:
-    """Resolve coordinates (and their runtime dependencies) with Maven; write the lock file."""
+# Pinned, so the listing format parsed below does not change under us.
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _dependency_xml(coordinate: str, exclusions: Sequence[tuple[str, str]]) -> str:
+    parts = coordinate.split(":")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise JarError(f"coordinate {coordinate!r} is not group:artifact:version[:classifier]")
+    classifier = f"<classifier>{_xml(parts[3])}</classifier>" if len(parts) == 4 else ""
+    excluded = "".join(
+        f"<exclusion><groupId>{_xml(g)}</groupId><artifactId>{_xml(a)}</artifactId></exclusion>"
+        for g, a in exclusions
+    )
+    return (
+        f"    <dependency><groupId>{_xml(parts[0])}</groupId><artifactId>{_xml(parts[1])}</artifactId>"
+        f"<version>{_xml(parts[2])}</version>{classifier}"
+        + (f"<exclusions>{excluded}</exclusions>" if excluded else "")
+        + "</dependency>"
+    )
+
+
+def _parse_exclusion(pattern: str) -> tuple[str, str]:
+    parts = pattern.split(":")
+    if len(parts) != 2 or not all(parts):
+        raise JarError(f"exclusion {pattern!r} is not group:artifact (either may be '*')")
+    return parts[0], parts[1]
+
+
+def lock(
+    name: str,
+    coordinates: Sequence[str],
+    *,
+    comment: str = "",
+    exclude: Sequence[str] = (),
+) -> Path:
+    """Resolve coordinates (and their runtime dependencies) with Maven; write the lock file.
+
+    ``exclude`` holds ``group:artifact`` patterns (``*`` allowed, as in a POM's
+    ``<exclusion>``) cut from the dependency tree of every coordinate, together with
+    everything below them; a coordinate named directly is never cut.
+    """
     if shutil.which("mvn") is None:
         raise JarError("writing a lock file needs Maven ('mvn') on PATH")
-    deps = []
-    for coordinate in coordinates:
-        parts = coordinate.split(":")
-        if len(parts) not in (3, 4):
-            raise JarError(f"coordinate {coordinate!r} is not group:artifact:version[:classifier]")
-        classifier = f"<classifier>{parts[3]}</classifier>" if len(parts) == 4 else ""
-        deps.append(
-            f"    <dependency><groupId>{parts[0]}</groupId><artifactId>{parts[1]}</artifactId>"
-            f"<version>{parts[2]}</version>{classifier}</dependency>"
-        )
+    if not coordinates:
+        raise JarError("lock needs at least one coordinate")
+    exclusions = [_parse_exclusion(p) for p in exclude]
+    deps = [_dependency_xml(c, exclusions) for c in coordinates]
     with tempfile.TemporaryDirectory() as work:
         pom = Path(work) / "pom.xml"
         pom.write_text(_POM.format(deps="\n".join(deps)))
+        settings = Path(work) / "settings.xml"
+        settings.write_text(_SETTINGS.format(url=_xml(repository())))
         listing = Path(work) / "deps.txt"
-        subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(pom), "dependency:list",
-             "-DincludeScope=runtime", "-DoutputAbsoluteArtifactFilename=true",
-             f"-DoutputFile={listing}"],
-            check=True,
-        )
+        command = [
+            "mvn", "-q", "-B", "-C", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom),
+            f"{_DEPENDENCY_PLUGIN}:list", "-DincludeScope=runtime",
+            "-DoutputAbsoluteArtifactFilename=true", f"-DoutputFile={listing}",
+        ]
+        try:
+            result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired as exc:
+            raise JarError(f"Maven did not finish resolving {' '.join(coordinates)}") from exc
+        if result.returncode != 0 or not listing.is_file():
+            output = (result.stdout + result.stderr).strip()
+            raise JarError(f"Maven could not resolve {' '.join(coordinates)}:\n{output}")
         entries = _parse_dependency_list(listing.read_text().splitlines())
-    lines = [f"# jar set '{name}'" + (f": {comment}" if comment else ""),
-             f"# written by `korvet jars lock {name} {' '.join(coordinates)}`"]
+    if not entries:
+        raise JarError(f"Maven resolved no jars for {' '.join(coordinates)}")
+    for coordinate, path in entries:
+        if not path.is_file():
+            raise JarError(f"Maven listed {coordinate} at {path}, but there is no such file")
+    command_line = " ".join([f"korvet jars lock {name}", *coordinates,
+                             *(f"--exclude {p}" for p in exclude)])
+    # A long comment is wrapped; blank lines in it separate paragraphs.
+    lines = [f"# jar set '{name}'" + (":" if comment else "")]
+    for paragraph in comment.split("\n\n") if comment else []:
+        if len(lines) > 1:
+            lines.append("#")
+        lines += [f"# {row}" for row in textwrap.wrap(" ".join(paragraph.split()), width=98)]
+    lines += [f"# written by `{command_line}`"]
     for coordinate, path in sorted(entries):
         lines.append(f"{coordinate} {_sha256(path)}")
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
@@ -206,22 +272,28 @@ def lock(name: str, coordinates: Sequence[str], *, comment: str = "") -> Path:
 
 
 def _parse_dependency_list(lines: Iterable[str]) -> list[tuple[str, Path]]:
-    """Parse `mvn dependency:list` lines: group:artifact:jar[:classifier]:version:scope:/path."""
+    """Parse `mvn dependency:list` lines.
+
+    Each is ``group:artifact:type[:classifier]:version:scope:/absolute/path``, which
+    plugin 3.x follows with `` -- module name [auto]``.
+    """
     found: list[tuple[str, Path]] = []
     for raw in lines:
-        line = raw.strip()
-        if ":jar:" not in line or "/" not in line:
+        line = raw.strip().split(" -- module ", 1)[0].strip()
+        spec, sep, path = line.partition(":/")
+        if not sep:
             continue
-        spec, _, path = line.partition(":/")
         fields = spec.split(":")
         # group:artifact:type:version:scope or group:artifact:type:classifier:version:scope
         if len(fields) == 5:
-            group, artifact, _type, version, _scope = fields
+            group, artifact, kind, version, _scope = fields
             coordinate = f"{group}:{artifact}:{version}"
         elif len(fields) == 6:
-            group, artifact, _type, classifier, version, _scope = fields
+            group, artifact, kind, classifier, version, _scope = fields
             coordinate = f"{group}:{artifact}:{version}:{classifier}"
         else:
             continue
-        found.append((coordinate, Path("/" + path.split(" ")[0])))
+        if kind != "jar":
+            continue
+        found.append((coordinate, Path("/" + path)))
     return found

@@ -1,0 +1,555 @@
+"""Kafka's own Java command-line tools (jar set ``kafka``), run against any bootstrap server.
+
+Each helper runs one JVM with the pinned Kafka 4.3.1 class path, has a timeout,
+and either returns the finished process or what the tool printed, parsed:
+
+========================  ============================================================
+helper                    main class (Kafka 4 moved most tools to org.apache.kafka.tools)
+========================  ============================================================
+``console_produce``       ``org.apache.kafka.tools.ConsoleProducer``
+``console_consume``       ``org.apache.kafka.tools.consumer.ConsoleConsumer``
+``list_groups``           ``org.apache.kafka.tools.consumer.group.ConsumerGroupCommand``
+``describe_group``        (same, ``--describe --group G``)
+``producer_performance``  ``org.apache.kafka.tools.ProducerPerformance``
+``consumer_performance``  ``org.apache.kafka.tools.ConsumerPerformance``
+========================  ============================================================
+
+The console producer and consumer are driven with ASCII control characters as
+field, header and line separators (see ``FIELD_SEPARATOR`` and friends), so keys,
+values and headers may hold tabs, commas and colons; only header *keys* must not
+hold ``:``, which the console consumer prints between a header's key and value
+whatever it is told. Tool logging goes to stderr at WARN.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from korvet.tools.kafka_server import (
+    JAR_SET,
+    KAFKA_GC_OPTIONS,
+    KafkaToolsError,
+    jar_classpath,
+    java_binary,
+    tools_log4j2_config,
+)
+
+CONSOLE_PRODUCER_MAIN = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER_MAIN = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+CONSUMER_GROUPS_MAIN = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+PRODUCER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ConsumerPerformance"
+
+FIELD_SEPARATOR = "\x1d"  # between timestamp, partition, offset, headers, key and value
+HEADER_SEPARATOR = "\x1f"  # between two headers
+HEADER_KEY_SEPARATOR = "\x1e"  # between a header's key and value (producer side only)
+RECORD_SEPARATOR = "\x1c"  # after each record the console consumer prints
+NULL_MARKER = "\x15"  # a null key, value or header value
+
+_CONTROL = (FIELD_SEPARATOR, HEADER_SEPARATOR, HEADER_KEY_SEPARATOR, RECORD_SEPARATOR, NULL_MARKER,
+            "\n", "\r")
+
+
+class JavaToolError(KafkaToolsError):
+    """A Kafka tool failed, timed out, or printed something this module cannot parse."""
+
+    def __init__(self, message: str, process: subprocess.CompletedProcess[str] | None = None) -> None:
+        super().__init__(message)
+        self.process = process
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRecord:
+    """One line for the console producer: a value, optionally a key and headers."""
+
+    value: str | None
+    key: str | None = None
+    headers: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleRecord:
+    """One record as the console consumer printed it."""
+
+    timestamp_type: str  # "CreateTime", "LogAppendTime" or "NoTimestamp"
+    timestamp: int | None
+    partition: int
+    offset: int
+    headers: tuple[tuple[str, str | None], ...]
+    key: str | None
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeResult:
+    records: list[ConsoleRecord]
+    process: subprocess.CompletedProcess[str]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetRow:
+    """One row of ``kafka-consumer-groups --describe``; ``None`` where the tool prints ``-``."""
+
+    group: str
+    topic: str | None
+    partition: int | None
+    current_offset: int | None
+    log_end_offset: int | None
+    lag: int | None
+    consumer_id: str | None
+    host: str | None
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerPerformanceResult:
+    """The summary line of ``kafka-producer-perf-test``."""
+
+    records: int
+    records_per_sec: float
+    mb_per_sec: float
+    avg_latency_ms: float
+    max_latency_ms: float
+    p50_ms: int
+    p95_ms: int
+    p99_ms: int
+    p999_ms: int
+    process: subprocess.CompletedProcess[str] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPerformanceResult:
+    """The result row of ``kafka-consumer-perf-test``."""
+
+    start_time: str
+    end_time: str
+    mb_consumed: float
+    mb_per_sec: float
+    records: int
+    records_per_sec: float
+    rebalance_time_ms: int
+    fetch_time_ms: int
+    fetch_mb_per_sec: float
+    fetch_records_per_sec: float
+    process: subprocess.CompletedProcess[str] = field(repr=False, compare=False)
+
+
+def _check_text(what: str, text: str) -> None:
+    for mark in _CONTROL:
+        if mark in text:
+            raise ValueError(f"{what} {text!r} holds {mark!r}, which the console tools use as a separator")
+
+
+def _properties(option: str, properties: Mapping[str, str] | None) -> list[str]:
+    args: list[str] = []
+    for key, value in (properties or {}).items():
+        args += [option, f"{key}={value}"]
+    return args
+
+
+def _nullable(text: str) -> str | None:
+    return None if text == NULL_MARKER else text
+
+
+def _number(text: str) -> int | None:
+    return None if text == "-" else int(text)
+
+
+def _word(text: str) -> str | None:
+    return None if text == "-" else text
+
+
+class KafkaJavaTools:
+    """Runs Kafka's Java tools against ``bootstrap`` (``host:port``), each in its own JVM."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        heap: str = "256m",
+        timeout: float = 120.0,
+        jvm_options: Sequence[str] = (),
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.heap = heap
+        self.timeout = timeout
+        self.jvm_options = tuple(jvm_options)
+
+    def command(self, main_class: str, args: Sequence[str], *, benchmark: bool = False) -> list[str]:
+        """The java command line; ``benchmark`` picks the JVM flags of Kafka's perf-test scripts."""
+        if benchmark:
+            # kafka-producer-perf-test.sh: 512 MB heap, G1 and the full JIT, so that
+            # figures compare with ones measured with Kafka's own scripts.
+            tuning = ["-Xmx512m", *KAFKA_GC_OPTIONS]
+        else:
+            # A console tool lives for seconds: start fast rather than peak.
+            tuning = [f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                      "-Djava.awt.headless=true"]
+        return [
+            java_binary(),
+            *tuning,
+            "-Dfile.encoding=UTF-8",
+            "-Dsun.stdout.encoding=UTF-8",
+            "-Dsun.stderr.encoding=UTF-8",
+            f"-Dlog4j2.configurationFile={tools_log4j2_config()}",
+            *self.jvm_options,
+            "-cp", jar_classpath(JAR_SET),
+            main_class,
+            *args,
+        ]
+
+    def run(
+        self,
+        main_class: str,
+        args: Sequence[str],
+        *,
+        input_text: str | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        benchmark: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one tool to completion; with ``check``, a non-zero exit raises ``JavaToolError``."""
+        limit = self.timeout if timeout is None else timeout
+        command = self.command(main_class, args, benchmark=benchmark)
+        try:
+            process = subprocess.run(
+                command,
+                input=input_text,
+                stdin=None if input_text is not None else subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=limit,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise JavaToolError(f"{main_class} did not finish in {limit:.0f} s") from exc
+        if check and process.returncode != 0:
+            raise JavaToolError(
+                f"{main_class} exited with {process.returncode}:\n{process.stdout[-2000:]}"
+                f"{process.stderr[-4000:]}",
+                process,
+            )
+        return process
+
+    # -- console producer and consumer ------------------------------------
+
+    def console_produce(
+        self,
+        topic: str,
+        records: Iterable[ProduceRecord | str],
+        *,
+        properties: Mapping[str, str] | None = None,
+        sync: bool = False,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Send records through ``kafka-console-producer``; waits until it exits (all acked).
+
+        ``properties`` are producer configs (``--command-property``), e.g.
+        ``{"enable.idempotence": "true", "retries": "5", "acks": "all"}``. A plain
+        string is a value without key. If any record has headers, every record must
+        have at least one (the console producer then expects a header field on every line).
+        """
+        items = [r if isinstance(r, ProduceRecord) else ProduceRecord(value=r) for r in records]
+        with_keys = any(r.key is not None for r in items)
+        with_headers = any(r.headers for r in items)
+        if with_headers and not all(r.headers for r in items):
+            raise ValueError("the console producer cannot mix records with and without headers")
+        lines = []
+        for record in items:
+            fields: list[str] = []
+            if with_headers:
+                pairs = []
+                for name, value in record.headers:
+                    _check_text("header key", name)
+                    if value is not None:
+                        _check_text("header value", value)
+                    shown = NULL_MARKER if value is None else value
+                    pairs.append(f"{name}{HEADER_KEY_SEPARATOR}{shown}")
+                fields.append(HEADER_SEPARATOR.join(pairs))
+            if with_keys:
+                if record.key is not None:
+                    _check_text("key", record.key)
+                fields.append(NULL_MARKER if record.key is None else record.key)
+            if record.value is not None:
+                _check_text("value", record.value)
+            fields.append(NULL_MARKER if record.value is None else record.value)
+            lines.append(FIELD_SEPARATOR.join(fields))
+        reader = {
+            "parse.key": "true" if with_keys else "false",
+            "parse.headers": "true" if with_headers else "false",
+            "key.separator": FIELD_SEPARATOR,
+            "headers.delimiter": FIELD_SEPARATOR,
+            "headers.separator": HEADER_SEPARATOR,
+            "headers.key.separator": HEADER_KEY_SEPARATOR,
+            "null.marker": NULL_MARKER,
+            "ignore.error": "false",
+        }
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic]
+        args += _properties("--reader-property", reader)
+        args += _properties("--command-property", properties)
+        if sync:
+            args.append("--sync")
+        text = "".join(f"{line}\n" for line in lines)
+        return self.run(CONSOLE_PRODUCER_MAIN, args, input_text=text, timeout=timeout)
+
+    def console_consume(
+        self,
+        topic: str,
+        *,
+        max_messages: int,
+        from_beginning: bool = True,
+        group: str | None = None,
+        partition: int | None = None,
+        offset: int | str | None = None,
+        idle_timeout_ms: int = 10_000,
+        isolation_level: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ConsumeResult:
+        """Read up to ``max_messages`` with ``kafka-console-consumer``, printing everything.
+
+        It stops early when no record arrives for ``idle_timeout_ms``, so fewer
+        records than asked for is a normal result, not an error.
+        """
+        formatter = {
+            "print.timestamp": "true",
+            "print.partition": "true",
+            "print.offset": "true",
+            "print.headers": "true",
+            "print.key": "true",
+            "print.value": "true",
+            "key.separator": FIELD_SEPARATOR,
+            "headers.separator": HEADER_SEPARATOR,
+            "line.separator": RECORD_SEPARATOR,
+            "null.literal": NULL_MARKER,
+        }
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic,
+                "--max-messages", str(max_messages), "--timeout-ms", str(idle_timeout_ms)]
+        if partition is not None:
+            args += ["--partition", str(partition)]
+            if offset is not None:
+                args += ["--offset", str(offset)]
+            elif from_beginning:
+                args += ["--offset", "earliest"]
+        elif from_beginning:
+            args.append("--from-beginning")
+        if group is not None:
+            args += ["--group", group]
+        if isolation_level is not None:
+            args += ["--isolation-level", isolation_level]
+        args += _properties("--formatter-property", formatter)
+        args += _properties("--command-property", properties)
+        process = self.run(CONSOLE_CONSUMER_MAIN, args, timeout=timeout)
+        return ConsumeResult(parse_console_records(process.stdout), process)
+
+    # -- kafka-consumer-groups --------------------------------------------
+
+    def list_groups(self, *, timeout: float | None = None) -> list[str]:
+        process = self.run(CONSUMER_GROUPS_MAIN, ["--bootstrap-server", self.bootstrap, "--list"],
+                           timeout=timeout)
+        _raise_on_tool_error(process)
+        return [line.strip() for line in process.stdout.splitlines() if line.strip()]
+
+    def describe_group(self, group: str, *, timeout: float | None = None) -> list[GroupOffsetRow]:
+        """Committed offsets, log-end offsets, lag and owners of every partition of ``group``."""
+        process = self.run(
+            CONSUMER_GROUPS_MAIN,
+            ["--bootstrap-server", self.bootstrap, "--describe", "--group", group],
+            timeout=timeout,
+        )
+        _raise_on_tool_error(process)
+        return parse_group_description(process)
+
+    # -- performance tools ------------------------------------------------
+
+    def producer_performance(
+        self,
+        topic: str,
+        *,
+        num_records: int,
+        record_size: int = 100,
+        throughput: int = -1,
+        properties: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ProducerPerformanceResult:
+        """``kafka-producer-perf-test``; ``throughput=-1`` sends as fast as it can."""
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic,
+                "--num-records", str(num_records), "--record-size", str(record_size),
+                "--throughput", str(throughput)]
+        if properties:
+            args += ["--command-property", *(f"{k}={v}" for k, v in properties.items())]
+        process = self.run(PRODUCER_PERFORMANCE_MAIN, args, timeout=timeout, benchmark=True)
+        return parse_producer_performance(process)
+
+    def consumer_performance(
+        self,
+        topic: str,
+        *,
+        num_records: int,
+        group: str | None = None,
+        idle_timeout_ms: int = 10_000,
+        properties: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ConsumerPerformanceResult:
+        """``kafka-consumer-perf-test`` reading ``num_records`` from the start of ``topic``."""
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic,
+                "--num-records", str(num_records), "--timeout", str(idle_timeout_ms)]
+        if group is not None:
+            args += ["--group", group]
+        args += _properties("--command-property", properties)
+        process = self.run(CONSUMER_PERFORMANCE_MAIN, args, timeout=timeout, benchmark=True)
+        return parse_consumer_performance(process)
+
+
+# -- parsers (pure; tested on the tools' real output) ---------------------
+
+_TIMESTAMP = re.compile(r"^(CreateTime|LogAppendTime):(-?\d+)$")
+
+
+def parse_console_records(stdout: str) -> list[ConsoleRecord]:
+    """Parse what ``console_consume`` made the console consumer print."""
+    records: list[ConsoleRecord] = []
+    for chunk in stdout.split(RECORD_SEPARATOR):
+        if not chunk.strip("\n"):
+            continue
+        fields = chunk.split(FIELD_SEPARATOR)
+        if len(fields) < 6:
+            raise JavaToolError(f"cannot parse console consumer output {chunk!r}")
+        stamp, partition, offset, headers_text, key = fields[:5]
+        value = FIELD_SEPARATOR.join(fields[5:])
+        matched = _TIMESTAMP.match(stamp)
+        if matched:
+            timestamp_type, timestamp = matched.group(1), int(matched.group(2))
+        elif stamp == "NO_TIMESTAMP":
+            timestamp_type, timestamp = "NoTimestamp", None
+        else:
+            raise JavaToolError(f"cannot parse timestamp {stamp!r}")
+        if not partition.startswith("Partition:") or not offset.startswith("Offset:"):
+            raise JavaToolError(f"cannot parse partition and offset in {chunk!r}")
+        headers: list[tuple[str, str | None]] = []
+        if headers_text != "NO_HEADERS":
+            for pair in headers_text.split(HEADER_SEPARATOR):
+                name, sep, header_value = pair.partition(":")
+                if not sep:
+                    raise JavaToolError(f"cannot parse header {pair!r}")
+                headers.append((name, _nullable(header_value)))
+        records.append(ConsoleRecord(
+            timestamp_type=timestamp_type,
+            timestamp=timestamp,
+            partition=int(partition.removeprefix("Partition:")),
+            offset=int(offset.removeprefix("Offset:")),
+            headers=tuple(headers),
+            key=_nullable(key),
+            value=_nullable(value),
+        ))
+    return records
+
+
+def _raise_on_tool_error(process: subprocess.CompletedProcess[str]) -> None:
+    # kafka-consumer-groups reports some failures (an unknown group, say) on stdout
+    # as "Error: ..." and still exits with 0.
+    for line in process.stdout.splitlines():
+        if line.startswith("Error:"):
+            raise JavaToolError(line, process)
+
+
+_GROUP_HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                 "CONSUMER-ID", "HOST", "CLIENT-ID"]
+
+
+def parse_group_description(process: subprocess.CompletedProcess[str]) -> list[GroupOffsetRow]:
+    """Parse the offsets table of ``kafka-consumer-groups --describe``."""
+    rows: list[GroupOffsetRow] = []
+    in_table = False
+    for line in process.stdout.splitlines():
+        words = line.split()
+        if not words:
+            in_table = False
+            continue
+        if words == _GROUP_HEADER:
+            in_table = True
+            continue
+        if not in_table:
+            continue
+        parts = line.split(None, len(_GROUP_HEADER) - 1)
+        if len(parts) != len(_GROUP_HEADER):
+            raise JavaToolError(f"cannot parse consumer group row {line!r}", process)
+        try:
+            rows.append(GroupOffsetRow(
+                group=parts[0],
+                topic=_word(parts[1]),
+                partition=_number(parts[2]),
+                current_offset=_number(parts[3]),
+                log_end_offset=_number(parts[4]),
+                lag=_number(parts[5]),
+                consumer_id=_word(parts[6]),
+                host=_word(parts[7]),
+                client_id=_word(parts[8].strip()),
+            ))
+        except ValueError as exc:
+            raise JavaToolError(f"cannot parse consumer group row {line!r}", process) from exc
+    return rows
+
+
+_PRODUCER_SUMMARY = re.compile(
+    r"^(?P<records>\d+) records sent, (?P<rps>[\d.]+) records/sec \((?P<mbps>[\d.]+) MB/sec\), "
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, (?P<p50>\d+) ms 50th, "
+    r"(?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th, (?P<p999>\d+) ms 99\.9th\.$"
+)
+
+
+def parse_producer_performance(process: subprocess.CompletedProcess[str]) -> ProducerPerformanceResult:
+    """The whole-run summary (the first line with percentiles; a steady-state line may follow)."""
+    for line in process.stdout.splitlines():
+        matched = _PRODUCER_SUMMARY.match(line.strip())
+        if matched:
+            return ProducerPerformanceResult(
+                records=int(matched["records"]),
+                records_per_sec=float(matched["rps"]),
+                mb_per_sec=float(matched["mbps"]),
+                avg_latency_ms=float(matched["avg"]),
+                max_latency_ms=float(matched["max"]),
+                p50_ms=int(matched["p50"]),
+                p95_ms=int(matched["p95"]),
+                p99_ms=int(matched["p99"]),
+                p999_ms=int(matched["p999"]),
+                process=process,
+            )
+    raise JavaToolError("no summary line in the producer performance output", process)
+
+
+_CONSUMER_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                    "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+
+
+def parse_consumer_performance(process: subprocess.CompletedProcess[str]) -> ConsumerPerformanceResult:
+    lines = [line.strip() for line in process.stdout.splitlines() if line.strip()]
+    for number, line in enumerate(lines[:-1]):
+        if line != _CONSUMER_HEADER:
+            continue
+        values = [v.strip() for v in lines[number + 1].split(",")]
+        if len(values) != 10:
+            break
+        try:
+            return ConsumerPerformanceResult(
+                start_time=values[0],
+                end_time=values[1],
+                mb_consumed=float(values[2]),
+                mb_per_sec=float(values[3]),
+                records=int(values[4]),
+                records_per_sec=float(values[5]),
+                rebalance_time_ms=int(values[6]),
+                fetch_time_ms=int(values[7]),
+                fetch_mb_per_sec=float(values[8]),
+                fetch_records_per_sec=float(values[9]),
+                process=process,
+            )
+        except ValueError:
+            break
+    raise JavaToolError("no result row in the consumer performance output", process)
+
