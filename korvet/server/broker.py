@@ -1,7 +1,9 @@
-"""The broker: owns the Redis client and the API handlers, and registers them."""
+"""The broker: builds the services, registers every API handler, owns background tasks."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -9,6 +11,13 @@ import redis.asyncio as aioredis
 from korvet.config import Config
 from korvet.protocol import api_versions
 from korvet.protocol.registry import ApiRegistry, RequestContext
+from korvet.server.handlers import cluster, configs, fetch, metadata, offsets, produce, topics
+from korvet.server.services import Services, topic_defaults
+from korvet.storage.notifier import AppendNotifier
+from korvet.storage.redis_store import RedisStore
+from korvet.storage.topic_cache import TopicCache
+
+ServiceHandler = Callable[[Services, RequestContext, Any], Awaitable[Any]]
 
 
 class Broker:
@@ -16,15 +25,54 @@ class Broker:
         self.config = config
         self.redis = client
         self.redis_url = redis_url
-        self.bound_port = config.get_int("broker.port")
+        store = RedisStore(client, config.get_str("redis.keyspace"))
+        cache = TopicCache(store, topic_defaults(config))
+        notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
+                                  lambda name: cache.invalidate(name or None))
+        self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
+                                 bound_port=config.get_int("broker.port"))
         self.registry = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
+        for key, name, versions, handler in (
+            (produce.API_KEY, "Produce", produce.VERSIONS, produce.handle),
+            (fetch.API_KEY, "Fetch", fetch.VERSIONS, fetch.handle),
+            (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
+            (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),
+            (topics.CREATE_TOPICS, "CreateTopics", topics.CREATE_VERSIONS, topics.create_topics),
+            (topics.DELETE_TOPICS, "DeleteTopics", topics.DELETE_VERSIONS, topics.delete_topics),
+            (cluster.INIT_PRODUCER_ID, "InitProducerId", cluster.INIT_VERSIONS,
+             cluster.init_producer_id),
+            (offsets.LEADER_EPOCH, "OffsetForLeaderEpoch", offsets.LEADER_EPOCH_VERSIONS,
+             offsets.offset_for_leader_epoch),
+            (configs.DESCRIBE, "DescribeConfigs", configs.DESCRIBE_VERSIONS,
+             configs.describe_configs),
+            (configs.ALTER, "AlterConfigs", configs.ALTER_VERSIONS, configs.alter_configs),
+            (topics.CREATE_PARTITIONS, "CreatePartitions", topics.PARTITION_VERSIONS,
+             topics.create_partitions),
+            (configs.INCREMENTAL_ALTER, "IncrementalAlterConfigs", configs.INCREMENTAL_VERSIONS,
+             configs.incremental_alter_configs),
+            (cluster.DESCRIBE_CLUSTER, "DescribeCluster", cluster.DESCRIBE_CLUSTER_VERSIONS,
+             cluster.describe_cluster),
+        ):
+            self.register(key, name, versions, handler)
+
+    def register(self, key: int, name: str, versions: range, handler: ServiceHandler) -> None:
+        self.registry.register(key, name, versions, partial(handler, self.services))
+
+    @property
+    def bound_port(self) -> int:
+        return self.services.bound_port
+
+    @bound_port.setter
+    def bound_port(self, port: int) -> None:
+        self.services.bound_port = port
 
     async def start(self) -> None:
-        pass
+        await self.services.notifier.start()
 
     async def close(self) -> None:
+        await self.services.notifier.close()
         await self.redis.aclose()
 
     async def handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:

@@ -1,0 +1,274 @@
+"""Topic rules: Kafka's name rules and the topic configurations the broker supports.
+
+Pure: no I/O. The protocol layer maps the errors here to Kafka error codes
+(TopicNameError -> INVALID_TOPIC_EXCEPTION, TopicConfigError -> INVALID_CONFIG,
+PartitionCountError -> INVALID_PARTITIONS).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from korvet.core.offsets import DEFAULT_SEQUENCE_BITS, MAX_SEQUENCE_BITS, MIN_SEQUENCE_BITS
+
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000  # a sanity bound: every partition is a Redis stream key
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class TopicNameError(ValueError):
+    pass
+
+
+class TopicConfigError(ValueError):
+    pass
+
+
+class PartitionCountError(ValueError):
+    pass
+
+
+def validate_topic_name(name: str | None) -> str:
+    """Kafka's rules (org.apache.kafka.common.internals.Topic.validate)."""
+    if name is None or name == "":
+        raise TopicNameError("topic name is empty")
+    if name in (".", ".."):
+        raise TopicNameError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise TopicNameError(
+            f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL.match(name):
+        raise TopicNameError(
+            f"topic name {name!r} contains a character other than ASCII letters, digits, "
+            "'.', '_' and '-'"
+        )
+    return name
+
+
+def is_internal(name: str) -> bool:
+    return name.startswith("__")
+
+
+def collides(a: str, b: str) -> bool:
+    """Kafka forbids two topics whose names differ only by '.' versus '_'."""
+    return a != b and a.replace(".", "_") == b.replace(".", "_")
+
+
+def validate_partition_count(count: int) -> int:
+    if count < 1:
+        raise PartitionCountError(f"number of partitions must be at least 1, got {count}")
+    if count > MAX_PARTITIONS:
+        raise PartitionCountError(f"at most {MAX_PARTITIONS} partitions per topic, got {count}")
+    return count
+
+
+# --- topic configuration -------------------------------------------------------------
+
+def _long(low: int | None = None) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        try:
+            number = int(value)
+        except ValueError:
+            raise TopicConfigError(f"expected an integer, got {value!r}") from None
+        if low is not None and number < low:
+            raise TopicConfigError(f"must be at least {low}, got {number}")
+        return str(number)
+    return check
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in options:
+            raise TopicConfigError(f"must be one of {', '.join(options)}, got {value!r}")
+        return value
+    return check
+
+
+def _boolean(value: str) -> str:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise TopicConfigError(f"expected true or false, got {value!r}")
+    return lowered
+
+
+def _cleanup_policy(value: str) -> str:
+    policies = [p.strip() for p in value.split(",") if p.strip()]
+    if policies != ["delete"]:
+        raise TopicConfigError(
+            "only cleanup.policy=delete is supported: Redis Streams keep every entry until "
+            "retention trims it, and Korvet has no log compaction"
+        )
+    return "delete"
+
+
+def _sequence_bits(value: str) -> str:
+    checked = int(_long()(value))
+    if not MIN_SEQUENCE_BITS <= checked <= MAX_SEQUENCE_BITS:
+        raise TopicConfigError(
+            f"must be within {MIN_SEQUENCE_BITS}..{MAX_SEQUENCE_BITS}, got {checked}"
+        )
+    return str(checked)
+
+
+def _anything(value: str) -> str:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    default: str
+    check: Callable[[str], str]
+    doc: str
+    effective: bool = True  # False: accepted and reported, but Korvet does not act on it
+    sensitive: bool = False
+    read_only_after_create: bool = False
+
+
+CONFIG_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only 'delete'"),
+    ConfigDef("retention.ms", "604800000", _long(-1),
+              "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all"),
+    ConfigDef("retention.bytes", "-1", _long(-1),
+              "approximate size bound per partition, turned into an entry count (XTRIM MAXLEN) "
+              "from the average stored record size of each appended batch; -1: no bound"),
+    ConfigDef("max.message.bytes", "1048588", _long(0),
+              "largest record batch accepted (MESSAGE_TOO_LARGE above it)"),
+    ConfigDef("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
+              "CreateTime keeps the producer's timestamps; LogAppendTime uses the broker's clock"),
+    ConfigDef("message.timestamp.after.max.ms", "3600000", _long(0),
+              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far ahead of the broker"),
+    ConfigDef("message.timestamp.before.max.ms", "9223372036854775807", _long(0),
+              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far behind the broker"),
+    ConfigDef("compression.type", "producer",
+              _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+              "accepted; records are stored uncompressed in Redis and fetched uncompressed",
+              effective=False),
+    ConfigDef("korvet.sequence.bits", str(DEFAULT_SEQUENCE_BITS), _sequence_bits,
+              "offset = ms * 2^bits + seq: at most 2^bits offsets per millisecond per partition",
+              read_only_after_create=True),
+    ConfigDef("korvet.retention.records", "-1", _long(-1),
+              "keep at most this many entries per partition (exact XTRIM MAXLEN); -1: no bound"),
+    ConfigDef("korvet.trim.approximate", "false", _boolean,
+              "trim with '~' (whole listpack nodes, cheaper) instead of exactly"),
+    # Accepted for compatibility with tools that set them; they have no effect here.
+    ConfigDef("segment.ms", "604800000", _long(1), "no effect (no segments)", effective=False),
+    ConfigDef("segment.bytes", "1073741824", _long(14), "no effect (no segments)",
+              effective=False),
+    ConfigDef("min.insync.replicas", "1", _long(1), "no effect (Redis persistence)",
+              effective=False),
+    ConfigDef("unclean.leader.election.enable", "false", _boolean, "no effect", effective=False),
+    ConfigDef("min.cleanable.dirty.ratio", "0.5", _anything, "no effect", effective=False),
+    ConfigDef("delete.retention.ms", "86400000", _long(0), "no effect", effective=False),
+    ConfigDef("file.delete.delay.ms", "60000", _long(0), "no effect", effective=False),
+    ConfigDef("flush.messages", "9223372036854775807", _long(1), "no effect (Redis appendfsync)",
+              effective=False),
+    ConfigDef("flush.ms", "9223372036854775807", _long(0), "no effect (Redis appendfsync)",
+              effective=False),
+    ConfigDef("index.interval.bytes", "4096", _long(0), "no effect", effective=False),
+    ConfigDef("segment.index.bytes", "10485760", _long(4), "no effect", effective=False),
+    ConfigDef("segment.jitter.ms", "0", _long(0), "no effect", effective=False),
+    ConfigDef("preallocate", "false", _boolean, "no effect", effective=False),
+    ConfigDef("message.downconversion.enable", "true", _boolean, "no effect", effective=False),
+    ConfigDef("local.retention.ms", "-2", _long(-2), "no effect (no tiered storage)",
+              effective=False),
+    ConfigDef("local.retention.bytes", "-2", _long(-2), "no effect (no tiered storage)",
+              effective=False),
+    ConfigDef("remote.storage.enable", "false", _boolean, "no effect (no tiered storage)",
+              effective=False),
+    ConfigDef("follower.replication.throttled.replicas", "", _anything, "no effect",
+              effective=False),
+    ConfigDef("leader.replication.throttled.replicas", "", _anything, "no effect",
+              effective=False),
+    ConfigDef("max.compaction.lag.ms", "9223372036854775807", _long(1), "no effect",
+              effective=False),
+    ConfigDef("min.compaction.lag.ms", "0", _long(0), "no effect", effective=False),
+)
+
+CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in CONFIG_DEFS}
+
+
+def validate_config(name: str, value: str | None) -> str:
+    definition = CONFIGS.get(name)
+    if definition is None:
+        raise TopicConfigError(f"unknown topic config {name!r}")
+    if value is None:
+        raise TopicConfigError(f"{name}: a value is required")
+    try:
+        return definition.check(value)
+    except TopicConfigError as exc:
+        raise TopicConfigError(f"{name}: {exc}") from None
+
+
+def validate_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    return {name: validate_config(name, value) for name, value in configs.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """The configuration of one topic: explicit settings over defaults."""
+
+    explicit: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, str] = field(default_factory=dict)  # broker-level overrides
+
+    def get(self, name: str) -> str:
+        if name in self.explicit:
+            return self.explicit[name]
+        if name in self.defaults:
+            return self.defaults[name]
+        return CONFIGS[name].default
+
+    def get_int(self, name: str) -> int:
+        return int(self.get(name))
+
+    def source(self, name: str) -> str:
+        """'topic', 'broker' or 'default' (DescribeConfigs' config source)."""
+        if name in self.explicit:
+            return "topic"
+        if name in self.defaults:
+            return "broker"
+        return "default"
+
+    @property
+    def sequence_bits(self) -> int:
+        return self.get_int("korvet.sequence.bits")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.get("message.timestamp.type") == "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: str  # UUID text
+    partitions: int
+    config: TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class TrimPolicy:
+    """How an append trims its partition (computed from the topic's config)."""
+
+    min_id_ms: int  # entries with ms below this are trimmed; -1: no time bound
+    max_len: int  # keep at most this many entries; -1: no count bound
+    approximate: bool
+
+
+def trim_policy(config: TopicConfig, now_ms: int, batch_bytes: int, batch_records: int) -> TrimPolicy:
+    """Retention at write time: retention.ms -> MINID, size/count -> MAXLEN."""
+    retention_ms = config.get_int("retention.ms")
+    min_id = now_ms - retention_ms if retention_ms >= 0 else -1
+    bounds: list[int] = []
+    records = config.get_int("korvet.retention.records")
+    if records >= 0:
+        bounds.append(records)
+    retention_bytes = config.get_int("retention.bytes")
+    if retention_bytes >= 0 and batch_records > 0:
+        average = max(1, batch_bytes // batch_records)
+        bounds.append(max(1, retention_bytes // average))
+    max_len = min(bounds) if bounds else -1
+    return TrimPolicy(max(-1, min_id), max_len, config.get("korvet.trim.approximate") == "true")

@@ -1,0 +1,203 @@
+"""Kafka RecordBatch (magic 2) decoding for Produce and encoding for Fetch.
+
+The codec is aiokafka's compiled (Cython) one: measured here at about
+0.5 µs/record to validate and decode and 0.4 µs/record to build, against
+15-18 µs for kio's pure-Python records module, which also truncates
+timestamps to seconds and cannot read compressed batches (see
+docs/implementers/records.md). kio still decodes the request and response
+envelopes; the ``records`` field is just bytes to it.
+
+Decoding is strict, because a bad batch must be refused whole: CRC (CORRUPT_MESSAGE),
+magic other than 2, a truncated batch, a record count that disagrees with the
+header, or offset deltas that are not 0..n-1 (INVALID_RECORD). Compressed batches
+(gzip, snappy, lz4, zstd) are decompressed; records are stored uncompressed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
+from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+Header = tuple[str, bytes | None]
+
+# RecordBatch header layout (bytes): baseOffset 0-8, batchLength 8-12, leaderEpoch 12-16,
+# magic 16, crc 17-21, attributes 21-23, lastOffsetDelta 23-27, firstTimestamp 27-35,
+# maxTimestamp 35-43, producerId 43-51, producerEpoch 51-53, baseSequence 53-57,
+# recordCount 57-61.
+BATCH_OVERHEAD = 61
+_LENGTH = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_INT32_MAX = 2**31 - 1
+
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+
+class RecordBatchError(ValueError):
+    """A produced batch that must be refused. ``code`` is the Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
+UNSUPPORTED_COMPRESSION_TYPE = 76
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_offset_delta: int
+    transactional: bool
+    control: bool
+    log_append_time: bool
+    max_timestamp: int
+    size: int  # bytes on the wire
+    compression: int
+    records: list[Record]
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        # Kafka's sequence numbers wrap from 2^31-1 to 0.
+        return (self.base_sequence + len(self.records) - 1) % (_INT32_MAX + 1)
+
+
+def decode_batches(data: bytes | memoryview | None) -> list[Batch]:
+    """Split and validate every batch of a produce request's records field."""
+    if not data:
+        raise RecordBatchError(INVALID_RECORD, "produce request with no records")
+    view = memoryview(data)
+    batches: list[Batch] = []
+    position = 0
+    while position < len(view):
+        if len(view) - position < BATCH_OVERHEAD:
+            raise RecordBatchError(CORRUPT_MESSAGE, "truncated record batch header")
+        (length,) = _LENGTH.unpack_from(view, position + 8)
+        size = 12 + length
+        if length < BATCH_OVERHEAD - 12 or position + size > len(view):
+            raise RecordBatchError(CORRUPT_MESSAGE, f"record batch of {size} bytes is truncated")
+        magic = view[position + 16]
+        if magic != 2:
+            raise RecordBatchError(
+                INVALID_RECORD, f"record batch magic {magic} is not supported (only magic 2)"
+            )
+        batches.append(_decode_one(bytes(view[position:position + size])))
+        position += size
+    return batches
+
+
+def _decode_one(raw: bytes) -> Batch:
+    batch = DefaultRecordBatch(raw)
+    if not batch.validate_crc():
+        raise RecordBatchError(CORRUPT_MESSAGE, "record batch CRC does not match its content")
+    (declared,) = _LENGTH.unpack_from(raw, 57)
+    records: list[Record] = []
+    try:
+        for index, record in enumerate(batch):
+            if record.offset != index:  # base offset is 0 on produce; deltas must be 0..n-1
+                raise RecordBatchError(
+                    INVALID_RECORD, f"record {index} has offset delta {record.offset}"
+                )
+            records.append(Record(record.timestamp, record.key, record.value, record.headers))
+    except RecordBatchError:
+        raise
+    except UnsupportedCodecError as exc:
+        raise RecordBatchError(UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
+    except (CorruptRecordException, ValueError, IndexError, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
+    except Exception as exc:  # compression libraries raise their own error types
+        raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
+    if len(records) != declared or not records:
+        raise RecordBatchError(
+            INVALID_RECORD, f"record batch declares {declared} records but holds {len(records)}"
+        )
+    if batch.last_offset_delta != len(records) - 1:
+        raise RecordBatchError(
+            INVALID_RECORD,
+            f"lastOffsetDelta {batch.last_offset_delta} does not match {len(records)} records",
+        )
+    attributes = batch.attributes
+    return Batch(
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        last_offset_delta=batch.last_offset_delta,
+        transactional=bool(attributes & TRANSACTIONAL_FLAG),
+        control=bool(attributes & CONTROL_FLAG),
+        log_append_time=batch.timestamp_type == 1,
+        max_timestamp=batch.max_timestamp,
+        size=len(raw),
+        compression=batch.compression_type,
+        records=records,
+    )
+
+
+# --- encoding (Fetch) --------------------------------------------------------------
+
+StoredRecord = tuple[int, int, bytes | None, bytes | None, list[Header]]  # offset, ts, k, v, h
+
+
+def encode_fetched(records: list[StoredRecord], max_bytes: int, *, force_first: bool) -> tuple[bytes, int]:
+    """Record batches for a partition's fetched records, within ``max_bytes``.
+
+    Offsets need not be consecutive (Kafka allows gaps inside a batch). A batch
+    is cut where the next offset delta would not fit the int32 ``offsetDelta`` /
+    ``lastOffsetDelta`` that clients read. When ``force_first`` the first record is
+    returned even if it alone exceeds ``max_bytes`` (KIP-74: a consumer must always
+    be able to make progress). Returns the bytes and how many records they hold.
+    """
+    out = bytearray()
+    taken = 0
+    index = 0
+    while index < len(records):
+        budget = max_bytes - len(out)
+        if budget <= BATCH_OVERHEAD and not (force_first and taken == 0):
+            break
+        base = records[index][0]
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, max(budget, 0))
+        count = 0
+        while index < len(records):
+            offset, timestamp, key, value, headers = records[index]
+            delta = offset - base
+            if delta > _INT32_MAX:
+                break
+            if builder.append(delta, timestamp, key, value, headers) is None:
+                break
+            count += 1
+            index += 1
+        batch = builder.build()
+        if len(out) + len(batch) > max_bytes and not (force_first and taken == 0):
+            break
+        _BASE_OFFSET.pack_into(batch, 0, base)
+        _LEADER_EPOCH.pack_into(batch, 12, 0)
+        out += batch
+        taken += count
+    return bytes(out), taken
+
+
+def build_batch(records: list[Record], *, compression: int = 0, producer_id: int = -1,
+                producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """A produce-side batch (base offset 0): used by tests and the benchmark."""
+    builder = DefaultRecordBatchBuilder(2, compression, 0, producer_id, producer_epoch,
+                                        base_sequence, _INT32_MAX)
+    for delta, record in enumerate(records):
+        builder.append(delta, record.timestamp, record.key, record.value, record.headers)
+    return bytes(builder.build())

@@ -1,0 +1,62 @@
+"""InitProducerId (key 22) and DescribeCluster (key 60).
+
+InitProducerId hands out producer ids from a Redis counter, so ids are unique
+across broker processes and restarts; the idempotent producer state per
+partition lives in the partition's meta hash (see the append script). An
+existing producer asking again with its id and epoch (KIP-360) gets the next
+epoch. Transactional ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+Korvet has no transactions, and a fatal error tells the application so at once
+instead of letting it retry forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.registry import RequestContext
+from korvet.server.services import Services
+
+INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
+INIT_VERSIONS = range(0, 7)
+DESCRIBE_CLUSTER_VERSIONS = range(0, 3)
+_MAX_EPOCH = 32767
+BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
+
+
+async def init_producer_id(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    if request.transactional_id is not None:
+        return make(response_cls, throttle_time=0,
+                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+    producer_id = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                    producer_id=producer_id, producer_epoch=epoch + 1)
+    new_id = await services.store.next_producer_id()
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                producer_id=new_id, producer_epoch=0)
+
+
+async def describe_cluster(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    broker_cls = nested(response_cls, "DescribeClusterBroker")
+    endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    broker = make(broker_cls, broker_id=services.node_id, host=services.advertised_host,
+                  port=services.advertised_port, rack=services.rack, is_fenced=False)
+    operations = -(2**31)
+    if request.include_cluster_authorized_operations:
+        operations = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+    if endpoint not in (BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
+                    error_message=f"endpoint type {endpoint} is not known", endpoint_type=endpoint,
+                    cluster_id=services.cluster_id, controller_id=-1, brokers=(),
+                    cluster_authorized_operations=operations)
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
+                endpoint_type=endpoint, cluster_id=services.cluster_id,
+                controller_id=services.node_id, brokers=(broker,),
+                cluster_authorized_operations=operations)

@@ -1,0 +1,245 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+Topics (resource type 2) support every config in korvet.core.topics.CONFIG_DEFS:
+those that act (retention, timestamps, max message size, sequence bits ...) and
+those accepted only for compatibility (segment.*, min.insync.replicas ...),
+which DescribeConfigs documents as having no effect. ``korvet.sequence.bits`` is
+read-only after creation: changing it would change the meaning of every stored
+offset. The broker (resource type 4) can be described; its settings are static
+(``korvet serve`` flags/env/YAML), so altering them is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from korvet.core import topics as rules
+from korvet.core.topics import TopicConfig
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.registry import RequestContext
+from korvet.server.services import Services
+
+DESCRIBE, ALTER, INCREMENTAL_ALTER = 32, 33, 44
+DESCRIBE_VERSIONS = range(1, 5)
+ALTER_VERSIONS = range(0, 3)
+INCREMENTAL_VERSIONS = range(0, 2)
+
+TOPIC, BROKER = 2, 4
+# DescribeConfigs config sources
+SOURCE_CODES = {"topic": 1, "broker": 4, "default": 5}
+# DescribeConfigs v3+ config types
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def config_type(definition: rules.ConfigDef) -> int:
+    if definition.name == "cleanup.policy":
+        return LIST
+    if definition.name == "korvet.sequence.bits":
+        return INT
+    if definition.default in ("true", "false"):
+        return BOOLEAN
+    if definition.default.lstrip("-").isdigit():
+        return LONG
+    return STRING
+
+
+def _doc(definition: rules.ConfigDef) -> str:
+    return definition.doc if definition.effective else f"Accepted for compatibility; {definition.doc}"
+
+
+def broker_configs(services: Services) -> list[tuple[str, str, str]]:
+    """(name, value, documentation) of the broker's settings under Kafka's names."""
+    config = services.config
+    return [
+        ("broker.id", str(services.node_id), "korvet serve --broker-id"),
+        ("auto.create.topics.enable", str(config.get_bool("topics.auto-create")).lower(),
+         "korvet serve --topics-auto-create"),
+        ("num.partitions", str(config.get_int("topics.default-partitions")),
+         "korvet serve --topics-default-partitions"),
+        ("log.retention.ms", str(config.get_int("topics.retention-ms")),
+         "korvet serve --topics-retention-ms"),
+        ("log.message.timestamp.after.max.ms", str(config.get_int("topics.timestamp-after-max-ms")),
+         "korvet serve --topics-timestamp-after-max-ms"),
+        ("message.max.bytes", rules.CONFIGS["max.message.bytes"].default, "default max.message.bytes"),
+        ("socket.request.max.bytes", str(config.get_int("broker.max-request-bytes")),
+         "korvet serve --broker-max-request-bytes"),
+        ("group.initial.rebalance.delay.ms", str(config.get_int("groups.initial-rebalance-delay-ms")),
+         "korvet serve --groups-initial-rebalance-delay-ms"),
+        ("group.min.session.timeout.ms", str(config.get_int("groups.min-session-timeout-ms")),
+         "korvet serve --groups-min-session-timeout-ms"),
+        ("group.max.session.timeout.ms", str(config.get_int("groups.max-session-timeout-ms")),
+         "korvet serve --groups-max-session-timeout-ms"),
+        ("offsets.topic.replication.factor", "1", "one copy; Redis provides durability"),
+        ("default.replication.factor", "1", "one copy; Redis provides durability"),
+    ]
+
+
+async def describe_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    result_cls = nested(response_cls, "DescribeConfigsResult")
+    entry_cls = nested(response_cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested(response_cls, "DescribeConfigsSynonym")
+    synonyms_wanted = bool(getattr(request, "include_synonyms", False))
+    docs_wanted = bool(getattr(request, "include_documentation", False))
+    results = []
+    for resource in request.resources:
+        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        entries: list[Any] = []
+        error, message = ErrorCode.none, None
+        if resource.resource_type == TOPIC:
+            topic = await services.topics.get(resource.resource_name)
+            if topic is None:
+                error = ErrorCode.unknown_topic_or_partition
+                message = f"Topic '{resource.resource_name}' does not exist."
+            else:
+                for definition in rules.CONFIG_DEFS:
+                    if keys is not None and definition.name not in keys:
+                        continue
+                    entries.append(_topic_entry(entry_cls, synonym_cls, definition, topic.config,
+                                                synonyms_wanted, docs_wanted))
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(services.node_id)):
+                error = ErrorCode.invalid_request
+                message = f"Unknown broker id {resource.resource_name!r}."
+            else:
+                for name, value, doc in broker_configs(services):
+                    if keys is not None and name not in keys:
+                        continue
+                    synonyms = ((make(synonym_cls, name=name, value=value, source=4),)
+                                if synonyms_wanted else ())
+                    entries.append(make(entry_cls, name=name, value=value, read_only=True,
+                                        config_source=4, is_default=False, is_sensitive=False,
+                                        synonyms=synonyms, config_type=STRING,
+                                        documentation=doc if docs_wanted else None))
+        else:
+            error = ErrorCode.invalid_request
+            message = f"Resource type {resource.resource_type} is not supported by Korvet."
+        results.append(make(result_cls, error_code=error, error_message=message,
+                            resource_type=resource.resource_type,
+                            resource_name=resource.resource_name, configs=tuple(entries)))
+    return make(response_cls, throttle_time=0, results=tuple(results))
+
+
+def _topic_entry(entry_cls: type[Any], synonym_cls: type[Any], definition: rules.ConfigDef,
+                 config: TopicConfig, synonyms_wanted: bool, docs_wanted: bool) -> Any:
+    source = config.source(definition.name)
+    synonyms: tuple[Any, ...] = ()
+    if synonyms_wanted:
+        chain = []
+        if definition.name in config.explicit:
+            chain.append(make(synonym_cls, name=definition.name,
+                              value=config.explicit[definition.name], source=SOURCE_CODES["topic"]))
+        if definition.name in config.defaults:
+            chain.append(make(synonym_cls, name=definition.name,
+                              value=config.defaults[definition.name], source=SOURCE_CODES["broker"]))
+        chain.append(make(synonym_cls, name=definition.name, value=definition.default,
+                          source=SOURCE_CODES["default"]))
+        synonyms = tuple(chain)
+    return make(
+        entry_cls, name=definition.name, value=config.get(definition.name),
+        read_only=definition.read_only_after_create, config_source=SOURCE_CODES[source],
+        is_default=source == "default", is_sensitive=definition.sensitive, synonyms=synonyms,
+        config_type=config_type(definition), documentation=_doc(definition) if docs_wanted else None,
+    )
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
+    for definition in rules.CONFIG_DEFS:
+        if not definition.read_only_after_create or definition.name not in wanted:
+            continue
+        if wanted[definition.name] != current.get(definition.name):
+            raise _Refused(ErrorCode.invalid_config,
+                           f"{definition.name} cannot change after the topic is created "
+                           "(it fixes the meaning of every stored offset)")
+
+
+async def _alter(services: Services, request: Any, incremental: bool) -> Any:
+    response_cls = response_type(type(request))
+    result_cls = nested(response_cls, "AlterConfigsResourceResponse")
+    results = []
+    for resource in request.resources:
+        error, message = ErrorCode.none, None
+        try:
+            if resource.resource_type == BROKER:
+                raise _Refused(ErrorCode.invalid_request,
+                               "Broker settings are static in Korvet: restart `korvet serve` "
+                               "with new flags, KORVET_* variables or YAML.")
+            if resource.resource_type != TOPIC:
+                raise _Refused(ErrorCode.invalid_request,
+                               f"Resource type {resource.resource_type} is not supported.")
+            topic = await services.topics.get(resource.resource_name)
+            if topic is None:
+                raise _Refused(ErrorCode.unknown_topic_or_partition,
+                               f"Topic '{resource.resource_name}' does not exist.")
+            current = dict(topic.config.explicit)
+            if incremental:
+                wanted = dict(current)
+                for entry in resource.configs:
+                    _apply_operation(wanted, entry, topic.config)
+            else:
+                wanted = {}
+                for entry in resource.configs:
+                    if entry.value is None:
+                        raise _Refused(ErrorCode.invalid_config,
+                                       f"Null value not supported for topic configs: {entry.name}")
+                    wanted[entry.name] = entry.value
+                for definition in rules.CONFIG_DEFS:  # a full replace keeps read-only settings
+                    if definition.read_only_after_create and definition.name in current:
+                        wanted.setdefault(definition.name, current[definition.name])
+            try:
+                validated = rules.validate_configs(wanted)
+            except rules.TopicConfigError as exc:
+                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
+            _check_read_only(topic.config, validated)
+            if not request.validate_only:
+                removed = [name for name in current if name not in validated]
+                await services.store.update_topic_configs(topic.name, validated, removed)
+                services.topics.invalidate(topic.name)
+        except _Refused as refused:
+            error, message = refused.code, str(refused)
+        results.append(make(result_cls, error_code=error, error_message=message,
+                            resource_type=resource.resource_type,
+                            resource_name=resource.resource_name))
+    return make(response_cls, throttle_time=0, responses=tuple(results))
+
+
+def _apply_operation(wanted: dict[str, str], entry: Any, config: TopicConfig) -> None:
+    name, operation, value = entry.name, entry.config_operation, entry.value
+    if name not in rules.CONFIGS:
+        raise _Refused(ErrorCode.invalid_config, f"unknown topic config {name!r}")
+    if operation == SET:
+        if value is None:
+            raise _Refused(ErrorCode.invalid_config, f"Null value not supported for {name}")
+        wanted[name] = value
+    elif operation == DELETE:
+        wanted.pop(name, None)
+    elif operation in (APPEND, SUBTRACT):
+        if config_type(rules.CONFIGS[name]) != LIST:
+            raise _Refused(ErrorCode.invalid_config,
+                           f"{name} is not a list: APPEND and SUBTRACT apply to list configs only")
+        items = [v for v in wanted.get(name, config.get(name)).split(",") if v]
+        for item in (value or "").split(","):
+            if operation == APPEND and item and item not in items:
+                items.append(item)
+            if operation == SUBTRACT and item in items:
+                items.remove(item)
+        wanted[name] = ",".join(items)
+    else:
+        raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {operation}.")
+
+
+async def alter_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return await _alter(services, request, incremental=False)
+
+
+async def incremental_alter_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return await _alter(services, request, incremental=True)

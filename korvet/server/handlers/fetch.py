@@ -1,0 +1,196 @@
+"""Fetch (key 1), versions 4..18: driven by the client's fetch_offset, like Kafka.
+
+Each requested partition is an XRANGE from the entry id the offset decodes to
+(the first record at or after fetch_offset), all partitions in one pipeline,
+re-encoded as record batches within ``partition_max_bytes`` and ``max_bytes``.
+At least one record is returned for the first partition that has data even if it
+alone exceeds the limits (KIP-74), so a consumer can always make progress.
+
+A fetch_offset below the log start offset or above the high watermark answers
+OFFSET_OUT_OF_RANGE. Long polling: while fewer than ``min_bytes`` are available
+the request waits, up to ``max_wait_ms``, for an append notification on one of
+its streams (storage/notifier.py) — no polling loop.
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0,
+which tells clients to send full fetch requests (a valid Kafka behaviour).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from redis.exceptions import RedisError
+
+from korvet.core.offsets import MAX_OFFSET
+from korvet.core.topics import TopicInfo
+from korvet.protocol.kbuild import make, millis, nested, response_type
+from korvet.protocol.records import StoredRecord, encode_fetched
+from korvet.protocol.registry import RequestContext
+from korvet.server.services import Services
+from korvet.storage import entries
+
+log = logging.getLogger("korvet.fetch")
+
+API_KEY = 1
+VERSIONS = range(4, 19)
+
+_MAX_ENTRIES_PER_READ = 10_000
+_INITIAL_ENTRY_BYTES = 256
+
+
+@dataclass(slots=True)
+class Wanted:
+    topic_key: Any  # the request's topic name or id, echoed in the response
+    topic: TopicInfo | None
+    partition: int
+    offset: int
+    max_bytes: int
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes | None = None
+    taken: int = 0
+
+
+@dataclass
+class _SizeEstimate:
+    """Average stored bytes per entry, per stream: sizes XRANGE's COUNT."""
+
+    averages: dict[str, float] = field(default_factory=dict)
+
+    def count_for(self, key: str, budget: int) -> int:
+        average = self.averages.get(key, _INITIAL_ENTRY_BYTES)
+        return max(1, min(_MAX_ENTRIES_PER_READ, int(budget / average) + 1))
+
+    def observe(self, key: str, entries_read: int, total_bytes: int) -> None:
+        if entries_read:
+            sample = max(16.0, total_bytes / entries_read)
+            previous = self.averages.get(key)
+            self.averages[key] = sample if previous is None else 0.7 * previous + 0.3 * sample
+
+
+_estimates = _SizeEstimate()
+
+
+async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int:
+    """Fill records/bounds of every partition; return the number of record bytes."""
+    reads = []
+    readable = [w for w in wanted if w.topic is not None and w.error is ErrorCode.none]
+    for w in readable:
+        assert w.topic is not None
+        stream = services.store.stream_key(w.topic.name, w.partition)
+        count = _estimates.count_for(stream, min(w.max_bytes, max_bytes))
+        offset = min(max(w.offset, 0), MAX_OFFSET)
+        reads.append((w.topic, w.partition, offset, count))
+    if not reads:
+        return 0
+    results = await services.store.read(reads)
+    used = 0
+    for w, result in zip(readable, results, strict=True):
+        assert w.topic is not None
+        w.high_watermark, w.log_start_offset = result.high_watermark, result.log_start_offset
+        if w.offset < result.log_start_offset or w.offset > result.high_watermark:
+            w.error = ErrorCode.offset_out_of_range
+            w.records = None
+            continue
+        stored: list[StoredRecord] = []
+        raw_bytes = 0
+        for offset, fields in result.entries:
+            timestamp, key, value, headers = entries.decode_fields(fields)
+            stored.append((offset, timestamp, key, value, headers))
+            raw_bytes += entries.stored_size(fields)
+        _estimates.observe(services.store.stream_key(w.topic.name, w.partition),
+                           len(result.entries), raw_bytes)
+        if not stored:
+            w.records, w.taken = None, 0
+            continue
+        budget = min(w.max_bytes, max_bytes - used)
+        data, taken = encode_fetched(stored, budget, force_first=used == 0)
+        w.records, w.taken = (data or None), taken
+        used += len(data)
+    return used
+
+
+async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    response_cls = response_type(type(request))
+    started = time.monotonic()
+    max_wait = max(0, millis(request.max_wait)) / 1000
+    max_bytes = request.max_bytes if getattr(request, "max_bytes", None) is not None else 2**31 - 1
+    if max_bytes <= 0:
+        max_bytes = 2**31 - 1
+    session_id = getattr(request, "session_id", 0)
+    session_epoch = getattr(request, "session_epoch", -1)
+    if session_id != 0:
+        return _top_level_error(response_cls, ErrorCode.fetch_session_id_not_found)
+    if session_epoch > 0:
+        return _top_level_error(response_cls, ErrorCode.invalid_fetch_session_epoch)
+
+    wanted: list[Wanted] = []
+    for topic_entry in request.topics:
+        topic_id = getattr(topic_entry, "topic_id", None)
+        name = getattr(topic_entry, "topic", None)
+        if version >= 13 and topic_id is not None:
+            topic = await services.topics.by_id(str(topic_id))
+            unknown = ErrorCode.unknown_topic_id
+            echo: Any = topic_id
+        else:
+            topic = await services.topics.get(name) if name else None
+            unknown = ErrorCode.unknown_topic_or_partition
+            echo = name
+        for partition in topic_entry.partitions:
+            w = Wanted(echo, topic, partition.partition, partition.fetch_offset,
+                       partition.partition_max_bytes)
+            if topic is None:
+                w.error = unknown
+            elif not 0 <= partition.partition < topic.partitions:
+                w.error = ErrorCode.unknown_topic_or_partition
+            elif w.max_bytes <= 0:
+                w.max_bytes = 0
+            wanted.append(w)
+
+    try:
+        used = await _read(services, wanted, max_bytes)
+        stream_keys = [services.store.stream_key(w.topic.name, w.partition)
+                       for w in wanted if w.topic is not None and w.error is ErrorCode.none]
+        while used < max(1, request.min_bytes) and stream_keys and not any(
+                w.error is not ErrorCode.none for w in wanted):
+            remaining = max_wait - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            woken = await services.notifier.wait(stream_keys, remaining)
+            if not woken:
+                break
+            used = await _read(services, wanted, max_bytes)
+    except (RedisError, OSError) as exc:
+        log.warning("fetch failed: %s", exc)
+        for w in wanted:
+            if w.error is ErrorCode.none:
+                w.error, w.records = ErrorCode.kafka_storage_error, None
+    return _response(response_cls, version, wanted)
+
+
+def _top_level_error(response_cls: type[Any], error: ErrorCode) -> Any:
+    return make(response_cls, throttle_time=0, error_code=error, session_id=0, responses=())
+
+
+def _response(response_cls: type[Any], version: int, wanted: list[Wanted]) -> Any:
+    topic_cls = nested(response_cls, "FetchableTopicResponse")
+    partition_cls = nested(response_cls, "PartitionData")
+    grouped: dict[Any, list[Any]] = {}  # topic name or id -> partitions, in request order
+    for w in wanted:
+        grouped.setdefault(w.topic_key, []).append(make(
+            partition_cls, partition_index=w.partition, error_code=w.error,
+            high_watermark=w.high_watermark, last_stable_offset=w.high_watermark,
+            log_start_offset=w.log_start_offset, aborted_transactions=None,
+            preferred_read_replica=-1, records=w.records or b"",
+        ))
+    key_field = "topic_id" if version >= 13 else "topic"
+    topics = [make(topic_cls, **{key_field: key}, partitions=tuple(partitions))
+              for key, partitions in grouped.items()]
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.none, session_id=0,
+                responses=tuple(topics))

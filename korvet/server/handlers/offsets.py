@@ -1,0 +1,134 @@
+"""ListOffsets (key 2) and OffsetForLeaderEpoch (key 23).
+
+ListOffsets, with Kafka's sentinels:
+  -1 LATEST          the high watermark (next offset to be written)
+  -2 EARLIEST        the log start offset (first offset not removed by retention)
+  -3 MAX_TIMESTAMP   the offset and timestamp of the record with the largest timestamp
+  -4 EARLIEST_LOCAL  as EARLIEST (there is no remote tier)
+  -5 LATEST_TIERED   -1 (there is no remote tier)
+  T >= 0             the first record, in offset order, whose timestamp is >= T; -1 if none
+
+Offsets are not dense (offset = ms * 2^bits + seq), so LATEST is not "earliest +
+record count"; lag computed as LATEST - committed counts offsets, not records.
+
+The timestamp search starts at the records appended T - message.timestamp.after.max.ms
+(a record's CreateTime may be ahead of its append time by at most that much, which
+Produce enforces) and scans forward in chunks.
+
+OffsetForLeaderEpoch: every partition has leader epoch 0, whose end offset is the
+high watermark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from korvet.core.offsets import OffsetCodec
+from korvet.core.topics import TopicInfo
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.registry import RequestContext
+from korvet.server.services import Services
+from korvet.storage import entries
+
+LIST_OFFSETS, LEADER_EPOCH = 2, 23
+LIST_VERSIONS = range(1, 12)
+LEADER_EPOCH_VERSIONS = range(2, 5)
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+_SCAN_CHUNK = 1000
+
+
+async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
+                        timestamp: int) -> tuple[int, int]:
+    start, end = await services.store.offsets(topic, partition)
+    codec = OffsetCodec(topic.config.sequence_bits)
+    lead = topic.config.get_int("message.timestamp.after.max.ms")
+    floor_ms = max(0, min(timestamp - lead, codec.max_ms))
+    offset = max(start, codec.encode(floor_ms, 0))
+    while offset < end:
+        chunk = await services.store.scan_from(topic, partition, offset, _SCAN_CHUNK)
+        if not chunk:
+            break
+        for entry_offset, fields in chunk:
+            stamp = entries.decode_fields(fields)[0]
+            if stamp >= timestamp:
+                return entry_offset, stamp
+        offset = chunk[-1][0] + 1
+    return -1, -1
+
+
+async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:
+    start, end = await services.store.offsets(topic, partition)
+    best = (-1, -1)
+    offset = start
+    while offset < end:
+        chunk = await services.store.scan_from(topic, partition, offset, _SCAN_CHUNK)
+        if not chunk:
+            break
+        for entry_offset, fields in chunk:
+            stamp = entries.decode_fields(fields)[0]
+            if stamp > best[1]:
+                best = (entry_offset, stamp)
+        offset = chunk[-1][0] + 1
+    return best
+
+
+async def _lookup(services: Services, topic: TopicInfo, partition: int,
+                  timestamp: int) -> tuple[int, int]:
+    if timestamp == LATEST:
+        return (await services.store.offsets(topic, partition))[1], -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return (await services.store.offsets(topic, partition))[0], -1
+    if timestamp == MAX_TIMESTAMP:
+        return await _max_timestamp(services, topic, partition)
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    return await _by_timestamp(services, topic, partition, timestamp)
+
+
+async def list_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    topic_cls = nested(response_cls, "ListOffsetsTopicResponse")
+    partition_cls = nested(response_cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for entry in request.topics:
+        topic = await services.topics.get(entry.name)
+        partitions = []
+        for wanted in entry.partitions:
+            error, offset, stamp = ErrorCode.none, -1, -1
+            if topic is None or not 0 <= wanted.partition_index < topic.partitions:
+                error = ErrorCode.unknown_topic_or_partition
+            elif wanted.timestamp < LATEST_TIERED:
+                error = ErrorCode.invalid_request
+            else:
+                offset, stamp = await _lookup(services, topic, wanted.partition_index,
+                                              wanted.timestamp)
+            partitions.append(make(partition_cls, partition_index=wanted.partition_index,
+                                   error_code=error, timestamp=stamp, offset=offset,
+                                   old_style_offsets=(), leader_epoch=0 if offset >= 0 else -1))
+        topics.append(make(topic_cls, name=entry.name, partitions=tuple(partitions)))
+    return make(response_cls, throttle_time=0, topics=tuple(topics))
+
+
+async def offset_for_leader_epoch(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    topic_cls = nested(response_cls, "OffsetForLeaderTopicResult")
+    partition_cls = nested(response_cls, "EpochEndOffset")
+    topics = []
+    for entry in request.topics:
+        topic = await services.topics.get(entry.topic)
+        partitions = []
+        for wanted in entry.partitions:
+            error, epoch, end = ErrorCode.none, -1, -1
+            if topic is None or not 0 <= wanted.partition < topic.partitions:
+                error = ErrorCode.unknown_topic_or_partition
+            elif getattr(wanted, "current_leader_epoch", -1) > 0:
+                error = ErrorCode.unknown_leader_epoch
+            elif wanted.leader_epoch <= 0:
+                epoch, end = 0, (await services.store.offsets(topic, wanted.partition))[1]
+            partitions.append(make(partition_cls, error_code=error, partition=wanted.partition,
+                                   leader_epoch=epoch, end_offset=end))
+        topics.append(make(topic_cls, topic=entry.topic, partitions=tuple(partitions)))
+    return make(response_cls, throttle_time=0, topics=tuple(topics))

@@ -1,0 +1,193 @@
+"""Produce (key 0), versions 3..13: record batch v2 in, one stream entry per record.
+
+Per partition: look the topic up, decode and validate every batch (CRC, magic,
+counts, size, timestamps) before writing anything, then append each batch with
+one atomic script call that reserves its offsets (korvet/storage/lua/append.lua).
+A refused batch writes nothing. acks=0 gets no response; acks=1 and acks=-1 are
+answered once Redis has executed the append (with the embedded Redis' AOF
+``everysec`` that is Kafka's acks=1 durability; ``appendfsync always`` for more).
+
+Idempotent producers (producer id >= 0): a retried batch that matches one of the
+producer's last five batches is not stored again; its original base offset is
+returned with NONE, as Kafka does. Sequence gaps answer OUT_OF_ORDER_SEQUENCE_NUMBER
+and an old epoch INVALID_PRODUCER_EPOCH. Transactional batches are refused:
+Korvet has no transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from redis.exceptions import RedisError
+
+from korvet.core.topics import TopicInfo, trim_policy
+from korvet.protocol.kbuild import make, maybe_nested, nested, response_type
+from korvet.protocol.records import Batch, RecordBatchError, decode_batches
+from korvet.protocol.registry import RequestContext
+from korvet.server.services import Services
+from korvet.storage import entries
+from korvet.storage.redis_store import AppendStatus, ProducerBatch
+
+log = logging.getLogger("korvet.produce")
+
+API_KEY = 0
+VERSIONS = range(3, 14)
+
+
+@dataclass(slots=True)
+class PartitionOutcome:
+    index: int
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str,
+                 record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.record_errors = record_errors or []
+
+
+def _check_batch(batch: Batch, topic: TopicInfo, now: int) -> None:
+    config = topic.config
+    if batch.transactional or batch.control:
+        raise _Refused(ErrorCode.invalid_record,
+                       "transactional and control batches are not supported: Korvet has no "
+                       "transactions")
+    if batch.size > config.get_int("max.message.bytes"):
+        raise _Refused(ErrorCode.message_too_large,
+                       f"record batch of {batch.size} bytes exceeds max.message.bytes "
+                       f"{config.get_int('max.message.bytes')}")
+    if config.log_append_time:
+        return
+    after = config.get_int("message.timestamp.after.max.ms")
+    before = config.get_int("message.timestamp.before.max.ms")
+    bad = []
+    for index, record in enumerate(batch.records):
+        if record.timestamp > now + after or (before < now and record.timestamp < now - before):
+            bad.append((index, f"timestamp {record.timestamp} is out of range "
+                               f"(broker time {now}, allowed -{before} / +{after} ms)"))
+    if bad:
+        raise _Refused(ErrorCode.invalid_timestamp,
+                       "one or more records have a timestamp outside the topic's bounds", bad)
+
+
+async def _produce_partition(services: Services, topic: TopicInfo, index: int,
+                             data: bytes | None) -> PartitionOutcome:
+    outcome = PartitionOutcome(index)
+    try:
+        if not 0 <= index < topic.partitions:
+            raise _Refused(ErrorCode.unknown_topic_or_partition,
+                           f"topic {topic.name} has no partition {index}")
+        try:
+            batches = decode_batches(data)
+        except RecordBatchError as exc:
+            raise _Refused(ErrorCode(exc.code), str(exc)) from None
+        now = services.now_ms()
+        for batch in batches:
+            _check_batch(batch, topic, now)
+        for batch in batches:
+            fields: list[bytes | int] = []
+            stamp = now if topic.config.log_append_time else None
+            size = 0
+            for record in batch.records:
+                entries.encode_fields(record.timestamp if stamp is None else stamp, record.key,
+                                      record.value, record.headers, fields)
+                size += len(record.value or b"") + len(record.key or b"")
+            producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                      batch.last_sequence)
+                        if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
+            trim = trim_policy(topic.config, now, size, len(batch.records))
+            result = await services.store.append(topic, index, fields, len(batch.records), now,
+                                                 trim, producer)
+            if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
+                services.topics.invalidate(topic.name)
+                raise _Refused(ErrorCode.unknown_topic_or_partition,
+                               f"topic {topic.name} partition {index} no longer exists")
+            if result.status is AppendStatus.OUT_OF_ORDER:
+                raise _Refused(ErrorCode.out_of_order_sequence_number,
+                               f"producer {batch.producer_id} sent sequence {batch.base_sequence} "
+                               "out of order")
+            if result.status is AppendStatus.BAD_EPOCH:
+                raise _Refused(ErrorCode.invalid_producer_epoch,
+                               f"producer {batch.producer_id} epoch {batch.producer_epoch} is "
+                               "older than the partition's")
+            if outcome.base_offset < 0:
+                outcome.base_offset = result.base_offset
+            outcome.log_start_offset = result.log_start_offset
+            if topic.config.log_append_time:
+                outcome.log_append_time = now
+    except _Refused as refused:
+        outcome.error, outcome.message = refused.code, str(refused)
+        outcome.record_errors = refused.record_errors
+        outcome.base_offset = -1
+    except (RedisError, OSError) as exc:
+        log.warning("append to %s-%d failed: %s", topic.name, index, exc)
+        outcome.error = ErrorCode.kafka_storage_error
+        outcome.message = f"Redis did not take the append: {exc}"
+        outcome.base_offset = -1
+    return outcome
+
+
+async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    acks = request.acks
+    jobs: list[tuple[Any, list[Any]]] = []  # (topic entry, [awaitable or outcome])
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic_id = getattr(topic_data, "topic_id", None)
+        if name is None and topic_id is not None:
+            topic = await services.topics.by_id(str(topic_id))
+            unknown = ErrorCode.unknown_topic_id
+        else:
+            topic = await services.topics.get(name) if name else None
+            unknown = ErrorCode.unknown_topic_or_partition
+        results: list[Any] = []
+        for partition in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                results.append(PartitionOutcome(partition.index, ErrorCode.invalid_required_acks,
+                                                message=f"acks={acks} is not 0, 1 or -1"))
+            elif request.transactional_id is not None:
+                results.append(PartitionOutcome(
+                    partition.index, ErrorCode.transactional_id_authorization_failed,
+                    message="Korvet does not support transactions"))
+            elif topic is None:
+                results.append(PartitionOutcome(partition.index, unknown,
+                                                message="unknown topic"))
+            else:
+                results.append(_produce_partition(services, topic, partition.index,
+                                                  partition.records))
+        jobs.append((topic_data, results))
+    pending = [r for _, results in jobs for r in results if not isinstance(r, PartitionOutcome)]
+    done = iter(await asyncio.gather(*pending))
+    resolved = [(topic_data, [r if isinstance(r, PartitionOutcome) else next(done) for r in results])
+                for topic_data, results in jobs]
+    if acks == 0:
+        return None
+    response_cls = response_type(type(request))
+    topic_cls = nested(response_cls, "TopicProduceResponse")
+    partition_cls = nested(response_cls, "PartitionProduceResponse")
+    error_cls = maybe_nested(response_cls, "BatchIndexAndErrorMessage")
+    topics = []
+    for topic_data, outcomes in resolved:
+        partitions = tuple(
+            make(partition_cls, index=o.index, error_code=o.error, base_offset=o.base_offset,
+                 log_append_time=o.log_append_time, log_start_offset=o.log_start_offset,
+                 record_errors=tuple(make(error_cls, batch_index=i, batch_index_error_message=m)
+                                     for i, m in o.record_errors) if error_cls else (),
+                 error_message=o.message)
+            for o in outcomes
+        )
+        topics.append(make(topic_cls, name=getattr(topic_data, "name", None),
+                           topic_id=getattr(topic_data, "topic_id", None) or uuid.UUID(int=0),
+                           partition_responses=partitions))
+    return make(response_cls, responses=tuple(topics), throttle_time=0)

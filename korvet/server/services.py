@@ -1,0 +1,91 @@
+"""What every API handler shares: settings, the Redis store, caches, the node's identity."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from korvet.config import Config
+from korvet.core import topics as topic_rules
+from korvet.core.topics import TopicInfo
+from korvet.storage.notifier import AppendNotifier
+from korvet.storage.redis_store import CreateOutcome, RedisStore
+from korvet.storage.topic_cache import TopicCache
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Services:
+    config: Config
+    store: RedisStore
+    topics: TopicCache
+    notifier: AppendNotifier
+    bound_port: int = 0
+    # Called after a topic is deleted (the group coordinator drops its committed offsets).
+    topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def node_id(self) -> int:
+        return self.config.get_int("broker.id")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.config.get_str("broker.cluster-id")
+
+    @property
+    def advertised_host(self) -> str:
+        host = self.config.get_str("broker.advertised-host")
+        if host:
+            return host
+        bound = self.config.get_str("broker.host")
+        return "127.0.0.1" if bound in ("0.0.0.0", "", "::") else bound
+
+    @property
+    def advertised_port(self) -> int:
+        return self.config.get_int("broker.advertised-port") or self.bound_port
+
+    @property
+    def rack(self) -> str | None:
+        return self.config.get_str("broker.rack") or None
+
+    def now_ms(self) -> int:
+        return now_ms()
+
+    async def on_topic_deleted(self, name: str) -> None:
+        for hook in self.topic_deleted_hooks:
+            await hook(name)
+
+    async def auto_create(self, name: str) -> TopicInfo | None:
+        """Create a topic a client asked for, if auto-creation is on and the name is valid."""
+        if not self.config.get_bool("topics.auto-create"):
+            return None
+        topic_rules.validate_topic_name(name)
+        partitions = self.config.get_int("topics.default-partitions")
+        outcome, _ = await self.create_topic(name, partitions, {})
+        if outcome is CreateOutcome.COLLIDES:
+            return None
+        return await self.topics.get(name)
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                           validate_only: bool = False) -> tuple[CreateOutcome, str]:
+        """Create a topic. The sequence width is always stored with the topic: offsets of
+        existing topics must never change meaning when the broker default changes."""
+        explicit = dict(configs)
+        explicit.setdefault("korvet.sequence.bits", str(self.config.get_int("topics.sequence-bits")))
+        result = await self.store.create_topic(name, partitions, explicit, self.now_ms(),
+                                               validate_only=validate_only)
+        self.topics.invalidate(name)
+        return result
+
+
+def topic_defaults(config: Config) -> dict[str, str]:
+    """Broker-level defaults for topic configs (DescribeConfigs source 'broker')."""
+    defaults = {
+        "retention.ms": str(config.get_int("topics.retention-ms")),
+        "message.timestamp.after.max.ms": str(config.get_int("topics.timestamp-after-max-ms")),
+    }
+    return {k: v for k, v in defaults.items() if v != topic_rules.CONFIGS[k].default}

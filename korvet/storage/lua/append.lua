@@ -1,0 +1,218 @@
+-- Korvet's atomic append: one call per produced record batch.
+--
+-- Mirrors korvet.core.offsets.OffsetCodec.reserve (spec/OffsetCodec.tla, action Append):
+-- the batch's n records get the consecutive offsets starting at
+-- max(last + 1, encode(now, 0)), where offset = ms * 2^bits + seq, and are XADDed with
+-- the explicit entry ids those offsets decode to. Lua numbers are doubles, so the script
+-- never forms an offset (up to 2^63): it works on (ms, seq) pairs with an explicit carry.
+-- Because the whole script runs atomically in Redis, several broker processes can
+-- append to one partition and still produce strictly increasing, consecutive offsets.
+--
+-- KEYS[1] partition stream     {ks}:stream:{topic}:{partition}
+-- KEYS[2] partition meta hash  {ks}:partition:{topic}:{partition}
+--         fields: last (id of the last offset handed out), start (log start id),
+--                 p:<producer id> (idempotent producer state)
+-- KEYS[3] topic hash           {ks}:topic:{name}
+-- ARGV  1 now (ms)          2 sequence bits     3 partition index   4 topic id
+--       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)
+--       8 producer id (-1)  9 producer epoch   10 base sequence (-1) 11 last sequence
+--      12 record count n   13 notify channel ("" = none)
+--      14.. per record: k (number of field/value pairs), then 2k field/value arguments
+--
+-- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
+--   'OK'   a = first id, b = last id of the batch
+--   'DUP'  a = first id of the identical batch appended before (nothing written)
+--   'NO_TOPIC' | 'NO_PARTITION' | 'OUT_OF_ORDER' | 'BAD_EPOCH'   (nothing written)
+
+local now = tonumber(ARGV[1])
+local limit = 2 ^ tonumber(ARGV[2])
+local partition = tonumber(ARGV[3])
+local topic_id = ARGV[4]
+local min_id_ms = tonumber(ARGV[5])
+local max_len = tonumber(ARGV[6])
+local approximate = ARGV[7] == '1'
+local pid = ARGV[8]
+local epoch = tonumber(ARGV[9])
+local base_seq = tonumber(ARGV[10])
+local last_seq = tonumber(ARGV[11])
+local n = tonumber(ARGV[12])
+local channel = ARGV[13]
+
+local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
+if topic[1] == false or topic[1] ~= topic_id then
+  return {'NO_TOPIC', 0, 0, 0, 0, 0, 0}
+end
+if partition >= tonumber(topic[2]) then
+  return {'NO_PARTITION', 0, 0, 0, 0, 0, 0}
+end
+
+local function split_id(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+
+local function fmt(ms, seq)
+  return string.format('%d-%d', ms, seq)
+end
+
+local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
+local start_ms, start_seq = 0, 0
+if meta[2] then
+  start_ms, start_seq = split_id(meta[2])
+end
+
+-- Idempotent producer (Kafka's ProducerStateManager rules, last 5 batches cached).
+local pstate_field = nil
+local pstate = nil
+if pid ~= '-1' and base_seq >= 0 then
+  pstate_field = 'p:' .. pid
+  local stored = redis.call('HGET', KEYS[2], pstate_field)
+  if stored then
+    pstate = {}
+    for token in string.gmatch(stored, '%S+') do
+      pstate[#pstate + 1] = tonumber(token)
+    end
+    -- pstate = {epoch, last_seq, touched_ms, [first_seq, last_seq, ms, seq] x up to 5}
+    local stored_epoch = pstate[1]
+    if epoch < stored_epoch then
+      return {'BAD_EPOCH', 0, 0, 0, 0, start_ms, start_seq}
+    end
+    if epoch == stored_epoch then
+      local i = 4
+      while pstate[i] do
+        if pstate[i] == base_seq and pstate[i + 1] == last_seq then
+          return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms, start_seq}
+        end
+        i = i + 4
+      end
+      local expected = pstate[2] + 1
+      if pstate[2] == 2147483647 then expected = 0 end
+      if base_seq ~= expected then
+        return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms, start_seq}
+      end
+    elseif base_seq ~= 0 then
+      return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms, start_seq}
+    end
+  end
+end
+
+-- Reserve: next = last + 1 (carrying into the next millisecond), floor = (now, 0).
+local last_ms, last_seq_id
+if meta[1] then
+  last_ms, last_seq_id = split_id(meta[1])
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  -- A stream the broker did not write (or written before meta existed): use Redis' own last id.
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      last_ms, last_seq_id = split_id(info[i + 1])
+    end
+  end
+end
+local ms, seq
+if last_ms == nil or (last_ms == 0 and last_seq_id == 0) then
+  ms, seq = now, 0
+else
+  ms, seq = last_ms, last_seq_id + 1
+  if seq >= limit then
+    ms, seq = ms + 1, 0
+  end
+  if ms < now then
+    ms, seq = now, 0
+  end
+end
+
+local first_ms, first_seq = ms, seq
+local j = 14
+for _ = 1, n do
+  local k = tonumber(ARGV[j])
+  redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+  j = j + 1 + 2 * k
+  last_ms, last_seq_id = ms, seq
+  seq = seq + 1
+  if seq >= limit then
+    ms, seq = ms + 1, 0
+  end
+end
+local last_id = fmt(last_ms, last_seq_id)
+
+-- Retention at write time. Exact trimming records the first offset not removed
+-- (one past the last removed entry), so a consumer positioned in the gap after the
+-- removed entries is not told its offset is out of range.
+local function after(id)
+  local a, b = split_id(id)
+  b = b + 1
+  if b >= limit then a, b = a + 1, 0 end
+  return a, b
+end
+
+local function raise_start(ms_, seq_)
+  if ms_ > start_ms or (ms_ == start_ms and seq_ > start_seq) then
+    start_ms, start_seq = ms_, seq_
+  end
+end
+
+local trimmed = false
+if min_id_ms >= 0 then
+  local min_id = fmt(min_id_ms, 0)
+  if approximate then
+    trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id) > 0 or trimmed
+  else
+    local below = redis.call('XREVRANGE', KEYS[1], '(' .. min_id, '-', 'COUNT', 1)
+    if #below > 0 then
+      redis.call('XTRIM', KEYS[1], 'MINID', min_id)
+      raise_start(after(below[1][1]))
+    end
+  end
+end
+if max_len >= 0 then
+  if approximate then
+    trimmed = redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max_len) > 0 or trimmed
+  else
+    local excess = redis.call('XLEN', KEYS[1]) - max_len
+    if excess > 0 then
+      local removed = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess)
+      redis.call('XTRIM', KEYS[1], 'MAXLEN', max_len)
+      raise_start(after(removed[#removed][1]))
+    end
+  end
+end
+if trimmed then
+  local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+  if #first > 0 then
+    raise_start(split_id(first[1][1]))
+  else
+    raise_start(after(last_id))
+  end
+end
+
+redis.call('HSET', KEYS[2], 'last', last_id, 'start', fmt(start_ms, start_seq))
+
+if pstate_field then
+  local entry = {epoch, last_seq, now}
+  local cached = {base_seq, last_seq, first_ms, first_seq}
+  if pstate and pstate[1] == epoch then
+    local i = 4
+    while pstate[i] do
+      cached[#cached + 1] = pstate[i]
+      cached[#cached + 1] = pstate[i + 1]
+      cached[#cached + 1] = pstate[i + 2]
+      cached[#cached + 1] = pstate[i + 3]
+      i = i + 4
+    end
+  end
+  for i = 1, math.min(#cached, 20) do
+    entry[#entry + 1] = cached[i]
+  end
+  local parts = {}
+  for i = 1, #entry do
+    parts[i] = string.format('%d', entry[i])
+  end
+  redis.call('HSET', KEYS[2], pstate_field, table.concat(parts, ' '))
+end
+
+if channel ~= '' then
+  redis.call('PUBLISH', channel, KEYS[1])
+end
+
+return {'OK', first_ms, first_seq, last_ms, last_seq_id, start_ms, start_seq}

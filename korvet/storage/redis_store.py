@@ -1,0 +1,312 @@
+"""The Redis adapter: topics, partition streams, appends, reads, producer ids.
+
+Key layout (DESIGN.md; ``ks`` is the keyspace, default ``korvet``):
+
+    {ks}:stream:{topic}:{partition}   stream, one entry per record (storage/entries.py)
+    {ks}:partition:{topic}:{partition} hash: last (last offset's id), start (log start id),
+                                      p:<producer id> (idempotent producer state)
+    {ks}:topic:{name}                 hash: id, name, partitions, created, config.<name>
+    {ks}:topics                       set of topic names
+    {ks}:topic-ids                    hash: topic id -> name
+    {ks}:producer-ids                 counter for InitProducerId
+    {ks}:commit:{streamKey}:{groupId} committed offset of a group (storage/commits.py)
+
+Every write that must be atomic (append, topic create/delete) is one server-side
+Lua script; every read that touches several partitions is one pipeline.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
+
+
+def _lua(name: str) -> str:
+    return (resources.files("korvet.storage") / "lua" / name).read_text()
+
+
+class AppendStatus(Enum):
+    OK = "OK"
+    DUPLICATE = "DUP"
+    NO_TOPIC = "NO_TOPIC"
+    NO_PARTITION = "NO_PARTITION"
+    OUT_OF_ORDER = "OUT_OF_ORDER"
+    BAD_EPOCH = "BAD_EPOCH"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    status: AppendStatus
+    base_offset: int = -1
+    last_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    entries: list[tuple[int, list[bytes]]]  # (offset, flat field list)
+    log_start_offset: int
+    high_watermark: int
+
+
+class CreateOutcome(Enum):
+    CREATED = "created"
+    VALID = "valid"  # validate_only: would be created
+    EXISTS = "exists"
+    COLLIDES = "collides"
+
+
+class RedisStore:
+    def __init__(self, client: aioredis.Redis, keyspace: str = "korvet") -> None:
+        self.redis = client
+        self.ks = keyspace
+        # Raw [id, [f1, v1, ...]] replies: redis-py's default turns fields into a dict, which
+        # would lose repeated header names (and costs a third of the read time).
+        client.set_response_callback("XRANGE", _raw_entries)
+        client.set_response_callback("XREVRANGE", _raw_entries)
+        self._append: AsyncScript = client.register_script(_lua("append.lua"))
+        self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
+        self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
+        self.topics_key = f"{keyspace}:topics"
+        self.topic_ids_key = f"{keyspace}:topic-ids"
+        self.producer_ids_key = f"{keyspace}:producer-ids"
+        self.append_channel = f"{keyspace}:appends"
+        self.topic_channel = f"{keyspace}:topic-changes"
+
+    # --- keys ---------------------------------------------------------------------
+
+    def stream_key(self, topic: str, partition: int) -> str:
+        return f"{self.ks}:stream:{topic}:{partition}"
+
+    def meta_key(self, topic: str, partition: int) -> str:
+        return f"{self.ks}:partition:{topic}:{partition}"
+
+    def topic_key(self, name: str) -> str:
+        return f"{self.ks}:topic:{name}"
+
+    # --- topics -------------------------------------------------------------------
+
+    @staticmethod
+    def _topic_from_hash(raw: Mapping[bytes, bytes], defaults: Mapping[str, str]) -> TopicInfo | None:
+        if not raw or b"id" not in raw:
+            return None
+        explicit = {
+            k.decode()[len("config."):]: v.decode()
+            for k, v in raw.items() if k.startswith(b"config.")
+        }
+        return TopicInfo(
+            name=raw[b"name"].decode(),
+            topic_id=raw[b"id"].decode(),
+            partitions=int(raw[b"partitions"]),
+            config=TopicConfig(explicit=explicit, defaults=defaults),
+        )
+
+    async def get_topic(self, name: str, defaults: Mapping[str, str]) -> TopicInfo | None:
+        raw: dict[bytes, bytes] = await self.redis.hgetall(self.topic_key(name))  # type: ignore[assignment]
+        return self._topic_from_hash(raw, defaults)
+
+    async def list_topic_names(self) -> list[str]:
+        names = await self.redis.smembers(self.topics_key)
+        return sorted(_text(n) for n in names)
+
+    async def list_topics(self, defaults: Mapping[str, str]) -> list[TopicInfo]:
+        names = await self.list_topic_names()
+        if not names:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(self.topic_key(name))
+        hashes = await pipe.execute()
+        topics = [self._topic_from_hash(raw, defaults) for raw in hashes]
+        return [t for t in topics if t is not None]
+
+    async def topic_name_for_id(self, topic_id: str) -> str | None:
+        name = await self.redis.hget(self.topic_ids_key, topic_id)
+        return _text(name) if name is not None else None
+
+    async def create_topic(self, name: str, partitions: int, configs: Mapping[str, str],
+                           now_ms: int, *, validate_only: bool = False) -> tuple[CreateOutcome, str]:
+        """Returns the outcome and the topic id (or the colliding name)."""
+        topic_id = str(uuid.uuid4())
+        args: list[str | int] = [name, topic_id, partitions, now_ms, 1 if validate_only else 0]
+        for key, value in configs.items():
+            args.extend((key, value))
+        reply = await self._create_topic(
+            keys=[self.topic_key(name), self.topics_key, self.topic_ids_key], args=args
+        )
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        if text == "OK":
+            if not validate_only:
+                await self.redis.publish(self.topic_channel, name)
+            return (CreateOutcome.VALID if validate_only else CreateOutcome.CREATED), topic_id
+        if text == "EXISTS":
+            return CreateOutcome.EXISTS, ""
+        return CreateOutcome.COLLIDES, text.removeprefix("COLLIDES ")
+
+    async def delete_topic(self, name: str) -> bool:
+        deleted = await self._delete_topic(
+            keys=[self.topic_key(name), self.topics_key, self.topic_ids_key], args=[self.ks, name]
+        )
+        if int(deleted) < 0:
+            return False
+        # Committed offsets of every group for this topic's partitions go with it.
+        pattern = f"{self.ks}:commit:{self.ks}:stream:{name}:*"
+        batch: list[bytes] = []
+        async for key in self.redis.scan_iter(match=pattern, count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await self.redis.unlink(*batch)
+                batch.clear()
+        if batch:
+            await self.redis.unlink(*batch)
+        await self.redis.publish(self.topic_channel, name)
+        return True
+
+    async def grow_partitions(self, name: str, topic_id: str, count: int) -> bool:
+        """Raise the partition count atomically; False if the topic changed meanwhile."""
+        grown = await self.redis.eval(
+            "local t = redis.call('HMGET', KEYS[1], 'id', 'partitions') "
+            "if t[1] ~= ARGV[1] or tonumber(t[2]) >= tonumber(ARGV[2]) then return 0 end "
+            "redis.call('HSET', KEYS[1], 'partitions', ARGV[2]) return 1",
+            1, self.topic_key(name), topic_id, count,
+        )
+        await self.redis.publish(self.topic_channel, name)
+        return bool(grown)
+
+    async def update_topic_configs(self, name: str, set_configs: Mapping[str, str],
+                                   delete: Sequence[str]) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        if set_configs:
+            pipe.hset(self.topic_key(name),
+                      mapping={f"config.{k}": v for k, v in set_configs.items()})
+        if delete:
+            pipe.hdel(self.topic_key(name), *[f"config.{k}" for k in delete])
+        await pipe.execute()
+        await self.redis.publish(self.topic_channel, name)
+
+    # --- the log --------------------------------------------------------------------
+
+    async def append(self, topic: TopicInfo, partition: int, fields: list[bytes | int], count: int,
+                     now_ms: int, trim: TrimPolicy, producer: ProducerBatch) -> AppendResult:
+        """Append one batch: ``fields`` is the per-record layout of storage/entries.py."""
+        codec = OffsetCodec(topic.config.sequence_bits)
+        args: list[bytes | int | str] = [
+            now_ms, codec.bits, partition, topic.topic_id,
+            trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
+            producer.producer_id, producer.producer_epoch, producer.base_sequence,
+            producer.last_sequence, count, self.append_channel,
+        ]
+        args.extend(fields)
+        reply = await self._append(
+            keys=[self.stream_key(topic.name, partition), self.meta_key(topic.name, partition),
+                  self.topic_key(topic.name)],
+            args=args,
+        )
+        return _append_result(codec, reply)
+
+    async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
+        """XRANGE from each (topic, partition, offset, max entries), with log bounds.
+
+        One pipeline for all partitions. The bounds are read after the entries, so the
+        high watermark is never below the last entry returned.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for topic, partition, offset, count in reads:
+            codec = OffsetCodec(topic.config.sequence_bits)
+            pipe.xrange(self.stream_key(topic.name, partition), min=str(codec.decode(offset)),
+                        max="+", count=count)
+            pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
+        replies = await pipe.execute()
+        results: list[PartitionRead] = []
+        for index, (topic, partition, _offset, _count) in enumerate(reads):
+            codec = OffsetCodec(topic.config.sequence_bits)
+            raw_entries, meta = replies[2 * index], replies[2 * index + 1]
+            entries: list[tuple[int, list[bytes]]] = []
+            for entry_id, fields in raw_entries:
+                parsed = EntryId.parse(entry_id)
+                if parsed.seq >= codec.seq_limit:
+                    continue  # written by something else with more than 2^bits ids per ms
+                entries.append((codec.encode_id(parsed), fields))
+            if meta[0] is None:
+                start, end = await self._bounds_without_meta(codec, topic.name, partition)
+            else:
+                start, end = _bounds(codec, meta[0], meta[1])
+            results.append(PartitionRead(entries, start, end))
+        return results
+
+    async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark) of a partition."""
+        codec = OffsetCodec(topic.config.sequence_bits)
+        meta: list[Any] = await self.redis.hmget(self.meta_key(topic.name, partition),
+                                                  "last", "start")
+        if meta[0] is None:
+            return await self._bounds_without_meta(codec, topic.name, partition)
+        return _bounds(codec, meta[0], meta[1])
+
+    async def _bounds_without_meta(self, codec: OffsetCodec, topic: str,
+                                   partition: int) -> tuple[int, int]:
+        """A stream the broker never appended to (or none): Redis' own view."""
+        key = self.stream_key(topic, partition)
+        if not await self.redis.exists(key):
+            return 0, 0
+        info: dict[Any, Any] = await self.redis.xinfo_stream(key)
+        last = info.get("last-generated-id", b"0-0")
+        end = codec.last_offset_of(EntryId.parse(last)) + 1
+        first = info.get("first-entry")
+        start = codec.encode_id(EntryId.parse(first[0])) if first else end
+        return min(start, end), end
+
+    async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
+                        count: int) -> list[tuple[int, list[bytes]]]:
+        read = await self.read([(topic, partition, offset, count)])
+        return read[0].entries
+
+    async def next_producer_id(self) -> int:
+        value: int = await self.redis.incr(self.producer_ids_key)
+        return value
+
+    async def ping(self) -> None:
+        await self.redis.ping()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _raw_entries(response: Any, **_options: Any) -> Any:
+    return response or []
+
+
+def _bounds(codec: OffsetCodec, last: bytes, start: bytes | None) -> tuple[int, int]:
+    end = codec.last_offset_of(EntryId.parse(last)) + 1
+    begin = codec.encode_id(EntryId.parse(start)) if start else 0
+    return min(begin, end), end
+
+
+def _append_result(codec: OffsetCodec, reply: list[Any]) -> AppendResult:
+    status = AppendStatus(reply[0].decode() if isinstance(reply[0], bytes) else reply[0])
+    start = codec.encode(int(reply[5]), int(reply[6])) if status is not AppendStatus.NO_TOPIC else -1
+    if status is AppendStatus.OK:
+        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])),
+                            codec.encode(int(reply[3]), int(reply[4])), start)
+    if status is AppendStatus.DUPLICATE:
+        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])), -1, start)
+    return AppendResult(status, -1, -1, start)

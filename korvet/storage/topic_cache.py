@@ -1,0 +1,64 @@
+"""Topic metadata cache, invalidated across brokers through Redis pub/sub.
+
+Produce and Fetch look topics up on every request; reading the topic hash each
+time would double their Redis round trips. Entries live for ``ttl`` seconds and
+are dropped at once when any broker publishes a change of that topic on
+``{ks}:topic-changes`` (create, delete, partitions, configs). The append script
+re-checks the topic's id and partition count atomically, so a stale entry can
+never write into a deleted topic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from korvet.core.topics import TopicInfo
+from korvet.storage.redis_store import RedisStore
+
+
+class TopicCache:
+    def __init__(self, store: RedisStore, defaults: Mapping[str, str], ttl: float = 5.0) -> None:
+        self.store = store
+        self.defaults = dict(defaults)
+        self.ttl = ttl
+        self._by_name: dict[str, tuple[TopicInfo | None, float]] = {}
+        self._id_to_name: dict[str, str] = {}
+
+    async def get(self, name: str) -> TopicInfo | None:
+        cached = self._by_name.get(name)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.ttl:
+            return cached[0]
+        topic = await self.store.get_topic(name, self.defaults)
+        self._by_name[name] = (topic, now)
+        if topic is not None:
+            self._id_to_name[topic.topic_id] = topic.name
+        return topic
+
+    async def by_id(self, topic_id: str) -> TopicInfo | None:
+        name = self._id_to_name.get(topic_id)
+        if name is None:
+            name = await self.store.topic_name_for_id(topic_id)
+            if name is None:
+                return None
+        topic = await self.get(name)
+        if topic is None or topic.topic_id != topic_id:
+            self._id_to_name.pop(topic_id, None)
+            return None
+        return topic
+
+    async def all(self) -> list[TopicInfo]:
+        topics = await self.store.list_topics(self.defaults)
+        now = time.monotonic()
+        for topic in topics:
+            self._by_name[topic.name] = (topic, now)
+            self._id_to_name[topic.topic_id] = topic.name
+        return topics
+
+    def invalidate(self, name: str | None = None) -> None:
+        if name is None:
+            self._by_name.clear()
+            self._id_to_name.clear()
+            return
+        self._by_name.pop(name, None)

@@ -1,0 +1,116 @@
+"""Shared fixtures: a real Korvet broker process on an embedded Redis, on free ports.
+
+``korvet`` (session scope) is one broker shared by the whole run: tests must use
+their own topic and group names (``unique_name``). ``fresh_korvet`` starts a
+private broker for tests that stop, kill or restart it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KORVET = [sys.executable, "-m", "korvet.cli"]
+
+
+@dataclass
+class KorvetProcess:
+    """A `korvet serve` child process with its own data folder (embedded Redis)."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    port: int = 0
+    log_path: Path | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def redis_url(self) -> str:
+        return (self.data_dir / "redis" / "redis.url").read_text().strip()
+
+    def start(self, timeout: float = 30.0) -> KorvetProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        port_file = self.data_dir / "broker.port"
+        port_file.unlink(missing_ok=True)
+        self.log_path = self.data_dir / "broker.log"
+        # Reuse the previous port on a restart so clients can reconnect to the same address.
+        port_args = ["--port", str(self.port)] if self.port else ["--port", "0"]
+        command = [*KORVET, "serve", *port_args, "--port-file", str(port_file),
+                   "--data-dir", str(self.data_dir), "--redis-appendfsync", "everysec",
+                   *self.extra_args]
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **self.env})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if port_file.is_file() and port_file.read_text().strip():
+                self.port = int(port_file.read_text())
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"korvet serve did not start; log:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if sig == signal.SIGKILL:
+            # The embedded Redis gets SIGTERM from the kernel when its parent dies; give it
+            # the moment it needs to flush and release the data folder's lock.
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> KorvetProcess:
+        self.stop()
+        return self.start()
+
+
+@pytest.fixture(scope="session")
+def korvet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
+    broker = KorvetProcess(tmp_path_factory.mktemp("korvet-shared"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def fresh_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
+    broker = KorvetProcess(tmp_path / "korvet")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
+    return f"{base}-{uuid.uuid4().hex[:8]}"
