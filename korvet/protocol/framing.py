@@ -128,3 +128,44 @@ def response_class(api_key: int, api_version: int) -> type[Any]:
 
 def request_class(api_key: int, api_version: int) -> type[Any]:
     return load_request_schema(api_key, api_version)
+
+
+# --- the client direction (tests, the conformance suite, the benchmark) ---------------
+
+_REQUEST_WRITERS: dict[type[Any], tuple[Callable[..., Any], Callable[..., Any], type[Any]]] = {}
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None = "korvet") -> bytes:
+    """Size-prefixed request frame for a kio request dataclass."""
+    request_type = type(request)
+    writers = _REQUEST_WRITERS.get(request_type)
+    if writers is None:
+        header_schema = request_type.__header_schema__
+        writers = (entity_writer(header_schema), entity_writer(request_type), header_schema)
+        _REQUEST_WRITERS[request_type] = writers
+    header_writer, body_writer, header_schema = writers
+    fields = {"request_api_key": request_type.__api_key__,
+              "request_api_version": request_type.__version__,
+              "correlation_id": correlation_id}
+    if "client_id" in header_schema.__dataclass_fields__:
+        fields["client_id"] = client_id
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header_writer(buffer, header_schema(**fields))
+    body_writer(buffer, request)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    data.release()
+    return out
+
+
+def decode_response(frame: bytes | memoryview, response_type: type[Any]) -> tuple[int, Any]:
+    """Correlation id and body of a response frame (without its size prefix)."""
+    header_schema = response_type.__header_schema__
+    view = memoryview(frame)
+    header, header_size = entity_reader(header_schema)(view, 0)
+    body, body_size = entity_reader(response_type)(view, header_size)
+    if header_size + body_size != len(frame):
+        raise FrameError(f"{len(frame) - header_size - body_size} trailing bytes in the response")
+    return int(header.correlation_id), body

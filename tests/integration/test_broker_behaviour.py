@@ -1,0 +1,441 @@
+"""The broker's behaviour at the wire: bad input, produce/fetch semantics, retention, sharing.
+
+Raw requests go through kio (tests/support/wire.py); records through real clients.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from korvet.protocol.framing import encode_request
+from korvet.protocol.kbuild import make, nested
+from korvet.protocol.records import Record, build_batch
+from tests.conftest import KORVET, KorvetProcess
+from tests.integration import clients
+from tests.integration.test_clients import create_topic
+from tests.support.wire import WireClient
+
+pytestmark = pytest.mark.clients
+
+
+def request(api_key: int, version: int, **fields: Any) -> Any:
+    return make(load_request_schema(api_key, version), **fields)
+
+
+def produce_request(topic: str, partitions: dict[int, bytes], acks: int = -1,
+                    version: int = 9) -> Any:
+    cls = load_request_schema(0, version)
+    topic_cls = nested(cls, "TopicProduceData")
+    partition_cls = nested(cls, "PartitionProduceData")
+    data = make(topic_cls, name=topic, partition_data=tuple(
+        make(partition_cls, index=p, records=records) for p, records in partitions.items()))
+    return make(cls, transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
+                topic_data=(data,))
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
+                  min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
+                  partition_max_bytes: int = 1024 * 1024, version: int = 12) -> Any:
+    cls = load_request_schema(1, version)
+    part = make(nested(cls, "FetchPartition"), partition=partition, current_leader_epoch=-1,
+                fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=partition_max_bytes)
+    return make(cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=(make(nested(cls, "FetchTopic"), topic=topic,
+                                                partitions=(part,)),),
+                forgotten_topics_data=(), rack_id="")
+
+
+def list_offsets(client: WireClient, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    cls = load_request_schema(2, 7)
+    part = make(nested(cls, "ListOffsetsPartition"), partition_index=partition,
+                current_leader_epoch=-1, timestamp=timestamp)
+    response = client.request(make(cls, replica_id=-1, isolation_level=0, topics=(
+        make(nested(cls, "ListOffsetsTopic"), name=topic, partitions=(part,)),)))
+    result = response.topics[0].partitions[0]
+    assert result.error_code == ErrorCode.none
+    return int(result.offset), int(result.timestamp)
+
+
+def batch(count: int, *, start: int = 0, size: int = 10, timestamp: int | None = None,
+          compression: int = 0) -> bytes:
+    stamp = timestamp if timestamp is not None else int(time.time() * 1000)
+    return build_batch([Record(stamp, f"k{start + i}".encode(), bytes([i % 256]) * size, [])
+                        for i in range(count)], compression=compression)
+
+
+def xlen(broker: KorvetProcess, topic: str, partition: int = 0) -> int:
+    out = subprocess.run(["redis-cli", "-u", broker.redis_url, "XLEN",
+                          f"korvet:stream:{topic}:{partition}"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+def api_versions_ok(broker: KorvetProcess) -> bool:
+    with WireClient(broker.bootstrap) as client:
+        return bool(client.request(request(18, 3, client_software_name="t",
+                                           client_software_version="1")).error_code == 0)
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+def test_garbage_frame_closes_only_that_connection(korvet: KorvetProcess) -> None:
+    with WireClient(korvet.bootstrap) as bystander, WireClient(korvet.bootstrap) as attacker:
+        bystander.request(request(18, 3, client_software_name="a", client_software_version="1"))
+        attacker.send_raw(struct.pack(">i", 40) + os.urandom(40))
+        assert attacker.is_closed_by_peer()
+        assert bystander.request(request(18, 0)).error_code == ErrorCode.none
+    assert api_versions_ok(korvet)
+
+
+def test_oversized_frame_is_rejected_before_it_is_read(korvet: KorvetProcess) -> None:
+    with WireClient(korvet.bootstrap) as client:
+        client.send_raw(struct.pack(">i", 200 * 1024 * 1024))  # over the 100 MiB default
+        assert client.is_closed_by_peer()
+    assert "exceeds broker.max-request-bytes" in korvet.log_tail(200)
+    assert api_versions_ok(korvet)
+
+
+def test_truncated_frame_then_disconnect_leaves_the_broker_serving(korvet: KorvetProcess) -> None:
+    sock = socket.create_connection(("127.0.0.1", korvet.port))
+    sock.sendall(struct.pack(">i", 1000) + b"\x00\x12\x00\x03" + b"\x00" * 20)
+    sock.close()
+    assert api_versions_ok(korvet)
+
+
+def test_unknown_api_key_closes_the_connection_like_kafka(korvet: KorvetProcess) -> None:
+    with WireClient(korvet.bootstrap) as client:
+        client.send_raw(struct.pack(">ihhih", 10, 9999, 0, 7, -1))
+        assert client.is_closed_by_peer()
+    assert api_versions_ok(korvet)
+
+
+def test_newer_api_versions_request_gets_v0_unsupported_version_with_the_list(
+        korvet: KorvetProcess) -> None:
+    with WireClient(korvet.bootstrap) as client:
+        client.send_raw(struct.pack(">ihhih", 10, 18, 99, 5, -1))
+        frame = client.read_frame()
+    correlation, error, count = struct.unpack_from(">ihi", frame, 0)
+    assert (correlation, error) == (5, ErrorCode.unsupported_version)
+    keys = {struct.unpack_from(">h", frame, 10 + 6 * i)[0] for i in range(count)}
+    assert {0, 1, 2, 3, 18} <= keys
+
+
+def test_bad_crc_is_corrupt_message_and_nothing_is_written(korvet: KorvetProcess,
+                                                           unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=2)
+    good = batch(5)
+    bad = bytearray(batch(5))
+    bad[-1] ^= 0xFF  # a flipped bit in the last record: the CRC no longer matches
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(unique_name, {0: bytes(bad), 1: good}))
+    results = {p.index: p for p in response.responses[0].partition_responses}
+    assert results[0].error_code == ErrorCode.corrupt_message
+    assert results[1].error_code == ErrorCode.none
+    assert xlen(korvet, unique_name, 0) == 0, "a refused batch left records behind"
+    assert xlen(korvet, unique_name, 1) == 5
+
+
+def test_request_with_a_corrupt_second_batch_writes_neither(korvet: KorvetProcess,
+                                                            unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    bad = bytearray(batch(3))
+    bad[30] ^= 0x01  # inside the CRC-covered header
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(unique_name, {0: batch(4) + bytes(bad)}))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+    assert xlen(korvet, unique_name) == 0
+
+
+def test_produce_to_unknown_topic_and_partition(korvet: KorvetProcess, unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        missing = client.request(produce_request(unique_name + "-nope", {0: batch(1)}))
+        beyond = client.request(produce_request(unique_name, {3: batch(1)}))
+    assert missing.responses[0].partition_responses[0].error_code == (
+        ErrorCode.unknown_topic_or_partition)
+    assert beyond.responses[0].partition_responses[0].error_code == (
+        ErrorCode.unknown_topic_or_partition)
+
+
+def test_invalid_acks_and_acks_zero(korvet: KorvetProcess, unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        bad = client.request(produce_request(unique_name, {0: batch(1)}, acks=2))
+        assert bad.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
+        client.send_raw(encode_request(produce_request(unique_name, {0: batch(7)}, acks=0), 99))
+        # acks=0 has no response: the next response on the connection answers the next request.
+        assert client.request(request(18, 0)).error_code == ErrorCode.none
+    assert xlen(korvet, unique_name) == 7
+
+
+def test_record_far_in_the_future_is_invalid_timestamp(korvet: KorvetProcess,
+                                                       unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    future = int(time.time() * 1000) + 2 * 3_600_000
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(unique_name, {0: batch(2, timestamp=future)}))
+    result = response.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.invalid_timestamp
+    assert [e.batch_index for e in result.record_errors] == [0, 1]
+    assert xlen(korvet, unique_name) == 0
+
+
+# --- compression ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_from_librdkafka(codec: str, korvet: KorvetProcess,
+                                            unique_name: str) -> None:
+    from confluent_kafka import Producer
+
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    producer = Producer({"bootstrap.servers": korvet.bootstrap, "compression.type": codec,
+                         "linger.ms": 20})
+    values = [(f"{codec}-{i}-" * 20).encode() for i in range(500)]
+    for i, value in enumerate(values):
+        producer.produce(unique_name, key=str(i).encode(), value=value, partition=0)
+    assert producer.flush(30) == 0
+    got = clients.confluent_consume(korvet.bootstrap, unique_name, 1, len(values))
+    assert [g.value for g in got] == values
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_from_kafka_python(codec: str, korvet: KorvetProcess,
+                                              unique_name: str) -> None:
+    from kafka import KafkaProducer
+
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=korvet.bootstrap, compression_type=codec)
+    values = [(f"{codec}-{i}-" * 10).encode() for i in range(300)]
+    for value in values:
+        producer.send(unique_name, value=value, partition=0)
+    producer.flush(30)
+    producer.close()
+    got = clients.kafka_python_consume(korvet.bootstrap, unique_name, 1, len(values))
+    assert [g.value for g in got] == values
+
+
+# --- fetch ---------------------------------------------------------------------------------
+
+def test_long_poll_waits_for_max_wait_without_data(korvet: KorvetProcess, unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        started = time.monotonic()
+        response = client.request(fetch_request(unique_name, 0, 0, max_wait_ms=1500))
+        waited = time.monotonic() - started
+    assert 1.4 <= waited < 4.0, f"an empty fetch returned after {waited:.2f}s"
+    assert not response.responses[0].partitions[0].records
+
+
+def test_long_poll_returns_as_soon_as_a_record_arrives(korvet: KorvetProcess,
+                                                       unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        end = list_offsets(client, unique_name, 0, -1)[0]
+
+        def produce_later() -> None:
+            time.sleep(0.5)
+            with WireClient(korvet.bootstrap) as producer:
+                producer.request(produce_request(unique_name, {0: batch(3)}))
+
+        thread = threading.Thread(target=produce_later)
+        thread.start()
+        started = time.monotonic()
+        response = client.request(fetch_request(unique_name, 0, end, max_wait_ms=10_000))
+        waited = time.monotonic() - started
+        thread.join()
+    assert response.responses[0].partitions[0].records, "the fetch returned without the records"
+    assert 0.4 <= waited < 3.0, f"the fetch took {waited:.2f}s for records sent after 0.5s"
+
+
+def test_partition_max_bytes_bounds_the_response_but_one_record_always_comes(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(50, size=1000)}))
+        small = client.request(fetch_request(unique_name, 0, 0, partition_max_bytes=5000))
+        tiny = client.request(fetch_request(unique_name, 0, 0, partition_max_bytes=10))
+    small_records = small.responses[0].partitions[0].records
+    assert 1000 < len(small_records) <= 5000
+    tiny_records = tiny.responses[0].partitions[0].records
+    assert 1000 < len(tiny_records) < 2000, "KIP-74: the first record must come even if too big"
+
+
+def test_fetch_outside_the_log_is_offset_out_of_range(korvet: KorvetProcess,
+                                                      unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(3)}))
+        end = list_offsets(client, unique_name, 0, -1)[0]
+        beyond = client.request(fetch_request(unique_name, 0, end + 1))
+        at_end = client.request(fetch_request(unique_name, 0, end))
+    part = beyond.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.offset_out_of_range
+    assert part.high_watermark == end
+    assert at_end.responses[0].partitions[0].error_code == ErrorCode.none
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(korvet: KorvetProcess,
+                                                       unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    base = int(time.time() * 1000) - 10_000
+    with WireClient(korvet.bootstrap) as client:
+        assert list_offsets(client, unique_name, 0, -1) == (0, -1)
+        response = client.request(produce_request(unique_name, {0: build_batch(
+            [Record(base + i * 1000, None, b"v", []) for i in range(5)])}))
+        first = int(response.responses[0].partition_responses[0].base_offset)
+        assert list_offsets(client, unique_name, 0, -2)[0] == 0
+        assert list_offsets(client, unique_name, 0, -1)[0] == first + 5
+        assert list_offsets(client, unique_name, 0, base + 2500) == (first + 3, base + 3000)
+        assert list_offsets(client, unique_name, 0, base + 4000) == (first + 4, base + 4000)
+        assert list_offsets(client, unique_name, 0, base + 60_000) == (-1, -1)
+        assert list_offsets(client, unique_name, 0, -3) == (first + 4, base + 4000)
+
+
+# --- retention -----------------------------------------------------------------------------
+
+def test_count_retention_trims_exactly_and_moves_the_log_start(korvet: KorvetProcess,
+                                                               unique_name: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    admin.create_topics([NewTopic(unique_name, num_partitions=1,
+                                  config={"korvet.retention.records": "5"})])[unique_name].result(30)
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(unique_name, {0: batch(12)}))
+        first = int(response.responses[0].partition_responses[0].base_offset)
+        assert xlen(korvet, unique_name) == 5
+        assert list_offsets(client, unique_name, 0, -2)[0] == first + 7
+        gone = client.request(fetch_request(unique_name, 0, first))
+        assert gone.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+
+
+def test_time_retention_keeps_a_caught_up_consumer_in_range(korvet: KorvetProcess,
+                                                           unique_name: str) -> None:
+    """After everything older than retention.ms is trimmed, a consumer positioned at the old
+    high watermark is not out of range: no record at or after its offset was removed."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    admin.create_topics([NewTopic(unique_name, num_partitions=1,
+                                  config={"retention.ms": "1000"})])[unique_name].result(30)
+    with WireClient(korvet.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(5)}))
+        caught_up = list_offsets(client, unique_name, 0, -1)[0]
+        time.sleep(1.5)
+        client.request(produce_request(unique_name, {0: batch(2, start=100)}))
+        assert xlen(korvet, unique_name) == 2, "the expired entries were not trimmed"
+        response = client.request(fetch_request(unique_name, 0, caught_up))
+    part = response.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none
+    assert part.log_start_offset <= caught_up
+    assert part.records
+
+
+# --- sharing one Redis between brokers ----------------------------------------------------
+
+def test_two_brokers_append_to_one_partition_without_collisions(
+        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+    second.start()
+    try:
+        create_topic(korvet.bootstrap, unique_name, partitions=1)
+        results: dict[str, list[tuple[int, int]]] = {}
+
+        def produce(name: str, bootstrap: str) -> None:
+            records = [clients.Rec(0, f"{name}-{i}".encode(), b"x", (), int(time.time() * 1000))
+                       for i in range(2000)]
+            results[name] = clients.confluent_produce(bootstrap, unique_name, records)
+
+        threads = [threading.Thread(target=produce, args=(n, b)) for n, b in
+                   (("a", korvet.bootstrap), ("b", second.bootstrap))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        offsets = [o for told in results.values() for _, o in told]
+        assert len(set(offsets)) == 4000, "two brokers handed out the same offset"
+        got = clients.confluent_consume(second.bootstrap, unique_name, 1, 4000)
+        assert sorted(g.offset for g in got) == sorted(offsets)
+        for told in results.values():
+            assert [o for _, o in told] == sorted(o for _, o in told)
+    finally:
+        second.stop()
+
+
+# --- start-up errors ------------------------------------------------------------------------
+
+def _run_serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KORVET, "serve", "--port", "0", *args], capture_output=True, text=True,
+                          check=False,
+                          timeout=timeout)
+
+
+def test_unreachable_redis_is_a_clear_error_and_exit(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = _run_serve("--redis-url", f"redis://127.0.0.1:{port}/0")
+    assert result.returncode == 2
+    assert f"cannot reach Redis at redis://127.0.0.1:{port}/0" in result.stderr
+
+
+def _fake_redis(version: str) -> tuple[int, threading.Thread]:
+    """A socket that answers INFO with the given redis_version and +OK to anything else."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, server:
+            buffer = b""
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buffer += data
+                while b"\r\n" in buffer:
+                    if buffer.upper().find(b"INFO") >= 0:
+                        body = f"# Server\r\nredis_version:{version}\r\n".encode()
+                        conn.sendall(b"$%d\r\n%s\r\n" % (len(body), body))
+                    else:
+                        conn.sendall(b"+OK\r\n")
+                    buffer = b""
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return port, thread
+
+
+def test_redis_older_than_7_is_refused(tmp_path: Path) -> None:
+    port, _ = _fake_redis("6.2.14")
+    result = _run_serve("--redis-url", f"redis://127.0.0.1:{port}/0")
+    assert result.returncode == 2
+    assert "is version 6.2.14; Korvet needs Redis >= 7" in result.stderr
+
+
+def test_many_concurrent_connections_are_all_served(korvet: KorvetProcess) -> None:
+    socks = [WireClient(korvet.bootstrap) for _ in range(200)]
+    try:
+        random.shuffle(socks)
+        for client in socks:
+            assert client.request(request(18, 0)).error_code == ErrorCode.none
+    finally:
+        for client in socks:
+            client.close()
