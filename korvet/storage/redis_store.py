@@ -268,8 +268,8 @@ class RedisStore:
         if not await self.redis.exists(key):
             return 0, 0
         info: dict[Any, Any] = await self.redis.xinfo_stream(key)
-        last = info.get("last-generated-id", b"0-0")
-        end = codec.last_offset_of(EntryId.parse(last)) + 1
+        last = EntryId.parse(info.get("last-generated-id", b"0-0"))
+        end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1
         first = info.get("first-entry")
         start = codec.encode_id(EntryId.parse(first[0])) if first else end
         return min(start, end), end

@@ -97,7 +97,9 @@ if pid ~= '-1' and base_seq >= 0 then
 end
 
 -- Reserve: next = last + 1 (carrying into the next millisecond), floor = (now, 0).
-local last_ms, last_seq_id
+-- A new stream's last-generated id is 0-0 (offset 0), so offset 0 is never handed out:
+-- Redis refuses the id 0-0.
+local last_ms, last_seq_id = 0, 0
 if meta[1] then
   last_ms, last_seq_id = split_id(meta[1])
 elseif redis.call('EXISTS', KEYS[1]) == 1 then
@@ -109,17 +111,12 @@ elseif redis.call('EXISTS', KEYS[1]) == 1 then
     end
   end
 end
-local ms, seq
-if last_ms == nil or (last_ms == 0 and last_seq_id == 0) then
+local ms, seq = last_ms, last_seq_id + 1
+if seq >= limit then
+  ms, seq = ms + 1, 0
+end
+if ms < now then
   ms, seq = now, 0
-else
-  ms, seq = last_ms, last_seq_id + 1
-  if seq >= limit then
-    ms, seq = ms + 1, 0
-  end
-  if ms < now then
-    ms, seq = now, 0
-  end
 end
 
 local first_ms, first_seq = ms, seq
