@@ -67,8 +67,9 @@ async def _run(url: str, bits: int, batches: list[tuple[int, int]]) -> None:
             f"the codec {expected.start}..{expected.stop - 1}")
         appended.append(expected)
         last = expected.stop - 1
-    raw = await client.execute_command("XRANGE", store.stream_key(name, 0), "-", "+")
-    ids = [EntryId.parse(entry_id) for entry_id, _ in raw]
+    raw: list[list[bytes]] = await client.xrange(  # type: ignore[assignment]
+        store.stream_key(name, 0))  # raw [id, fields] replies: RedisStore sets that callback
+    ids = [EntryId.parse(entry[0]) for entry in raw]
     offsets = [codec.encode_id(i) for i in ids]
     # UniqueEntryIds / StrictlyIncreasing
     assert offsets == sorted(set(offsets))
