@@ -42,6 +42,11 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace(".", "-").replace("_", "-")
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The short aliases first, then the full flag; each once."""
+        return tuple(dict.fromkeys((*self.aliases, self.flag)))
+
 
 MiB = 1024 * 1024
 
@@ -221,7 +226,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; help shows the default and the environment variable."""
     parser.add_argument("--config", metavar="FILE", help="YAML file with settings (see docs/)")
     for setting in SETTINGS:
-        flags = [*setting.aliases, setting.flag]
+        flags = list(setting.flags)
         default_text = repr(setting.default) if setting.default != "" else "unset"
         help_text = f"{setting.help} [default: {default_text}; env {setting.env}]"
         if setting.kind is bool:
