@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from korvet.core.offsets import MAX_OFFSET, EntryId, OffsetCodec
-from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
+from korvet.core.topics import TrimPolicy
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
