@@ -11,13 +11,24 @@ all, and above 22 the millisecond part of the current time (41 bits until
 simply carries into the next millisecond when ``seq`` is at its maximum.
 ``encode`` refuses a sequence wider than ``bits``: such an id (written by
 something other than the broker, e.g. ``XADD *`` at more than 2^bits entries
-in one millisecond) has no offset.
+in one millisecond, which Redis does: see spec/RedisStarIds.tla) has no offset.
 
 The broker, not Redis' ``*``, chooses entry ids: each appended batch of ``n``
 records gets the consecutive offsets starting at
-``max(last + 1, encode(now_ms, 0))`` (``reserve``). The storage script
-(korvet/storage/lua/append.lua) performs the same computation inside Redis,
-atomically, so several broker processes can append to one partition.
+``max(last + 1, encode(now_ms, 0))`` (``reserve``), where ``last`` is the
+offset of the stream's last-generated id (``last_offset_of``; 0-0, i.e. 0, for
+a new stream, so offset 0 is never handed out: Redis refuses the id 0-0). The
+storage script (korvet/storage/lua/append.lua) performs the same computation
+inside Redis, atomically, so several broker processes can append to one
+partition.
+
+Bad input raises ``OffsetError`` (the protocol layer answers
+OFFSET_OUT_OF_RANGE); a bad sequence width raises ``SequenceBitsError``.
+
+``offset_bits`` is the width of the offset space: 63 (a signed 64-bit Kafka
+offset) in production. The TLA+ models shrink it, because TLC's integers are
+32-bit; the replay test (tests/properties/test_offset_replay.py) builds the
+codec at the model's width so the Python code meets the same boundaries.
 """
 
 from __future__ import annotations
@@ -27,7 +38,8 @@ from dataclasses import dataclass
 MIN_SEQUENCE_BITS = 1
 MAX_SEQUENCE_BITS = 22
 DEFAULT_SEQUENCE_BITS = 10
-MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit; negative values are sentinels
+OFFSET_BITS = 63
+MAX_OFFSET = 2**OFFSET_BITS - 1  # Kafka offsets are signed 64-bit; negative values are sentinels
 
 
 class OffsetError(ValueError):
@@ -69,12 +81,21 @@ def validate_bits(bits: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCodec:
-    """Encode/decode for one sequence width. Immutable and cheap to share."""
+    """Encode/decode for one sequence width. Immutable and cheap to share.
+
+    ``offset_bits`` (default 63) is for model checking only; see the module doc.
+    """
 
     bits: int = DEFAULT_SEQUENCE_BITS
+    offset_bits: int = OFFSET_BITS
 
     def __post_init__(self) -> None:
         validate_bits(self.bits)
+        if (not isinstance(self.offset_bits, int) or isinstance(self.offset_bits, bool)
+                or not self.bits < self.offset_bits <= OFFSET_BITS):
+            raise SequenceBitsError(
+                f"offset bits must be within {self.bits + 1}..{OFFSET_BITS}, got {self.offset_bits!r}"
+            )
 
     @property
     def seq_limit(self) -> int:
@@ -82,9 +103,14 @@ class OffsetCodec:
         return 1 << self.bits
 
     @property
+    def max_offset(self) -> int:
+        """The largest offset: 2^63 - 1 in production."""
+        return (1 << self.offset_bits) - 1
+
+    @property
     def max_ms(self) -> int:
-        """The largest millisecond whose offsets all fit a signed 64-bit integer."""
-        return MAX_OFFSET >> self.bits
+        """The largest millisecond whose offsets all fit ``max_offset`` (signed 64-bit)."""
+        return self.max_offset >> self.bits
 
     def encode(self, ms: int, seq: int) -> int:
         if not 0 <= ms <= self.max_ms:
@@ -99,39 +125,53 @@ class OffsetCodec:
         return self.encode(entry.ms, entry.seq)
 
     def decode(self, offset: int) -> EntryId:
-        if not 0 <= offset <= MAX_OFFSET:
-            raise OffsetError(f"offset {offset} outside 0..{MAX_OFFSET}")
+        if not 0 <= offset <= self.max_offset:
+            raise OffsetError(f"offset {offset} outside 0..{self.max_offset}")
         return EntryId(offset >> self.bits, offset & (self.seq_limit - 1))
 
     def reserve(self, last_offset: int, now_ms: int, count: int) -> range:
         """Offsets for a batch of ``count`` records appended after ``last_offset``.
 
-        ``last_offset`` is -1 for a partition that never held an entry. The batch
-        starts at ``max(last_offset + 1, encode(now_ms, 0))``: never before the
-        previous batch (so offsets strictly increase even when the clock stands
-        still or steps back) and never before the current millisecond (so an
-        offset tells roughly when it was appended).
+        ``last_offset`` is ``last_offset_of`` the stream's last-generated id (0 for
+        a new stream, whose last-generated id is 0-0). The batch starts at
+        ``max(last_offset + 1, encode(now_ms, 0))``: never before the previous
+        batch (so offsets strictly increase even when the clock stands still or
+        steps back) and never before the current millisecond (so an offset tells
+        roughly when it was appended). A clock past ``max_ms`` counts as
+        ``max_ms``. Spec: OffsetCodec.tla, FirstOffset / AppendBatch; a batch that
+        would pass ``max_offset`` raises OffsetError (RejectBatch).
         """
         if count < 1:
             raise ValueError(f"a batch has at least one record, got {count}")
-        if last_offset < -1:
-            raise OffsetError(f"last offset {last_offset} is below -1")
+        if last_offset < 0:
+            raise OffsetError(f"last offset {last_offset} is negative (a new stream's is 0)")
         floor = self.encode(max(0, min(now_ms, self.max_ms)), 0)
         first = max(last_offset + 1, floor)
         last = first + count - 1
-        if last > MAX_OFFSET:
-            raise OffsetError(f"a batch of {count} after {last_offset} passes 2^63-1")
+        if last > self.max_offset:
+            raise OffsetError(
+                f"a batch of {count} after offset {last_offset} passes {self.max_offset}"
+            )
         return range(first, last + 1)
 
     def last_offset_of(self, entry: EntryId | None) -> int:
         """The offset of a stream's last-generated id, as an append floor.
 
+        ``None`` (no stream yet) is a new stream: last-generated id 0-0, offset 0.
         An id whose sequence is wider than ``bits`` (not written by the broker)
         has no offset; appending after it must still produce larger ids, so it
-        counts as the last offset of its millisecond.
+        counts as the last offset of its millisecond. An id past ``max_ms`` leaves
+        no offset to append at: OffsetError.
         """
-        if entry is None or (entry.ms == 0 and entry.seq == 0):
-            return -1
+        if entry is None:
+            return 0
+        if entry.ms < 0 or entry.seq < 0:
+            raise OffsetError(f"not a stream entry id: {entry}")
+        if entry.ms > self.max_ms:
+            raise OffsetError(
+                f"last id {entry} is past millisecond {self.max_ms}, the last one {self.bits} "
+                f"sequence bits can encode"
+            )
         if entry.seq >= self.seq_limit:
-            return self.encode(min(entry.ms, self.max_ms), self.seq_limit - 1)
+            return self.encode(entry.ms, self.seq_limit - 1)
         return self.encode(entry.ms, entry.seq)

@@ -285,7 +285,8 @@ class StateGraph:
         return sum(len(v) for v in self.edges.values())
 
 
-_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(,style = filled)?\]$')
+# Initial states end in `,style = filled]`, the others in `];`.
+_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(,style = filled)?\];?$')
 _DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
 
 

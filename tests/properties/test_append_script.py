@@ -56,8 +56,7 @@ async def _run(url: str, bits: int, batches: list[tuple[int, int]]) -> None:
     appended: list[range] = []
     for now, count in batches:
         fields: list[bytes | int] = []
-        for i in range(count):
-            entries.encode_fields(now, None, b"%d" % i, [], fields)
+        entries.encode_records([(now, None, b"%d" % i, []) for i in range(count)], fields)
         result = await store.append(topic, 0, fields, count, now, NO_TRIM, ProducerBatch())
         assert result.status is AppendStatus.OK
         expected = codec.reserve(last, now, count)
@@ -123,8 +122,8 @@ def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
             got = []
             for round_ in range(30):
                 fields: list[bytes | int] = []
-                for i in range(5):
-                    entries.encode_fields(1, None, b"%d-%d-%d" % (writer, round_, i), [], fields)
+                entries.encode_records([(1, None, b"%d-%d-%d" % (writer, round_, i), [])
+                                        for i in range(5)], fields)
                 result = await store.append(topic, 0, fields, 5, 1_000 + round_ % 3, NO_TRIM,
                                             ProducerBatch())
                 got.append(range(result.base_offset, result.last_offset + 1))
@@ -135,6 +134,39 @@ def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
         assert len(every) == len(set(every)) == 8 * 30 * 5
         assert all(len(batch) == 5 for batches in results for batch in batches)
         assert await client.xlen(store.stream_key("t", 0)) == len(every)
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_script_refuses_a_batch_past_the_last_offset_and_clamps_a_late_clock(
+        redis_url: str) -> None:
+    """RejectBatch: at 22 bits the last millisecond is 2^41-1 (September 2039)."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 1, {"korvet.sequence.bits": "22"}, 0)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+        codec = OffsetCodec(22)
+        late = codec.max_ms + 5_000  # a clock past the last encodable millisecond
+
+        def records(count: int) -> list[bytes | int]:
+            fields: list[bytes | int] = []
+            entries.encode_records([(1, None, b"v", [])] * count, fields)
+            return fields
+
+        first = await store.append(topic, 0, records(3), 3, late, NO_TRIM, ProducerBatch())
+        assert first.status is AppendStatus.OK
+        assert first.base_offset == codec.reserve(0, late, 3).start == codec.encode(codec.max_ms, 0)
+        # Leave room for exactly two more offsets before 2^63 - 1.
+        await client.hset(store.meta_key("t", 0), "last", f"{codec.max_ms}-{codec.seq_limit - 3}")
+        refused = await store.append(topic, 0, records(3), 3, late, NO_TRIM, ProducerBatch())
+        assert refused.status is AppendStatus.FULL
+        assert await client.xlen(store.stream_key("t", 0)) == 3, "a refused batch wrote records"
+        last = await store.append(topic, 0, records(2), 2, late, NO_TRIM, ProducerBatch())
+        assert (last.status, last.last_offset) == (AppendStatus.OK, MAX_OFFSET)
         await client.aclose()
 
     asyncio.run(scenario())

@@ -1,6 +1,7 @@
 -- Korvet's atomic append: one call per produced record batch.
 --
--- Mirrors korvet.core.offsets.OffsetCodec.reserve (spec/OffsetCodec.tla, action Append):
+-- Mirrors korvet.core.offsets.OffsetCodec.reserve (spec/OffsetCodec.tla, actions AppendBatch
+-- and RejectBatch):
 -- the batch's n records get the consecutive offsets starting at
 -- max(last + 1, encode(now, 0)), where offset = ms * 2^bits + seq, and are XADDed with
 -- the explicit entry ids those offsets decode to. Lua numbers are doubles, so the script
@@ -23,9 +24,16 @@
 --   'OK'   a = first id, b = last id of the batch
 --   'DUP'  a = first id of the identical batch appended before (nothing written)
 --   'NO_TOPIC' | 'NO_PARTITION' | 'OUT_OF_ORDER' | 'BAD_EPOCH'   (nothing written)
+--   'FULL'  the batch would pass the last offset, 2^63 - 1 (RejectBatch; nothing written)
 
 local now = tonumber(ARGV[1])
-local limit = 2 ^ tonumber(ARGV[2])
+local bits = tonumber(ARGV[2])
+local limit = 2 ^ bits
+-- The last millisecond whose offsets fit a signed 64-bit integer; a clock past it counts as it.
+local max_ms = 2 ^ (63 - bits) - 1
+if now > max_ms then
+  now = max_ms
+end
 local partition = tonumber(ARGV[3])
 local topic_id = ARGV[4]
 local min_id_ms = tonumber(ARGV[5])
@@ -120,6 +128,9 @@ if ms < now then
 end
 
 local first_ms, first_seq = ms, seq
+if ms + math.floor((seq + n - 1) / limit) > max_ms then
+  return {'FULL', 0, 0, 0, 0, start_ms, start_seq}
+end
 local j = 14
 for _ = 1, n do
   local k = tonumber(ARGV[j])

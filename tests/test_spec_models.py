@@ -1,0 +1,46 @@
+"""Every tier-ci model in spec/models.yaml gets TLC's expected verdict.
+
+Models added to the manifest later are picked up automatically. A model that
+encodes a claim TLC should refute (expect: violation) passes only when TLC finds
+a counterexample to exactly the named invariant. TLC that cannot run (no Java,
+no jar) fails these tests: a spec that was not checked is not a passing spec.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from korvet.spec import tlc
+from korvet.spec.cli import format_trace
+
+CI_MODELS = [m for m in tlc.load_models(tlc.spec_dir()) if m.tier == "ci"]
+
+
+def _report(result: tlc.TlcResult) -> str:
+    model = result.model
+    wanted = "pass" if model.expect == "pass" else f"violation of {model.expect_invariant}"
+    lines = [
+        f"{model.name} ({model.module}.tla, {model.config}): TLC said {result.outcome}"
+        f"{': ' + result.violated if result.violated else ''}; expected {wanted}",
+        f"  {result.generated:,} states generated, {result.distinct:,} distinct, depth "
+        f"{result.depth}, {result.wall_seconds:.1f}s, exit code {result.exit_code}",
+    ]
+    lines.extend(f"  TLC error: {error}" for error in result.errors)
+    if result.trace:
+        lines.append(format_trace(result))
+    return "\n".join(lines)
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("model", CI_MODELS, ids=[m.name for m in CI_MODELS])
+def test_model_has_expected_verdict(model: tlc.Model) -> None:
+    result = tlc.run_model(model, tlc.spec_dir())
+    assert result.as_expected, _report(result)
+    assert result.distinct > 0, _report(result)
+    if model.expect == "violation":
+        # The evidence for a refuted claim is its counterexample: it must be there.
+        assert result.trace, _report(result)
+
+
+def test_the_manifest_lists_ci_models() -> None:
+    assert CI_MODELS, "spec/models.yaml lists no tier-ci model"
