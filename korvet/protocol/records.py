@@ -16,7 +16,9 @@ header, or offset deltas that are not 0..n-1 (INVALID_RECORD). Compressed batche
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -50,12 +52,17 @@ INVALID_RECORD = 87
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """A record as produced or stored. Decoding yields plain tuples of the same shape,
+    which are cheaper to create; both index as (timestamp, key, value, headers)."""
+
     timestamp: int
     key: bytes | None
     value: bytes | None
     headers: list[Header]
+
+
+RecordTuple = tuple[int, bytes | None, bytes | None, list[Header]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +77,7 @@ class Batch:
     max_timestamp: int
     size: int  # bytes on the wire
     compression: int
-    records: list[Record]
+    records: list[RecordTuple]
 
     @property
     def last_sequence(self) -> int:
@@ -109,14 +116,15 @@ def _decode_one(raw: bytes) -> Batch:
     if not batch.validate_crc():
         raise RecordBatchError(CORRUPT_MESSAGE, "record batch CRC does not match its content")
     (declared,) = _LENGTH.unpack_from(raw, 57)
-    records: list[Record] = []
+    records: list[RecordTuple] = []
+    append = records.append
     try:
         for index, record in enumerate(batch):
             if record.offset != index:  # base offset is 0 on produce; deltas must be 0..n-1
                 raise RecordBatchError(
                     INVALID_RECORD, f"record {index} has offset delta {record.offset}"
                 )
-            records.append(Record(record.timestamp, record.key, record.value, record.headers))
+            append((record.timestamp, record.key, record.value, record.headers))
     except RecordBatchError:
         raise
     except UnsupportedCodecError as exc:
@@ -193,11 +201,11 @@ def encode_fetched(records: list[StoredRecord], max_bytes: int, *, force_first: 
     return bytes(out), taken
 
 
-def build_batch(records: list[Record], *, compression: int = 0, producer_id: int = -1,
+def build_batch(records: Sequence[RecordTuple], *, compression: int = 0, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
     """A produce-side batch (base offset 0): used by tests and the benchmark."""
     builder = DefaultRecordBatchBuilder(2, compression, 0, producer_id, producer_epoch,
                                         base_sequence, _INT32_MAX)
-    for delta, record in enumerate(records):
-        builder.append(delta, record.timestamp, record.key, record.value, record.headers)
+    for delta, (timestamp, key, value, headers) in enumerate(records):
+        builder.append(delta, timestamp, key, value, headers)
     return bytes(builder.build())

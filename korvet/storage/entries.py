@@ -26,31 +26,40 @@ _HEADER_LEN = len(HEADER)
 _NULL_HEADER_LEN = len(NULL_HEADER)
 
 
-def encode_fields(timestamp: int, key: bytes | None, value: bytes | None,
-                  headers: Sequence[Header], out: list[bytes | int]) -> None:
-    """Append ``k, f1, v1, ..., fk, vk`` (the append script's per-record layout) to ``out``."""
-    count_at = len(out)
-    out.append(0)
-    out.append(TIMESTAMP)
-    out.append(b"%d" % timestamp)
-    pairs = 1
-    if key is not None:
-        out.append(KEY)
-        out.append(key)
-        pairs += 1
-    if value is not None:
-        out.append(VALUE)
-        out.append(value)
-        pairs += 1
-    for name, header_value in headers:
-        if header_value is None:
-            out.append(NULL_HEADER + name.encode())
-            out.append(b"")
-        else:
-            out.append(HEADER + name.encode())
-            out.append(header_value)
-        pairs += 1
-    out[count_at] = pairs
+def encode_records(records: Sequence[tuple[int, bytes | None, bytes | None, Sequence[Header]]],
+                   out: list[bytes | int], timestamp: int | None = None) -> int:
+    """Append each record's ``k, f1, v1, ..., fk, vk`` (the append script's per-record
+    layout) to ``out``; one call per batch, since this is a hot loop. ``timestamp``
+    replaces the records' own (LogAppendTime). Returns the key, value and header bytes."""
+    size = 0
+    append = out.append
+    for stamp, key, value, headers in records:
+        count_at = len(out)
+        append(0)
+        append(TIMESTAMP)
+        append(b"%d" % (stamp if timestamp is None else timestamp))
+        pairs = 1
+        if key is not None:
+            append(KEY)
+            append(key)
+            pairs += 1
+            size += len(key)
+        if value is not None:
+            append(VALUE)
+            append(value)
+            pairs += 1
+            size += len(value)
+        for name, header_value in headers:
+            if header_value is None:
+                append(NULL_HEADER + name.encode())
+                append(b"")
+            else:
+                append(HEADER + name.encode())
+                append(header_value)
+                size += len(header_value)
+            pairs += 1
+        out[count_at] = pairs
+    return size
 
 
 def decode_fields(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | None, list[Header]]:
@@ -74,5 +83,8 @@ def decode_fields(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | N
     return timestamp, key, value, headers
 
 
-def stored_size(fields: Sequence[bytes]) -> int:
-    return sum(len(f) for f in fields)
+def decode_entry(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | None, list[Header]]:
+    """``decode_fields`` with a fast path for the common layout (no headers)."""
+    if len(fields) == 6 and fields[0] == TIMESTAMP and fields[2] == KEY and fields[4] == VALUE:
+        return int(fields[1]), fields[3], fields[5], []
+    return decode_fields(fields)

@@ -24,8 +24,10 @@ from enum import Enum
 from importlib import resources
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
@@ -42,6 +44,7 @@ class AppendStatus(Enum):
     NO_PARTITION = "NO_PARTITION"
     OUT_OF_ORDER = "OUT_OF_ORDER"
     BAD_EPOCH = "BAD_EPOCH"
+    FULL = "FULL"  # the partition's offsets would pass 2^63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +218,33 @@ class RedisStore:
             producer.last_sequence, count, self.append_channel,
         ]
         args.extend(fields)
-        reply = await self._append(
-            keys=[self.stream_key(topic.name, partition), self.meta_key(topic.name, partition),
-                  self.topic_key(topic.name)],
-            args=args,
-        )
+        reply = await self._evalsha(self._append, (self.stream_key(topic.name, partition),
+                                                   self.meta_key(topic.name, partition),
+                                                   self.topic_key(topic.name)), args)
         return _append_result(codec, reply)
+
+    async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
+                       args: Sequence[bytes | int | str]) -> Any:
+        """EVALSHA packed by hiredis (redis-py's asyncio client packs in pure Python, which
+        cost more than the append itself for large batches) on a pooled connection."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        packed = hiredis.pack_command(command)  # type: ignore[arg-type]
+        pool = self.redis.connection_pool
+        for attempt in (1, 2):
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await connection.send_packed_command(packed)
+                return await connection.read_response()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                await self.redis.script_load(script.script)
+            except BaseException:
+                await connection.disconnect()
+                raise
+            finally:
+                await pool.release(connection)
+        raise AssertionError("unreachable")
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
@@ -238,13 +262,15 @@ class RedisStore:
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
+            bits, limit = codec.bits, codec.seq_limit
             raw_entries, meta = replies[2 * index], replies[2 * index + 1]
             entries: list[tuple[int, list[bytes]]] = []
             for entry_id, fields in raw_entries:
-                parsed = EntryId.parse(entry_id)
-                if parsed.seq >= codec.seq_limit:
+                ms, _, seq_text = entry_id.partition(b"-")
+                seq = int(seq_text)
+                if seq >= limit:
                     continue  # written by something else with more than 2^bits ids per ms
-                entries.append((codec.encode_id(parsed), fields))
+                entries.append(((int(ms) << bits) | seq, fields))
             if meta[0] is None:
                 start, end = await self._bounds_without_meta(codec, topic.name, partition)
             else:

@@ -97,19 +97,16 @@ async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int
             w.error = ErrorCode.offset_out_of_range
             w.records = None
             continue
-        stored: list[StoredRecord] = []
-        raw_bytes = 0
-        for offset, fields in result.entries:
-            timestamp, key, value, headers = entries.decode_fields(fields)
-            stored.append((offset, timestamp, key, value, headers))
-            raw_bytes += entries.stored_size(fields)
-        _estimates.observe(services.store.stream_key(w.topic.name, w.partition),
-                           len(result.entries), raw_bytes)
-        if not stored:
+        if not result.entries:
             w.records, w.taken = None, 0
             continue
+        decode = entries.decode_entry
+        stored: list[StoredRecord] = [(offset, *decode(fields)) for offset, fields in result.entries]
         budget = min(w.max_bytes, max_bytes - used)
         data, taken = encode_fetched(stored, budget, force_first=used == 0)
+        if taken:
+            _estimates.observe(services.store.stream_key(w.topic.name, w.partition), taken,
+                               len(data))
         w.records, w.taken = (data or None), taken
         used += len(data)
     return used

@@ -73,9 +73,11 @@ def _check_batch(batch: Batch, topic: TopicInfo, now: int) -> None:
     after = config.get_int("message.timestamp.after.max.ms")
     before = config.get_int("message.timestamp.before.max.ms")
     bad = []
+    earliest = now - before if before < now else -(2**63)
     for index, record in enumerate(batch.records):
-        if record.timestamp > now + after or (before < now and record.timestamp < now - before):
-            bad.append((index, f"timestamp {record.timestamp} is out of range "
+        stamp = record[0]
+        if stamp > now + after or stamp < earliest:
+            bad.append((index, f"timestamp {stamp} is out of range "
                                f"(broker time {now}, allowed -{before} / +{after} ms)"))
     if bad:
         raise _Refused(ErrorCode.invalid_timestamp,
@@ -98,12 +100,8 @@ async def _produce_partition(services: Services, topic: TopicInfo, index: int,
             _check_batch(batch, topic, now)
         for batch in batches:
             fields: list[bytes | int] = []
-            stamp = now if topic.config.log_append_time else None
-            size = 0
-            for record in batch.records:
-                entries.encode_fields(record.timestamp if stamp is None else stamp, record.key,
-                                      record.value, record.headers, fields)
-                size += len(record.value or b"") + len(record.key or b"")
+            size = entries.encode_records(batch.records, fields,
+                                          now if topic.config.log_append_time else None)
             producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                       batch.last_sequence)
                         if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
@@ -118,6 +116,9 @@ async def _produce_partition(services: Services, topic: TopicInfo, index: int,
                 raise _Refused(ErrorCode.out_of_order_sequence_number,
                                f"producer {batch.producer_id} sent sequence {batch.base_sequence} "
                                "out of order")
+            if result.status is AppendStatus.FULL:
+                raise _Refused(ErrorCode.kafka_storage_error,
+                               f"partition {index} of {topic.name} has no offsets left below 2^63")
             if result.status is AppendStatus.BAD_EPOCH:
                 raise _Refused(ErrorCode.invalid_producer_epoch,
                                f"producer {batch.producer_id} epoch {batch.producer_epoch} is "
