@@ -2,7 +2,7 @@
 
     korvet serve                      run the broker (embedded Redis unless --redis-url)
     korvet spec check [MODULE]        model-check spec/*.tla with TLC
-    korvet spec replay LOG            check a coordinator event log against the spec's rules
+    korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
     korvet jars fetch|list|classpath  the pinned JVM jars from Maven Central
 """
 
@@ -68,9 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
+    from korvet.pipelines import cli as pipeline_cli
     from korvet.spec import cli as spec_cli
 
     spec_cli.add_parser(commands)
+    pipeline_cli.add_parser(commands)
 
     jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

@@ -17,6 +17,7 @@ Lua script; every read that touches several partitions is one pipeline.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ class RedisStore:
         self._append: AsyncScript = client.register_script(_lua("append.lua"))
         self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
+        self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
         self.topics_key = f"{keyspace}:topics"
         self.topic_ids_key = f"{keyspace}:topic-ids"
         self.producer_ids_key = f"{keyspace}:producer-ids"
@@ -272,7 +274,7 @@ class RedisStore:
                     continue  # written by something else with more than 2^bits ids per ms
                 entries.append(((int(ms) << bits) | seq, fields))
             if meta[0] is None:
-                start, end = await self._bounds_without_meta(codec, topic.name, partition)
+                start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
             results.append(PartitionRead(entries, start, end))
@@ -284,15 +286,21 @@ class RedisStore:
         meta: list[Any] = await self.redis.hmget(self.meta_key(topic.name, partition),
                                                   "last", "start")
         if meta[0] is None:
-            return await self._bounds_without_meta(codec, topic.name, partition)
+            return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
 
-    async def _bounds_without_meta(self, codec: OffsetCodec, topic: str,
+    async def _bounds_without_meta(self, codec: OffsetCodec, topic: TopicInfo,
                                    partition: int) -> tuple[int, int]:
-        """A stream the broker never appended to (or none): Redis' own view."""
-        key = self.stream_key(topic, partition)
+        """A partition nothing was appended to: bounds.lua gives it its start now. A stream
+        written by something else keeps Redis' own view of its ids."""
+        key = self.stream_key(topic.name, partition)
+        reply = await self._bounds(
+            keys=[key, self.meta_key(topic.name, partition), self.topic_key(topic.name)],
+            args=[time.time_ns() // 1_000_000, codec.bits, topic.topic_id])
+        if reply:
+            return _bounds(codec, reply[0], reply[1])
         if not await self.redis.exists(key):
-            return 0, 0
+            return 0, 0  # the topic is gone
         info: dict[Any, Any] = await self.redis.xinfo_stream(key)
         last = EntryId.parse(info.get("last-generated-id", b"0-0"))
         end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1

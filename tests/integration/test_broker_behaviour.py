@@ -234,8 +234,9 @@ def test_compressed_batches_from_kafka_python(codec: str, korvet: KorvetProcess,
 def test_long_poll_waits_for_max_wait_without_data(korvet: KorvetProcess, unique_name: str) -> None:
     create_topic(korvet.bootstrap, unique_name, partitions=1)
     with WireClient(korvet.bootstrap) as client:
+        earliest = list_offsets(client, unique_name, 0, -2)[0]
         started = time.monotonic()
-        response = client.request(fetch_request(unique_name, 0, 0, max_wait_ms=1500))
+        response = client.request(fetch_request(unique_name, 0, earliest, max_wait_ms=1500))
         waited = time.monotonic() - started
     assert 1.4 <= waited < 4.0, f"an empty fetch returned after {waited:.2f}s"
     assert not response.responses[0].partitions[0].records
@@ -267,8 +268,9 @@ def test_partition_max_bytes_bounds_the_response_but_one_record_always_comes(
     create_topic(korvet.bootstrap, unique_name, partitions=1)
     with WireClient(korvet.bootstrap) as client:
         client.request(produce_request(unique_name, {0: batch(50, size=1000)}))
-        small = client.request(fetch_request(unique_name, 0, 0, partition_max_bytes=5000))
-        tiny = client.request(fetch_request(unique_name, 0, 0, partition_max_bytes=10))
+        earliest = list_offsets(client, unique_name, 0, -2)[0]
+        small = client.request(fetch_request(unique_name, 0, earliest, partition_max_bytes=5000))
+        tiny = client.request(fetch_request(unique_name, 0, earliest, partition_max_bytes=10))
     small_records = small.responses[0].partitions[0].records
     assert 1000 < len(small_records) <= 5000
     tiny_records = tiny.responses[0].partitions[0].records
@@ -294,16 +296,46 @@ def test_list_offsets_earliest_latest_and_by_timestamp(korvet: KorvetProcess,
     create_topic(korvet.bootstrap, unique_name, partitions=1)
     base = int(time.time() * 1000) - 10_000
     with WireClient(korvet.bootstrap) as client:
-        assert list_offsets(client, unique_name, 0, -1) == (0, -1)
+        empty_latest = list_offsets(client, unique_name, 0, -1)
+        assert empty_latest == list_offsets(client, unique_name, 0, -2), "empty: earliest == latest"
+        assert empty_latest[0] > 0 and empty_latest[1] == -1
         response = client.request(produce_request(unique_name, {0: build_batch(
             [Record(base + i * 1000, None, b"v", []) for i in range(5)])}))
         first = int(response.responses[0].partition_responses[0].base_offset)
-        assert list_offsets(client, unique_name, 0, -2)[0] == 0
+        assert first >= empty_latest[0], "a record landed below a position handed out earlier"
+        assert list_offsets(client, unique_name, 0, -2)[0] == empty_latest[0]
         assert list_offsets(client, unique_name, 0, -1)[0] == first + 5
         assert list_offsets(client, unique_name, 0, base + 2500) == (first + 3, base + 3000)
         assert list_offsets(client, unique_name, 0, base + 4000) == (first + 4, base + 4000)
         assert list_offsets(client, unique_name, 0, base + 60_000) == (-1, -1)
         assert list_offsets(client, unique_name, 0, -3) == (first + 4, base + 4000)
+
+
+def test_log_start_is_the_first_record_when_nothing_asked_before(korvet: KorvetProcess,
+                                                                 unique_name: str) -> None:
+    """Kafka's log start is the first record's offset, not 0: offset-counting tools (lag,
+    Spark's maxOffsetsPerTrigger) then count from the data, not from the epoch."""
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(unique_name, {0: batch(4)}))
+        first = int(response.responses[0].partition_responses[0].base_offset)
+        assert list_offsets(client, unique_name, 0, -2)[0] == first
+        fetched = client.request(fetch_request(unique_name, 0, first))
+        assert fetched.responses[0].partitions[0].log_start_offset == first
+
+
+def test_latest_of_an_empty_partition_stays_a_valid_position(korvet: KorvetProcess,
+                                                             unique_name: str) -> None:
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client:
+        position = list_offsets(client, unique_name, 0, -1)[0]
+        time.sleep(0.05)
+        client.request(produce_request(unique_name, {0: batch(3)}))
+        response = client.request(fetch_request(unique_name, 0, position))
+    part = response.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none, "the position handed out became out of range"
+    assert part.log_start_offset == position
+    assert part.records
 
 
 # --- retention -----------------------------------------------------------------------------

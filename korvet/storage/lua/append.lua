@@ -64,9 +64,17 @@ local function fmt(ms, seq)
 end
 
 local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
-local start_ms, start_seq = 0, 0
+-- The log start offset: the first offset not removed by retention. A log that never had an
+-- entry starts at its first batch (set below), so ListOffsets EARLIEST and the lag tools count
+-- from the first record, as with Kafka. bounds.lua gives an empty partition a start too.
+local start_ms, start_seq = nil, nil
 if meta[2] then
   start_ms, start_seq = split_id(meta[2])
+else
+  local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+  if #first > 0 then
+    start_ms, start_seq = split_id(first[1][1])
+  end
 end
 
 -- Idempotent producer (Kafka's ProducerStateManager rules, last 5 batches cached).
@@ -83,23 +91,23 @@ if pid ~= '-1' and base_seq >= 0 then
     -- pstate = {epoch, last_seq, touched_ms, [first_seq, last_seq, ms, seq] x up to 5}
     local stored_epoch = pstate[1]
     if epoch < stored_epoch then
-      return {'BAD_EPOCH', 0, 0, 0, 0, start_ms, start_seq}
+      return {'BAD_EPOCH', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
     end
     if epoch == stored_epoch then
       local i = 4
       while pstate[i] do
         if pstate[i] == base_seq and pstate[i + 1] == last_seq then
-          return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms, start_seq}
+          return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms or 0, start_seq or 0}
         end
         i = i + 4
       end
       local expected = pstate[2] + 1
       if pstate[2] == 2147483647 then expected = 0 end
       if base_seq ~= expected then
-        return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms, start_seq}
+        return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
       end
     elseif base_seq ~= 0 then
-      return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms, start_seq}
+      return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
     end
   end
 end
@@ -128,6 +136,9 @@ if ms < now then
 end
 
 local first_ms, first_seq = ms, seq
+if start_ms == nil then
+  start_ms, start_seq = first_ms, first_seq
+end
 if ms + math.floor((seq + n - 1) / limit) > max_ms then
   return {'FULL', 0, 0, 0, 0, start_ms, start_seq}
 end
