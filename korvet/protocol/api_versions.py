@@ -17,7 +17,7 @@ from korvet.protocol.framing import response_class
 from korvet.protocol.registry import ApiRegistry
 
 API_KEY = 18
-VERSIONS = range(0, 4)  # v0..v3 (v4 adds nothing the broker uses)
+VERSIONS = range(0, 5)  # v4 (KIP-1119) differs from v3 only in how features are listed
 
 _NO_THROTTLE = datetime.timedelta(0)
 

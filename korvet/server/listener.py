@@ -150,6 +150,9 @@ class KafkaListener:
         conn.correlation_id = correlation_id
         conn.client_id = request.client_id
         conn.requests += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s v%d correlation %d from %r", conn.connection_id, api.name, version,
+                      correlation_id, request.client_id)
         response = await api.handler(conn, request.body)
         if response is None:
             return None
