@@ -31,8 +31,6 @@ Header = tuple[str, bytes | None]
 # recordCount 57-61.
 BATCH_OVERHEAD = 61
 _LENGTH = struct.Struct(">i")
-_BASE_OFFSET = struct.Struct(">q")
-_LEADER_EPOCH = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
 
 TRANSACTIONAL_FLAG = 0x10
@@ -158,47 +156,8 @@ def _decode_one(raw: bytes) -> Batch:
     )
 
 
-# --- encoding (Fetch) --------------------------------------------------------------
-
-StoredRecord = tuple[int, int, bytes | None, bytes | None, list[Header]]  # offset, ts, k, v, h
-
-
-def encode_fetched(records: list[StoredRecord], max_bytes: int, *, force_first: bool) -> tuple[bytes, int]:
-    """Record batches for a partition's fetched records, within ``max_bytes``.
-
-    Offsets need not be consecutive (Kafka allows gaps inside a batch). A batch
-    is cut where the next offset delta would not fit the int32 ``offsetDelta`` /
-    ``lastOffsetDelta`` that clients read. When ``force_first`` the first record is
-    returned even if it alone exceeds ``max_bytes`` (KIP-74: a consumer must always
-    be able to make progress). Returns the bytes and how many records they hold.
-    """
-    out = bytearray()
-    taken = 0
-    index = 0
-    while index < len(records):
-        budget = max_bytes - len(out)
-        if budget <= BATCH_OVERHEAD and not (force_first and taken == 0):
-            break
-        base = records[index][0]
-        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, max(budget, 0))
-        count = 0
-        while index < len(records):
-            offset, timestamp, key, value, headers = records[index]
-            delta = offset - base
-            if delta > _INT32_MAX:
-                break
-            if builder.append(delta, timestamp, key, value, headers) is None:
-                break
-            count += 1
-            index += 1
-        batch = builder.build()
-        if len(out) + len(batch) > max_bytes and not (force_first and taken == 0):
-            break
-        _BASE_OFFSET.pack_into(batch, 0, base)
-        _LEADER_EPOCH.pack_into(batch, 12, 0)
-        out += batch
-        taken += count
-    return bytes(out), taken
+# --- encoding ---------------------------------------------------------------------
+# Fetch responses are built by korvet/server/batching.py straight from Redis' replies.
 
 
 def build_batch(records: Sequence[RecordTuple], *, compression: int = 0, producer_id: int = -1,

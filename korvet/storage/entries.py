@@ -81,10 +81,3 @@ def decode_fields(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | N
         elif name.startswith(NULL_HEADER):
             headers.append((name[_NULL_HEADER_LEN:].decode(errors="replace"), None))
     return timestamp, key, value, headers
-
-
-def decode_entry(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | None, list[Header]]:
-    """``decode_fields`` with a fast path for the common layout (no headers)."""
-    if len(fields) == 6 and fields[0] == TIMESTAMP and fields[2] == KEY and fields[4] == VALUE:
-        return int(fields[1]), fields[3], fields[5], []
-    return decode_fields(fields)

@@ -66,9 +66,20 @@ class ProducerBatch:
 
 @dataclass(frozen=True, slots=True)
 class PartitionRead:
-    entries: list[tuple[int, list[bytes]]]  # (offset, flat field list)
+    raw: list[Any]  # XRANGE's reply as Redis sent it: [entry id, [f1, v1, ...]] per entry
     log_start_offset: int
     high_watermark: int
+
+    def entries(self, bits: int) -> list[tuple[int, list[bytes]]]:
+        """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped."""
+        limit = 1 << bits
+        found = []
+        for entry_id, fields in self.raw:
+            ms, _, seq_text = entry_id.partition(b"-")
+            seq = int(seq_text)
+            if seq < limit:
+                found.append(((int(ms) << bits) | seq, fields))
+        return found
 
 
 class CreateOutcome(Enum):
@@ -264,20 +275,12 @@ class RedisStore:
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
-            bits, limit = codec.bits, codec.seq_limit
             raw_entries, meta = replies[2 * index], replies[2 * index + 1]
-            entries: list[tuple[int, list[bytes]]] = []
-            for entry_id, fields in raw_entries:
-                ms, _, seq_text = entry_id.partition(b"-")
-                seq = int(seq_text)
-                if seq >= limit:
-                    continue  # written by something else with more than 2^bits ids per ms
-                entries.append(((int(ms) << bits) | seq, fields))
             if meta[0] is None:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
-            results.append(PartitionRead(entries, start, end))
+            results.append(PartitionRead(raw_entries, start, end))
         return results
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
@@ -311,7 +314,7 @@ class RedisStore:
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
         read = await self.read([(topic, partition, offset, count)])
-        return read[0].entries
+        return read[0].entries(topic.config.sequence_bits)
 
     async def next_producer_id(self) -> int:
         value: int = await self.redis.incr(self.producer_ids_key)

@@ -28,10 +28,9 @@ from redis.exceptions import RedisError
 from korvet.core.offsets import MAX_OFFSET
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
-from korvet.protocol.records import StoredRecord, encode_fetched
 from korvet.protocol.registry import RequestContext
+from korvet.server.batching import entries_to_batches
 from korvet.server.services import Services
-from korvet.storage import entries
 
 log = logging.getLogger("korvet.fetch")
 
@@ -97,13 +96,12 @@ async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int
             w.error = ErrorCode.offset_out_of_range
             w.records = None
             continue
-        if not result.entries:
+        if not result.raw:
             w.records, w.taken = None, 0
             continue
-        decode = entries.decode_entry
-        stored: list[StoredRecord] = [(offset, *decode(fields)) for offset, fields in result.entries]
         budget = min(w.max_bytes, max_bytes - used)
-        data, taken = encode_fetched(stored, budget, force_first=used == 0)
+        data, taken = entries_to_batches(result.raw, w.topic.config.sequence_bits, budget,
+                                         force_first=used == 0)
         if taken:
             _estimates.observe(services.store.stream_key(w.topic.name, w.partition), taken,
                                len(data))

@@ -1,0 +1,86 @@
+"""The two per-record hot loops, fused: Kafka batches to stream entries and back.
+
+Both directions touch every record once, in one Python loop, without intermediate
+objects: produce goes from aiokafka's decoded records straight into the append
+script's argument list (storage/entries.py layout); fetch goes from Redis' raw
+XRANGE reply straight into aiokafka's batch builder. They live in the server layer
+because they join the storage layout (korvet.storage.entries) with the wire codec
+(korvet.protocol.records); tests/properties/test_batching.py checks both against
+the plain, unfused functions of those modules.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka.record._crecords import DefaultRecordBatchBuilder
+
+from korvet.protocol.records import BATCH_OVERHEAD
+from korvet.storage import entries
+
+_INT32_MAX = 2**31 - 1
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_TIMESTAMP, _KEY, _VALUE = entries.TIMESTAMP, entries.KEY, entries.VALUE
+_NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only reads it
+
+
+def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
+                       force_first: bool) -> tuple[bytes, int]:
+    """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
+
+    Entries whose sequence is wider than ``bits`` (not written by the broker) are
+    skipped. A batch is cut before an offset delta would pass int32; the response stops
+    at ``max_bytes`` except that, with ``force_first``, the first record always comes
+    (KIP-74). Returns the bytes and the number of records in them.
+    """
+    out = bytearray()
+    taken = 0
+    limit = 1 << bits
+    decode = entries.decode_fields
+    index, total = 0, len(raw)
+    while index < total:
+        budget = max_bytes - len(out)
+        first_in_response = force_first and taken == 0
+        if budget <= BATCH_OVERHEAD and not first_in_response:
+            break
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, max(budget, 0))
+        append = builder.append
+        base = -1
+        count = 0
+        while index < total:
+            entry_id, fields = raw[index]
+            ms, _, seq_text = entry_id.partition(b"-")
+            seq = int(seq_text)
+            if seq >= limit:
+                index += 1
+                continue
+            offset = (int(ms) << bits) | seq
+            if base < 0:
+                base = offset
+            elif offset - base > _INT32_MAX:
+                break
+            width = len(fields)
+            if width == 6 and fields[0] == _TIMESTAMP and fields[2] == _KEY and fields[4] == _VALUE:
+                appended = append(offset - base, int(fields[1]), fields[3], fields[5], _NO_HEADERS)
+            elif width == 4 and fields[0] == _TIMESTAMP and fields[2] == _VALUE:
+                appended = append(offset - base, int(fields[1]), None, fields[3], _NO_HEADERS)
+            else:
+                stamp, key, value, headers = decode(fields)
+                appended = append(offset - base, stamp, key, value, headers)
+            if appended is None:
+                break
+            count += 1
+            index += 1
+        if count == 0:
+            break
+        batch = builder.build()
+        if len(out) + len(batch) > max_bytes and not first_in_response:
+            break
+        _BASE_OFFSET.pack_into(batch, 0, base)
+        _LEADER_EPOCH.pack_into(batch, 12, 0)
+        out += batch
+        taken += count
+    return bytes(out), taken
