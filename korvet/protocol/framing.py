@@ -37,6 +37,7 @@ class RequestFrame:
     client_id: str | None
     body: Any  # a kio request dataclass
     body_bytes: int
+    trailing: int = 0  # bytes after the body: tolerated, as Kafka's readers do
 
 
 def peek_prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -79,11 +80,9 @@ def parse_request(frame: bytes | memoryview) -> RequestFrame:
             f"malformed api key {api_key} v{api_version} request "
             f"(correlation {correlation_id}): {exc}"
         ) from exc
-    if header_size + body_size != len(frame):
-        raise FrameError(
-            f"api key {api_key} v{api_version}: {len(frame) - header_size - body_size} "
-            "trailing bytes after the request body"
-        )
+    trailing = len(frame) - header_size - body_size
+    if trailing < 0:
+        raise FrameError(f"api key {api_key} v{api_version}: the body overruns the frame")
     return RequestFrame(
         api_key=api_key,
         api_version=api_version,
@@ -91,6 +90,7 @@ def parse_request(frame: bytes | memoryview) -> RequestFrame:
         client_id=getattr(header, "client_id", None),
         body=body,
         body_bytes=body_size,
+        trailing=trailing,
     )
 
 

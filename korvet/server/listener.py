@@ -145,14 +145,16 @@ class KafkaListener:
         try:
             request = parse_request(frame)
         except FrameError as exc:
-            raise _Close(str(exc)) from None
+            excerpt = frame[:96].hex()
+            raise _Close(f"{exc} (frame starts {excerpt}{'...' if len(frame) > 96 else ''})") from None
         conn.api_version = version
         conn.correlation_id = correlation_id
         conn.client_id = request.client_id
         conn.requests += 1
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s v%d correlation %d from %r", conn.connection_id, api.name, version,
-                      correlation_id, request.client_id)
+            log.debug("%s %s v%d correlation %d from %r%s", conn.connection_id, api.name, version,
+                      correlation_id, request.client_id,
+                      f" ({request.trailing} trailing bytes ignored)" if request.trailing else "")
         response = await api.handler(conn, request.body)
         if response is None:
             return None

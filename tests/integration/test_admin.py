@@ -1,0 +1,164 @@
+"""Topic administration and configs through a real admin client (librdkafka's AdminClient)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.conftest import KorvetProcess
+from tests.integration import clients
+from tests.integration.test_broker_behaviour import batch, produce_request, xlen
+from tests.support.wire import WireClient
+
+pytestmark = pytest.mark.clients
+
+
+def admin(broker: KorvetProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def error_of(future: Any) -> str:
+    with pytest.raises(KafkaException) as caught:
+        future.result(30)
+    return str(caught.value.args[0].name())
+
+
+def test_create_topic_name_rules_and_duplicates(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    bad = ["", "a" * 250, "bad name", "bad/name", ".", ".."]
+    futures = client.create_topics([NewTopic(name, 1) for name in bad if name])
+    for name, future in futures.items():
+        assert error_of(future) == "TOPIC_EXCEPTION", name
+    client.create_topics([NewTopic(unique_name, 2)])[unique_name].result(30)
+    assert error_of(client.create_topics([NewTopic(unique_name, 2)])[unique_name]) == (
+        "TOPIC_ALREADY_EXISTS")
+    collider = unique_name.replace("-", ".") + ".x"
+    client.create_topics([NewTopic(collider.replace(".", "_"), 1)])[collider.replace(".", "_")].result(30)
+    assert error_of(client.create_topics([NewTopic(collider, 1)])[collider]) == "TOPIC_EXCEPTION"
+
+
+def test_create_topic_validate_only_creates_nothing(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 3)], validate_only=True)[unique_name].result(30)
+    metadata = client.list_topics(timeout=10)
+    assert unique_name not in metadata.topics
+
+
+def test_replication_factor_and_partition_errors(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    assert error_of(client.create_topics([NewTopic(unique_name, 1, replication_factor=3)])
+                    [unique_name]) == "INVALID_REPLICATION_FACTOR"
+    assert error_of(client.create_topics([NewTopic(unique_name, 0)])[unique_name]) == (
+        "INVALID_PARTITIONS")
+    assert error_of(client.create_topics([NewTopic(unique_name, 1, config={"no.such": "1"})])
+                    [unique_name]) == "INVALID_CONFIG"
+    assert error_of(client.create_topics([NewTopic(unique_name, 1,
+                                                   config={"cleanup.policy": "compact"})])
+                    [unique_name]) == "INVALID_CONFIG"
+
+
+def test_delete_topic_removes_streams_and_metadata(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 2)])[unique_name].result(30)
+    with WireClient(korvet.bootstrap) as wire:
+        wire.request(produce_request(unique_name, {0: batch(3), 1: batch(2)}))
+    assert xlen(korvet, unique_name, 0) == 3
+    client.delete_topics([unique_name])[unique_name].result(30)
+    keys = subprocess.run(["redis-cli", "-u", korvet.redis_url, "--scan", "--pattern",
+                           f"*{unique_name}*"], capture_output=True, text=True, check=True).stdout
+    assert keys.strip() == "", f"keys left behind: {keys.split()}"
+    assert error_of(client.delete_topics([unique_name])[unique_name]) == (
+        "UNKNOWN_TOPIC_OR_PART")
+
+
+def test_create_partitions_grows_a_topic(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1)])[unique_name].result(30)
+    client.create_partitions([NewPartitions(unique_name, 4)])[unique_name].result(30)
+    assert len(client.list_topics(unique_name, timeout=10).topics[unique_name].partitions) == 4
+    assert error_of(client.create_partitions([NewPartitions(unique_name, 2)])[unique_name]) == (
+        "INVALID_PARTITIONS")
+    records = [clients.Rec(3, b"k", b"in the new partition", (), int(time.time() * 1000))]
+    told = clients.confluent_produce(korvet.bootstrap, unique_name, records)
+    assert told[0][0] == 3
+
+
+def _described(client: AdminClient, topic: str) -> dict[str, Any]:
+    resource = ConfigResource("topic", topic)
+    return dict(client.describe_configs([resource])[resource].result(30))
+
+
+def test_describe_and_alter_topic_configs(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1, config={"retention.ms": "3600000"})]
+                         )[unique_name].result(30)
+    configs = _described(client, unique_name)
+    assert configs["retention.ms"].value == "3600000"
+    assert not configs["retention.ms"].is_default
+    assert configs["korvet.sequence.bits"].value == "10"
+    assert configs["korvet.sequence.bits"].is_read_only
+    assert configs["max.message.bytes"].is_default
+    resource = ConfigResource("topic", unique_name, incremental_configs=[
+        ConfigEntry("korvet.retention.records", "2", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    client.incremental_alter_configs([resource])[resource].result(30)
+    configs = _described(client, unique_name)
+    assert configs["korvet.retention.records"].value == "2"
+    assert configs["retention.ms"].value == "604800000"  # back to the default
+    with WireClient(korvet.bootstrap) as wire:
+        wire.request(produce_request(unique_name, {0: batch(6)}))
+    assert xlen(korvet, unique_name) == 2, "the altered retention was not applied"
+
+
+def test_config_changes_that_must_be_refused(korvet: KorvetProcess, unique_name: str) -> None:
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1)])[unique_name].result(30)
+    for entry in (ConfigEntry("korvet.sequence.bits", "12",
+                              incremental_operation=AlterConfigOpType.SET),
+                  ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET),
+                  ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)):
+        resource = ConfigResource("topic", unique_name, incremental_configs=[entry])
+        assert error_of(client.incremental_alter_configs([resource])[resource]) == "INVALID_CONFIG"
+    missing = ConfigResource("topic", unique_name + "-missing")
+    assert error_of(client.describe_configs([missing])[missing]) == "UNKNOWN_TOPIC_OR_PART"
+
+
+def test_broker_configs_are_readable(korvet: KorvetProcess) -> None:
+    client = admin(korvet)
+    resource = ConfigResource("broker", "0")
+    configs = dict(client.describe_configs([resource])[resource].result(30))
+    assert configs["auto.create.topics.enable"].value == "true"
+    assert configs["num.partitions"].value == "1"
+
+
+def test_describe_cluster_names_this_broker(korvet: KorvetProcess) -> None:
+    client = admin(korvet)
+    cluster = client.describe_cluster().result(30)
+    assert cluster.cluster_id == "korvet-cluster"
+    assert [(n.id, n.port) for n in cluster.nodes] == [(0, korvet.port)]
+    assert cluster.controller.id == 0
+
+
+def test_approximate_trimming_is_per_topic(korvet: KorvetProcess, unique_name: str) -> None:
+    """`~` trims whole listpack nodes: never more than asked, possibly fewer."""
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1, config={
+        "korvet.retention.records": "100", "korvet.trim.approximate": "true"})])[unique_name].result(30)
+    with WireClient(korvet.bootstrap) as wire:
+        for round_ in range(10):
+            wire.request(produce_request(unique_name, {0: batch(100, start=round_ * 100)}))
+    kept = xlen(korvet, unique_name)
+    assert 100 <= kept < 1000, f"approximate trimming kept {kept} of 1000 entries"
