@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -110,7 +111,18 @@ async def _wait_for_stop_signal() -> None:
                 loop.remove_signal_handler(sig)
 
 
+def tune_garbage_collector() -> None:
+    """Fewer cyclic collections. Every fetched record allocates Redis-reply lists, which
+    reference counting frees at once; the default thresholds (700, 10, 10) ran a
+    generation-2 pass every few fetches, a 30-70 ms pause of the whole broker. Objects
+    created at start-up are frozen out of the collector altogether."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 def run(config: Config) -> int:
+    tune_garbage_collector()
     logging.basicConfig(
         level=config.get_str("log.level").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
