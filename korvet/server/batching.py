@@ -28,19 +28,21 @@ _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only rea
 
 
 def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
-                       force_first: bool) -> tuple[bytes, int]:
+                       force_first: bool) -> tuple[bytes, int, int]:
     """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
 
     Entries whose sequence is wider than ``bits`` (not written by the broker) are
     skipped. A batch is cut before an offset delta would pass int32; the response stops
     at ``max_bytes`` except that, with ``force_first``, the first record always comes
-    (KIP-74). Returns the bytes and the number of records in them.
+    (KIP-74). Returns the bytes, the number of records in them, and the offset after the
+    last of them (-1 when none): where the consumer will fetch next.
     """
     out = bytearray()
     taken = 0
     limit = 1 << bits
     decode = entries.decode_fields
     index, total = 0, len(raw)
+    next_offset = -1
     while index < total:
         budget = max_bytes - len(out)
         first_in_response = force_first and taken == 0
@@ -50,6 +52,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
         append = builder.append
         base = -1
         count = 0
+        last = -1
         while index < total:
             entry_id, fields = raw[index]
             ms, _, seq_text = entry_id.partition(b"-")
@@ -74,6 +77,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
                 break
             count += 1
             index += 1
+            last = offset
         if count == 0:
             break
         batch = builder.build()
@@ -83,4 +87,5 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
         _LEADER_EPOCH.pack_into(batch, 12, 0)
         out += batch
         taken += count
-    return bytes(out), taken
+        next_offset = last + 1
+    return bytes(out), taken, next_offset

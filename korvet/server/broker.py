@@ -75,5 +75,8 @@ class Broker:
         await self.services.notifier.close()
         await self.redis.aclose()
 
+    def connection_closed(self, connection_id: str) -> None:
+        fetch.forget(connection_id)
+
     async def handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
         return api_versions.build_response(self.registry, ctx.api_version)

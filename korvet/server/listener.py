@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from korvet.protocol import api_versions
@@ -51,6 +52,7 @@ class KafkaListener:
     host: str = "127.0.0.1"
     port: int = 9092
     max_request_bytes: int = 100 * 1024 * 1024
+    on_close: Callable[[str], None] | None = None  # told each closed connection's id
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
@@ -101,6 +103,8 @@ class KafkaListener:
             log.exception("closing connection %s after an unexpected error", conn.connection_id)
         finally:
             self._connections.discard(task)
+            if self.on_close is not None:
+                self.on_close(conn.connection_id)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -471,3 +471,37 @@ def test_many_concurrent_connections_are_all_served(korvet: KorvetProcess) -> No
     finally:
         for client in socks:
             client.close()
+
+
+def test_read_ahead_answers_exactly_what_a_fresh_read_would(korvet: KorvetProcess,
+                                                           unique_name: str) -> None:
+    """After a full fetch the broker prepares the predicted next one: taking it, seeking
+    elsewhere instead, and records appended meanwhile must all give a fresh read's answer."""
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    with WireClient(korvet.bootstrap) as client, WireClient(korvet.bootstrap) as fresh:
+        for round_ in range(4):
+            client.request(produce_request(unique_name, {0: batch(200, start=round_ * 200,
+                                                                  size=500)}))
+        start = list_offsets(client, unique_name, 0, -2)[0]
+
+        def records(wire: WireClient, offset: int) -> tuple[bytes, int]:
+            part = wire.request(fetch_request(unique_name, 0, offset,
+                                              partition_max_bytes=40_000)).responses[0].partitions[0]
+            return bytes(part.records or b""), int(part.high_watermark)
+
+        first, _ = records(client, start)  # full: a prediction is now prepared
+        from aiokafka.record._crecords import DefaultRecordBatch
+        last_offsets = []
+        position = 0
+        while position < len(first):
+            length = int.from_bytes(first[position + 8:position + 12], "big")
+            parsed = DefaultRecordBatch(first[position:position + 12 + length])
+            last_offsets.append(parsed.base_offset + parsed.last_offset_delta)
+            position += 12 + length
+        following = max(last_offsets) + 1
+        assert records(client, following)[0] == records(fresh, following)[0]  # the predicted one
+        assert records(client, start)[0] == first  # a seek back: the prediction is not used
+        client.request(produce_request(unique_name, {0: batch(5, start=9000)}))
+        predicted, high_watermark = records(client, following)
+        assert predicted == records(fresh, following)[0]
+        assert high_watermark <= list_offsets(fresh, unique_name, 0, -1)[0]

@@ -65,8 +65,10 @@ def test_fused_fetch_encoding_reads_back_exactly(bits: int, start_ms: int, gaps:
         if offset > codec.max_offset:
             break
         placed.append((offset, record))
-    data, taken = entries_to_batches(_stored(bits, placed), bits, 1 << 30, force_first=True)
+    data, taken, next_offset = entries_to_batches(_stored(bits, placed), bits, 1 << 30,
+                                                  force_first=True)
     assert taken == len(placed)
+    assert next_offset == (placed[-1][0] + 1 if placed else -1)
     expected = [(o, ts, k, v, list(h)) for o, (ts, k, v, h) in placed]
     assert _read_back(data) == expected
 
@@ -76,13 +78,14 @@ def test_size_limit_is_kept_but_the_first_record_always_comes(items: list[Any], 
     codec = OffsetCodec(10)
     base = codec.encode(1_800_000_000_000, 0)
     placed = [(base + i, record) for i, record in enumerate(items)]
-    data, taken = entries_to_batches(_stored(10, placed), 10, limit, force_first=True)
+    data, taken, next_offset = entries_to_batches(_stored(10, placed), 10, limit, force_first=True)
     assert taken >= 1
+    assert next_offset == placed[taken - 1][0] + 1
     if len(data) > limit:
         assert taken == 1, "more than one record beyond the limit"
     got = _read_back(data)
     assert [g[0] for g in got] == [o for o, _ in placed[:taken]]
-    without_force, count = entries_to_batches(_stored(10, placed), 10, limit, force_first=False)
+    without_force, count, _ = entries_to_batches(_stored(10, placed), 10, limit, force_first=False)
     assert len(without_force) <= max(limit, 0)
     assert count == 0 or len(without_force) > BATCH_OVERHEAD
 
@@ -90,7 +93,7 @@ def test_size_limit_is_kept_but_the_first_record_always_comes(items: list[Any], 
 def test_entries_not_written_by_the_broker_are_skipped() -> None:
     raw = _stored(2, [(OffsetCodec(2).encode(5, 1), (1, None, b"mine", []))])
     raw.insert(0, [b"5-9", [b"value", b"foreign"]])  # seq 9 is wider than 2 bits
-    data, taken = entries_to_batches(raw, 2, 1 << 20, force_first=True)
+    data, taken, _ = entries_to_batches(raw, 2, 1 << 20, force_first=True)
     assert taken == 1 and _read_back(data)[0][3] == b"mine"
 
 
@@ -106,7 +109,7 @@ def test_produced_batch_round_trip_through_the_entry_layout() -> None:
         fields: list[bytes | int] = []
         entries.encode_records([record], fields)
         raw.append([str(codec.decode(base + i)).encode(), fields[1:]])
-    data, taken = entries_to_batches(raw, 10, 1 << 20, force_first=True)
+    data, taken, _ = entries_to_batches(raw, 10, 1 << 20, force_first=True)
     assert taken == 20
     assert [(ts, k, v, h) for _, ts, k, v, h in _read_back(data)] == [
         (ts, k, v, list(h)) for ts, k, v, h in sent]

@@ -17,6 +17,7 @@ which tells clients to send full fetch requests (a valid Kafka behaviour).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Wanted:
     log_start_offset: int = -1
     records: bytes | None = None
     taken: int = 0
+    next_offset: int = -1  # after the last record returned; -1 when none
 
 
 @dataclass
@@ -73,6 +75,83 @@ class _SizeEstimate:
 
 
 _estimates = _SizeEstimate()
+
+
+# --- read-ahead ---------------------------------------------------------------------------
+# A consumer fetches a partition strictly in sequence: its next Fetch on the connection asks
+# for the same partitions at the offsets just past what it received. After a response that
+# carried data, the broker reads and encodes that predicted next response while the client
+# is busy with this one; if the next request is exactly the predicted one, it is answered
+# from it. The log is immutable below the high watermark, so a response prepared a moment
+# early holds the same records; only its high watermark may be a little older, which Kafka
+# clients accept (it only bounds what they may read next).
+
+Signature = tuple[int, tuple[tuple[str, int, int, int], ...]]
+
+
+@dataclass
+class _Prediction:
+    signature: Signature
+    task: asyncio.Task[tuple[list[Wanted], int]]
+    created: float
+
+
+_PREDICTION_TTL = 5.0
+_PREDICTION_MAX_BYTES = 16 * 1024 * 1024  # larger fetches are not read ahead (memory)
+_predictions: dict[str, _Prediction] = {}
+
+
+def forget(connection: str) -> None:
+    """The connection closed: drop what was read ahead for it."""
+    prediction = _predictions.pop(connection, None)
+    if prediction is not None:
+        prediction.task.cancel()
+
+
+def _signature(wanted: list[Wanted], max_bytes: int) -> Signature | None:
+    parts = []
+    for w in wanted:
+        if w.topic is None or w.error is not ErrorCode.none:
+            return None
+        parts.append((w.topic.topic_id, w.partition, w.offset, w.max_bytes))
+    return max_bytes, tuple(parts)
+
+
+def _take_prediction(connection: str, wanted: list[Wanted],
+                     max_bytes: int) -> asyncio.Task[tuple[list[Wanted], int]] | None:
+    prediction = _predictions.pop(connection, None)
+    if prediction is None:
+        return None
+    if prediction.signature != _signature(wanted, max_bytes) or (
+            time.monotonic() - prediction.created > _PREDICTION_TTL):
+        prediction.task.cancel()
+        return None
+    return prediction.task
+
+
+def _predict(services: Services, connection: str, answered: list[Wanted], max_bytes: int) -> None:
+    """Start reading the response to the request that will most likely come next."""
+    if not any(w.taken for w in answered):
+        return  # caught up (or nothing readable): the next fetch will wait for new records
+    if sum(len(w.records or b"") for w in answered) > _PREDICTION_MAX_BYTES:
+        return
+    following = [Wanted(w.topic_key, w.topic, w.partition,
+                        w.next_offset if w.next_offset >= 0 else w.offset, w.max_bytes)
+                 for w in answered]
+    signature = _signature(following, max_bytes)
+    if signature is None:
+        return
+
+    async def prepare() -> tuple[list[Wanted], int]:
+        used = await _read(services, following, max_bytes)
+        return following, used
+
+    now = time.monotonic()
+    for key, old in list(_predictions.items()):
+        if now - old.created > _PREDICTION_TTL:
+            old.task.cancel()
+            del _predictions[key]
+    _predictions[connection] = _Prediction(signature, asyncio.create_task(prepare()), now)
 
 
 async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int:
@@ -100,8 +179,8 @@ async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int
             w.records, w.taken = None, 0
             continue
         budget = min(w.max_bytes, max_bytes - used)
-        data, taken = entries_to_batches(result.raw, w.topic.config.sequence_bits, budget,
-                                         force_first=used == 0)
+        data, taken, w.next_offset = entries_to_batches(
+            result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0)
         if taken:
             _estimates.observe(services.store.stream_key(w.topic.name, w.partition), taken,
                                len(data))
@@ -149,7 +228,17 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             wanted.append(w)
 
     try:
-        used = await _read(services, wanted, max_bytes)
+        predicted = _take_prediction(ctx.connection_id, wanted, max_bytes)
+        used = -1
+        if predicted is not None:
+            try:
+                prepared, prepared_used = await predicted
+            except (RedisError, OSError, asyncio.CancelledError):
+                prepared, prepared_used = [], 0
+            if prepared and (prepared_used >= max(1, request.min_bytes)):
+                wanted, used = prepared, prepared_used
+        if used < 0:
+            used = await _read(services, wanted, max_bytes)
         stream_keys = [services.store.stream_key(w.topic.name, w.partition)
                        for w in wanted if w.topic is not None and w.error is ErrorCode.none]
         while used < max(1, request.min_bytes) and stream_keys and not any(
@@ -161,6 +250,7 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             if not woken:
                 break
             used = await _read(services, wanted, max_bytes)
+        _predict(services, ctx.connection_id, wanted, max_bytes)
     except (RedisError, OSError) as exc:
         log.warning("fetch failed: %s", exc)
         for w in wanted:
