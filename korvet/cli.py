@@ -2,6 +2,7 @@
 
     korvet serve                      run the broker (embedded Redis unless --redis-url)
     korvet spec check [MODULE]        model-check spec/*.tla with TLC
+    korvet conformance --bootstrap H:P  the conformance suite against any Kafka-compatible broker
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
     korvet jars fetch|list|classpath  the pinned JVM jars from Maven Central
 """
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     spec_cli.add_parser(commands)
     pipeline_cli.add_parser(commands)
+    __import__("korvet.conformance.cli", fromlist=["add_parser"]).add_parser(commands)  # in progress
 
     jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

@@ -135,8 +135,10 @@ def request_class(api_key: int, api_version: int) -> type[Any]:
 _REQUEST_WRITERS: dict[type[Any], tuple[Callable[..., Any], Callable[..., Any], type[Any]]] = {}
 
 
-def encode_request(request: Any, correlation_id: int, client_id: str | None = "korvet") -> bytes:
-    """Size-prefixed request frame for a kio request dataclass."""
+def encode_request(request: Any, correlation_id: int, client_id: str | None = "korvet", *,
+                   api_version: int | None = None) -> bytes:
+    """Size-prefixed request frame for a kio request dataclass. ``api_version`` overrides
+    the version in the header (to send a body of one version labelled as another)."""
     request_type = type(request)
     writers = _REQUEST_WRITERS.get(request_type)
     if writers is None:
@@ -145,7 +147,8 @@ def encode_request(request: Any, correlation_id: int, client_id: str | None = "k
         _REQUEST_WRITERS[request_type] = writers
     header_writer, body_writer, header_schema = writers
     fields = {"request_api_key": request_type.__api_key__,
-              "request_api_version": request_type.__version__,
+              "request_api_version": (request_type.__version__ if api_version is None
+                                      else api_version),
               "correlation_id": correlation_id}
     if "client_id" in header_schema.__dataclass_fields__:
         fields["client_id"] = client_id

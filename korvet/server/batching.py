@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
+from crc32c import crc32c
 
 from korvet.protocol.records import BATCH_OVERHEAD
 from korvet.storage import entries
@@ -28,7 +29,7 @@ _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only rea
 
 
 def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
-                       force_first: bool) -> tuple[bytes, int, int]:
+                       force_first: bool, log_append_time: bool = False) -> tuple[bytes, int, int]:
     """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
 
     Entries whose sequence is wider than ``bits`` (not written by the broker) are
@@ -36,6 +37,10 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
     at ``max_bytes`` except that, with ``force_first``, the first record always comes
     (KIP-74). Returns the bytes, the number of records in them, and the offset after the
     last of them (-1 when none): where the consumer will fetch next.
+
+    ``log_append_time``: the topic's records carry the broker's append time. Each batch then
+    holds records of one append time and says LogAppendTime in its attributes, so clients
+    report that type and the batch's max timestamp, as Kafka does.
     """
     out = bytearray()
     taken = 0
@@ -53,6 +58,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
         base = -1
         count = 0
         last = -1
+        first_stamp = b""
         while index < total:
             entry_id, fields = raw[index]
             ms, _, seq_text = entry_id.partition(b"-")
@@ -63,7 +69,8 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
             offset = (int(ms) << bits) | seq
             if base < 0:
                 base = offset
-            elif offset - base > _INT32_MAX:
+                first_stamp = fields[1]
+            elif offset - base > _INT32_MAX or (log_append_time and fields[1] != first_stamp):
                 break
             width = len(fields)
             if width == 6 and fields[0] == _TIMESTAMP and fields[2] == _KEY and fields[4] == _VALUE:
@@ -85,7 +92,22 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
             break
         _BASE_OFFSET.pack_into(batch, 0, base)
         _LEADER_EPOCH.pack_into(batch, 12, 0)
+        if log_append_time:
+            _mark_log_append_time(batch)
         out += batch
         taken += count
         next_offset = last + 1
     return bytes(out), taken, next_offset
+
+
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+_LOG_APPEND_TIME_FLAG = 0x08
+
+
+def _mark_log_append_time(batch: bytearray) -> None:
+    """Set the batch's timestamp type to LogAppendTime and recompute its CRC (the CRC-32C
+    covers everything from the attributes at byte 21 to the end)."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, 21)
+    _ATTRIBUTES.pack_into(batch, 21, attributes | _LOG_APPEND_TIME_FLAG)
+    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))

@@ -7,6 +7,7 @@ offsets, gaps, header layouts, null keys and values, and size limits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -24,7 +25,7 @@ records = st.tuples(st.integers(0, 2**41), st.one_of(st.none(), st.binary(max_si
                     st.one_of(st.none(), st.binary(max_size=200)), headers)
 
 
-def _stored(bits: int, items: list[tuple[int, tuple[int, bytes | None, bytes | None, Any]]]
+def _stored(bits: int, items: Sequence[tuple[int, tuple[int, bytes | None, bytes | None, Any]]]
             ) -> list[list[Any]]:
     """Raw XRANGE replies as Redis sends them for these (offset, record) pairs."""
     codec = OffsetCodec(bits)
@@ -113,3 +114,29 @@ def test_produced_batch_round_trip_through_the_entry_layout() -> None:
     assert taken == 20
     assert [(ts, k, v, h) for _, ts, k, v, h in _read_back(data)] == [
         (ts, k, v, list(h)) for ts, k, v, h in sent]
+
+
+@settings(max_examples=100, deadline=None)
+@given(stamps=st.lists(st.integers(1_600_000_000_000, 1_600_000_000_003), min_size=1, max_size=40))
+def test_log_append_time_batches_say_so_and_hold_one_append_time(stamps: list[int]) -> None:
+    """On LogAppendTime topics each fetched batch has one timestamp, marked as LogAppendTime,
+    with a CRC that still matches: clients report the broker's time and type."""
+    from aiokafka.record._crecords import DefaultRecordBatch
+
+    codec = OffsetCodec(10)
+    base = codec.encode(1_800_000_000_000, 0)
+    placed = [(base + i, (stamp, None, b"v%d" % i, [])) for i, stamp in enumerate(stamps)]
+    data, taken, _ = entries_to_batches(_stored(10, placed), 10, 1 << 20, force_first=True,
+                                        log_append_time=True)
+    assert taken == len(stamps)
+    position, seen = 0, list[int]()
+    while position < len(data):
+        length = int.from_bytes(data[position + 8:position + 12], "big")
+        batch = DefaultRecordBatch(data[position:position + 12 + length])
+        assert batch.validate_crc()
+        assert batch.timestamp_type == 1
+        records = list(batch)
+        assert {r.timestamp for r in records} == {batch.max_timestamp}
+        seen.extend(r.timestamp for r in records)
+        position += 12 + length
+    assert seen == stamps

@@ -39,6 +39,7 @@ API_KEY = 1
 VERSIONS = range(4, 19)
 
 _MAX_ENTRIES_PER_READ = 10_000
+LEADER_EPOCH = 0  # every partition keeps leader epoch 0 (one leader, never replaced)
 _INITIAL_ENTRY_BYTES = 256
 
 
@@ -180,7 +181,8 @@ async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int
             continue
         budget = min(w.max_bytes, max_bytes - used)
         data, taken, w.next_offset = entries_to_batches(
-            result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0)
+            result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0,
+            log_append_time=w.topic.config.log_append_time)
         if taken:
             _estimates.observe(services.store.stream_key(w.topic.name, w.partition), taken,
                                len(data))
@@ -223,6 +225,8 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 w.error = unknown
             elif not 0 <= partition.partition < topic.partitions:
                 w.error = ErrorCode.unknown_topic_or_partition
+            elif getattr(partition, "current_leader_epoch", -1) > LEADER_EPOCH:
+                w.error = ErrorCode.unknown_leader_epoch  # the client knows a newer leader
             elif w.max_bytes <= 0:
                 w.max_bytes = 0
             wanted.append(w)
@@ -235,13 +239,13 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 prepared, prepared_used = await predicted
             except (RedisError, OSError, asyncio.CancelledError):
                 prepared, prepared_used = [], 0
-            if prepared and (prepared_used >= max(1, request.min_bytes)):
+            if prepared and prepared_used >= request.min_bytes:
                 wanted, used = prepared, prepared_used
         if used < 0:
             used = await _read(services, wanted, max_bytes)
         stream_keys = [services.store.stream_key(w.topic.name, w.partition)
                        for w in wanted if w.topic is not None and w.error is ErrorCode.none]
-        while used < max(1, request.min_bytes) and stream_keys and not any(
+        while used < request.min_bytes and stream_keys and not any(
                 w.error is not ErrorCode.none for w in wanted):
             remaining = max_wait - (time.monotonic() - started)
             if remaining <= 0:

@@ -95,6 +95,11 @@ async def _produce_partition(services: Services, topic: TopicInfo, index: int,
             batches = decode_batches(data)
         except RecordBatchError as exc:
             raise _Refused(ErrorCode(exc.code), str(exc)) from None
+        if len(batches) != 1:
+            # Produce v3+ carries exactly one batch per partition (Kafka: INVALID_RECORD).
+            raise _Refused(ErrorCode.invalid_record,
+                           f"{len(batches)} record batches for one partition; Produce v3+ "
+                           "allows exactly one")
         now = services.now_ms()
         for batch in batches:
             _check_batch(batch, topic, now)

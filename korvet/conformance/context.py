@@ -1,0 +1,168 @@
+"""What a check gets: the broker's address and API table, fresh names, connections, notes.
+
+Every check runs with its own ``CheckContext``. Names it makes (``ctx.name()``)
+hold the run id and the check's name, so checks never share a topic or group
+and a rerun never meets the leftovers of an earlier one. Connections and clients
+opened through the context are closed when the check ends, also when it fails
+or times out (closing them is how a stuck check is stopped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from korvet.conformance.messages import error_name
+from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
+from korvet.conformance.wire import WireClient, parse_bootstrap
+
+
+class ApiTable:
+    """The broker's ApiVersions answer, intersected with the versions kio has schemas for."""
+
+    def __init__(self, advertised: dict[int, tuple[int, int]]) -> None:
+        self.advertised = dict(advertised)
+
+    def usable(self, api_key: int) -> list[int]:
+        from korvet.conformance.schemas import kio_request_versions
+
+        if api_key not in self.advertised:
+            return []
+        lo, hi = self.advertised[api_key]
+        return [v for v in kio_request_versions(api_key) if lo <= v <= hi]
+
+    def pick(self, api_key: int, lo: int | None = None, hi: int | None = None) -> int:
+        """The newest version both sides know within [lo, hi]; fails the check if none."""
+        versions = [v for v in self.usable(api_key)
+                    if (lo is None or v >= lo) and (hi is None or v <= hi)]
+        if not versions:
+            from korvet.conformance.schemas import api_name
+
+            advertised = self.advertised.get(api_key)
+            shown = f"v{advertised[0]}-{advertised[1]}" if advertised else "not at all"
+            wanted = f"v{lo if lo is not None else 0}-{hi if hi is not None else 'max'}"
+            raise CheckFailed(
+                f"the broker does not advertise {api_name(api_key)} (key {api_key}) in {wanted} "
+                f"(ApiVersions lists it {shown})"
+            )
+        return max(versions)
+
+    def versions(self, api_key: int, lo: int | None = None, hi: int | None = None) -> list[int]:
+        """Every usable version within [lo, hi]; fails the check (like ``pick``) when there is none."""
+        self.pick(api_key, lo, hi)
+        return [v for v in self.usable(api_key) if (lo is None or v >= lo) and (hi is None or v <= hi)]
+
+    def has(self, api_key: int, version: int | None = None) -> bool:
+        versions = self.usable(api_key)
+        return bool(versions) if version is None else version in versions
+
+
+class CheckContext:
+    def __init__(self, check: Check, bootstrap: str, run_id: str, apis: ApiTable,
+                 *, request_timeout: float = 30.0) -> None:
+        self.check = check
+        self.bootstrap = bootstrap
+        self.host, self.port = parse_bootstrap(bootstrap)
+        self.run_id = run_id
+        self.apis = apis
+        self.request_timeout = request_timeout
+        self.details: dict[str, Any] = {}
+        self._names = 0
+        self._lock = threading.Lock()
+        self._closers: list[Callable[[], None]] = []
+        self.aborted = threading.Event()
+
+    # -- names ---------------------------------------------------------------
+
+    def name(self, kind: str = "t") -> str:
+        """A topic or group name no other check and no other run uses."""
+        with self._lock:
+            self._names += 1
+            n = self._names
+        slug = self.check.name.replace(".", "-").replace("_", "-")
+        if len(slug) > 60:
+            slug = slug[:60]
+        return f"kc-{self.run_id}-{slug}-{kind}{n}"
+
+    # -- resources -----------------------------------------------------------
+
+    def client(self, host: str | None = None, port: int | None = None, *,
+               client_id: str | None = "korvet-conformance", timeout: float | None = None) -> WireClient:
+        if self.aborted.is_set():
+            raise CheckFailed("the check was stopped (time limit)")
+        conn = WireClient(host or self.host, port or self.port, client_id=client_id,
+                          timeout=self.request_timeout if timeout is None else timeout)
+        self.on_close(conn.close)
+        return conn
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        with self._lock:
+            self._closers.append(closer)
+
+    def close(self) -> None:
+        with self._lock:
+            closers, self._closers = self._closers[::-1], []
+        for closer in closers:
+            with contextlib.suppress(Exception):
+                closer()
+
+    def abort(self) -> None:
+        self.aborted.set()
+        self.close()
+
+    def sleep(self, seconds: float) -> None:
+        if self.aborted.wait(seconds):
+            raise CheckFailed("the check was stopped (time limit)")
+
+    # -- reporting -----------------------------------------------------------
+
+    def note(self, key: str, value: Any) -> None:
+        """Record an observed value: it appears in the JSON and HTML reports."""
+        self.details[key] = value
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """Prefix failures inside the block with ``what`` (which step of a scenario failed)."""
+        try:
+            yield
+        except CheckFailed as exc:
+            raise CheckFailed(f"{what}: {exc.message}", **exc.details) from exc
+
+
+# -- assertions -------------------------------------------------------------
+
+
+def expect(condition: bool, message: str, **details: Any) -> None:
+    if not condition:
+        raise CheckFailed(message, **details)
+
+
+def expect_eq(actual: Any, expected: Any, what: str) -> None:
+    if actual != expected:
+        raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+def expect_error(actual: Any, expected: int | tuple[int, ...], what: str) -> None:
+    """An error code equals ``expected`` (or one of them); the message names both codes."""
+    code = int(actual)
+    wanted = (expected,) if isinstance(expected, int) else expected
+    if code not in wanted:
+        names = " or ".join(error_name(c) for c in wanted)
+        raise CheckFailed(f"{what}: expected {names}, got {error_name(code)}")
+
+
+def skip(reason: str) -> None:
+    raise CheckSkipped(reason)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(interval)

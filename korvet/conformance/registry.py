@@ -1,0 +1,119 @@
+"""The check registry: every check's name, API, asserted behaviour, source and profile excuses.
+
+A check is a function ``fn(ctx) -> None`` that raises ``CheckFailed`` when the
+broker does not behave as Kafka does (``CheckSkipped`` when it cannot run here,
+e.g. a client tool is missing). It is registered with ``@check(...)``, which
+records what a reader of the catalogue needs:
+
+- ``name``: dotted and stable, ``<api>.<topic>.<behaviour>`` (``produce.acks_all.offsets_consecutive``);
+- ``api``: the API (or client, or history) it exercises, which groups the catalogue;
+- ``asserts``: the Kafka behaviour, in one sentence a broker user would recognise;
+- ``source``: where Kafka says so (protocol guide, KIP, or the Kafka code path);
+- ``kafka_exact``: the check assumes Kafka's exact offset arithmetic (offsets start
+  at 0 and are dense). No other check may assume that;
+- ``excuses``: profile name -> reason, for documented design differences
+  (``differences.py`` holds the reasons; a profile excuses a failure, never a pass);
+- ``requires``: a broker setting the check depends on, stated for implementers;
+- ``group_protocol``: the check drives the classic consumer-group protocol.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from korvet.conformance.context import CheckContext
+
+CheckFn = Callable[["CheckContext"], None]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+
+
+class CheckFailed(AssertionError):
+    """The broker did not behave as the check asserts. ``details`` go to the reports."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class CheckSkipped(Exception):
+    """The check cannot run against this broker or on this machine (a missing tool, say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    api: str
+    asserts: str
+    source: str
+    fn: CheckFn = field(repr=False, compare=False)
+    kafka_exact: bool = False
+    excuses: Mapping[str, str] = field(default_factory=dict)
+    requires: str = ""
+    group_protocol: bool = False
+    serial: bool = False  # runs while no other check runs (timing or Hypothesis)
+    timeout: float = 90.0
+
+    @property
+    def family(self) -> str:
+        """The first part of the name: the group a check is listed under."""
+        return self.name.split(".", 1)[0]
+
+    def excuse(self, profile: str) -> str | None:
+        return self.excuses.get(profile)
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def check(
+    name: str,
+    *,
+    api: str,
+    asserts: str,
+    source: str,
+    kafka_exact: bool = False,
+    excuses: Mapping[str, str] | None = None,
+    requires: str = "",
+    group_protocol: bool = False,
+    serial: bool = False,
+    timeout: float = 90.0,
+) -> Callable[[CheckFn], CheckFn]:
+    """Register a check function under ``name`` (see the module docstring)."""
+
+    def register(fn: CheckFn) -> CheckFn:
+        if not _NAME.match(name):
+            raise ValueError(f"check name {name!r} is not dotted lower_case")
+        if name in REGISTRY:
+            raise ValueError(f"check {name!r} is registered twice")
+        if not asserts.strip() or not source.strip():
+            raise ValueError(f"check {name!r} needs what it asserts and its source")
+        REGISTRY[name] = Check(
+            name=name, api=api, asserts=" ".join(asserts.split()), source=" ".join(source.split()),
+            fn=fn, kafka_exact=kafka_exact, excuses=dict(excuses or {}), requires=requires,
+            group_protocol=group_protocol, serial=serial, timeout=timeout,
+        )
+        return fn
+
+    return register
+
+
+def load_checks() -> dict[str, Check]:
+    """Import every check module (they register themselves) and return the registry."""
+    from korvet.conformance import checks
+
+    checks.load_all()
+    return REGISTRY
+
+
+def select(checks: Iterable[Check], patterns: Iterable[str] | None) -> list[Check]:
+    """Checks whose name matches any glob in ``patterns`` (all when there is none), by name."""
+    wanted = [p for p in (patterns or []) if p]
+    chosen = [c for c in checks if not wanted or any(fnmatch.fnmatchcase(c.name, p) for p in wanted)]
+    return sorted(chosen, key=lambda c: c.name)

@@ -1,0 +1,360 @@
+"""The pure parts of the conformance suite: the history checker, schema derivation, registry, reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
+
+from korvet.conformance import catalogue, differences, report, runner
+from korvet.conformance.context import ApiTable, CheckContext
+from korvet.conformance.fuzz import request_strategy
+from korvet.conformance.history import ANOMALIES, History, analyse
+from korvet.conformance.messages import MessageError, build, build_request, to_plain
+from korvet.conformance.registry import Check, CheckFailed, CheckSkipped, load_checks
+from korvet.conformance.schemas import kio_request_versions, narrow, request_schema
+from korvet.conformance.wire import decode_response, encode_request
+from korvet.protocol.framing import encode_response, parse_request
+
+ROOT = Path(__file__).resolve().parents[2]
+T0, T1 = ("t", 0), ("t", 1)
+
+
+# -- the history checker -------------------------------------------------------
+
+
+def clean_history() -> History:
+    """Two producers, sparse offsets (as Korvet's), one consumer reading everything in order."""
+    h = History()
+    h.send("p1", T0, "a", 1024)
+    h.send("p2", T0, "b", 5120)
+    h.send("p1", T0, "c", 9216)
+    h.send("p1", T1, "d", 7)
+    h.assign("c1")
+    h.poll("c1", [(T0, 1024, "a"), (T0, 5120, "b")])
+    h.poll("c1", [(T0, 9216, "c"), (T1, 7, "d")])
+    return h
+
+
+def found(h: History, *, drained: bool = False) -> dict[str, list[dict[str, Any]]]:
+    return analyse(h, drained=drained).found()
+
+
+def test_a_clean_history_with_sparse_offsets_has_no_anomaly() -> None:
+    assert found(clean_history(), drained=True) == {}
+
+
+def test_inconsistent_offsets_one_offset_two_values() -> None:
+    h = clean_history()
+    h.poll("c2", [(T0, 5120, "z")])
+    result = found(h)
+    assert [c["offset"] for c in result["inconsistent_offsets"]] == [5120]
+
+
+def test_duplicate_one_value_at_two_offsets() -> None:
+    h = clean_history()
+    h.poll("c1", [(T0, 9300, "a")])
+    assert found(h)["duplicate"][0]["value"] == "a"
+
+
+def test_lost_write_below_the_highest_read_offset() -> None:
+    h = History()
+    h.send("p", T0, "a", 10)
+    h.send("p", T0, "b", 20)
+    h.send("p", T0, "c", 30)
+    h.poll("c", [(T0, 10, "a"), (T0, 30, "c")])
+    result = found(h)
+    assert [c["value"] for c in result["lost_write"]] == ["b"]
+    # a read that skips b is also a poll skip: b's offset is known from its acknowledgement
+    assert result["poll_skip"][0]["skipped"] == 20
+
+
+def test_unseen_only_counts_once_drained() -> None:
+    h = History()
+    h.send("p", T0, "a", 10)
+    h.send("p", T0, "b", 20)
+    h.poll("c", [(T0, 10, "a")])
+    assert "unseen" not in found(h)
+    assert "lost_write" not in found(h)  # 20 is above the highest offset read
+    assert [c["value"] for c in found(h, drained=True)["unseen"]] == ["b"]
+
+
+def test_unacknowledged_sends_are_never_lost_or_unseen() -> None:
+    h = History()
+    h.send("p", T0, "a", None)
+    h.send("p", T0, "b", 5)
+    h.poll("c", [(T0, 5, "b")])
+    assert found(h, drained=True) == {}
+
+
+def test_nonmonotonic_send_per_producer_and_partition() -> None:
+    h = History()
+    h.send("p", T0, "a", 50)
+    h.send("q", T0, "b", 40)  # another producer: fine
+    h.send("p", T1, "c", 10)  # another partition: fine
+    h.send("p", T0, "d", 30)
+    result = found(h)
+    assert len(result["nonmonotonic_send"]) == 1
+    assert result["nonmonotonic_send"][0]["later"] == "d@30"
+
+
+def test_nonmonotonic_poll_within_and_between_polls() -> None:
+    h = clean_history()
+    h.poll("c1", [(T0, 1024, "a")])  # back to the start without an assignment event
+    assert found(h)["nonmonotonic_poll"][0]["offset"] == 1024
+
+
+def test_an_assignment_allows_going_back() -> None:
+    h = clean_history()
+    h.assign("c1", [T0])
+    h.poll("c1", [(T0, 1024, "a"), (T0, 5120, "b")])
+    assert found(h) == {}
+
+
+def test_poll_skip_over_an_offset_another_consumer_read() -> None:
+    h = History()
+    h.poll("c1", [(T0, 1, "a"), (T0, 2, "b"), (T0, 3, "c")])
+    h.poll("c2", [(T0, 1, "a")])
+    h.poll("c2", [(T0, 3, "c")])
+    result = found(h)
+    assert result["poll_skip"] == [{"process": "c2", "partition": "t-0", "from_offset": 1, "to_offset": 3,
+                                    "skipped": 2}]
+    assert set(result) == {"poll_skip"}
+
+
+def test_allowed_anomalies_are_not_reported() -> None:
+    h = clean_history()
+    h.poll("c1", [(T0, 1024, "a")])
+    analysis = analyse(h)
+    assert analysis.found(allowed=["nonmonotonic_poll"]) == {}
+    assert "nonmonotonic_poll" in analysis.summary()
+
+
+def test_every_anomaly_has_a_synthetic_history_above() -> None:
+    source = Path(__file__).read_text()
+    for name in ANOMALIES:
+        assert f'"{name}"' in source, f"no test exercises {name}"
+
+
+# -- schema derivation -----------------------------------------------------------
+
+
+SAMPLED_APIS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 22, 32, 42, 47, 60)
+
+
+@pytest.mark.parametrize("api_key", SAMPLED_APIS)
+def test_request_schemas_are_valid_json_schema(api_key: int) -> None:
+    for version in kio_request_versions(api_key):
+        schema = request_schema(api_key, version)
+        jsonschema.Draft7Validator.check_schema(schema)
+        assert schema["additionalProperties"] is False
+
+
+def test_schema_types_follow_kafka_field_types() -> None:
+    schema = request_schema(11, 9)
+    props = schema["properties"]
+    assert props["group_id"]["type"] == "string"
+    assert props["group_instance_id"]["anyOf"][0] == {"type": "null"}
+    assert props["session_timeout"]["minimum"] == -(2**31)
+    assert props["protocols"]["items"]["properties"]["metadata"]["items"]["maximum"] == 255
+    assert "reason" not in schema["required"]  # it has a default
+    produce = request_schema(0, 13)
+    partition = produce["properties"]["topic_data"]["items"]["properties"]["partition_data"]["items"]
+    assert partition["properties"]["index"] == {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1,
+                                                "description": "int32"}
+    topic_id = produce["properties"]["topic_data"]["items"]["properties"]["topic_id"]
+    assert "pattern" in topic_id
+
+
+def test_narrow_replaces_nested_fields_and_ignores_missing_paths() -> None:
+    schema = request_schema(3, 12)
+    narrowed = narrow(schema, "topics.*.name", {"const": "x"})
+    topic = narrowed["properties"]["topics"]["anyOf"][1]["items"]
+    assert topic["properties"]["name"] == {"const": "x"}
+    assert schema["properties"]["topics"]["anyOf"][1]["items"]["properties"]["name"] != {"const": "x"}
+    assert narrow(schema, "no.such.field", {"const": 1}) == schema
+    removed = narrow(schema, "allow_auto_topic_creation", None)
+    assert "allow_auto_topic_creation" not in removed["properties"]
+
+
+def _roundtrip(api_key: int, version: int, document: dict[str, Any]) -> None:
+    cls = load_request_schema(api_key, version)
+    request = build(cls, document)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, request)
+    decoded, size = entity_reader(cls)(memoryview(buffer.getvalue()), 0)
+    assert size == len(buffer.getvalue())
+    assert to_plain(decoded) == to_plain(request)
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(0, 3), (0, 13), (1, 4), (1, 18), (3, 13), (8, 9), (11, 5),
+                                                  (14, 5), (19, 7), (32, 4), (42, 2), (44, 1)])
+def test_generated_documents_validate_and_encode(api_key: int, version: int) -> None:
+    schema = request_schema(api_key, version, max_string=20, max_bytes=20, max_items=2)
+    validator = jsonschema.Draft7Validator(schema)
+
+    @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(request_strategy(schema))
+    def prop(document: dict[str, Any]) -> None:
+        errors = list(validator.iter_errors(document))
+        assert not errors, errors[0].message
+        _roundtrip(api_key, version, document)
+
+    prop()
+
+
+def test_build_fills_defaults_converts_types_and_drops_unknown_fields() -> None:
+    request = build_request(11, 5, group_id="g", session_timeout=10_000, member_id="",
+                            protocol_type="consumer", protocols=[{"name": "range", "metadata": [1, 2]}],
+                            reason="only in v8+")
+    assert request.session_timeout.total_seconds() == 10.0
+    assert request.rebalance_timeout.total_seconds() == -0.001
+    assert request.protocols[0].metadata == b"\x01\x02"
+    with pytest.raises(MessageError, match="group_id"):
+        build_request(11, 5, session_timeout=1, member_id="", protocol_type="c", protocols=[])
+
+
+def test_request_frames_decode_with_the_brokers_parser() -> None:
+    request = build_request(3, 12, topics=[{"name": "t", "topic_id": "00000000-0000-0000-0000-000000000000"}],
+                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    frame = encode_request(request, 42, "unit")
+    parsed = parse_request(frame[4:])
+    header = (parsed.api_key, parsed.api_version, parsed.correlation_id, parsed.client_id)
+    assert header == (3, 12, 42, "unit")
+    assert to_plain(parsed.body) == to_plain(request)
+
+
+def test_response_frames_decode() -> None:
+    from kio.index import load_response_schema
+
+    response = build(load_response_schema(18, 3), {"error_code": 0, "api_keys": [
+        {"api_key": 18, "min_version": 0, "max_version": 3}], "throttle_time": 0})
+    frame = encode_response(7, response)
+    correlation, decoded = decode_response(18, 3, frame[4:])
+    assert correlation == 7
+    assert decoded.api_keys[0].max_version == 3
+
+
+# -- registry, profiles and reports -----------------------------------------------
+
+
+def test_registry_has_enough_named_documented_checks() -> None:
+    checks = load_checks()
+    assert len(checks) >= 120
+    for check in checks.values():
+        assert check.asserts.endswith((".", ")")), check.name
+        assert len(check.source) > 5, check.name
+        for profile, reason in check.excuses.items():
+            assert profile in differences.PROFILES and profile != "kafka", check.name
+            assert reason in differences.KORVET.values(), f"{check.name}: undocumented excuse"
+    exact = [c for c in checks.values() if c.kafka_exact]
+    assert exact and all(c.excuses.get("korvet") for c in exact if "offset" in c.asserts.lower()), \
+        "every Kafka-exact offset check states why Korvet differs"
+
+
+def _context(check: Check) -> CheckContext:
+    return CheckContext(check, "127.0.0.1:1", "unit", ApiTable({}))
+
+
+def _fake(name: str, fn: Any, **kw: Any) -> Check:
+    return Check(name=name, api="Unit", asserts="Something.", source="Unit test.", fn=fn, **kw)
+
+
+def test_profiles_excuse_only_failures_of_checks_that_name_a_difference() -> None:
+    def fails(ctx: CheckContext) -> None:
+        raise CheckFailed("observed something else", observed=1)
+
+    def skips(ctx: CheckContext) -> None:
+        raise CheckSkipped("no tool")
+
+    excusable = _fake("unit.excusable", fails, excuses={"korvet": differences.SPARSE_OFFSETS})
+    assert runner.run_check(excusable, _context(excusable), "kafka").status == runner.FAIL
+    excused = runner.run_check(excusable, _context(excusable), "korvet")
+    assert (excused.status, excused.excuse) == (runner.EXCUSED, differences.SPARSE_OFFSETS)
+    assert excused.details == {"observed": 1}
+    passing = _fake("unit.passes", lambda ctx: None, excuses={"korvet": differences.SPARSE_OFFSETS})
+    assert runner.run_check(passing, _context(passing), "korvet").status == runner.PASS
+    plain = _fake("unit.plain", fails)
+    assert runner.run_check(plain, _context(plain), "korvet").status == runner.FAIL
+    skipped = _fake("unit.skips", skips)
+    assert runner.run_check(skipped, _context(skipped), "kafka").status == runner.SKIP
+    crashing = _fake("unit.crashes", lambda ctx: 1 / 0)
+    result = runner.run_check(crashing, _context(crashing), "kafka")
+    assert result.status == runner.FAIL and "ZeroDivisionError" in result.message
+
+
+def _sample_report() -> runner.RunReport:
+    results = [
+        runner.CheckResult("produce.a", "Produce (0)", runner.PASS, 0.1, "", "A.", "S.", False, False),
+        runner.CheckResult("fetch.b", "Fetch (1)", runner.FAIL, 0.2, "got <NONE>", "B.", "S.", False, False,
+                           details={"x": [1, 2]}),
+        runner.CheckResult("fetch.c", "Fetch (1)", runner.EXCUSED, 0.3, "dense", "C.", "S.", True, False,
+                           excuse=differences.SPARSE_OFFSETS),
+    ]
+    return runner.RunReport("127.0.0.1:1", "korvet", "abc123", "2026-01-01T00:00:00+00:00", 1.5,
+                            {"18": [0, 4]}, results)
+
+
+def test_html_report_is_self_contained_and_escaped() -> None:
+    page = report.render_html(_sample_report())
+    assert "<style>" in page and "got &lt;NONE&gt;" in page
+    assert not re.search(r"""(src|href)=["']?https?:""", page)
+    assert "fetch.b" in page and "excused" in page
+
+
+def test_json_report_and_exit_verdict(tmp_path: Path) -> None:
+    sample = _sample_report()
+    assert not sample.ok
+    report.write_json(sample, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["counts"] == {"pass": 1, "fail": 1, "excused": 1, "skip": 0}
+    assert data["results"][1]["details"] == {"x": [1, 2]}
+    table = catalogue.results_markdown(data)
+    assert "| `fetch.c` | excused |" in table and "sparse_offsets" in table
+
+
+def test_cli_exits_nonzero_when_a_check_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from korvet.cli import main
+
+    monkeypatch.setattr(runner, "run", lambda *a, **k: _sample_report())
+    assert main(["conformance", "--bootstrap", "127.0.0.1:1", "--json", str(tmp_path / "r.json"),
+                 "--html", str(tmp_path / "r.html")]) == 1
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["conformance", "--list", "--only", "produce.acks_*"]) == 0
+
+
+def test_docs_catalogue_is_up_to_date() -> None:
+    doc = (ROOT / "docs" / "conformance.md").read_text()
+    body = doc.split(catalogue.CATALOGUE_BEGIN, 1)[1].split(catalogue.CATALOGUE_END, 1)[0].strip()
+    assert body == catalogue.catalogue_markdown(load_checks().values()), (
+        "docs/conformance.md's catalogue is stale: run "
+        "`.venv/bin/python -m korvet.conformance.catalogue --update docs/conformance.md`")
+    table = doc.split(catalogue.DIFFERENCES_BEGIN, 1)[1].split(catalogue.DIFFERENCES_END, 1)[0].strip()
+    assert table == catalogue.differences_markdown(load_checks().values()), "the differences table is stale"
+
+
+@given(st.lists(st.tuples(st.sampled_from(["p1", "p2"]), st.integers(0, 1), st.integers(1, 5)), max_size=30))
+@settings(max_examples=60, deadline=None, database=None)
+def test_histories_of_a_correct_log_have_no_anomalies(plan: list[tuple[str, int, int]]) -> None:
+    """Model: appends to a sparse log (gaps of 1..5) read back in order by one consumer."""
+    h = History()
+    ends = {0: 0, 1: 0}
+    log: dict[int, list[tuple[int, str]]] = {0: [], 1: []}
+    for index, (producer, partition, gap) in enumerate(plan):
+        offset = ends[partition] + gap
+        ends[partition] = offset
+        value = f"{producer}-{index}"
+        log[partition].append((offset, value))
+        h.send(producer, ("t", partition), value, offset)
+    for partition, entries in log.items():
+        h.poll("c", [(("t", partition), offset, value) for offset, value in entries])
+    assert analyse(h, drained=True).found() == {}
