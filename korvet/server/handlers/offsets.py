@@ -21,6 +21,7 @@ high watermark.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -40,38 +41,39 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 _SCAN_CHUNK = 1000
 
 
-async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
-                        timestamp: int) -> tuple[int, int]:
-    start, end = await services.store.offsets(topic, partition)
-    codec = OffsetCodec(topic.config.sequence_bits)
-    lead = topic.config.get_int("message.timestamp.after.max.ms")
-    floor_ms = max(0, min(timestamp - lead, codec.max_ms))
-    offset = max(start, codec.encode(floor_ms, 0))
-    while offset < end:
-        chunk = await services.store.scan_from(topic, partition, offset, _SCAN_CHUNK)
-        if not chunk:
-            break
-        for entry_offset, fields in chunk:
-            stamp = entries.decode_fields(fields)[0]
-            if stamp >= timestamp:
-                return entry_offset, stamp
-        offset = chunk[-1][0] + 1
-    return -1, -1
-
-
-async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:
-    start, end = await services.store.offsets(topic, partition)
-    best = (-1, -1)
+async def _stamps(services: Services, topic: TopicInfo, partition: int,
+                  start: int) -> AsyncIterator[tuple[int, int]]:
+    """(offset, timestamp) of every record from ``start`` to the high watermark, in chunks."""
+    _, end = await services.store.offsets(topic, partition)
     offset = start
     while offset < end:
         chunk = await services.store.scan_from(topic, partition, offset, _SCAN_CHUNK)
         if not chunk:
-            break
+            return
         for entry_offset, fields in chunk:
-            stamp = entries.decode_fields(fields)[0]
-            if stamp > best[1]:
-                best = (entry_offset, stamp)
+            yield entry_offset, entries.decode_fields(fields)[0]
         offset = chunk[-1][0] + 1
+
+
+async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
+                        timestamp: int) -> tuple[int, int]:
+    start, _ = await services.store.offsets(topic, partition)
+    codec = OffsetCodec(topic.config.sequence_bits)
+    lead = topic.config.get_int("message.timestamp.after.max.ms")
+    floor_ms = max(0, min(timestamp - lead, codec.max_ms))
+    async for offset, stamp in _stamps(services, topic, partition,
+                                       max(start, codec.encode(floor_ms, 0))):
+        if stamp >= timestamp:
+            return offset, stamp
+    return -1, -1
+
+
+async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:
+    start, _ = await services.store.offsets(topic, partition)
+    best = (-1, -1)
+    async for offset, stamp in _stamps(services, topic, partition, start):
+        if stamp > best[1]:
+            best = (offset, stamp)
     return best
 
 
