@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,32 @@ def test_script_refuses_a_batch_past_the_last_offset_and_clamps_a_late_clock(
         assert await client.xlen(store.stream_key("t", 0)) == 3, "a refused batch wrote records"
         last = await store.append(topic, 0, records(2), 2, late, NO_TRIM, ProducerBatch())
         assert (last.status, last.last_offset) == (AppendStatus.OK, MAX_OFFSET)
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_default_retention_reads_nothing_while_nothing_expires(redis_url: str) -> None:
+    """With retention.ms far in the past of every entry, an append neither trims nor looks
+    for entries to trim: no XTRIM, no XREVRANGE (which walks a whole stream in Redis 7.0
+    when it finds nothing), however long the stream."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 1, {}, 0)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+        now = 1_800_000_000_000
+        policy = TrimPolicy(now - 604_800_000, -1, False)  # the default 7 days
+        await client.config_resetstat()
+        for round_ in range(20):
+            fields: list[bytes | int] = []
+            entries.encode_records([(now, None, b"v", [])] * 500, fields)
+            await store.append(topic, 0, fields, 500, now + round_, policy, ProducerBatch())
+        stats: dict[str, Any] = await client.info("commandstats")
+        assert "cmdstat_xrevrange" not in stats and "cmdstat_xtrim" not in stats, stats.keys()
+        assert await client.xlen(store.stream_key("t", 0)) == 10_000
         await client.aclose()
 
     asyncio.run(scenario())

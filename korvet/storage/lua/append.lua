@@ -171,14 +171,31 @@ local function raise_start(ms_, seq_)
   end
 end
 
+-- Time retention (MINID). Cheap in the common case: when the log already starts at or after
+-- the bound, nothing is read. (An XREVRANGE that finds no entry below its bound walks the
+-- whole stream in Redis 7.0, so the last removed entry is only looked for once a forward
+-- read has shown that entries below the bound exist.)
+local function id_less(a_ms, a_seq, b_ms, b_seq)
+  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
+end
+
 local trimmed = false
-if min_id_ms >= 0 then
+if min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
   local min_id = fmt(min_id_ms, 0)
-  if approximate then
+  if id_less(last_ms, last_seq_id, min_id_ms, 0) then
+    -- every entry expired: the log starts after the last offset handed out
+    redis.call('XTRIM', KEYS[1], 'MINID', min_id)
+    raise_start(after(last_id))
+  elseif approximate then
     trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id) > 0 or trimmed
   else
-    local below = redis.call('XREVRANGE', KEYS[1], '(' .. min_id, '-', 'COUNT', 1)
-    if #below > 0 then
+    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+    local first_ms, first_seq
+    if #first > 0 then
+      first_ms, first_seq = split_id(first[1][1])
+    end
+    if first_ms ~= nil and id_less(first_ms, first_seq, min_id_ms, 0) then
+      local below = redis.call('XREVRANGE', KEYS[1], '(' .. min_id, '-', 'COUNT', 1)
       redis.call('XTRIM', KEYS[1], 'MINID', min_id)
       raise_start(after(below[1][1]))
     end
