@@ -16,8 +16,8 @@ import asyncio
 import itertools
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis

@@ -125,7 +125,8 @@ def test_log_append_time_batches_say_so_and_hold_one_append_time(stamps: list[in
 
     codec = OffsetCodec(10)
     base = codec.encode(1_800_000_000_000, 0)
-    placed = [(base + i, (stamp, None, b"v%d" % i, [])) for i, stamp in enumerate(stamps)]
+    placed: list[tuple[int, tuple[int, bytes | None, bytes | None, list[Any]]]] = [
+        (base + i, (stamp, None, b"v%d" % i, [])) for i, stamp in enumerate(stamps)]
     data, taken, _ = entries_to_batches(_stored(10, placed), 10, 1 << 20, force_first=True,
                                         log_append_time=True)
     assert taken == len(stamps)
