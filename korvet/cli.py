@@ -69,11 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
+    from korvet.bench import cli as bench_cli
     from korvet.pipelines import cli as pipeline_cli
     from korvet.spec import cli as spec_cli
 
     spec_cli.add_parser(commands)
     pipeline_cli.add_parser(commands)
+    bench_cli.add_parser(commands)
     __import__("korvet.conformance.cli", fromlist=["add_parser"]).add_parser(commands)  # in progress
 
     jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")

@@ -1,0 +1,161 @@
+"""`korvet bench` keeps working: a tiny end-to-end run (--smoke), and its pure parts.
+
+The smoke run starts every target (Korvet with AOF everysec, Korvet without persistence,
+Apache Kafka) and drives both clients and the ceiling with a few thousand records, so it
+says nothing about speed: docs/performance.md holds the figures of a full run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from korvet.bench.clients import java_records_per_batch, parse_producer_output
+from korvet.bench.model import (
+    CONSUME,
+    JAVA,
+    KAFKA,
+    KORVET_EMBEDDED,
+    KORVET_TARGETS,
+    LATENCY,
+    LIBRDKAFKA,
+    PRODUCE,
+    BenchParams,
+    Latency,
+    Run,
+    ceiling_client,
+)
+from korvet.bench.report import BEGIN_MARK, END_MARK
+from korvet.bench.summary import find, ratios, summarize, verdicts
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.clients
+def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    process = subprocess.run(
+        [sys.executable, "-m", "korvet.cli", "bench", "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
+    assert "korvet bench: medians over repeats" in process.stdout
+    assert "the issue's targets" in process.stdout
+
+    data = json.loads((out / "results.json").read_text())
+    params = BenchParams.from_json(data["params"])
+    assert params.smoke and params.repeats == 1
+    runs = [Run.from_json(r) for r in data["runs"]]
+    assert data["meta"]["machine"]["cpus"] >= 1
+
+    def runs_of(target: str, client: str, mode: str) -> list[Run]:
+        return [r for r in runs if (r.target, r.client, r.mode) == (target, client, mode)]
+
+    for target in params.targets:
+        for client in params.clients:
+            for mode in (PRODUCE, LATENCY):
+                found = runs_of(target, client, mode)
+                assert found, f"no {mode} run of {client} against {target}"
+                assert all(r.ok and r.records_per_sec > 0 for r in found), found
+            for run in runs_of(target, client, LATENCY):
+                assert run.latency is not None and run.latency.p99_ms > 0
+            consumed = runs_of(target, client, CONSUME)
+            assert consumed, f"no consume run of {client} against {target}"
+            for run in consumed:
+                if run.extra.get("unsupported"):
+                    # Kafka's ConsumerPerformance needs consumer groups; allowed only where
+                    # the broker does not list FindCoordinator, and never for Kafka itself.
+                    assert target != KAFKA and client == JAVA and "FindCoordinator" in (run.error or "")
+                else:
+                    assert run.ok and run.records == params.records, run
+            if target in KORVET_TARGETS:
+                for mode in (PRODUCE, CONSUME):
+                    ceiling = runs_of(target, ceiling_client(client), mode)
+                    assert ceiling and all(r.ok for r in ceiling), ceiling
+    librdkafka_latency = runs_of(KORVET_EMBEDDED, LIBRDKAFKA, LATENCY)
+    assert librdkafka_latency[0].latency and librdkafka_latency[0].latency.cdf
+
+    for name in ("bench-throughput.png", "bench-latency-cdf.png"):
+        image = (out / name).read_bytes()
+        assert image.startswith(PNG_MAGIC) and len(image) > 10_000, name
+    assert "### Targets of the issue" in (out / "results.md").read_text()
+
+    # The doc's tables and plots come back from the JSON alone.
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# Performance\n\nhand-written\n\n{BEGIN_MARK}\nold\n{END_MARK}\n\ntail\n")
+    rendered = subprocess.run(
+        [sys.executable, "-m", "korvet.cli", "bench", "--render-doc", str(out / "results.json"),
+         "--doc", str(doc), "--images", str(tmp_path / "img")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert rendered.returncode == 0, rendered.stderr
+    text = doc.read_text()
+    assert "hand-written" in text and text.rstrip().endswith("tail") and "\nold\n" not in text
+    assert "![throughput by record size](img/bench-throughput.png)" in text
+    assert (tmp_path / "img" / "bench-latency-cdf.png").read_bytes().startswith(PNG_MAGIC)
+
+
+# What ProducerPerformance 4.3.1 printed in a run with --warmup-records and --print-metrics.
+PRODUCER_OUTPUT = """\
+Warmup first 20000 records. Steady state results will print after the complete test summary.
+In steady state.
+50854 records sent, 10156.6 records/sec (0.97 MB/sec), 2867.1 ms avg latency, 4468.0 ms max latency.
+100000 records sent, 12327.416174 records/sec (1.18 MB/sec), 3183.63 ms avg latency, 6515.00 ms max latency, \
+3317 ms 50th, 6192 ms 95th, 6461 ms 99th, 6512 ms 99.9th.
+80000 steady state records sent, 10844.516741 records/sec (1.03 MB/sec), 3845.06 ms avg latency, \
+6515.00 ms max latency, 3822 ms 50th, 6253 ms 95th, 6470 ms 99th, 6512 ms 99.9th.
+
+Metric Name                                                                                   Value
+producer-metrics:batch-size-avg:{client-id=perf-producer-client}                            : 16269.189
+producer-metrics:records-per-request-avg:{client-id=perf-producer-client}                   : 147.929
+producer-metrics:reauthentication-latency-avg:{client-id=perf-producer-client}              : NaN
+producer-topic-metrics:record-send-total:{client-id=perf-producer-client, topic=t1}         : 100000.000
+"""
+
+
+def test_producer_performance_output_is_parsed_whole_run_steady_state_and_batches() -> None:
+    parsed = parse_producer_output(PRODUCER_OUTPUT)
+    assert parsed["whole"]["records"] == "100000" and parsed["whole"]["p99"] == "6461"
+    assert parsed["steady"]["records"] == "80000" and parsed["steady"]["p99"] == "6470"
+    metrics = parsed["metrics"]
+    assert metrics["records-per-request-avg"] == pytest.approx(147.929)
+    assert java_records_per_batch(metrics, 100, 1) == pytest.approx(147.929)
+    # Several partitions: estimated from the batch bytes (61 B header, ~110 B per record).
+    assert java_records_per_batch(metrics, 100, 3) == pytest.approx((16269.189 - 61) / 110)
+
+
+def _run(target: str, client: str, mode: str, rate: float, repeat: int, p99: float | None = None) -> Run:
+    latency = Latency(1, 2, 1, 2, p99, 3, steady_p99_ms=p99) if p99 is not None else None
+    return Run(target, client, mode, 100, repeat, records=1000, records_per_sec=rate,
+               latency=latency, rate=50_000 if mode == LATENCY else None)
+
+
+def test_medians_spreads_ratios_and_verdicts() -> None:
+    runs = [
+        *(_run(KORVET_EMBEDDED, JAVA, PRODUCE, r, i) for i, r in enumerate((90_000, 120_000, 100_000))),
+        *(_run(KORVET_EMBEDDED, ceiling_client(JAVA), PRODUCE, r, i)
+          for i, r in enumerate((150_000, 160_000, 170_000))),
+        *(_run(KAFKA, JAVA, PRODUCE, r, i) for i, r in enumerate((400_000, 500_000, 600_000))),
+        *(_run(KORVET_EMBEDDED, JAVA, LATENCY, 50_000, i, p99) for i, p99 in enumerate((8.0, 12.0, 9.0))),
+        Run(KORVET_EMBEDDED, JAVA, CONSUME, 100, 0, error="boom"),
+    ]
+    cells = summarize(runs)
+    produce = find(cells, KORVET_EMBEDDED, JAVA, PRODUCE, 100)
+    assert produce is not None
+    assert (produce.median, produce.low, produce.high, produce.n) == (100_000, 90_000, 120_000, 3)
+    consume = find(cells, KORVET_EMBEDDED, JAVA, CONSUME, 100)
+    assert consume is not None and consume.n == 0 and consume.failed == 1
+    found = {(r.kind, r.mode): r.value for r in ratios(cells)}
+    assert found[("korvet/ceiling", PRODUCE)] == pytest.approx(100_000 / 160_000)
+    assert found[("korvet/kafka", PRODUCE)] == pytest.approx(100_000 / 500_000)
+    params = BenchParams(targets=(KORVET_EMBEDDED, KAFKA), clients=(JAVA,))
+    judged = {(v.goal, v.target): v for v in verdicts(cells, ratios(cells), params)}
+    assert judged[("produce ≥ 100,000 rec/s (AOF everysec)", KORVET_EMBEDDED)].met is True
+    assert judged[("produce p99 < 10 ms at 50,000 rec/s", KORVET_EMBEDDED)].met is True  # median 9
+    assert judged[("produce korvet/ceiling ≥ 0.6", KORVET_EMBEDDED)].met is True  # 0.625
+    assert judged[("consume ≥ 250,000 rec/s", KORVET_EMBEDDED)].met is None
