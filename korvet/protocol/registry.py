@@ -32,7 +32,19 @@ class RequestContext(Protocol):
     def connection_id(self) -> str: ...
 
 
-# A handler returns the kio response, or None when no response is sent (acks=0 produce).
+class Deferred:
+    """A response that is still being produced: the handler has done, in request order,
+    everything that must happen in order (a Produce has sent its appends) and the rest runs
+    while the connection's next requests are read. Responses still go out in order."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: Awaitable[Any | None]) -> None:
+        self.response = response
+
+
+# A handler returns the kio response, a Deferred one, or None when no response is sent
+# (acks=0 produce).
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 
 

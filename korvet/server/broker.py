@@ -9,10 +9,22 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from korvet.config import Config
+from korvet.core import coordinator as core
 from korvet.protocol import api_versions
 from korvet.protocol.registry import ApiRegistry, RequestContext
-from korvet.server.handlers import cluster, configs, fetch, metadata, offsets, produce, topics
+from korvet.server.coordinator import GroupCoordinator
+from korvet.server.handlers import (
+    cluster,
+    configs,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    topics,
+)
 from korvet.server.services import Services, topic_defaults
+from korvet.storage.groups import GroupStore
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import RedisStore
 from korvet.storage.topic_cache import TopicCache
@@ -31,6 +43,18 @@ class Broker:
                                   lambda name: cache.invalidate(name or None))
         self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
                                  bound_port=config.get_int("broker.port"))
+        self.coordinator = GroupCoordinator(
+            GroupStore(client, config.get_str("redis.keyspace")),
+            core.Config(
+                min_session_timeout_ms=config.get_int("groups.min-session-timeout-ms"),
+                max_session_timeout_ms=config.get_int("groups.max-session-timeout-ms"),
+                initial_rebalance_delay_ms=config.get_int("groups.initial-rebalance-delay-ms"),
+                group_max_size=config.get_int("groups.max-size"),
+            ),
+            self.services.partition_ref,
+            event_log=config.get_str("groups.event-log"),
+        )
+        self.services.coordinator = self.coordinator
         self.registry = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
@@ -56,6 +80,24 @@ class Broker:
              cluster.describe_cluster),
         ):
             self.register(key, name, versions, handler)
+        self.register(groups.FIND_COORDINATOR, "FindCoordinator", groups.FIND_COORDINATOR_VERSIONS,
+                      groups.find_coordinator)
+        for key, name, versions, group_handler in (
+            (groups.OFFSET_COMMIT, "OffsetCommit", groups.OFFSET_COMMIT_VERSIONS,
+             groups.offset_commit),
+            (groups.OFFSET_FETCH, "OffsetFetch", groups.OFFSET_FETCH_VERSIONS, groups.offset_fetch),
+            (groups.JOIN_GROUP, "JoinGroup", groups.JOIN_GROUP_VERSIONS, groups.join_group),
+            (groups.HEARTBEAT, "Heartbeat", groups.HEARTBEAT_VERSIONS, groups.heartbeat),
+            (groups.LEAVE_GROUP, "LeaveGroup", groups.LEAVE_GROUP_VERSIONS, groups.leave_group),
+            (groups.SYNC_GROUP, "SyncGroup", groups.SYNC_GROUP_VERSIONS, groups.sync_group),
+            (groups.DESCRIBE_GROUPS, "DescribeGroups", groups.DESCRIBE_GROUPS_VERSIONS,
+             groups.describe_groups),
+            (groups.LIST_GROUPS, "ListGroups", groups.LIST_GROUPS_VERSIONS, groups.list_groups),
+            (groups.DELETE_GROUPS, "DeleteGroups", groups.DELETE_GROUPS_VERSIONS,
+             groups.delete_groups),
+        ):
+            self.registry.register(key, name, versions,
+                                   partial(group_handler, self.services, self.coordinator))
 
     def register(self, key: int, name: str, versions: range, handler: ServiceHandler) -> None:
         self.registry.register(key, name, versions, partial(handler, self.services))
@@ -70,9 +112,12 @@ class Broker:
 
     async def start(self) -> None:
         await self.services.notifier.start()
+        await self.coordinator.start()
 
     async def close(self) -> None:
+        await self.coordinator.close()
         await self.services.notifier.close()
+        await self.services.store.close()
         await self.redis.aclose()
 
     def connection_closed(self, connection_id: str) -> None:

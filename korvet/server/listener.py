@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 from korvet.protocol import api_versions
 from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
-from korvet.protocol.registry import ApiRegistry
+from korvet.protocol.registry import ApiRegistry, Deferred
 
 log = logging.getLogger("korvet.listener")
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
+_MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading stops
 
 
 @dataclass(slots=True)
@@ -111,25 +112,56 @@ class KafkaListener:
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        # Responses go out in request order through one queue; a Deferred response (a
+        # Produce whose appends are in flight) lets the next requests be read meanwhile.
+        outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None] = asyncio.Queue(
+            maxsize=_MAX_IN_FLIGHT)
+        sender = asyncio.create_task(self._send(conn, outgoing, writer))
+        try:
+            while not sender.done():
+                head = await reader.readexactly(4)
+                size = int.from_bytes(head, "big", signed=True)
+                if size < 8:
+                    raise _Close(f"invalid frame size {size}")
+                if size > self.max_request_bytes:
+                    raise _Close(
+                        f"frame of {size} bytes exceeds broker.max-request-bytes "
+                        f"({self.max_request_bytes})"
+                    )
+                frame = await reader.readexactly(size)
+                response = await self._dispatch(conn, frame)
+                if response is not None:
+                    await outgoing.put(response)
+        finally:
+            if sender.done():
+                sender.result()  # a failure in a deferred response closes the connection
+            else:
+                await outgoing.put(None)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sender, 10)
+                sender.cancel()
+
+    async def _send(self, conn: Connection,
+                    outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None],
+                    writer: asyncio.StreamWriter) -> None:
         while True:
-            head = await reader.readexactly(4)
-            size = int.from_bytes(head, "big", signed=True)
-            if size < 8:
-                raise _Close(f"invalid frame size {size}")
-            if size > self.max_request_bytes:
-                raise _Close(
-                    f"frame of {size} bytes exceeds broker.max-request-bytes "
-                    f"({self.max_request_bytes})"
-                )
-            frame = await reader.readexactly(size)
-            response = await self._dispatch(conn, frame)
-            if response is None:
-                continue
-            writer.write(response)
+            item = await outgoing.get()
+            if item is None:
+                return
+            if isinstance(item, tuple):
+                correlation_id, deferred = item
+                response = await deferred.response
+                if response is None:
+                    continue
+                data = encode_response(correlation_id, response)
+            else:
+                data = item
+            writer.write(data)
             if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
                 await writer.drain()
 
-    async def _dispatch(self, conn: Connection, frame: bytes) -> bytes | None:
+    async def _dispatch(self, conn: Connection,
+                        frame: bytes) -> bytes | tuple[int, Deferred] | None:
         try:
             api_key, version, correlation_id = peek_prefix(frame)
         except FrameError as exc:
@@ -162,4 +194,6 @@ class KafkaListener:
         response = await api.handler(conn, request.body)
         if response is None:
             return None
+        if isinstance(response, Deferred):
+            return correlation_id, response
         return encode_response(correlation_id, response)

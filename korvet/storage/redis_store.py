@@ -17,6 +17,7 @@ Lua script; every read that touches several partitions is one pipeline.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -28,10 +29,10 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
+from korvet.storage.pipe import RedisPipe
 
 
 def _lua(name: str) -> str:
@@ -101,6 +102,7 @@ class RedisStore:
         self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
+        self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
         self.topics_key = f"{keyspace}:topics"
         self.topic_ids_key = f"{keyspace}:topic-ids"
         self.producer_ids_key = f"{keyspace}:producer-ids"
@@ -223,41 +225,30 @@ class RedisStore:
     async def append(self, topic: TopicInfo, partition: int, fields: list[bytes | int], count: int,
                      now_ms: int, trim: TrimPolicy, producer: ProducerBatch) -> AppendResult:
         """Append one batch: ``fields`` is the per-record layout of storage/entries.py."""
-        codec = OffsetCodec(topic.config.sequence_bits)
-        args: list[bytes | int | str] = [
-            now_ms, codec.bits, partition, topic.topic_id,
+        return await self.append_result(
+            topic, await self.append_send(topic, partition, fields, count, now_ms, trim, producer))
+
+    async def append_send(self, topic: TopicInfo, partition: int, fields: list[bytes | int],
+                          count: int, now_ms: int, trim: TrimPolicy,
+                          producer: ProducerBatch) -> asyncio.Future[Any]:
+        """Send the append now, on the shared pipe (commands run in the order sent); the
+        returned future holds the script's reply, for ``append_result``. Packed by hiredis:
+        redis-py's asyncio client packs in pure Python, which costs more than the append."""
+        codec_bits = topic.config.sequence_bits
+        command: list[bytes | int | str] = [
+            "EVALSHA", self._append.sha, 3, self.stream_key(topic.name, partition),
+            self.meta_key(topic.name, partition), self.topic_key(topic.name),
+            now_ms, codec_bits, partition, topic.topic_id,
             trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
             producer.producer_id, producer.producer_epoch, producer.base_sequence,
             producer.last_sequence, count, self.append_channel,
         ]
-        args.extend(fields)
-        reply = await self._evalsha(self._append, (self.stream_key(topic.name, partition),
-                                                   self.meta_key(topic.name, partition),
-                                                   self.topic_key(topic.name)), args)
-        return _append_result(codec, reply)
+        command.extend(fields)
+        return await self.pipe.send(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]
 
-    async def _evalsha(self, script: AsyncScript, keys: Sequence[str],
-                       args: Sequence[bytes | int | str]) -> Any:
-        """EVALSHA packed by hiredis (redis-py's asyncio client packs in pure Python, which
-        cost more than the append itself for large batches) on a pooled connection."""
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        packed = hiredis.pack_command(command)  # type: ignore[arg-type]
-        pool = self.redis.connection_pool
-        for attempt in (1, 2):
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-            try:
-                await connection.send_packed_command(packed)
-                return await connection.read_response()
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                await self.redis.script_load(script.script)
-            except BaseException:
-                await connection.disconnect()
-                raise
-            finally:
-                await pool.release(connection)
-        raise AssertionError("unreachable")
+    @staticmethod
+    async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
+        return _append_result(OffsetCodec(topic.config.sequence_bits), await sent)
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
@@ -322,6 +313,9 @@ class RedisStore:
 
     async def ping(self) -> None:
         await self.redis.ping()
+
+    async def close(self) -> None:
+        await self.pipe.close()
 
 
 def _text(value: bytes | str) -> str:

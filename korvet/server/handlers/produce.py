@@ -4,7 +4,8 @@ Per partition: look the topic up, decode and validate every batch (CRC, magic,
 counts, size, timestamps) before writing anything, then append each batch with
 one atomic script call that reserves its offsets (korvet/storage/lua/append.lua).
 A refused batch writes nothing. acks=0 gets no response; acks=1 and acks=-1 are
-answered once Redis has executed the append (with the embedded Redis' AOF
+answered once Redis has executed the append (while it does, the connection's next
+requests are already read and their appends sent behind it, in order; with the embedded Redis' AOF
 ``everysec`` that is Kafka's acks=1 durability; ``appendfsync always`` for more).
 
 Idempotent producers (producer id >= 0): a retried batch that matches one of the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,7 @@ from redis.exceptions import RedisError
 from korvet.core.topics import TopicInfo, trim_policy
 from korvet.protocol.kbuild import make, maybe_nested, nested, response_type
 from korvet.protocol.records import Batch, RecordBatchError, decode_batches
-from korvet.protocol.registry import RequestContext
+from korvet.protocol.registry import Deferred, RequestContext
 from korvet.server.services import Services
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, ProducerBatch
@@ -84,9 +86,10 @@ def _check_batch(batch: Batch, topic: TopicInfo, now: int) -> None:
                        "one or more records have a timestamp outside the topic's bounds", bad)
 
 
-async def _produce_partition(services: Services, topic: TopicInfo, index: int,
-                             data: bytes | None) -> PartitionOutcome:
-    outcome = PartitionOutcome(index)
+async def _send_partition(services: Services, topic: TopicInfo, index: int,
+                          data: bytes | None) -> PartitionOutcome | Awaitable[PartitionOutcome]:
+    """Validate a partition's batch and send its append. Returns the outcome when the batch
+    is refused at once, else an awaitable of the outcome (the append is in flight)."""
     try:
         if not 0 <= index < topic.partitions:
             raise _Refused(ErrorCode.unknown_topic_or_partition,
@@ -100,54 +103,69 @@ async def _produce_partition(services: Services, topic: TopicInfo, index: int,
             raise _Refused(ErrorCode.invalid_record,
                            f"{len(batches)} record batches for one partition; Produce v3+ "
                            "allows exactly one")
+        (batch,) = batches
         now = services.now_ms()
-        for batch in batches:
-            _check_batch(batch, topic, now)
-        for batch in batches:
-            fields: list[bytes | int] = []
-            size = entries.encode_records(batch.records, fields,
-                                          now if topic.config.log_append_time else None)
-            producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                                      batch.last_sequence)
-                        if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
-            trim = trim_policy(topic.config, now, size, len(batch.records))
-            result = await services.store.append(topic, index, fields, len(batch.records), now,
-                                                 trim, producer)
-            if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
-                services.topics.invalidate(topic.name)
-                raise _Refused(ErrorCode.unknown_topic_or_partition,
-                               f"topic {topic.name} partition {index} no longer exists")
-            if result.status is AppendStatus.OUT_OF_ORDER:
-                raise _Refused(ErrorCode.out_of_order_sequence_number,
-                               f"producer {batch.producer_id} sent sequence {batch.base_sequence} "
-                               "out of order")
-            if result.status is AppendStatus.FULL:
-                raise _Refused(ErrorCode.kafka_storage_error,
-                               f"partition {index} of {topic.name} has no offsets left below 2^63")
-            if result.status is AppendStatus.BAD_EPOCH:
-                raise _Refused(ErrorCode.invalid_producer_epoch,
-                               f"producer {batch.producer_id} epoch {batch.producer_epoch} is "
-                               "older than the partition's")
-            if outcome.base_offset < 0:
-                outcome.base_offset = result.base_offset
-            outcome.log_start_offset = result.log_start_offset
-            if topic.config.log_append_time:
-                outcome.log_append_time = now
+        _check_batch(batch, topic, now)
+        fields: list[bytes | int] = []
+        size = entries.encode_records(batch.records, fields,
+                                      now if topic.config.log_append_time else None)
+        producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                  batch.last_sequence)
+                    if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
+        trim = trim_policy(topic.config, now, size, len(batch.records))
+        sent = await services.store.append_send(topic, index, fields, len(batch.records), now,
+                                                trim, producer)
     except _Refused as refused:
-        outcome.error, outcome.message = refused.code, str(refused)
-        outcome.record_errors = refused.record_errors
-        outcome.base_offset = -1
+        return _refused(index, refused)
     except (RedisError, OSError) as exc:
-        log.warning("append to %s-%d failed: %s", topic.name, index, exc)
-        outcome.error = ErrorCode.kafka_storage_error
-        outcome.message = f"Redis did not take the append: {exc}"
-        outcome.base_offset = -1
-    return outcome
+        return _storage_error(topic, index, exc)
+    return _appended(services, topic, index, batch, now, sent)
+
+
+async def _appended(services: Services, topic: TopicInfo, index: int, batch: Batch, now: int,
+                    sent: asyncio.Future[Any]) -> PartitionOutcome:
+    try:
+        result = await services.store.append_result(topic, sent)
+        if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
+            services.topics.invalidate(topic.name)
+            raise _Refused(ErrorCode.unknown_topic_or_partition,
+                           f"topic {topic.name} partition {index} no longer exists")
+        if result.status is AppendStatus.OUT_OF_ORDER:
+            raise _Refused(ErrorCode.out_of_order_sequence_number,
+                           f"producer {batch.producer_id} sent sequence {batch.base_sequence} "
+                           "out of order")
+        if result.status is AppendStatus.FULL:
+            raise _Refused(ErrorCode.kafka_storage_error,
+                           f"partition {index} of {topic.name} has no offsets left below 2^63")
+        if result.status is AppendStatus.BAD_EPOCH:
+            raise _Refused(ErrorCode.invalid_producer_epoch,
+                           f"producer {batch.producer_id} epoch {batch.producer_epoch} is "
+                           "older than the partition's")
+    except _Refused as refused:
+        return _refused(index, refused)
+    except (RedisError, OSError) as exc:
+        return _storage_error(topic, index, exc)
+    return PartitionOutcome(index, base_offset=result.base_offset,
+                            log_append_time=now if topic.config.log_append_time else -1,
+                            log_start_offset=result.log_start_offset)
+
+
+def _refused(index: int, refused: _Refused) -> PartitionOutcome:
+    return PartitionOutcome(index, refused.code, message=str(refused),
+                            record_errors=refused.record_errors)
+
+
+def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOutcome:
+    log.warning("append to %s-%d failed: %s", topic.name, index, exc)
+    return PartitionOutcome(index, ErrorCode.kafka_storage_error,
+                            message=f"Redis did not take the append: {exc}")
 
 
 async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    """Validates and sends every partition's append in request order, then answers with a
+    Deferred response: the connection's next requests are read while Redis appends."""
     acks = request.acks
-    jobs: list[tuple[Any, list[Any]]] = []  # (topic entry, [awaitable or outcome])
+    jobs: list[tuple[Any, list[PartitionOutcome | Awaitable[PartitionOutcome]]]] = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
@@ -157,7 +175,7 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
         else:
             topic = await services.topics.get(name) if name else None
             unknown = ErrorCode.unknown_topic_or_partition
-        results: list[Any] = []
+        results: list[PartitionOutcome | Awaitable[PartitionOutcome]] = []
         for partition in topic_data.partition_data:
             if acks not in (0, 1, -1):
                 results.append(PartitionOutcome(partition.index, ErrorCode.invalid_required_acks,
@@ -170,21 +188,38 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 results.append(PartitionOutcome(partition.index, unknown,
                                                 message="unknown topic"))
             else:
-                results.append(_produce_partition(services, topic, partition.index,
-                                                  partition.records))
+                results.append(await _send_partition(services, topic, partition.index,
+                                                     partition.records))
         jobs.append((topic_data, results))
-    pending = [r for _, results in jobs for r in results if not isinstance(r, PartitionOutcome)]
-    done = iter(await asyncio.gather(*pending))
-    resolved = [(topic_data, [r if isinstance(r, PartitionOutcome) else next(done) for r in results])
-                for topic_data, results in jobs]
     if acks == 0:
+        for _, results in jobs:
+            for result in results:
+                if not isinstance(result, PartitionOutcome):
+                    _drain(result)
         return None
+    return Deferred(_respond(request, jobs))
+
+
+def _drain(outcome: Awaitable[PartitionOutcome]) -> None:
+    """acks=0: nobody waits for the append, but it must still run to its end."""
+    task = asyncio.ensure_future(outcome)
+    _unanswered.add(task)
+    task.add_done_callback(_unanswered.discard)
+
+
+_unanswered: set[asyncio.Future[PartitionOutcome]] = set()
+
+
+async def _respond(request: Any,
+                   jobs: list[tuple[Any, list[PartitionOutcome | Awaitable[PartitionOutcome]]]]
+                   ) -> Any:
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "TopicProduceResponse")
     partition_cls = nested(response_cls, "PartitionProduceResponse")
     error_cls = maybe_nested(response_cls, "BatchIndexAndErrorMessage")
     topics = []
-    for topic_data, outcomes in resolved:
+    for topic_data, results in jobs:
+        outcomes = [r if isinstance(r, PartitionOutcome) else await r for r in results]
         partitions = tuple(
             make(partition_cls, index=o.index, error_code=o.error, base_offset=o.base_offset,
                  log_append_time=o.log_append_time, log_start_offset=o.log_start_offset,

@@ -1,0 +1,111 @@
+"""One Redis connection carrying many commands in flight, answered in order.
+
+Appends are one EVALSHA each. Sent one at a time and awaited, they leave the broker
+and Redis taking turns: the broker idles while Redis runs the script and Redis idles
+while the broker decodes the next batch. ``RedisPipe`` sends every command on one
+connection as soon as it is ready and a reader task hands out the replies in order
+(Redis answers a connection's commands in the order it received them). Commands
+submitted in some order are also executed in that order, which is what keeps one
+producer connection's batches in order while several are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+
+class RedisPipe:
+    """``scripts`` are loaded first thing on every new connection, so that EVALSHA never meets
+    NOSCRIPT on it (even after Redis restarted): a NOSCRIPT retried by each request on its own
+    could reorder them."""
+
+    def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = ()) -> None:
+        self._pool = client.connection_pool
+        self._scripts = scripts
+        self._connection: Any = None
+        self._pending: deque[asyncio.Future[Any]] = deque()
+        self._send_lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def send(self, packed: bytes) -> asyncio.Future[Any]:
+        """Write a packed command now (in call order); the future resolves with its reply
+        (or the reply's error)."""
+        async with self._send_lock:
+            if self._connection is None:
+                connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+                await connection.connect()
+                self._connection = connection
+                self._reader = asyncio.create_task(self._read(connection),
+                                                   name="korvet-redis-pipe")
+                for script in self._scripts:
+                    loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    loaded.add_done_callback(_ignore)
+                    self._pending.append(loaded)
+                    load = ("SCRIPT", "LOAD", script)
+                    await connection.send_packed_command(
+                        hiredis.pack_command(load), check_health=False)  # type: ignore[arg-type]
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._pending.append(future)
+            try:
+                await self._connection.send_packed_command(packed, check_health=False)
+            except BaseException as exc:
+                self._fail(self._connection, exc)
+                raise
+            return future
+
+    async def call(self, packed: bytes) -> Any:
+        return await (await self.send(packed))
+
+    async def _read(self, connection: Any) -> None:
+        try:
+            while True:
+                try:
+                    reply = await connection.read_response(disconnect_on_error=False)
+                except ResponseError as exc:
+                    reply = exc
+                if not self._pending:
+                    continue
+                future = self._pending.popleft()
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the connection broke: every reply still owed fails
+            self._fail(connection, exc)
+
+    def _fail(self, connection: Any, exc: BaseException) -> None:
+        if self._connection is connection:
+            self._connection = None
+        while self._pending:
+            future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(RedisConnectionError(f"Redis connection lost: {exc}"))
+        task = asyncio.create_task(connection.disconnect(nowait=True))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.disconnect()
+            self._connection = None
+
+
+def _ignore(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
