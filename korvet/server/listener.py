@@ -144,21 +144,28 @@ class KafkaListener:
     async def _send(self, conn: Connection,
                     outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None],
                     writer: asyncio.StreamWriter) -> None:
+        """Write responses in request order; whatever is ready goes out in one write (each
+        send is a system call, and on loopback it also pays for the receiver's side)."""
         while True:
             item = await outgoing.get()
+            ready: list[bytes] = []
+            while item is not None:
+                if isinstance(item, tuple):
+                    correlation_id, deferred = item
+                    response = await deferred.response
+                    if response is not None:
+                        ready.append(encode_response(correlation_id, response))
+                else:
+                    ready.append(item)
+                if outgoing.empty():
+                    break
+                item = outgoing.get_nowait()
+            if ready:
+                writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
+                if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                    await writer.drain()
             if item is None:
                 return
-            if isinstance(item, tuple):
-                correlation_id, deferred = item
-                response = await deferred.response
-                if response is None:
-                    continue
-                data = encode_response(correlation_id, response)
-            else:
-                data = item
-            writer.write(data)
-            if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-                await writer.drain()
 
     async def _dispatch(self, conn: Connection,
                         frame: bytes) -> bytes | tuple[int, Deferred] | None:

@@ -34,32 +34,53 @@ class RedisPipe:
         self._pending: deque[asyncio.Future[Any]] = deque()
         self._send_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
+        self._buffer: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def send(self, packed: bytes) -> asyncio.Future[Any]:
-        """Write a packed command now (in call order); the future resolves with its reply
-        (or the reply's error)."""
+        """Queue a packed command (in call order) and return the future of its reply (or
+        the reply's error). Commands queued within one turn of the event loop are written
+        together: one system call instead of one each."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._buffer.append((packed, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        return future
+
+    async def _flush(self) -> None:
         async with self._send_lock:
-            if self._connection is None:
-                connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-                await connection.connect()
-                self._connection = connection
-                self._reader = asyncio.create_task(self._read(connection),
-                                                   name="korvet-redis-pipe")
-                for script in self._scripts:
-                    loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                    loaded.add_done_callback(_ignore)
-                    self._pending.append(loaded)
-                    load = ("SCRIPT", "LOAD", script)
-                    await connection.send_packed_command(
-                        hiredis.pack_command(load), check_health=False)  # type: ignore[arg-type]
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._pending.append(future)
-            try:
-                await self._connection.send_packed_command(packed, check_health=False)
-            except BaseException as exc:
-                self._fail(self._connection, exc)
-                raise
-            return future
+            while self._buffer:
+                batch, self._buffer = self._buffer, []
+                try:
+                    connection = await self._connect()
+                    for _packed, future in batch:
+                        self._pending.append(future)
+                    await connection.send_packed_command([p for p, _ in batch],
+                                                         check_health=False)
+                except BaseException as exc:
+                    for _packed, future in batch:
+                        if not future.done():
+                            future.set_exception(
+                                RedisConnectionError(f"Redis connection lost: {exc}"))
+                    if self._connection is not None:
+                        self._fail(self._connection, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+
+    async def _connect(self) -> Any:
+        if self._connection is None:
+            connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+            await connection.connect()
+            self._connection = connection
+            self._reader = asyncio.create_task(self._read(connection), name="korvet-redis-pipe")
+            for script in self._scripts:
+                loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                loaded.add_done_callback(_ignore)
+                self._pending.append(loaded)
+                load = ("SCRIPT", "LOAD", script)
+                await connection.send_packed_command(
+                    hiredis.pack_command(load), check_health=False)  # type: ignore[arg-type]
+        return self._connection
 
     async def call(self, packed: bytes) -> Any:
         return await (await self.send(packed))
@@ -96,6 +117,9 @@ class RedisPipe:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flusher
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
