@@ -40,7 +40,8 @@ class Broker:
         store = RedisStore(client, config.get_str("redis.keyspace"))
         cache = TopicCache(store, topic_defaults(config))
         notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
-                                  lambda name: cache.invalidate(name or None))
+                                  lambda name: cache.invalidate(name or None),
+                                  waiting_key=store.waiting_key)
         self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
                                  bound_port=config.get_int("broker.port"))
         self.coordinator = GroupCoordinator(

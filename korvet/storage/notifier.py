@@ -1,11 +1,13 @@
 """Wake long-polling fetches when records arrive, from this broker or any other.
 
-The append script publishes the stream key on ``{ks}:appends`` after each batch,
-and topic changes go to ``{ks}:topic-changes``. One pub/sub connection per broker
-listens to both: appends wake the fetches waiting on that stream, topic changes
-invalidate the topic cache. A fetch waits on an asyncio.Event, never in a loop;
-if the pub/sub connection drops, it is re-established and, meanwhile, waiting
-fetches simply run to their max_wait.
+The append script publishes the stream key on ``{ks}:appends`` after a batch, but only
+while the stream carries a waiting mark (``{ks}:waiting:{stream}``): a fetch about to
+wait sets the mark (it lives ten seconds and is renewed by the next waits), so streams
+nobody waits for cost no messages. Topic changes go to ``{ks}:topic-changes``. One
+pub/sub connection per broker listens to both: appends wake the fetches waiting on
+that stream, topic changes invalidate the topic cache. A fetch waits on an
+asyncio.Event, never in a loop; if the pub/sub connection drops, it is re-established
+and, meanwhile, waiting fetches simply run to their max_wait.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -21,11 +24,16 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger("korvet.notifier")
 
+_MARK_SECONDS = 10.0
+
 
 class AppendNotifier:
     def __init__(self, client: aioredis.Redis, append_channel: str, topic_channel: str,
-                 on_topic_change: Callable[[str], None]) -> None:
+                 on_topic_change: Callable[[str], None],
+                 waiting_key: Callable[[str], str] = lambda stream: f"waiting:{stream}") -> None:
         self.client = client
+        self.waiting_key = waiting_key
+        self._marked: dict[str, float] = {}  # stream -> when this broker last set its mark
         self.append_channel = append_channel
         self.topic_channel = topic_channel
         self.on_topic_change = on_topic_change
@@ -48,6 +56,24 @@ class AppendNotifier:
     def notify(self, stream_key: str) -> None:
         for event in self._waiters.get(stream_key, ()):
             event.set()
+
+    async def arm(self, stream_keys: Iterable[str]) -> bool:
+        """Mark the streams as waited for, unless this broker did so recently. True when a
+        mark was (re)written: an append between the caller's last read and the mark was not
+        announced, so the caller reads once more before waiting."""
+        now = time.monotonic()
+        stale = [k for k in stream_keys if now - self._marked.get(k, -_MARK_SECONDS) >
+                 _MARK_SECONDS / 2]
+        if not stale:
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        for key in stale:
+            pipe.set(self.waiting_key(key), 1, px=int(_MARK_SECONDS * 1000))
+            self._marked[key] = now
+        await pipe.execute()
+        if len(self._marked) > 10_000:
+            self._marked = {k: t for k, t in self._marked.items() if now - t < _MARK_SECONDS}
+        return True
 
     async def wait(self, stream_keys: Iterable[str], timeout: float) -> bool:
         """Wait until any of the streams gets an append, or the timeout. True if woken."""

@@ -120,6 +120,10 @@ class RedisStore:
     def topic_key(self, name: str) -> str:
         return f"{self.ks}:topic:{name}"
 
+    def waiting_key(self, stream_key: str) -> str:
+        """Present while some broker has a fetch waiting for ``stream_key`` (see notifier)."""
+        return f"{self.ks}:waiting:{stream_key}"
+
     # --- topics -------------------------------------------------------------------
 
     @staticmethod
@@ -235,9 +239,11 @@ class RedisStore:
         returned future holds the script's reply, for ``append_result``. Packed by hiredis:
         redis-py's asyncio client packs in pure Python, which costs more than the append."""
         codec_bits = topic.config.sequence_bits
+        stream = self.stream_key(topic.name, partition)
         command: list[bytes | int | str] = [
-            "EVALSHA", self._append.sha, 3, self.stream_key(topic.name, partition),
+            "EVALSHA", self._append.sha, 4, stream,
             self.meta_key(topic.name, partition), self.topic_key(topic.name),
+            self.waiting_key(stream),
             now_ms, codec_bits, partition, topic.topic_id,
             trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
             producer.producer_id, producer.producer_epoch, producer.base_sequence,

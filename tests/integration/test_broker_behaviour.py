@@ -505,3 +505,46 @@ def test_read_ahead_answers_exactly_what_a_fresh_read_would(korvet: KorvetProces
         predicted, high_watermark = records(client, following)
         assert predicted == records(fresh, following)[0]
         assert high_watermark <= list_offsets(fresh, unique_name, 0, -1)[0]
+
+
+def test_a_fetch_waiting_on_one_broker_wakes_for_an_append_through_another(
+        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+    second.start()
+    try:
+        create_topic(korvet.bootstrap, unique_name, partitions=1)
+        with WireClient(second.bootstrap) as waiting:
+            end = list_offsets(waiting, unique_name, 0, -1)[0]
+
+            def produce_through_the_first() -> None:
+                time.sleep(0.7)
+                with WireClient(korvet.bootstrap) as producer:
+                    producer.request(produce_request(unique_name, {0: batch(2)}))
+
+            thread = threading.Thread(target=produce_through_the_first)
+            thread.start()
+            started = time.monotonic()
+            response = waiting.request(fetch_request(unique_name, 0, end, max_wait_ms=10_000))
+            waited = time.monotonic() - started
+            thread.join()
+        assert response.responses[0].partitions[0].records
+        assert waited < 4.0, f"woken {waited:.1f}s later: the other broker's append was not seen"
+    finally:
+        second.stop()
+
+
+def test_appends_publish_nothing_while_no_fetch_waits(tmp_path: Path, unique_name: str) -> None:
+    broker = KorvetProcess(tmp_path / "korvet").start()
+    try:
+        create_topic(broker.bootstrap, unique_name, partitions=1)
+        subprocess.run(["redis-cli", "-u", broker.redis_url, "CONFIG", "RESETSTAT"], check=True,
+                       capture_output=True)
+        with WireClient(broker.bootstrap) as client:
+            for round_ in range(20):
+                client.request(produce_request(unique_name, {0: batch(5, start=round_ * 5)}))
+        stats = subprocess.run(["redis-cli", "-u", broker.redis_url, "INFO", "commandstats"],
+                               capture_output=True, text=True, check=True).stdout
+        assert "cmdstat_publish" not in stats, "appends announced to nobody"
+        assert xlen(broker, unique_name) == 100
+    finally:
+        broker.stop()

@@ -32,6 +32,7 @@ from korvet.protocol.kbuild import make, millis, nested, response_type
 from korvet.protocol.registry import RequestContext
 from korvet.server.batching import entries_to_batches
 from korvet.server.services import Services
+from korvet.storage.groups import PartitionRef
 
 log = logging.getLogger("korvet.fetch")
 
@@ -231,6 +232,7 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 w.max_bytes = 0
             wanted.append(w)
 
+    _note_group_fetch(services, ctx, wanted)
     try:
         predicted = _take_prediction(ctx.connection_id, wanted, max_bytes)
         used = -1
@@ -250,6 +252,10 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             remaining = max_wait - (time.monotonic() - started)
             if remaining <= 0:
                 break
+            if await services.notifier.arm(stream_keys):
+                used = await _read(services, wanted, max_bytes)
+                if used >= request.min_bytes:
+                    break
             woken = await services.notifier.wait(stream_keys, remaining)
             if not woken:
                 break
@@ -261,6 +267,34 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             if w.error is ErrorCode.none:
                 w.error, w.records = ErrorCode.kafka_storage_error, None
     return _response(response_cls, version, wanted)
+
+
+def _note_group_fetch(services: Services, ctx: RequestContext, wanted: list[Wanted]) -> None:
+    """A fetch by a group member creates the group's Redis consumer groups on these streams
+    (seed 000: lazily, at the fetch offset), in the background: fetching itself never reads
+    through Redis groups."""
+    coordinator = services.coordinator
+    if coordinator is None:
+        return
+    group_ids = coordinator.groups_of_client(ctx.client_id, ctx.client_host)
+    if not group_ids:
+        return
+    partitions = []
+    for w in wanted:
+        if w.topic is None or w.error is not ErrorCode.none:
+            continue
+        stream = services.store.stream_key(w.topic.name, w.partition)
+        if all((g, stream) in coordinator.redis_groups for g in group_ids):
+            continue
+        partitions.append((PartitionRef(w.topic.name, w.partition, stream,
+                                        w.topic.config.sequence_bits), w.offset))
+    if partitions:
+        task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()
 
 
 def _top_level_error(response_cls: type[Any], error: ErrorCode) -> Any:

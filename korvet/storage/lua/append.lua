@@ -14,6 +14,7 @@
 --         fields: last (id of the last offset handed out), start (log start id),
 --                 p:<producer id> (idempotent producer state)
 -- KEYS[3] topic hash           {ks}:topic:{name}
+-- KEYS[4] waiting mark         {ks}:waiting:{streamKey} (set while a fetch waits for this stream)
 -- ARGV  1 now (ms)          2 sequence bits     3 partition index   4 topic id
 --       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)
 --       8 producer id (-1)  9 producer epoch   10 base sequence (-1) 11 last sequence
@@ -247,7 +248,9 @@ if pstate_field then
   redis.call('HSET', KEYS[2], pstate_field, table.concat(parts, ' '))
 end
 
-if channel ~= '' then
+-- Announce the append only when some broker has a fetch waiting for this stream: the
+-- others would only receive and drop the message.
+if channel ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('PUBLISH', channel, KEYS[1])
 end
 
