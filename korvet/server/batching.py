@@ -48,6 +48,10 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
     decode = entries.decode_fields
     index, total = 0, len(raw)
     next_offset = -1
+    # Consecutive entries mostly share their millisecond and often their timestamp: parse
+    # each distinct one once.
+    ms_text, ms_shifted = b"", 0
+    stamp_text, stamp_value = b"", 0
     while index < total:
         budget = max_bytes - len(out)
         first_in_response = force_first and taken == 0
@@ -66,17 +70,21 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
             if seq >= limit:
                 index += 1
                 continue
-            offset = (int(ms) << bits) | seq
+            if ms != ms_text:
+                ms_text, ms_shifted = ms, int(ms) << bits
+            offset = ms_shifted | seq
             if base < 0:
                 base = offset
                 first_stamp = fields[1]
             elif offset - base > _INT32_MAX or (log_append_time and fields[1] != first_stamp):
                 break
             width = len(fields)
+            if width in (4, 6) and fields[0] == _TIMESTAMP and fields[1] != stamp_text:
+                stamp_text, stamp_value = fields[1], int(fields[1])
             if width == 6 and fields[0] == _TIMESTAMP and fields[2] == _KEY and fields[4] == _VALUE:
-                appended = append(offset - base, int(fields[1]), fields[3], fields[5], _NO_HEADERS)
+                appended = append(offset - base, stamp_value, fields[3], fields[5], _NO_HEADERS)
             elif width == 4 and fields[0] == _TIMESTAMP and fields[2] == _VALUE:
-                appended = append(offset - base, int(fields[1]), None, fields[3], _NO_HEADERS)
+                appended = append(offset - base, stamp_value, None, fields[3], _NO_HEADERS)
             else:
                 stamp, key, value, headers = decode(fields)
                 appended = append(offset - base, stamp, key, value, headers)
