@@ -1,0 +1,772 @@
+"""``step(state, event, now_ms) -> (state, effects)``: the group coordinator.
+
+Every handler mirrors an action of ``spec/GroupCoordinator.tla`` and the
+helpers mirror its operators (same names, snake_case): ``_Work`` is one
+group being rewritten during one step, the way the spec's operators map a
+group record to a group record plus effects. ``step`` never raises on bad
+input: every request gets a reply with a Kafka error code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from korvet.core.coordinator.effects import (
+    DeleteGroupData,
+    DeleteGroupsReply,
+    Effect,
+    GroupResult,
+    HeartbeatReply,
+    JoinGroupMember,
+    JoinGroupReply,
+    LeaveGroupReply,
+    LeaveResult,
+    OffsetCommitReply,
+    PartitionResult,
+    PersistOffsets,
+    SyncGroupReply,
+)
+from korvet.core.coordinator.errors import ErrorCode
+from korvet.core.coordinator.events import (
+    DeleteGroups,
+    Event,
+    GroupDataDeleted,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    OffsetCommit,
+    PendingMemberTimeout,
+    PendingSyncTimeout,
+    RebalanceTimeout,
+    Restart,
+    SessionTimeout,
+    SyncGroup,
+)
+from korvet.core.coordinator.state import (
+    CommittedOffset,
+    Config,
+    CoordinatorState,
+    Group,
+    GroupState,
+    LeaderSync,
+    Member,
+    PendingMember,
+    TopicPartition,
+)
+
+Step = tuple[CoordinatorState, tuple[Effect, ...]]
+
+EMPTY = GroupState.EMPTY
+PREPARING = GroupState.PREPARING_REBALANCE
+COMPLETING = GroupState.COMPLETING_REBALANCE
+STABLE = GroupState.STABLE
+DEAD = GroupState.DEAD
+
+
+class _Work:
+    """A mutable copy of one group for the duration of one step."""
+
+    __slots__ = ("config", "effects", "generation", "group_id", "initial_delay_ms",
+                 "initial_rebalance", "initial_remaining_ms", "join_deadline", "leader",
+                 "leader_sync", "members", "new_member_added", "now", "offsets", "pending",
+                 "pending_sync", "protocol_name", "protocol_type", "state", "sync_deadline")
+
+    def __init__(self, group: Group, config: Config, now: int, effects: list[Effect]) -> None:
+        self.config = config
+        self.now = now
+        self.effects = effects
+        self.group_id = group.group_id
+        self.state = group.state
+        self.generation = group.generation
+        self.protocol_type = group.protocol_type
+        self.protocol_name = group.protocol_name
+        self.leader = group.leader
+        self.members: dict[str, Member] = dict(group.members)
+        self.pending: dict[str, PendingMember] = dict(group.pending)
+        self.pending_sync: set[str] = set(group.pending_sync)
+        self.initial_rebalance = group.initial_rebalance
+        self.new_member_added = group.new_member_added
+        self.initial_delay_ms = group.initial_delay_ms
+        self.initial_remaining_ms = group.initial_remaining_ms
+        self.join_deadline = group.join_deadline
+        self.sync_deadline = group.sync_deadline
+        self.leader_sync = group.leader_sync
+        self.offsets: dict[TopicPartition, CommittedOffset] = dict(group.offsets)
+
+    def freeze(self) -> Group:
+        return Group(
+            group_id=self.group_id, state=self.state, generation=self.generation,
+            protocol_type=self.protocol_type, protocol_name=self.protocol_name,
+            leader=self.leader, members=self.members, pending=self.pending,
+            pending_sync=frozenset(self.pending_sync), initial_rebalance=self.initial_rebalance,
+            new_member_added=self.new_member_added, initial_delay_ms=self.initial_delay_ms,
+            initial_remaining_ms=self.initial_remaining_ms, join_deadline=self.join_deadline,
+            sync_deadline=self.sync_deadline, leader_sync=self.leader_sync, offsets=self.offsets,
+        )
+
+    # --- queries -----------------------------------------------------------------
+
+    def rebalance_timeout_ms(self) -> int:
+        # At least 1 ms: a deadline must lie in the future, or the adapter's timer loop
+        # would never let time pass (clients may send a rebalance timeout of 0).
+        return max([1, *(m.rebalance_timeout_ms for m in self.members.values())])
+
+    def static_id(self, instance: str | None) -> str | None:
+        if instance is None:
+            return None
+        for member_id, member in self.members.items():
+            if member.group_instance_id == instance:
+                return member_id
+        return None
+
+    def awaiting(self) -> list[str]:
+        return [m for m, member in self.members.items() if member.join_request is not None]
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join_request is not None for m in self.members.values())
+
+    def supports(self, protocol_type: str, protocols: Iterable[str]) -> bool:
+        names = set(protocols)
+        if self.state is EMPTY:
+            return protocol_type != "" and bool(names)
+        return self.protocol_type == protocol_type and any(
+            all(name in m.protocol_names() for m in self.members.values()) for name in names)
+
+    def select_protocol(self) -> str:
+        members = list(self.members.values())
+        candidates = set.intersection(*(set(m.protocol_names()) for m in members))
+        votes: dict[str, int] = {}
+        for member in members:
+            vote = next(p.name for p in member.protocols if p.name in candidates)
+            votes[vote] = votes.get(vote, 0) + 1
+        most = max(votes.values())
+        # KORVET: ties go to the smallest name (Kafka: HashMap iteration order).
+        return min(name for name, count in votes.items() if count == most)
+
+    def validate_member(self, member_id: str, instance: str | None) -> ErrorCode:
+        if instance is not None:
+            owner = self.static_id(instance)
+            if owner is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if owner != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+            return ErrorCode.NONE
+        return ErrorCode.NONE if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID
+
+    def accept_joining(self, member_id: str) -> bool:
+        size = self.config.group_max_size
+        if self.state is PREPARING:
+            member = self.members.get(member_id)
+            return (member is not None and member.join_request is not None) or \
+                len(self.awaiting()) < size
+        if self.state in (COMPLETING, STABLE):
+            return member_id in self.members or len(self.members) < size
+        return True
+
+    def current_members(self) -> tuple[JoinGroupMember, ...]:
+        return tuple(JoinGroupMember(m.member_id, m.group_instance_id,
+                                     m.metadata_for(self.protocol_name))
+                     for m in self.members.values())
+
+    # --- effects -----------------------------------------------------------------
+
+    def join_reply(self, request_id: int, error: ErrorCode, member_id: str) -> None:
+        self.effects.append(JoinGroupReply(request_id, error, member_id))
+
+    def sync_reply(self, request_id: int, member_id: str, error: ErrorCode,
+                   assignment: bytes = b"") -> None:
+        if error is ErrorCode.NONE:
+            self.effects.append(SyncGroupReply(request_id, member_id, error, self.protocol_type,
+                                               self.protocol_name, assignment))
+        else:
+            self.effects.append(SyncGroupReply(request_id, member_id, error))
+
+    def removal_replies(self, member_id: str) -> None:
+        member = self.members[member_id]
+        if member.join_request is not None:
+            self.join_reply(member.join_request, ErrorCode.UNKNOWN_MEMBER_ID, "")
+        if member.sync_request is not None:
+            # KORVET: Kafka leaves a held-back SyncGroup of a removed member unanswered.
+            self.sync_reply(member.sync_request, member_id, ErrorCode.UNKNOWN_MEMBER_ID)
+
+    # --- transitions (the spec's operators) -----------------------------------
+
+    def remove_members(self, ids: Iterable[str]) -> None:
+        gone = set(ids)
+        for member_id in gone:
+            self.members.pop(member_id, None)
+            self.pending.pop(member_id, None)
+        self.pending_sync -= gone
+        if not self.pending_sync:
+            self.sync_deadline = None
+        if self.leader in gone:
+            # KORVET: the smallest remaining member id (Kafka: HashMap order).
+            self.leader = min(self.members) if self.members else None
+
+    def rearm_session(self, member_id: str, timeout_ms: int | None = None) -> None:
+        member = self.members[member_id]
+        timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
+        self.members[member_id] = replace(member, session_deadline=self.now + timeout)
+
+    def complete_join(self) -> None:
+        gone = [m for m, member in self.members.items()
+                if member.join_request is None and member.group_instance_id is None]
+        self.remove_members(gone)
+        joined = self.awaiting()
+        if self.members and not joined:
+            # Nobody rejoined (only static members are left): try again later.
+            self.join_deadline = self.now + self.rebalance_timeout_ms()
+            return
+        self.generation += 1
+        self.initial_rebalance = False
+        self.new_member_added = False
+        self.join_deadline = None
+        self.pending_sync = set()
+        self.sync_deadline = None
+        if not self.members:
+            self.protocol_name = None
+            self.state = EMPTY
+            return
+        self.protocol_name = self.select_protocol()
+        if self.leader not in joined:
+            self.leader = min(joined)
+        self.state = COMPLETING
+        listing = self.current_members()
+        for member_id, member in list(self.members.items()):
+            if member.join_request is not None:
+                self.effects.append(JoinGroupReply(
+                    member.join_request, ErrorCode.NONE, member_id, self.generation,
+                    self.protocol_type, self.protocol_name, self.leader or "",
+                    listing if member_id == self.leader else ()))
+            self.members[member_id] = replace(
+                member, join_request=None, is_new=False,
+                session_deadline=self.now + member.session_timeout_ms)
+        self.pending_sync = set(self.members)
+        self.sync_deadline = self.now + self.rebalance_timeout_ms()
+
+    def prepare_rebalance(self) -> None:
+        for member_id, member in list(self.members.items()):
+            updated = member
+            if member.sync_request is not None:
+                self.sync_reply(member.sync_request, member_id, ErrorCode.REBALANCE_IN_PROGRESS)
+                updated = replace(member, sync_request=None,
+                                  session_deadline=self.now + member.session_timeout_ms)
+            # KORVET: assignments are cleared whenever a rebalance starts.
+            if updated.assignment:
+                updated = replace(updated, assignment=b"")
+            self.members[member_id] = updated
+        self.pending_sync = set()
+        self.sync_deadline = None
+        self.leader_sync = None
+        initial = self.state is EMPTY
+        self.state = PREPARING
+        self.initial_rebalance = initial
+        self.new_member_added = False
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            self.initial_delay_ms = delay
+            self.initial_remaining_ms = max(self.rebalance_timeout_ms() - delay, 0)
+            self.join_deadline = self.now + delay
+        elif self.all_joined():
+            self.complete_join()
+        else:
+            self.join_deadline = self.now + self.rebalance_timeout_ms()
+
+    def maybe_complete_join_phase(self) -> None:
+        if self.state is PREPARING and not self.initial_rebalance and self.all_joined():
+            self.complete_join()
+
+    def maybe_prepare_rebalance_or_complete_join(self) -> None:
+        if self.state in (EMPTY, COMPLETING, STABLE):
+            self.prepare_rebalance()
+        else:
+            self.maybe_complete_join_phase()
+
+    def add_member_then_rebalance(self, member_id: str, event: JoinGroup) -> None:
+        member = Member(
+            member_id=member_id, group_instance_id=event.group_instance_id,
+            client_id=event.client_id, client_host=event.client_host,
+            session_timeout_ms=event.session_timeout_ms,
+            rebalance_timeout_ms=event.rebalance_timeout_ms,
+            protocol_type=event.protocol_type, protocols=event.protocols, is_new=True,
+            join_request=event.request_id,
+            # A new member cannot heartbeat while its JoinGroup waits: it gets the
+            # new-member join timeout instead of its session timeout.
+            session_deadline=self.now + self.config.new_member_join_timeout_ms)
+        if self.state is PREPARING and self.initial_rebalance:
+            self.new_member_added = True
+        if not self.members:
+            self.protocol_type = event.protocol_type
+        if self.leader is None:
+            self.leader = member_id
+        self.members[member_id] = member
+        self.pending.pop(member_id, None)
+        self.maybe_prepare_rebalance_or_complete_join()
+
+    def update_member_then_rebalance(self, member_id: str, event: JoinGroup) -> None:
+        # A JoinGroup already held back for this member is superseded (as in
+        # Kafka, it gets no answer: its client has given up on it).
+        self.members[member_id] = replace(
+            self.members[member_id], protocols=event.protocols,
+            session_timeout_ms=event.session_timeout_ms,
+            rebalance_timeout_ms=event.rebalance_timeout_ms, join_request=event.request_id)
+        self.maybe_prepare_rebalance_or_complete_join()
+
+    def replace_static_member(self, old_id: str, new_id: str, event: JoinGroup) -> None:
+        old = self.members.pop(old_id)
+        if old.join_request is not None:
+            self.join_reply(old.join_request, ErrorCode.FENCED_INSTANCE_ID, old_id)
+        if old.sync_request is not None:
+            self.sync_reply(old.sync_request, old_id, ErrorCode.FENCED_INSTANCE_ID)
+        self.members[new_id] = Member(
+            member_id=new_id, group_instance_id=old.group_instance_id,
+            client_id=old.client_id, client_host=old.client_host,
+            session_timeout_ms=event.session_timeout_ms,
+            rebalance_timeout_ms=event.rebalance_timeout_ms, protocol_type=old.protocol_type,
+            protocols=event.protocols, assignment=old.assignment, is_new=False,
+            join_request=event.request_id,
+            session_deadline=self.now + event.session_timeout_ms)
+        old_leader = self.leader
+        if self.leader == old_id:
+            self.leader = new_id
+        # KORVET: the pending-sync entry and the leader's assignment follow the
+        # new id (Kafka leaves the old id pending: a needless rebalance later).
+        if old_id in self.pending_sync:
+            self.pending_sync = (self.pending_sync - {old_id}) | {new_id}
+        if self.leader_sync is not None and old_id in self.leader_sync.assignments:
+            moved = {(new_id if k == old_id else k): v
+                     for k, v in self.leader_sync.assignments.items()}
+            self.leader_sync = LeaderSync(self.leader_sync.generation, moved)
+        if self.state is STABLE and self.select_protocol() == self.protocol_name:
+            is_leader = self.leader == new_id
+            if event.supports_skip_assignment:
+                reply = JoinGroupReply(
+                    event.request_id, ErrorCode.NONE, new_id, self.generation,
+                    self.protocol_type, self.protocol_name, self.leader or "",
+                    self.current_members() if is_leader else (), is_leader)
+            else:
+                # Before v9 the old leader id is returned, so that a new leader
+                # does not run the assignor for a group that will not rebalance.
+                reply = JoinGroupReply(
+                    event.request_id, ErrorCode.NONE, new_id, self.generation,
+                    self.protocol_type, self.protocol_name, old_leader or "")
+            self.effects.append(reply)
+            self.members[new_id] = replace(self.members[new_id], join_request=None)
+        elif self.state is PREPARING:
+            self.maybe_complete_join_phase()
+        else:
+            self.prepare_rebalance()
+
+    def store_offsets(self, event: OffsetCommit) -> None:
+        stored: list[tuple[TopicPartition, CommittedOffset]] = []
+        results: list[PartitionResult] = []
+        for item in event.offsets:
+            if len(item.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results.append(PartitionResult(item.topic, item.partition,
+                                               ErrorCode.OFFSET_METADATA_TOO_LARGE))
+                continue
+            tp = TopicPartition(item.topic, item.partition)
+            committed = CommittedOffset(item.offset, item.metadata, item.leader_epoch)
+            self.offsets[tp] = committed
+            stored.append((tp, committed))
+            results.append(PartitionResult(item.topic, item.partition, ErrorCode.NONE))
+        if stored:
+            self.effects.append(PersistOffsets(self.group_id, event.member_id,
+                                               event.generation_id, tuple(stored)))
+        self.effects.append(OffsetCommitReply(event.request_id, event.member_id, tuple(results)))
+
+
+# --- request handlers -------------------------------------------------------------
+
+def _with_group(state: CoordinatorState, group: Group | None, group_id: str) -> CoordinatorState:
+    groups = dict(state.groups)
+    if group is None:
+        groups.pop(group_id, None)
+    else:
+        groups[group_id] = group
+    return replace(state, groups=groups)
+
+
+def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
+    def error(code: ErrorCode, member_id: str = event.member_id) -> Step:
+        return state, (JoinGroupReply(event.request_id, code, member_id),)
+
+    config = state.config
+    if not event.group_id:
+        return error(ErrorCode.INVALID_GROUP_ID)
+    if not config.min_session_timeout_ms <= event.session_timeout_ms <= \
+            config.max_session_timeout_ms:
+        return error(ErrorCode.INVALID_SESSION_TIMEOUT)
+    group = state.groups.get(event.group_id)
+    if group is None:
+        if event.member_id:
+            return error(ErrorCode.UNKNOWN_MEMBER_ID)
+        group = Group(event.group_id)
+    effects: list[Effect] = []
+    w = _Work(group, config, now, effects)
+    names = [p.name for p in event.protocols]
+    member_id = event.member_id
+    if not w.accept_joining(member_id):
+        w.remove_members([member_id])
+        w.join_reply(event.request_id, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+    elif w.state is DEAD:
+        w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
+    elif not w.supports(event.protocol_type, names):
+        w.join_reply(event.request_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+    elif not member_id:
+        new_id = event.new_member_id
+        if not new_id or new_id in w.members or new_id in w.pending:
+            # The adapter must hand out fresh ids; a clash is answered with a
+            # retriable error rather than corrupting the group.
+            w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+        else:
+            static = w.static_id(event.group_instance_id)
+            if static is not None:
+                w.replace_static_member(static, new_id, event)
+            elif event.group_instance_id is None and event.requires_known_member_id:
+                w.pending[new_id] = PendingMember(event.session_timeout_ms,
+                                                  now + event.session_timeout_ms)
+                w.join_reply(event.request_id, ErrorCode.MEMBER_ID_REQUIRED, new_id)
+            else:
+                w.add_member_then_rebalance(new_id, event)
+    elif member_id in w.pending and event.group_instance_id is None:
+        w.add_member_then_rebalance(member_id, event)
+    else:
+        code = w.validate_member(member_id, event.group_instance_id)
+        if code is not ErrorCode.NONE:
+            w.join_reply(event.request_id, code, member_id)
+        else:
+            _join_known_member(w, event)
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _join_known_member(w: _Work, event: JoinGroup) -> None:
+    member_id = event.member_id
+    same = w.members[member_id].protocols == event.protocols
+    if w.state is PREPARING:
+        w.update_member_then_rebalance(member_id, event)
+    elif (w.state is COMPLETING and same) or \
+            (w.state is STABLE and same and w.leader != member_id):
+        # Nothing changed: the current generation again (a lost JoinGroup reply).
+        listing = w.current_members() if w.state is COMPLETING and w.leader == member_id \
+            else ()
+        w.effects.append(JoinGroupReply(event.request_id, ErrorCode.NONE, member_id,
+                                        w.generation, w.protocol_type, w.protocol_name,
+                                        w.leader or "", listing))
+    elif w.state in (COMPLETING, STABLE):
+        w.update_member_then_rebalance(member_id, event)
+    else:
+        w.join_reply(event.request_id, ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+
+
+def _protocol_mismatch(sent: str | None, current: str | None) -> bool:
+    return sent is not None and current is not None and sent != current
+
+
+def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
+    def error(code: ErrorCode) -> Step:
+        return state, (SyncGroupReply(event.request_id, event.member_id, code),)
+
+    if not event.group_id:
+        return error(ErrorCode.INVALID_GROUP_ID)
+    group = state.groups.get(event.group_id)
+    if group is None or group.state is EMPTY:
+        return error(ErrorCode.UNKNOWN_MEMBER_ID)
+    if group.state is DEAD:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    code = w.validate_member(event.member_id, event.group_instance_id)
+    if code is not ErrorCode.NONE:
+        return error(code)
+    if event.generation_id != group.generation:
+        return error(ErrorCode.ILLEGAL_GENERATION)
+    if _protocol_mismatch(event.protocol_type, group.protocol_type) or \
+            _protocol_mismatch(event.protocol_name, group.protocol_name):
+        return error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    if group.state is PREPARING:
+        return error(ErrorCode.REBALANCE_IN_PROGRESS)
+    member_id = event.member_id
+    w.pending_sync.discard(member_id)
+    if not w.pending_sync:
+        w.sync_deadline = None
+    if group.state is STABLE:
+        w.sync_reply(event.request_id, member_id, ErrorCode.NONE,
+                     w.members[member_id].assignment)
+        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    # CompletingRebalance: hold the request back until the leader's assignment.
+    w.members[member_id] = replace(w.members[member_id], sync_request=event.request_id)
+    if w.leader == member_id:
+        sent = {a.member_id: a.assignment for a in event.assignments}
+        full = {m: sent.get(m, b"") for m in w.members}
+        for other, member in list(w.members.items()):
+            updated = replace(member, assignment=full[other])
+            if member.sync_request is not None:
+                w.sync_reply(member.sync_request, other, ErrorCode.NONE, full[other])
+                updated = replace(updated, sync_request=None,
+                                  session_deadline=now + member.session_timeout_ms)
+            w.members[other] = updated
+        w.state = STABLE
+        w.leader_sync = LeaderSync(w.generation, full)
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _heartbeat(state: CoordinatorState, event: Heartbeat, now: int) -> Step:
+    def reply(code: ErrorCode, new_state: CoordinatorState = state) -> Step:
+        return new_state, (HeartbeatReply(event.request_id, event.member_id, code),)
+
+    if not event.group_id:
+        return reply(ErrorCode.INVALID_GROUP_ID)
+    group = state.groups.get(event.group_id)
+    if group is None:
+        return reply(ErrorCode.UNKNOWN_MEMBER_ID)
+    if group.state is DEAD:
+        return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    w = _Work(group, state.config, now, [])
+    code = w.validate_member(event.member_id, event.group_instance_id)
+    if code is not ErrorCode.NONE:
+        return reply(code)
+    if event.generation_id != group.generation:
+        return reply(ErrorCode.ILLEGAL_GENERATION)
+    w.rearm_session(event.member_id)
+    new_state = _with_group(state, w.freeze(), event.group_id)
+    if group.state is PREPARING:
+        return reply(ErrorCode.REBALANCE_IN_PROGRESS, new_state)
+    return reply(ErrorCode.NONE, new_state)
+
+
+def _leave_group(state: CoordinatorState, event: LeaveGroup, now: int) -> Step:
+    if not event.group_id:
+        return state, (LeaveGroupReply(event.request_id, ErrorCode.INVALID_GROUP_ID, ()),)
+    group = state.groups.get(event.group_id)
+    if group is None:
+        results = tuple(LeaveResult(m.member_id, m.group_instance_id, ErrorCode.UNKNOWN_MEMBER_ID)
+                        for m in event.members)
+        return state, (LeaveGroupReply(event.request_id, ErrorCode.NONE, results),)
+    if group.state is DEAD:
+        return state, (LeaveGroupReply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, ()),)
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    results_list: list[LeaveResult] = []
+    for identity in event.members:
+        code = _leave_one(w, identity.member_id, identity.group_instance_id)
+        results_list.append(LeaveResult(identity.member_id, identity.group_instance_id, code))
+    if any(r.error is ErrorCode.NONE for r in results_list):
+        if w.state in (STABLE, COMPLETING):
+            w.maybe_prepare_rebalance_or_complete_join()
+        else:
+            w.maybe_complete_join_phase()
+    effects.append(LeaveGroupReply(event.request_id, ErrorCode.NONE, tuple(results_list)))
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _leave_one(w: _Work, member_id: str, instance: str | None) -> ErrorCode:
+    if not member_id:
+        static = w.static_id(instance)
+        if static is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        w.removal_replies(static)
+        w.remove_members([static])
+        return ErrorCode.NONE
+    if member_id in w.pending:
+        w.pending.pop(member_id)
+        return ErrorCode.NONE
+    code = w.validate_member(member_id, instance)
+    if code is not ErrorCode.NONE:
+        return code
+    w.removal_replies(member_id)
+    w.remove_members([member_id])
+    return ErrorCode.NONE
+
+
+def _offset_commit(state: CoordinatorState, event: OffsetCommit, now: int) -> Step:
+    def error(code: ErrorCode) -> Step:
+        return state, (OffsetCommitReply(event.request_id, event.member_id, tuple(
+            PartitionResult(o.topic, o.partition, code) for o in event.offsets)),)
+
+    group = state.groups.get(event.group_id)
+    effects: list[Effect] = []
+    if group is None:
+        if event.generation_id >= 0:
+            return error(ErrorCode.GROUP_ID_NOT_FOUND if event.unknown_group_is_not_found
+                         else ErrorCode.ILLEGAL_GENERATION)
+        # A consumer outside group management: a "simple" group is created.
+        w = _Work(Group(event.group_id), state.config, now, effects)
+        w.store_offsets(event)
+        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    if group.state is DEAD:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    w = _Work(group, state.config, now, effects)
+    if event.generation_id < 0 and group.state is EMPTY:
+        w.store_offsets(event)
+        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    if event.generation_id < 0 and not event.member_id and event.group_instance_id is None:
+        return error(ErrorCode.UNKNOWN_MEMBER_ID)
+    code = w.validate_member(event.member_id, event.group_instance_id)
+    if code is not ErrorCode.NONE:
+        return error(code)
+    if event.generation_id != group.generation:
+        return error(ErrorCode.ILLEGAL_GENERATION)
+    if group.state is COMPLETING:
+        return error(ErrorCode.REBALANCE_IN_PROGRESS)
+    w.rearm_session(event.member_id)  # a commit keeps the session alive
+    w.store_offsets(event)
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _delete_groups(state: CoordinatorState, event: DeleteGroups, now: int) -> Step:
+    groups = dict(state.groups)
+    effects: list[Effect] = []
+    results: list[GroupResult] = []
+    seen: set[str] = set()
+    for group_id in event.group_ids:
+        if group_id in seen:
+            continue
+        seen.add(group_id)
+        group = groups.get(group_id)
+        if group is None or group.state is DEAD:
+            results.append(GroupResult(group_id, ErrorCode.GROUP_ID_NOT_FOUND))
+        elif group.state is EMPTY:
+            # KORVET: Dead until the adapter reports the Redis clean-up done.
+            groups[group_id] = Group(group_id, state=DEAD)
+            effects.append(DeleteGroupData(group_id))
+            results.append(GroupResult(group_id, ErrorCode.NONE))
+        else:
+            results.append(GroupResult(group_id, ErrorCode.NON_EMPTY_GROUP))
+    effects.append(DeleteGroupsReply(event.request_id, tuple(results)))
+    return replace(state, groups=groups), tuple(effects)
+
+
+# --- internal events ----------------------------------------------------------------
+
+def _due(deadline: int | None, now: int) -> bool:
+    return deadline is not None and deadline <= now
+
+
+def _group_data_deleted(state: CoordinatorState, event: GroupDataDeleted, now: int) -> Step:
+    group = state.groups.get(event.group_id)
+    if group is None or group.state is not DEAD:
+        return state, ()
+    return _with_group(state, None, event.group_id), ()
+
+
+def _session_timeout(state: CoordinatorState, event: SessionTimeout, now: int) -> Step:
+    group = state.groups.get(event.group_id)
+    member = group.members.get(event.member_id) if group is not None else None
+    if group is None or member is None or not _due(member.session_deadline, now):
+        return state, ()
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    if not member.is_new and (member.awaiting_join or member.awaiting_sync):
+        # A member waiting for the rebalance needs no heartbeat; its timer is
+        # armed again when its held-back request is answered.
+        w.members[event.member_id] = replace(member, session_deadline=None)
+    else:
+        w.removal_replies(event.member_id)
+        w.remove_members([event.member_id])
+        if w.state in (STABLE, COMPLETING):
+            w.prepare_rebalance()
+        elif w.state is PREPARING and w.all_joined():
+            w.complete_join()
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _pending_member_timeout(state: CoordinatorState, event: PendingMemberTimeout,
+                            now: int) -> Step:
+    group = state.groups.get(event.group_id)
+    pending = group.pending.get(event.member_id) if group is not None else None
+    if group is None or pending is None or not _due(pending.deadline, now):
+        return state, ()
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    w.pending.pop(event.member_id)
+    if w.state is PREPARING and w.all_joined():
+        w.complete_join()
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _rebalance_timeout(state: CoordinatorState, event: RebalanceTimeout, now: int) -> Step:
+    group = state.groups.get(event.group_id)
+    if group is None or group.state is not PREPARING or not _due(group.join_deadline, now):
+        return state, ()
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    if w.initial_rebalance and w.new_member_added and w.initial_remaining_ms > 0:
+        # Members are still arriving: extend the initial delay (InitialDelayedJoin).
+        w.new_member_added = False
+        delay = min(state.config.initial_rebalance_delay_ms, w.initial_remaining_ms)
+        w.initial_remaining_ms = max(w.initial_remaining_ms - w.initial_delay_ms, 0)
+        w.initial_delay_ms = delay
+        w.join_deadline = now + delay
+    else:
+        w.complete_join()
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _pending_sync_timeout(state: CoordinatorState, event: PendingSyncTimeout, now: int) -> Step:
+    group = state.groups.get(event.group_id)
+    if group is None or not _due(group.sync_deadline, now):
+        return state, ()
+    effects: list[Effect] = []
+    w = _Work(group, state.config, now, effects)
+    if w.state in (COMPLETING, STABLE) and w.pending_sync:
+        w.remove_members(list(w.pending_sync))
+        w.prepare_rebalance()
+    else:
+        w.sync_deadline = None
+    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _restart(state: CoordinatorState, event: Restart, now: int) -> Step:
+    config = state.config
+    groups: dict[str, Group] = {}
+    effects: list[Effect] = []
+    for group_id, group in state.groups.items():
+        if group.state is DEAD:
+            groups[group_id] = group
+            effects.append(DeleteGroupData(group_id))
+            continue
+        members = {
+            m: replace(member, join_request=None, sync_request=None, session_deadline=now + (
+                config.new_member_join_timeout_ms if member.is_new else member.session_timeout_ms))
+            for m, member in group.members.items()}
+        pending = {m: replace(p, deadline=now + p.session_timeout_ms)
+                   for m, p in group.pending.items()}
+        join_deadline = None
+        if group.state is PREPARING:
+            join_deadline = now + (group.initial_delay_ms if group.initial_rebalance
+                                   else group.rebalance_timeout_ms)
+        sync_deadline = now + group.rebalance_timeout_ms if group.pending_sync else None
+        groups[group_id] = replace(group, members=members, pending=pending,
+                                   join_deadline=join_deadline, sync_deadline=sync_deadline)
+    return replace(state, groups=groups), tuple(effects)
+
+
+def step(state: CoordinatorState, event: Event, now_ms: int) -> Step:
+    """Apply one event at time ``now_ms``; return the new state and the effects, in order."""
+    match event:
+        case JoinGroup():
+            return _join_group(state, event, now_ms)
+        case SyncGroup():
+            return _sync_group(state, event, now_ms)
+        case Heartbeat():
+            return _heartbeat(state, event, now_ms)
+        case LeaveGroup():
+            return _leave_group(state, event, now_ms)
+        case OffsetCommit():
+            return _offset_commit(state, event, now_ms)
+        case DeleteGroups():
+            return _delete_groups(state, event, now_ms)
+        case GroupDataDeleted():
+            return _group_data_deleted(state, event, now_ms)
+        case SessionTimeout():
+            return _session_timeout(state, event, now_ms)
+        case PendingMemberTimeout():
+            return _pending_member_timeout(state, event, now_ms)
+        case RebalanceTimeout():
+            return _rebalance_timeout(state, event, now_ms)
+        case PendingSyncTimeout():
+            return _pending_sync_timeout(state, event, now_ms)
+        case Restart():
+            return _restart(state, event, now_ms)

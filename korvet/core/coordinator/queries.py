@@ -1,0 +1,89 @@
+"""Read-only questions the adapter answers without a step: DescribeGroups,
+ListGroups, OffsetFetch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from korvet.core.coordinator.errors import ErrorCode
+from korvet.core.coordinator.state import (
+    CommittedOffset,
+    CoordinatorState,
+    GroupState,
+    TopicPartition,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes  # only in Stable (the selected protocol's), else b""
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error: ErrorCode  # GROUP_ID_NOT_FOUND for an unknown group (DescribeGroups v6+; v0-v5: NONE)
+    state: str  # "Dead" for an unknown group
+    protocol_type: str
+    protocol_data: str  # the selected protocol, only in Stable
+    members: tuple[DescribedMember, ...]
+
+
+def describe_group(state: CoordinatorState, group_id: str) -> GroupDescription:
+    group = state.groups.get(group_id)
+    if group is None or group.state is GroupState.DEAD:
+        return GroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND, GroupState.DEAD.value,
+                                "", "", ())
+    stable = group.state is GroupState.STABLE
+    members = tuple(
+        DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.metadata_for(group.protocol_name) if stable else b"", m.assignment)
+        for m in group.members.values())
+    return GroupDescription(group_id, ErrorCode.NONE, group.state.value,
+                            group.protocol_type or "",
+                            (group.protocol_name or "") if stable else "", members)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+def list_groups(state: CoordinatorState, states: Iterable[str] = (),
+                types: Iterable[str] = ()) -> tuple[ListedGroup, ...]:
+    """Groups the coordinator knows (not Dead ones), filtered as ListGroups v4/v5 ask.
+
+    ``states`` matches case-insensitively; ``types`` are group types, and every
+    group here is a "classic" one.
+    """
+    wanted_states = {s.lower() for s in states}
+    wanted_types = {t.lower() for t in types}
+    if wanted_types and "classic" not in wanted_types:
+        return ()
+    return tuple(
+        ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+        for _, g in sorted(state.groups.items())
+        if g.state is not GroupState.DEAD
+        and (not wanted_states or g.state.value.lower() in wanted_states))
+
+
+def offset_fetch(state: CoordinatorState, group_id: str,
+                 partitions: Iterable[TopicPartition] | None = None,
+                 ) -> tuple[tuple[TopicPartition, CommittedOffset | None], ...]:
+    """Committed offsets, regardless of the group's state (None: nothing committed, offset -1).
+
+    ``partitions=None`` asks for every committed partition of the group.
+    """
+    group = state.groups.get(group_id)
+    offsets = {} if group is None or group.state is GroupState.DEAD else group.offsets
+    if partitions is None:
+        return tuple(sorted(offsets.items()))
+    return tuple((tp, offsets.get(tp)) for tp in partitions)

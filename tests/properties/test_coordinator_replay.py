@@ -1,0 +1,643 @@
+"""Every transition of spec/GroupCoordinator.tla's replay model, replayed through the Python machine.
+
+TLC dumps the model's whole state graph (``-dump dot,actionlabels``). For every
+state of it, the test builds the Python state that state stands for
+(``concretize``), steps every event a client, a timer or the adapter could
+send there (``events_for``: the spec's parameter domains of ``Next``, over the
+model's constants), maps each resulting state back (``abstract``) and requires
+the set of (event name, successor) pairs to be exactly TLC's set of (action,
+successor) pairs. Where TLC discovered a state, the effects of the transition
+that discovered it (the spec's ``out``) must also be among the effects of a
+Python event leading there.
+
+A timeout or clean-up event whose Python step changes nothing and answers
+nothing is a timer that turned out to have nothing to do (a member that was
+waiting for the rebalance, an extended initial delay): the spec has no
+transition for it, so it is left out. Abstraction (docs/spec/group-coordinator.md):
+member ids, instance ids, protocol names, metadata and assignments are the same
+strings (bytes as UTF-8); deadlines, timeouts, client ids and request ids have
+fixed values; the spec's ``issued`` counts the member ids handed out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+
+import pytest
+
+from korvet.core.coordinator import (
+    CommittedOffset,
+    Config,
+    CoordinatorState,
+    DeleteGroupData,
+    DeleteGroups,
+    DeleteGroupsReply,
+    Effect,
+    Event,
+    Group,
+    GroupDataDeleted,
+    GroupState,
+    Heartbeat,
+    HeartbeatReply,
+    JoinGroup,
+    JoinGroupReply,
+    LeaderSync,
+    LeaveGroup,
+    LeaveGroupReply,
+    Member,
+    MemberAssignment,
+    MemberIdentity,
+    OffsetCommit,
+    OffsetCommitReply,
+    OffsetToCommit,
+    PendingMember,
+    PendingMemberTimeout,
+    PendingSyncTimeout,
+    PersistOffsets,
+    Protocol,
+    RebalanceTimeout,
+    Restart,
+    SessionTimeout,
+    SyncGroup,
+    SyncGroupReply,
+    TopicPartition,
+    machine,
+    step,
+)
+from korvet.spec import tlc
+from korvet.spec.values import Function, Record, TlaValue, parse_state
+
+pytestmark = pytest.mark.tlc
+
+GROUP = "g"
+TOPIC = "t"
+SESSION_MS = 10_000
+BAD_SESSION_MS = 1_000  # below group.min.session.timeout.ms
+REBALANCE_MS = 20_000
+DEADLINE = 1_000_000  # every armed timer of a concretized state
+REQUEST_AT = DEADLINE - 500  # requests arrive before any deadline
+REQUEST_ID = 1
+JOIN_REQUEST_BASE = 1000  # held-back JoinGroup of the i-th member id: 1000 + i
+SYNC_REQUEST_BASE = 2000
+
+
+@dataclass(frozen=True)
+class Constants:
+    """A model's constants, as its cfg binds them (checked against the cfg and TLC's states)."""
+
+    model: str
+    config_file: str
+    member_ids_name: str
+    member_ids: tuple[str, ...]
+    instance_ids: tuple[str, ...]
+    protocol_choices: tuple[tuple[tuple[str, str], ...], ...]
+    protocol_names: tuple[str, ...]
+    partitions: tuple[str, ...]
+    offsets: tuple[int, ...]
+    assignments: tuple[str, ...]
+    group_max_size: int
+    leave_batch_max: int
+    max_generation: int
+
+
+REPLAY = Constants(
+    model="GroupCoordinator-replay",
+    config_file="GroupCoordinatorReplay.cfg",
+    member_ids_name="Ids2",
+    member_ids=("m1", "m2"),
+    instance_ids=("i1",),
+    protocol_choices=((("range", "a"),), (("range", "b"),), (("rr", "a"),)),
+    protocol_names=("range", "rr"),
+    partitions=("p0",),
+    offsets=(1,),
+    assignments=("A",),
+    group_max_size=2,
+    leave_batch_max=1,
+    max_generation=2,
+)
+
+CI = Constants(
+    model="GroupCoordinator",
+    config_file="GroupCoordinator.cfg",
+    member_ids_name="Ids3",
+    member_ids=("m1", "m2", "m3"),
+    instance_ids=("i1",),
+    protocol_choices=((("range", "a"),), (("range", "b"),), (("rr", "a"),)),
+    protocol_names=("range", "rr"),
+    partitions=("p0",),
+    offsets=(1,),
+    assignments=("A",),
+    group_max_size=2,
+    leave_batch_max=1,
+    max_generation=1,
+)
+
+MODELS = {c.model: c for c in (REPLAY, CI)}
+
+# --- canonical values: TLA+ values and Python values meet here --------------------
+
+Canon = object
+
+
+def canon(value: object) -> Canon:
+    """A hashable normal form of a TLA+ value (the empty sequence is the empty function)."""
+    kind = type(value)
+    if kind is Record or kind is Function or kind is dict:
+        items = value.items()  # type: ignore[attr-defined]
+        return ("map", tuple(sorted((canon(k), canon(v)) for k, v in items)))
+    if kind is tuple:
+        if not value:
+            return ("map", ())
+        return ("seq", tuple(canon(v) for v in value))  # type: ignore[attr-defined]
+    if kind is frozenset or kind is set:
+        return ("set", frozenset(canon(v) for v in value))  # type: ignore[attr-defined]
+    return value
+
+
+def as_map(value: TlaValue) -> Mapping[object, object]:
+    if isinstance(value, Record | Function):
+        return value
+    if value == ():
+        return {}
+    raise AssertionError(f"not a function: {value!r}")
+
+
+def field(value: TlaValue, name: str) -> TlaValue:
+    assert isinstance(value, Record), value
+    result = value[name]
+    return result  # type: ignore[return-value]
+
+
+# --- TLA+ state -> Python state -----------------------------------------------------
+
+def concretize(c: Constants, grp: TlaValue) -> CoordinatorState:
+    config = Config(group_max_size=c.group_max_size)
+    state = str(field(grp, "state"))
+    if state == "Absent":
+        return CoordinatorState(config=config, groups={})
+    members: dict[str, Member] = {}
+    for key, rec in as_map(field(grp, "members")).items():
+        member_id = str(key)
+        index = c.member_ids.index(member_id)
+        assert isinstance(rec, Record)
+        protocols = rec["protocols"]
+        assert isinstance(protocols, tuple)
+        members[member_id] = Member(
+            member_id=member_id,
+            group_instance_id=str(rec["instance"]) or None,
+            client_id="client", client_host="/127.0.0.1",
+            session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS,
+            protocol_type="consumer",
+            protocols=tuple(Protocol(str(p[0]), str(p[1]).encode())
+                            for p in protocols if isinstance(p, tuple)),
+            assignment=str(rec["assignment"]).encode(),
+            is_new=bool(rec["isNew"]),
+            join_request=JOIN_REQUEST_BASE + index if rec["awaitingJoin"] else None,
+            sync_request=SYNC_REQUEST_BASE + index if rec["awaitingSync"] else None,
+            session_deadline=DEADLINE)
+    pending = field(grp, "pending")
+    pending_sync = field(grp, "pendingSync")
+    assert isinstance(pending, frozenset) and isinstance(pending_sync, frozenset)
+    leader_sync_rec = field(grp, "leaderSync")
+    sync_gen = field(leader_sync_rec, "gen")
+    assert isinstance(sync_gen, int)
+    leader_sync = None if sync_gen < 0 else LeaderSync(sync_gen, {
+        str(m): str(a).encode() for m, a in as_map(field(leader_sync_rec, "asg")).items()})
+    offsets = {TopicPartition(TOPIC, int(str(p)[1:])): CommittedOffset(o)  # type: ignore[arg-type]
+               for p, o in as_map(field(grp, "committed")).items() if o != -1}
+    group_state = GroupState(state)
+    generation = field(grp, "generation")
+    assert isinstance(generation, int)
+    group = Group(
+        group_id=GROUP, state=group_state, generation=generation,
+        protocol_type=str(field(grp, "protocolType")) or None,
+        protocol_name=str(field(grp, "protocolName")) or None,
+        leader=str(field(grp, "leader")) or None,
+        members=members,
+        pending={str(m): PendingMember(SESSION_MS, DEADLINE) for m in pending},
+        pending_sync=frozenset(str(m) for m in pending_sync),
+        initial_rebalance=bool(field(grp, "initialRebalance")),
+        new_member_added=False,  # so that the initial delay ends when its timer fires
+        initial_delay_ms=config.initial_rebalance_delay_ms,
+        initial_remaining_ms=0,
+        join_deadline=DEADLINE if group_state is GroupState.PREPARING_REBALANCE else None,
+        sync_deadline=DEADLINE if pending_sync else None,
+        leader_sync=leader_sync,
+        offsets=offsets)
+    return CoordinatorState(config=config, groups={GROUP: group})
+
+
+# --- Python state -> TLA+ state -----------------------------------------------------
+
+def _record(fields: dict[str, Canon]) -> Canon:
+    """canon() of a record whose field values are already canonical."""
+    return ("map", tuple(sorted(fields.items())))
+
+
+def _fn(pairs: Iterable[tuple[str, Canon]]) -> Canon:
+    """canon() of a function from strings (the empty function included)."""
+    return ("map", tuple(sorted(pairs)))
+
+
+_NO_SYNC = _record({"gen": -1, "asg": _fn(())})
+
+
+def abstract(c: Constants, state: CoordinatorState) -> Canon:
+    """The spec's `grp` (in canonical form) that a Python state stands for.
+
+    Builds canon() of the record directly: the replay calls it for every event."""
+    assert set(state.groups) <= {GROUP}, state.groups.keys()
+    group = state.groups.get(GROUP)
+    committed = dict.fromkeys(c.partitions, -1)
+    if group is None:
+        return _record({
+            "state": "Absent", "generation": 0, "protocolType": "", "protocolName": "",
+            "leader": "", "members": _fn(()), "pending": ("set", frozenset()),
+            "pendingSync": ("set", frozenset()), "initialRebalance": False,
+            "leaderSync": _NO_SYNC, "committed": _fn(committed.items())})
+    members = _fn((m, _record({
+        "instance": member.group_instance_id or "",
+        "protocols": ("seq", tuple(("seq", (p.name, p.metadata.decode())) for p in member.protocols)),
+        "awaitingJoin": member.join_request is not None,
+        "awaitingSync": member.sync_request is not None,
+        "isNew": member.is_new, "assignment": member.assignment.decode()}))
+        for m, member in group.members.items())
+    sync = group.leader_sync
+    for tp, offset in group.offsets.items():
+        committed[f"p{tp.partition}"] = offset.offset
+    return _record({
+        "state": group.state.value, "generation": group.generation,
+        "protocolType": group.protocol_type or "", "protocolName": group.protocol_name or "",
+        "leader": group.leader or "", "members": members,
+        "pending": ("set", frozenset(group.pending)),
+        "pendingSync": ("set", group.pending_sync),
+        "initialRebalance": group.initial_rebalance,
+        "leaderSync": _NO_SYNC if sync is None else _record({
+            "gen": sync.generation,
+            "asg": _fn((m, a.decode()) for m, a in sync.assignments.items())}),
+        "committed": _fn(committed.items()),
+    })
+
+
+def abstract_effect(effect: Effect) -> Canon:
+    record: dict[str, object]
+    match effect:
+        case JoinGroupReply():
+            record = {"api": "JoinGroup", "err": int(effect.error), "mid": effect.member_id,
+                      "gen": effect.generation_id, "leader": effect.leader,
+                      "proto": effect.protocol_name or "",
+                      "members": frozenset(m.member_id for m in effect.members),
+                      "skip": effect.skip_assignment}
+        case SyncGroupReply():
+            record = {"api": "SyncGroup", "to": effect.member_id, "err": int(effect.error),
+                      "proto": effect.protocol_name or "", "asg": effect.assignment.decode()}
+        case HeartbeatReply():
+            record = {"api": "Heartbeat", "to": effect.member_id, "err": int(effect.error)}
+        case LeaveGroupReply():
+            record = {"api": "LeaveGroup", "err": int(effect.error), "results": tuple(
+                {"mid": r.member_id, "inst": r.group_instance_id or "", "err": int(r.error)}
+                for r in effect.members)}
+        case OffsetCommitReply():
+            errors = {int(p.error) for p in effect.partitions}
+            assert len(errors) == 1, effect
+            record = {"api": "OffsetCommit", "to": effect.member_id, "err": errors.pop()}
+        case PersistOffsets():
+            record = {"api": "PersistOffsets", "mid": effect.member_id,
+                      "gen": effect.generation_id,
+                      "offsets": {f"p{tp.partition}": o.offset for tp, o in effect.offsets}}
+        case DeleteGroupsReply():
+            (result,) = effect.results
+            record = {"api": "DeleteGroups", "err": int(result.error)}
+        case DeleteGroupData():
+            record = {"api": "DeleteGroupData"}
+    return canon(record)
+
+
+_EFFECTS: dict[Effect, Canon] = {}
+
+
+def effect_canon(effect: Effect) -> Canon:
+    known = _EFFECTS.get(effect)
+    if known is None:
+        known = _EFFECTS[effect] = abstract_effect(effect)
+    return known
+
+
+# --- the events of the spec's Next, over the model's constants ---------------------
+
+def subsets(items: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for size in range(len(items) + 1):
+        yield from itertools.combinations(items, size)
+
+
+def events_for(c: Constants, grp: TlaValue, issued: int) -> Iterator[Event]:
+    """The spec's JoinGroup, SyncGroup, ... of Next with every parameter its domain allows."""
+    known = c.member_ids[:issued]
+    fresh = c.member_ids[issued] if issued < len(c.member_ids) else ""
+    instances: tuple[str | None, ...] = (None, *c.instance_ids)
+    state = str(field(grp, "state"))
+    generation = field(grp, "generation")
+    assert isinstance(generation, int)
+    gens = (generation, generation - 1 if generation > 0 else 1)  # Gens: current, StaleGen
+    protocol_name = str(field(grp, "protocolName"))
+    leader = str(field(grp, "leader"))
+    members = tuple(str(m) for m in as_map(field(grp, "members")))
+    pending = field(grp, "pending")
+    assert isinstance(pending, frozenset)
+
+    def join(member_id: str, instance: str | None, protocols: tuple[tuple[str, str], ...],
+             session: int, requires_known: bool, skip: bool) -> JoinGroup:
+        return JoinGroup(REQUEST_ID, GROUP, member_id, instance, "consumer",
+                         tuple(Protocol(n, m.encode()) for n, m in protocols),
+                         session, REBALANCE_MS, "client", "/127.0.0.1", requires_known, skip,
+                         fresh or "never-used")
+
+    # JoinGroup (JoinVariants), and the session-timeout error for every member id
+    if fresh:
+        variants = [(None, rk, False) for rk in (False, True)] + \
+                   [(i, True, sk) for i in c.instance_ids for sk in (False, True)]
+        for (instance, rk, sk), protocols in itertools.product(variants, c.protocol_choices):
+            yield join("", instance, protocols, SESSION_MS, rk, sk)
+    for member_id, instance, protocols in itertools.product(known, instances,
+                                                            c.protocol_choices):
+        yield join(member_id, instance, protocols, SESSION_MS, True, False)
+    for member_id in ("", *known) if fresh else known:
+        yield join(member_id, None, c.protocol_choices[0], BAD_SESSION_MS, True, False)
+
+    # SyncGroup (SyncNames: none, or a name other than the group's)
+    mismatch = next(n for n in c.protocol_names if n != protocol_name)
+    for member_id, instance, gen, name in itertools.product(known, instances, gens,
+                                                            (None, mismatch)):
+        maps: list[tuple[MemberAssignment, ...]] = [()]
+        if member_id == leader and gen == generation and state == "CompletingRebalance":
+            maps = [tuple(MemberAssignment(m, a.encode())
+                          for m, a in zip(domain, values, strict=True))
+                    for domain in subsets(members)
+                    for values in itertools.product(c.assignments, repeat=len(domain))]
+        for assignments in maps:
+            yield SyncGroup(REQUEST_ID, GROUP, member_id, instance, gen, None, name, assignments)
+
+    for member_id, instance, gen in itertools.product(known, instances, gens):
+        yield Heartbeat(REQUEST_ID, GROUP, member_id, instance, gen)
+
+    identities = [MemberIdentity(m, i) for m, i in itertools.product(("", *known), instances)]
+    for size in range(1, c.leave_batch_max + 1):
+        for batch in itertools.product(identities, repeat=size):
+            yield LeaveGroup(REQUEST_ID, GROUP, batch)
+
+    offset_maps = [dict(zip(domain, values, strict=True))
+                   for domain in subsets(c.partitions) if domain
+                   for values in itertools.product(c.offsets, repeat=len(domain))]
+    for member_id, instance, gen, offsets in itertools.product(
+            ("", *known), instances, (-1, *gens), offset_maps):
+        to_commit = tuple(OffsetToCommit(TOPIC, int(p[1:]), o) for p, o in offsets.items())
+        for v9 in ((False, True) if state == "Absent" and gen >= 0 else (False,)):
+            yield OffsetCommit(REQUEST_ID, GROUP, member_id, instance, gen, to_commit, v9)
+
+    yield DeleteGroups(REQUEST_ID, (GROUP,))
+    yield GroupDataDeleted(GROUP)
+    for member_id in members:
+        yield SessionTimeout(GROUP, member_id)
+    for member_id in sorted(str(m) for m in pending):
+        yield PendingMemberTimeout(GROUP, member_id)
+    yield RebalanceTimeout(GROUP)
+    yield PendingSyncTimeout(GROUP)
+    yield Restart()
+
+
+INTERNAL = (SessionTimeout, PendingMemberTimeout, RebalanceTimeout, PendingSyncTimeout,
+            GroupDataDeleted)
+
+Successor = tuple[str, Canon]  # (action name, abstract successor with `issued`)
+
+
+def python_successors(c: Constants, grp: TlaValue, issued: int,
+                      ) -> dict[Successor, set[Canon]]:
+    """(event name, successor) -> the sets of abstract effects of the events leading there."""
+    state = concretize(c, grp)
+    here = abstract(c, state)
+    fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
+    found: dict[Successor, set[Canon]] = {}
+    for event in events_for(c, grp, issued):
+        now = DEADLINE if isinstance(event, INTERNAL) else REQUEST_AT
+        after, effects = step(state, event, now)
+        there = here if after is state else abstract(c, after)
+        if isinstance(event, INTERNAL) and there == here and not effects:
+            continue  # a timer with nothing to do: no transition in the spec
+        group = after.groups.get(GROUP)
+        if group is not None and group.generation > c.max_generation:
+            continue  # outside the model's CONSTRAINT: TLC does not go there
+        used = group is not None and fresh is not None and (
+            fresh in group.members or fresh in group.pending)
+        key = (type(event).__name__, (there, issued + 1 if used else issued))
+        found.setdefault(key, set()).add(frozenset(effect_canon(e) for e in effects))
+    return found
+
+
+# --- the state graph ----------------------------------------------------------------
+
+_NODE = re.compile(r'^(-?\d+) \[label="')
+_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
+
+
+def discoveries(dot: str) -> dict[str, tuple[str, str]]:
+    """node -> (source, action) of the transition that discovered it (TLC writes a new
+    node's label, with that transition's `out`, right after the edge that found it)."""
+    found: dict[str, tuple[str, str]] = {}
+    last: tuple[str, str, str] | None = None
+    for raw in dot.splitlines():
+        line = raw.strip()
+        edge = _EDGE.match(line)
+        if edge:
+            last = (edge.group(1), edge.group(2), edge.group(3))
+            continue
+        node = _NODE.match(line)
+        if node and last is not None and last[1] == node.group(1):
+            found[node.group(1)] = (last[0], last[2])
+    return found
+
+
+def within_constraint(c: Constants, state: Mapping[str, TlaValue]) -> bool:
+    """The model's StateConstraint."""
+    generation = field(state["grp"], "generation")
+    assert isinstance(generation, int)
+    return generation <= c.max_generation
+
+
+def core(state: Mapping[str, TlaValue]) -> tuple[Canon, int]:
+    issued = state["issued"]
+    assert isinstance(issued, int)
+    return canon(state["grp"]), issued
+
+
+@dataclass
+class Graph:
+    constants: Constants
+    graph: tlc.StateGraph
+    discovered: dict[str, tuple[str, str]]
+
+
+def load_graph(c: Constants) -> Graph:
+    directory = tlc.spec_dir()
+    model = next(m for m in tlc.load_models(directory) if m.name == c.model)
+    with tempfile.TemporaryDirectory(prefix="korvet-replay-") as work:
+        dot_path = Path(work) / "graph.dot"
+        result = tlc.run_model(model, directory, workers="1",
+                               extra_args=("-dump", "dot,actionlabels", str(dot_path)))
+        assert result.outcome == "pass", result.errors or result.violated
+        text = dot_path.read_text()
+    states, initial, edges = tlc.parse_dot(text)
+    return Graph(c, tlc.StateGraph(states, frozenset(initial), edges, result), discoveries(text))
+
+
+@dataclass
+class Replay:
+    states: int = 0
+    groups: int = 0
+    transitions: int = 0
+    outputs_checked: int = 0
+    divergences: list[str] = dataclass_field(default_factory=list)
+
+
+def replay(g: Graph, nodes: Iterable[str] | None = None) -> Replay:
+    """Compare the machine with the spec at ``nodes`` (default: every state of the graph)."""
+    c, graph = g.constants, g.graph
+    report = Replay()
+    by_core: dict[tuple[Canon, int], dict[Successor, set[Canon]]] = {}
+
+    def successors_of(state: Mapping[str, TlaValue]) -> dict[Successor, set[Canon]]:
+        key = core(state)
+        if key not in by_core:
+            by_core[key] = python_successors(c, state["grp"], key[1])
+        return by_core[key]
+
+    for node in graph.states if nodes is None else nodes:
+        state = graph.states[node]
+        if not within_constraint(c, state):
+            continue
+        report.states += 1
+        python = successors_of(state)
+        spec = {(action, core(graph.states[target]))
+                for action, target in graph.successors(node)
+                if within_constraint(c, graph.states[target])}
+        report.transitions += len(spec)
+        if set(python) != spec:
+            missing = sorted(a for a, _ in spec - set(python))
+            extra = sorted(a for a, _ in set(python) - spec)
+            report.divergences.append(f"state {node} {state['grp']}:\n  the machine lacks "
+                                      f"{missing}\n  and adds {extra}")
+            continue
+        if node in g.discovered and node not in graph.initial:
+            source, action = g.discovered[node]
+            out = state["out"]
+            assert isinstance(out, frozenset)
+            wanted = frozenset(canon(e) for e in out)
+            outs = successors_of(graph.states[source]).get((action, core(state)), set())
+            report.outputs_checked += 1
+            if wanted not in outs:
+                report.divergences.append(f"{action} into state {node}: the spec's effects "
+                                          f"{out}, the machine's {outs}")
+    report.groups = len(by_core)
+    return report
+
+
+# --- the tests ---------------------------------------------------------------------
+
+_GRAPHS: dict[str, Graph] = {}
+
+
+def cached_graph(c: Constants) -> Graph:
+    if c.model not in _GRAPHS:
+        _GRAPHS[c.model] = load_graph(c)
+    return _GRAPHS[c.model]
+
+
+# The dedicated replay model always; the bigger CI model (20,735 states, about 3 minutes
+# more) when asked for: KORVET_REPLAY_MODELS=GroupCoordinator-replay,GroupCoordinator
+REPLAYED = [name for name in os.environ.get("KORVET_REPLAY_MODELS", REPLAY.model).split(",")
+            if name]
+
+
+@pytest.fixture(scope="module", params=REPLAYED)
+def graph(request: pytest.FixtureRequest) -> Graph:
+    return cached_graph(MODELS[request.param])
+
+
+def test_replayed_models_are_known() -> None:
+    assert REPLAYED and set(REPLAYED) <= set(MODELS), REPLAYED
+
+
+def test_constants_are_the_models(graph: Graph) -> None:
+    """The Python side enumerates over the constants the cfg binds."""
+    c = graph.constants
+    cfg = (tlc.spec_dir() / c.config_file).read_text()
+    spec = (tlc.spec_dir() / "GroupCoordinator.tla").read_text()
+    ids = ", ".join(f'"{m}"' for m in c.member_ids)
+    assert f"MemberIds <- {c.member_ids_name}" in cfg
+    assert f"{c.member_ids_name} == <<{ids}>>" in spec
+    assert "ProtocolChoices <- ProtocolsBasic" in cfg
+    assert 'ProtocolsBasic == {<<<<"range", "a">>>>, <<<<"range", "b">>>>, <<<<"rr", "a">>>>}' \
+        in spec
+    assert "ProtocolNames <- Names2" in cfg and 'Names2 == <<"range", "rr">>' in spec
+    assert list(c.protocol_names) == sorted(c.protocol_names)  # the vote's tie-break
+    instances = ", ".join(f'"{i}"' for i in c.instance_ids)
+    partitions = ", ".join(f'"{p}"' for p in c.partitions)
+    for line in (f"InstanceIds = {{{instances}}}", f"Partitions = {{{partitions}}}",
+                 f"Offsets = {{{', '.join(map(str, c.offsets))}}}",
+                 f"Assignments = {{{', '.join(f'{chr(34)}{a}{chr(34)}' for a in c.assignments)}}}",
+                 f"GroupMaxSize = {c.group_max_size}", f"LeaveBatchMax = {c.leave_batch_max}",
+                 f"MaxGeneration = {c.max_generation}"):
+        assert line in cfg, line
+    assert {s["issued"] for s in graph.graph.states.values()} == \
+        set(range(len(c.member_ids) + 1))
+
+
+def test_every_transition_of_the_spec_is_a_step_of_the_machine(graph: Graph) -> None:
+    started = time.monotonic()
+    report = replay(graph)
+    elapsed = time.monotonic() - started
+    result = graph.graph.result
+    print(f"\n{graph.constants.model}: replayed {report.states:,} spec states "
+          f"({report.groups:,} distinct groups), {report.transitions:,} distinct transitions "
+          f"and the effects of {report.outputs_checked:,} discovering transitions in "
+          f"{elapsed:.1f}s (TLC: {result.generated:,} generated, {result.distinct:,} distinct, "
+          f"{result.wall_seconds:.1f}s with the graph dump)")
+    assert not report.divergences, f"{len(report.divergences)} divergences; the first:\n" + \
+        "\n".join(report.divergences[:3])
+    assert report.states == result.distinct
+    assert report.outputs_checked >= result.distinct - len(graph.graph.initial) - 1
+
+
+def test_the_replay_catches_a_machine_that_strays_from_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: with a plausible bug planted (pending members no longer hold up the
+    end of the join phase), the replay finds divergences."""
+    graph = cached_graph(REPLAY)
+    pending_states = [n for n, s in graph.graph.states.items()
+                      if field(s["grp"], "pending") and
+                      field(s["grp"], "state") == "PreparingRebalance"]
+    assert pending_states
+    monkeypatch.setattr(machine._Work, "all_joined",
+                        lambda self: all(m.join_request is not None
+                                         for m in self.members.values()))
+    report = replay(graph, pending_states)
+    assert report.divergences
+
+
+def test_spec_states_read_back_as_themselves() -> None:
+    """The abstraction inverts the concretization on TLC's printing of a state."""
+    state = parse_state('/\\ grp = [state |-> "Absent", generation |-> 0, protocolType |-> "", '
+                        'protocolName |-> "", leader |-> "", members |-> << >>, '
+                        'pending |-> {}, pendingSync |-> {}, initialRebalance |-> FALSE, '
+                        'leaderSync |-> [gen |-> -1, asg |-> << >>], committed |-> [p0 |-> -1]]\n'
+                        '/\\ out = {}\n/\\ issued = 0\n/\\ calm = FALSE')
+    assert concretize(REPLAY, state["grp"]).groups == {}
+    assert abstract(REPLAY, concretize(REPLAY, state["grp"])) == canon(state["grp"])
