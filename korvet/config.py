@@ -90,6 +90,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("groups.min-session-timeout-ms", int, 6000, "smallest session timeout a member may ask"),
     Setting("groups.max-session-timeout-ms", int, 1_800_000,
             "largest session timeout a member may ask"),
+    Setting("groups.max-size", int, 2**31 - 1,
+            "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",

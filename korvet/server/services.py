@@ -5,13 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from korvet.config import Config
 from korvet.core import topics as topic_rules
 from korvet.core.topics import TopicInfo
+from korvet.storage.groups import PartitionRef
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
+
+if TYPE_CHECKING:
+    from korvet.server.coordinator import GroupCoordinator
 
 
 def now_ms() -> int:
@@ -25,6 +30,7 @@ class Services:
     topics: TopicCache
     notifier: AppendNotifier
     bound_port: int = 0
+    coordinator: GroupCoordinator | None = None
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
 
@@ -54,6 +60,14 @@ class Services:
 
     def now_ms(self) -> int:
         return now_ms()
+
+    def partition_ref(self, topic: str, partition: int) -> PartitionRef | None:
+        """The stream of a topic partition, from the topic cache (no Redis round trip)."""
+        info = self.topics.peek(topic)
+        if info is None:
+            return None
+        return PartitionRef(topic, partition, self.store.stream_key(topic, partition),
+                            info.config.sequence_bits)
 
     async def on_topic_deleted(self, name: str) -> None:
         for hook in self.topic_deleted_hooks:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from korvet.spec import tlc
+from korvet.spec import replay, tlc
 from korvet.spec.values import format_value
 
 
@@ -32,6 +32,7 @@ def add_parser(commands: Any) -> None:
     check.add_argument("--show-expected-traces", action="store_true",
                        help="print the counterexamples of expected violations too")
     check.set_defaults(func=run_check)
+    replay.add_parser(spec_commands)
 
 
 def format_trace(result: tlc.TlcResult) -> str:

@@ -36,6 +36,11 @@ class TopicCache:
             self._id_to_name[topic.topic_id] = topic.name
         return topic
 
+    def peek(self, name: str) -> TopicInfo | None:
+        """The cached entry, however old, without asking Redis (for synchronous callers)."""
+        cached = self._by_name.get(name)
+        return cached[0] if cached is not None else None
+
     async def by_id(self, topic_id: str) -> TopicInfo | None:
         name = self._id_to_name.get(topic_id)
         if name is None:

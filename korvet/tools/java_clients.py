@@ -297,6 +297,53 @@ class KafkaJavaTools:
         text = "".join(f"{line}\n" for line in lines)
         return self.run(CONSOLE_PRODUCER_MAIN, args, input_text=text, timeout=timeout)
 
+    def console_consumer_args(
+        self,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        from_beginning: bool = True,
+        group: str | None = None,
+        partition: int | None = None,
+        offset: int | str | None = None,
+        idle_timeout_ms: int | None = 10_000,
+        isolation_level: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The console consumer's arguments, printing everything ``parse_console_records`` reads."""
+        formatter = {
+            "print.timestamp": "true",
+            "print.partition": "true",
+            "print.offset": "true",
+            "print.headers": "true",
+            "print.key": "true",
+            "print.value": "true",
+            "key.separator": FIELD_SEPARATOR,
+            "headers.separator": HEADER_SEPARATOR,
+            "line.separator": RECORD_SEPARATOR,
+            "null.literal": NULL_MARKER,
+        }
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic]
+        if max_messages is not None:
+            args += ["--max-messages", str(max_messages)]
+        if idle_timeout_ms is not None:
+            args += ["--timeout-ms", str(idle_timeout_ms)]
+        if partition is not None:
+            args += ["--partition", str(partition)]
+            if offset is not None:
+                args += ["--offset", str(offset)]
+            elif from_beginning:
+                args += ["--offset", "earliest"]
+        elif from_beginning:
+            args.append("--from-beginning")
+        if group is not None:
+            args += ["--group", group]
+        if isolation_level is not None:
+            args += ["--isolation-level", isolation_level]
+        args += _properties("--formatter-property", formatter)
+        args += _properties("--command-property", properties)
+        return args
+
     def console_consume(
         self,
         topic: str,
@@ -316,34 +363,10 @@ class KafkaJavaTools:
         It stops early when no record arrives for ``idle_timeout_ms``, so fewer
         records than asked for is a normal result, not an error.
         """
-        formatter = {
-            "print.timestamp": "true",
-            "print.partition": "true",
-            "print.offset": "true",
-            "print.headers": "true",
-            "print.key": "true",
-            "print.value": "true",
-            "key.separator": FIELD_SEPARATOR,
-            "headers.separator": HEADER_SEPARATOR,
-            "line.separator": RECORD_SEPARATOR,
-            "null.literal": NULL_MARKER,
-        }
-        args = ["--bootstrap-server", self.bootstrap, "--topic", topic,
-                "--max-messages", str(max_messages), "--timeout-ms", str(idle_timeout_ms)]
-        if partition is not None:
-            args += ["--partition", str(partition)]
-            if offset is not None:
-                args += ["--offset", str(offset)]
-            elif from_beginning:
-                args += ["--offset", "earliest"]
-        elif from_beginning:
-            args.append("--from-beginning")
-        if group is not None:
-            args += ["--group", group]
-        if isolation_level is not None:
-            args += ["--isolation-level", isolation_level]
-        args += _properties("--formatter-property", formatter)
-        args += _properties("--command-property", properties)
+        args = self.console_consumer_args(
+            topic, max_messages=max_messages, from_beginning=from_beginning, group=group,
+            partition=partition, offset=offset, idle_timeout_ms=idle_timeout_ms,
+            isolation_level=isolation_level, properties=properties)
         process = self.run(CONSOLE_CONSUMER_MAIN, args, timeout=timeout)
         return ConsumeResult(parse_console_records(process.stdout), process)
 

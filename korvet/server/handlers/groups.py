@@ -1,0 +1,330 @@
+"""The classic consumer-group APIs, wired to the pure coordinator (korvet/core/coordinator).
+
+Each handler turns a kio request into a coordinator event (or a read-only query),
+waits for the reply the machine produces (possibly much later: a JoinGroup held
+until the rebalance completes) and builds the version's response. Version
+differences become plain event fields: JoinGroup v4+ requires a known member id,
+v5+ carries group instance ids, v9 may skip the assignment; OffsetCommit v9+
+answers GROUP_ID_NOT_FOUND for an unknown group. Korvet is the coordinator of
+every group (FindCoordinator names this broker).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from korvet.core import coordinator as core
+from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
+from korvet.protocol.registry import RequestContext
+from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator
+from korvet.server.services import Services
+
+FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS = 15, 16, 8, 9, 42
+FIND_COORDINATOR_VERSIONS = range(0, 7)
+JOIN_GROUP_VERSIONS = range(0, 10)
+HEARTBEAT_VERSIONS = range(0, 5)
+LEAVE_GROUP_VERSIONS = range(0, 6)
+SYNC_GROUP_VERSIONS = range(0, 6)
+DESCRIBE_GROUPS_VERSIONS = range(0, 7)
+LIST_GROUPS_VERSIONS = range(0, 6)
+OFFSET_COMMIT_VERSIONS = range(2, 10)  # v10 identifies topics by id: not served
+OFFSET_FETCH_VERSIONS = range(1, 10)  # v10 identifies topics by id: not served
+DELETE_GROUPS_VERSIONS = range(0, 3)
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NOT_REQUESTED = -(2**31)
+# AclOperation codes a group allows without an authorizer: READ 3, DELETE 6, DESCRIBE 8
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+
+
+def _error(code: core.ErrorCode | int) -> ErrorCode:
+    return ErrorCode(int(code))
+
+
+async def _ask(coordinator: GroupCoordinator, event: core.RequestEvent) -> core.Reply | None:
+    try:
+        return await coordinator.request(event)
+    except CoordinatorUnavailable:
+        return None
+
+
+# --- FindCoordinator ----------------------------------------------------------------------
+
+async def find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(type(request))
+    keys = list(getattr(request, "coordinator_keys", ()) or ())
+    single = not has_field(type(request), "coordinator_keys")
+    if single:
+        keys = [getattr(request, "key", "")]
+    key_type = getattr(request, "key_type", GROUP_KEY)
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type == GROUP_KEY:
+            return {"key": key, "node_id": services.node_id, "host": services.advertised_host,
+                    "port": services.advertised_port, "error_code": ErrorCode.none,
+                    "error_message": None}
+        message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
+                   else f"coordinator key type {key_type} is not supported")
+        code = (ErrorCode.transactional_id_authorization_failed if key_type == TRANSACTION_KEY
+                else ErrorCode.invalid_request)
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
+                "error_message": message}
+
+    if single:
+        return make(response_cls, throttle_time=0, **answer(keys[0]))
+    coordinator_cls = nested(response_cls, "Coordinator")
+    return make(response_cls, throttle_time=0,
+                coordinators=tuple(make(coordinator_cls, **answer(k)) for k in keys))
+
+
+# --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
+
+async def join_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                     request: Any) -> Any:
+    version = ctx.api_version
+    response_cls = response_type(type(request))
+    session_ms = millis(request.session_timeout)
+    rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    instance = getattr(request, "group_instance_id", None)
+    client_id = ctx.client_id or ""
+    event = core.JoinGroup(
+        request_id=coordinator.next_request_id(), group_id=request.group_id,
+        member_id=request.member_id, group_instance_id=instance,
+        protocol_type=request.protocol_type,
+        protocols=tuple(core.Protocol(p.name, p.metadata) for p in request.protocols),
+        session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+        client_id=client_id, client_host=ctx.client_host,
+        requires_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
+        new_member_id=core.new_member_id(client_id, instance, str(uuid.uuid4())),
+    )
+    reply = await _ask(coordinator, event)
+    if not isinstance(reply, core.JoinGroupReply):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+                    generation_id=-1, protocol_type=None, protocol_name=None, leader="",
+                    skip_assignment=False, member_id=request.member_id, members=())
+    member_cls = nested(response_cls, "JoinGroupResponseMember")
+    protocol_name = reply.protocol_name
+    if version < 7 and protocol_name is None:
+        protocol_name = ""  # a non-nullable string before v7
+    return make(
+        response_cls, throttle_time=0, error_code=_error(reply.error),
+        generation_id=reply.generation_id, protocol_type=reply.protocol_type,
+        protocol_name=protocol_name, leader=reply.leader, skip_assignment=reply.skip_assignment,
+        member_id=reply.member_id,
+        members=tuple(make(member_cls, member_id=m.member_id,
+                           group_instance_id=m.group_instance_id, metadata=m.metadata)
+                      for m in reply.members),
+    )
+
+
+async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                     request: Any) -> Any:
+    response_cls = response_type(type(request))
+    event = core.SyncGroup(
+        request_id=coordinator.next_request_id(), group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id,
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments=tuple(core.MemberAssignment(a.member_id, a.assignment)
+                          for a in request.assignments),
+    )
+    reply = await _ask(coordinator, event)
+    if not isinstance(reply, core.SyncGroupReply):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+                    protocol_type=None, protocol_name=None, assignment=b"")
+    return make(response_cls, throttle_time=0, error_code=_error(reply.error),
+                protocol_type=reply.protocol_type, protocol_name=reply.protocol_name,
+                assignment=reply.assignment)
+
+
+async def heartbeat(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                    request: Any) -> Any:
+    response_cls = response_type(type(request))
+    event = core.Heartbeat(
+        request_id=coordinator.next_request_id(), group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id,
+    )
+    reply = await _ask(coordinator, event)
+    error = (_error(reply.error) if isinstance(reply, core.HeartbeatReply)
+             else ErrorCode.coordinator_not_available)
+    return make(response_cls, throttle_time=0, error_code=error)
+
+
+async def leave_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                      request: Any) -> Any:
+    response_cls = response_type(type(request))
+    batch = has_field(type(request), "members")
+    if batch:
+        members = tuple(core.MemberIdentity(m.member_id, m.group_instance_id)
+                        for m in request.members)
+    else:
+        members = (core.MemberIdentity(request.member_id, None),)
+    reply = await _ask(coordinator, core.LeaveGroup(
+        request_id=coordinator.next_request_id(), group_id=request.group_id, members=members))
+    if not isinstance(reply, core.LeaveGroupReply):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+                    members=())
+    if not batch:
+        error = reply.error
+        if error is core.ErrorCode.NONE and reply.members:
+            error = reply.members[0].error
+        return make(response_cls, throttle_time=0, error_code=_error(error))
+    member_cls = nested(response_cls, "MemberResponse")
+    return make(response_cls, throttle_time=0, error_code=_error(reply.error),
+                members=tuple(make(member_cls, member_id=m.member_id,
+                                   group_instance_id=m.group_instance_id,
+                                   error_code=_error(m.error)) for m in reply.members))
+
+
+# --- offsets ------------------------------------------------------------------------------
+
+async def offset_commit(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                        request: Any) -> Any:
+    version = ctx.api_version
+    response_cls = response_type(type(request))
+    topic_cls = nested(response_cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(response_cls, "OffsetCommitResponsePartition")
+    generation = getattr(request, "generation_id_or_member_epoch",
+                         getattr(request, "generation_id", -1))
+    known: list[core.OffsetToCommit] = []
+    unknown: set[tuple[str, int]] = set()
+    for topic in request.topics:
+        info = await services.topics.get(topic.name)
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                unknown.add((topic.name, p.partition_index))
+                continue
+            known.append(core.OffsetToCommit(
+                topic.name, p.partition_index, p.committed_offset,
+                p.committed_metadata if p.committed_metadata is not None else "",
+                getattr(p, "committed_leader_epoch", -1)))
+    errors: dict[tuple[str, int], ErrorCode] = {
+        key: ErrorCode.unknown_topic_or_partition for key in unknown}
+    if known or not unknown:
+        reply = await _ask(coordinator, core.OffsetCommit(
+            request_id=coordinator.next_request_id(), group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=generation, offsets=tuple(known),
+            unknown_group_is_not_found=version >= 9))
+        if isinstance(reply, core.OffsetCommitReply):
+            for result in reply.partitions:
+                errors[(result.topic, result.partition)] = _error(result.error)
+        else:
+            for item in known:
+                errors[(item.topic, item.partition)] = ErrorCode.coordinator_not_available
+    topics = []
+    for topic in request.topics:
+        topics.append(make(topic_cls, name=topic.name, partitions=tuple(
+            make(partition_cls, partition_index=p.partition_index,
+                 error_code=errors.get((topic.name, p.partition_index), ErrorCode.none))
+            for p in topic.partitions)))
+    return make(response_cls, throttle_time=0, topics=tuple(topics))
+
+
+def _fetched_offsets(coordinator: GroupCoordinator, group_id: str,
+                     topics: Any) -> list[tuple[str, list[tuple[int, core.CommittedOffset | None]]]]:
+    """(topic, [(partition, committed or None)]) for the requested topics, or all committed."""
+    if topics is None:
+        by_topic: dict[str, list[tuple[int, core.CommittedOffset | None]]] = {}
+        for tp, committed in core.offset_fetch(coordinator.state, group_id):
+            by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
+        return sorted(by_topic.items())
+    wanted = [core.TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
+    found = dict(core.offset_fetch(coordinator.state, group_id, wanted))
+    return [(t.name, [(p, found.get(core.TopicPartition(t.name, p)))
+                      for p in t.partition_indexes]) for t in topics]
+
+
+async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                       request: Any) -> Any:
+    response_cls = response_type(type(request))
+    grouped = has_field(type(request), "groups")
+    suffix = "s" if grouped else ""
+    topic_cls = nested(response_cls, f"OffsetFetchResponseTopic{suffix}")
+    partition_cls = nested(response_cls, f"OffsetFetchResponsePartition{suffix}")
+
+    def topics_of(group_id: str, topics: Any) -> tuple[Any, ...]:
+        return tuple(
+            make(topic_cls, name=name, partitions=tuple(
+                make(partition_cls, partition_index=partition,
+                     committed_offset=committed.offset if committed else -1,
+                     committed_leader_epoch=committed.leader_epoch if committed else -1,
+                     metadata=committed.metadata if committed else "",
+                     error_code=ErrorCode.none)
+                for partition, committed in partitions))
+            for name, partitions in _fetched_offsets(coordinator, group_id, topics))
+
+    if not grouped:
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                    topics=topics_of(request.group_id, request.topics))
+    group_cls = nested(response_cls, "OffsetFetchResponseGroup")
+    return make(response_cls, throttle_time=0, groups=tuple(
+        make(group_cls, group_id=g.group_id, topics=topics_of(g.group_id, g.topics),
+             error_code=ErrorCode.none) for g in request.groups))
+
+
+# --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
+
+async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                          request: Any) -> Any:
+    version = ctx.api_version
+    response_cls = response_type(type(request))
+    group_cls = nested(response_cls, "DescribedGroup")
+    member_cls = nested(response_cls, "DescribedGroupMember")
+    include_ops = bool(getattr(request, "include_authorized_operations", False))
+    groups = []
+    for group_id in request.groups:
+        described = core.describe_group(coordinator.state, group_id)
+        error = _error(described.error)
+        message = None
+        if error == ErrorCode.group_id_not_found:
+            if version >= 6:
+                message = f"Group {group_id} not found."
+            else:
+                error = ErrorCode.none  # v0-v5 describe an unknown group as Dead
+        groups.append(make(
+            group_cls, error_code=error, error_message=message, group_id=group_id,
+            group_state=described.state, protocol_type=described.protocol_type,
+            protocol_data=described.protocol_data,
+            members=tuple(make(member_cls, member_id=m.member_id,
+                               group_instance_id=m.group_instance_id, client_id=m.client_id,
+                               client_host=m.client_host, member_metadata=m.metadata,
+                               member_assignment=m.assignment) for m in described.members),
+            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+    return make(response_cls, throttle_time=0, groups=tuple(groups))
+
+
+async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                      request: Any) -> Any:
+    response_cls = response_type(type(request))
+    group_cls = nested(response_cls, "ListedGroup")
+    listed = core.list_groups(coordinator.state, getattr(request, "states_filter", ()) or (),
+                              getattr(request, "types_filter", ()) or ())
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(
+        make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+             group_type="classic") for g in listed))
+
+
+async def delete_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                        request: Any) -> Any:
+    response_cls = response_type(type(request))
+    result_cls = nested(response_cls, "DeletableGroupResult")
+    reply = await _ask(coordinator, core.DeleteGroups(
+        request_id=coordinator.next_request_id(), group_ids=tuple(request.groups_names)))
+    if isinstance(reply, core.DeleteGroupsReply):
+        results = {r.group_id: _error(r.error) for r in reply.results}
+    else:
+        results = {}
+    return make(response_cls, throttle_time=0, results=tuple(
+        make(result_cls, group_id=g,
+             error_code=results.get(g, ErrorCode.coordinator_not_available))
+        for g in request.groups_names))
