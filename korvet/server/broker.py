@@ -56,6 +56,8 @@ class Broker:
             event_log=config.get_str("groups.event-log"),
         )
         self.services.coordinator = self.coordinator
+        self.services.topic_deleted_hooks.append(
+            lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.registry = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
@@ -96,6 +98,8 @@ class Broker:
             (groups.LIST_GROUPS, "ListGroups", groups.LIST_GROUPS_VERSIONS, groups.list_groups),
             (groups.DELETE_GROUPS, "DeleteGroups", groups.DELETE_GROUPS_VERSIONS,
              groups.delete_groups),
+            (groups.OFFSET_DELETE, "OffsetDelete", groups.OFFSET_DELETE_VERSIONS,
+             groups.offset_delete),
         ):
             self.registry.register(key, name, versions,
                                    partial(group_handler, self.services, self.coordinator))

@@ -46,7 +46,7 @@ class _Tick:
 
 
 _REQUESTS = (core.JoinGroup, core.SyncGroup, core.Heartbeat, core.LeaveGroup, core.OffsetCommit,
-             core.DeleteGroups)
+             core.OffsetDelete, core.DeleteGroups)
 
 
 class CoordinatorUnavailable(Exception):
@@ -169,11 +169,11 @@ class GroupCoordinator:
                 task = asyncio.create_task(self._delete_group_data(effect.group_id))
                 self._cleanups.add(task)
                 task.add_done_callback(self._cleanups.discard)
-            elif isinstance(effect, core.OffsetCommitReply) and not durable:
+            elif isinstance(effect, core.OffsetCommitReply | core.OffsetDeleteReply) and not durable:
                 self._reply(replace(effect, partitions=tuple(
                     replace(p, error=core.ErrorCode.COORDINATOR_NOT_AVAILABLE)
                     for p in effect.partitions)))
-            elif not isinstance(effect, core.PersistOffsets):
+            elif not isinstance(effect, core.PersistOffsets | core.DeleteOffsets):
                 self._reply(effect)
         self._index_members()
 
@@ -192,7 +192,12 @@ class GroupCoordinator:
                 changed[group_id] = text
         gone = [g for g in self._saved if g not in self.state.groups]
         commits: list[tuple[str, list[tuple[PartitionRef, int, str | None, int]]]] = []
+        removals: list[tuple[str, list[str]]] = []
         for effect in effects:
+            if isinstance(effect, core.DeleteOffsets):
+                removals.append((effect.group_id, [
+                    ref.stream_key for tp in effect.partitions
+                    if (ref := self.partition_ref(tp.topic, tp.partition)) is not None]))
             if isinstance(effect, core.PersistOffsets):
                 items = []
                 for tp, committed in effect.offsets:
@@ -201,10 +206,10 @@ class GroupCoordinator:
                         items.append((ref, committed.offset, committed.metadata or None,
                                       committed.leader_epoch))
                 commits.append((effect.group_id, items))
-        if not changed and not gone and not commits:
+        if not changed and not gone and not commits and not removals:
             return True
         try:
-            await self.store.save_state(changed, gone, commits, self._clock())
+            await self.store.save_state(changed, gone, commits, self._clock(), removals)
         except (RedisError, OSError) as exc:
             log.warning("could not persist coordinator state: %s", exc)
             return False

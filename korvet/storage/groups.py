@@ -15,7 +15,7 @@ what it gets (docs/spec/stream-group.md explains why XREADGROUP ``>`` would skip
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +23,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from korvet.core.offsets import OffsetCodec
-
-
-@dataclass(frozen=True, slots=True)
-class StoredOffset:
-    offset: int
-    metadata: str | None
-    leader_epoch: int
-    committed_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +56,11 @@ class GroupStore:
     async def save_state(self, snapshots: dict[str, str], deleted: Sequence[str],
                          commits: Sequence[tuple[str, Sequence[tuple[PartitionRef, int,
                                                                        str | None, int]]]],
-                         now_ms: int) -> None:
-        """Durably store coordinator snapshots and committed offsets (one MULTI/EXEC), then
-        move the Redis consumer groups along.
+                         now_ms: int,
+                         removals: Sequence[tuple[str, Sequence[str]]] = ()) -> None:
+        """Durably store coordinator snapshots and committed offsets, and remove deleted
+        offsets (``removals``: group, stream keys), in one MULTI/EXEC; then move the Redis
+        consumer groups along.
 
         The transaction holds the snapshots, the committed offsets and each group's index
         of committed partitions; the XGROUP SETID calls after it are observability only,
@@ -88,6 +82,10 @@ class GroupStore:
                     mapping["metadata"] = metadata
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
                 pipe.sadd(self.index_key(group), ref.stream_key)
+        for group, stream_keys in removals:
+            if stream_keys:
+                pipe.unlink(*[self.commit_key(k, group) for k in stream_keys])
+                pipe.srem(self.index_key(group), *stream_keys)
         await pipe.execute()
         if not commits:
             return
@@ -97,44 +95,6 @@ class GroupStore:
                 progress.execute_command("XGROUP", "SETID", ref.stream_key, group,
                                          _id_before(ref.bits, offset))
         await progress.execute(raise_on_error=False)
-
-    async def fetch_offsets(self, group: str,
-                            stream_keys: Iterable[str] | None = None) -> dict[str, StoredOffset]:
-        """Committed offsets by stream key: those given, or every one of the group."""
-        keys = (list(stream_keys) if stream_keys is not None else
-                sorted(_text(k) for k in await self.redis.smembers(self.index_key(group))))
-        if not keys:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for stream_key in keys:
-            pipe.hgetall(self.commit_key(stream_key, group))
-        found: dict[str, StoredOffset] = {}
-        for stream_key, raw in zip(keys, await pipe.execute(), strict=True):
-            if raw and b"offset" in raw:
-                metadata = raw.get(b"metadata")
-                found[stream_key] = StoredOffset(
-                    offset=int(raw[b"offset"]),
-                    metadata=metadata.decode() if metadata is not None else None,
-                    leader_epoch=int(raw.get(b"leader-epoch", -1)),
-                    committed_ms=int(raw.get(b"committed", 0)),
-                )
-        return found
-
-    async def delete_offsets(self, group: str, stream_keys: Sequence[str]) -> None:
-        if not stream_keys:
-            return
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.unlink(*[self.commit_key(k, group) for k in stream_keys])
-        pipe.srem(self.index_key(group), *stream_keys)
-        await pipe.execute()
-
-    async def groups_with_offsets(self) -> list[str]:
-        """Every group id that has committed offsets (for ListGroups after a restart)."""
-        prefix = f"{self.ks}:group-commits:"
-        found = []
-        async for key in self.redis.scan_iter(match=f"{_escape(prefix)}*", count=500):
-            found.append(_text(key)[len(prefix):])
-        return sorted(found)
 
     # --- Redis consumer groups ----------------------------------------------------------------
 
@@ -188,13 +148,6 @@ class GroupStore:
         pipe.hdel(self.snapshots_key, group)
         await pipe.execute()
         await self.destroy_redis_groups(group)
-
-    async def forget_streams(self, stream_keys: Sequence[str], groups: Iterable[str]) -> None:
-        """A topic was deleted: its streams leave every group's index."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in groups:
-            pipe.srem(self.index_key(group), *stream_keys)
-        await pipe.execute()
 
     # --- coordinator snapshots -------------------------------------------------------------
 

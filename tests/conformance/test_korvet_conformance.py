@@ -2,14 +2,16 @@
 
 Korvet's documented design differences (sparse offsets, no transactions, no
 compaction, uncompressed storage; see korvet/conformance/differences.py) are
-excused with their reasons; every other check must pass. A skipped check (one that
-needs a broker setting Korvet does not have, such as group.max.size) is reported
-but does not fail the test. docs/conformance.md holds the result table of this run.
+excused with their reasons; every other check must pass. The broker runs with
+``groups.max-size`` 8 (as the Apache Kafka run has ``group.max.size=8``) so that the
+GROUP_MAX_SIZE_REACHED check runs too, and no check may be skipped.
+docs/conformance.md holds the result table of this run.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,15 @@ from korvet.conformance.registry import load_checks
 from tests.conftest import KorvetProcess
 
 pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def korvet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
+    broker = KorvetProcess(tmp_path_factory.mktemp("korvet-conformance"),
+                           extra_args=["--groups-max-size", "8"])
+    broker.start()
+    yield broker
+    broker.stop()
 
 
 def test_every_check_passes_on_korvet_or_is_excused(korvet: KorvetProcess, tmp_path: Path) -> None:
@@ -35,6 +46,8 @@ def test_every_check_passes_on_korvet_or_is_excused(korvet: KorvetProcess, tmp_p
         lines.append(f"- {r.name}: {r.message}")
         for key, value in r.details.items():
             lines.append(f"    {key}: {str(value)[:400]}")
+    skipped = [r.name for r in result.results if r.status == "skip"]
+    assert not skipped, f"checks skipped on Korvet: {skipped}"
     assert not failed, (
         f"{len(failed)} of {len(result.results)} checks failed on Korvet (profile korvet; reports in "
         f"{tmp_path}):\n" + "\n".join(lines) + f"\nbroker log tail:\n{korvet.log_tail(20)}"

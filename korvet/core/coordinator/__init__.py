@@ -7,6 +7,7 @@ names and tests: spec/README.md; for implementers: docs/spec/group-coordinator.m
 from korvet.core.coordinator.effects import (
     DeleteGroupData,
     DeleteGroupsReply,
+    DeleteOffsets,
     Effect,
     GroupResult,
     HeartbeatReply,
@@ -15,6 +16,7 @@ from korvet.core.coordinator.effects import (
     LeaveGroupReply,
     LeaveResult,
     OffsetCommitReply,
+    OffsetDeleteReply,
     PartitionResult,
     PersistOffsets,
     Reply,
@@ -31,6 +33,7 @@ from korvet.core.coordinator.events import (
     MemberAssignment,
     MemberIdentity,
     OffsetCommit,
+    OffsetDelete,
     OffsetToCommit,
     PendingMemberTimeout,
     PendingSyncTimeout,
@@ -40,6 +43,7 @@ from korvet.core.coordinator.events import (
     SessionTimeout,
     SyncGroup,
     TimeoutEvent,
+    TopicDeleted,
 )
 from korvet.core.coordinator.machine import step
 from korvet.core.coordinator.queries import (
@@ -69,14 +73,15 @@ from korvet.core.coordinator.timers import due_timeouts, next_deadline
 
 __all__ = [
     "CommittedOffset", "Config", "CoordinatorState", "DeleteGroupData", "DeleteGroups",
-    "DeleteGroupsReply", "DescribedMember", "Effect", "ErrorCode", "Event", "Group",
+    "DeleteGroupsReply", "DeleteOffsets", "DescribedMember", "Effect", "ErrorCode", "Event", "Group",
     "GroupDataDeleted", "GroupDescription", "GroupResult", "GroupState", "Heartbeat",
     "HeartbeatReply", "JoinGroup", "JoinGroupMember", "JoinGroupReply", "LeaderSync",
     "LeaveGroup", "LeaveGroupReply", "LeaveResult", "ListedGroup", "Member", "MemberAssignment",
-    "MemberIdentity", "OffsetCommit", "OffsetCommitReply", "OffsetToCommit", "PartitionResult",
+    "MemberIdentity", "OffsetCommit", "OffsetCommitReply", "OffsetDelete", "OffsetDeleteReply",
+    "OffsetToCommit", "PartitionResult",
     "PendingMember", "PendingMemberTimeout", "PendingSyncTimeout", "PersistOffsets", "Protocol",
     "RebalanceTimeout", "Reply", "RequestEvent", "Restart", "SessionTimeout", "SnapshotError",
-    "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicPartition", "describe_group",
+    "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicDeleted", "TopicPartition", "describe_group",
     "due_timeouts", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
     "new_member_id", "next_deadline", "offset_fetch", "step", "to_snapshot",
 ]

@@ -103,6 +103,22 @@ class PersistOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDeleteReply:
+    request_id: int
+    error: ErrorCode  # top level: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or NONE
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOffsets:
+    """Remove these committed offsets from Redis; the OffsetDeleteReply that follows in the
+    same step must not be sent before."""
+
+    group_id: str
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class GroupResult:
     group_id: str
     error: ErrorCode
@@ -128,5 +144,5 @@ class DeleteGroupData:
 
 
 Reply = (JoinGroupReply | SyncGroupReply | HeartbeatReply | LeaveGroupReply | OffsetCommitReply
-         | DeleteGroupsReply)
-Effect = Reply | PersistOffsets | DeleteGroupData
+         | OffsetDeleteReply | DeleteGroupsReply)
+Effect = Reply | PersistOffsets | DeleteOffsets | DeleteGroupData

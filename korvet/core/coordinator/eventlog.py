@@ -73,7 +73,8 @@ def effect_to_json(effect: effects.Effect) -> JsonValue:
 def event_from_json(data: JsonValue) -> events.Event:
     event = from_json(data)
     if not isinstance(event, events.JoinGroup | events.SyncGroup | events.Heartbeat
-                      | events.LeaveGroup | events.OffsetCommit | events.DeleteGroups
+                      | events.LeaveGroup | events.OffsetCommit | events.OffsetDelete
+                      | events.DeleteGroups | events.TopicDeleted
                       | events.GroupDataDeleted | events.SessionTimeout
                       | events.PendingMemberTimeout | events.RebalanceTimeout
                       | events.PendingSyncTimeout | events.Restart):

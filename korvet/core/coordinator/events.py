@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from korvet.core.coordinator.state import Protocol
+from korvet.core.coordinator.state import Protocol, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +105,24 @@ class OffsetCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDelete:
+    """OffsetDelete (key 47). KORVET: not a spec action; spec/GroupCoordinator.tla does not
+    model deleting offsets (nor offset retention)."""
+
+    request_id: int
+    group_id: str
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    """The adapter deleted a topic: every group forgets its committed offsets for it, as
+    Kafka removes a deleted partition's offsets. KORVET: not a spec action."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteGroups:
     request_id: int
     group_ids: tuple[str, ...]
@@ -147,5 +165,6 @@ class Restart:
 
 
 TimeoutEvent = SessionTimeout | PendingMemberTimeout | RebalanceTimeout | PendingSyncTimeout
-RequestEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | DeleteGroups
-Event = RequestEvent | TimeoutEvent | GroupDataDeleted | Restart
+RequestEvent = (JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | OffsetDelete
+                | DeleteGroups)
+Event = RequestEvent | TimeoutEvent | GroupDataDeleted | TopicDeleted | Restart

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from korvet.core.coordinator.consumer_protocol import subscribed_topics
 from korvet.core.coordinator.effects import (
     DeleteGroupData,
     DeleteGroupsReply,
+    DeleteOffsets,
     Effect,
     GroupResult,
     HeartbeatReply,
@@ -23,6 +25,7 @@ from korvet.core.coordinator.effects import (
     LeaveGroupReply,
     LeaveResult,
     OffsetCommitReply,
+    OffsetDeleteReply,
     PartitionResult,
     PersistOffsets,
     SyncGroupReply,
@@ -36,12 +39,14 @@ from korvet.core.coordinator.events import (
     JoinGroup,
     LeaveGroup,
     OffsetCommit,
+    OffsetDelete,
     PendingMemberTimeout,
     PendingSyncTimeout,
     RebalanceTimeout,
     Restart,
     SessionTimeout,
     SyncGroup,
+    TopicDeleted,
 )
 from korvet.core.coordinator.state import (
     CommittedOffset,
@@ -638,7 +643,51 @@ def _delete_groups(state: CoordinatorState, event: DeleteGroups, now: int) -> St
     return replace(state, groups=groups), tuple(effects)
 
 
+def _offset_delete(state: CoordinatorState, event: OffsetDelete, now: int) -> Step:
+    """Kafka's rules: an unknown or Dead group is GROUP_ID_NOT_FOUND; an Empty group's
+    offsets go; a consumer group with members keeps the offsets of topics its members
+    subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; any other group with
+    members is NON_EMPTY_GROUP. KORVET: outside the spec."""
+    group = state.groups.get(event.group_id)
+    if group is None or group.state is DEAD:
+        return state, (OffsetDeleteReply(event.request_id, ErrorCode.GROUP_ID_NOT_FOUND, ()),)
+    subscribed: frozenset[str] = frozenset()
+    if group.members:
+        if group.protocol_type != "consumer":
+            return state, (OffsetDeleteReply(event.request_id, ErrorCode.NON_EMPTY_GROUP, ()),)
+        for member in group.members.values():
+            topics = subscribed_topics(member.metadata_for(group.protocol_name))
+            if topics is None:  # unreadable: assume it may read anything
+                topics = frozenset(tp.topic for tp in event.partitions)
+            subscribed |= topics
+    offsets = dict(group.offsets)
+    removed: list[TopicPartition] = []
+    results: list[PartitionResult] = []
+    for tp in event.partitions:
+        if tp.topic in subscribed:
+            results.append(PartitionResult(tp.topic, tp.partition,
+                                           ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+            continue
+        if offsets.pop(tp, None) is not None:
+            removed.append(tp)
+        results.append(PartitionResult(tp.topic, tp.partition, ErrorCode.NONE))
+    effects: list[Effect] = []
+    if removed:
+        effects.append(DeleteOffsets(event.group_id, tuple(removed)))
+    effects.append(OffsetDeleteReply(event.request_id, ErrorCode.NONE, tuple(results)))
+    return _with_group(state, replace(group, offsets=offsets), event.group_id), tuple(effects)
+
+
 # --- internal events ----------------------------------------------------------------
+
+def _topic_deleted(state: CoordinatorState, event: TopicDeleted, now: int) -> Step:
+    groups = dict(state.groups)
+    for group_id, group in state.groups.items():
+        kept = {tp: o for tp, o in group.offsets.items() if tp.topic != event.topic}
+        if len(kept) != len(group.offsets):
+            groups[group_id] = replace(group, offsets=kept)
+    return replace(state, groups=groups), ()
+
 
 def _due(deadline: int | None, now: int) -> bool:
     return deadline is not None and deadline <= now
@@ -758,6 +807,10 @@ def step(state: CoordinatorState, event: Event, now_ms: int) -> Step:
             return _offset_commit(state, event, now_ms)
         case DeleteGroups():
             return _delete_groups(state, event, now_ms)
+        case OffsetDelete():
+            return _offset_delete(state, event, now_ms)
+        case TopicDeleted():
+            return _topic_deleted(state, event, now_ms)
         case GroupDataDeleted():
             return _group_data_deleted(state, event, now_ms)
         case SessionTimeout():

@@ -72,6 +72,7 @@ def broker_configs(services: Services) -> list[tuple[str, str, str]]:
          "korvet serve --groups-min-session-timeout-ms"),
         ("group.max.session.timeout.ms", str(config.get_int("groups.max-session-timeout-ms")),
          "korvet serve --groups-max-session-timeout-ms"),
+        ("group.max.size", str(config.get_int("groups.max-size")), "korvet serve --groups-max-size"),
         ("offsets.topic.replication.factor", "1", "one copy; Redis provides durability"),
         ("default.replication.factor", "1", "one copy; Redis provides durability"),
     ]

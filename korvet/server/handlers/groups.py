@@ -23,6 +23,7 @@ from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator
 from korvet.server.services import Services
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+OFFSET_DELETE = 47
 DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS = 15, 16, 8, 9, 42
 FIND_COORDINATOR_VERSIONS = range(0, 7)
 JOIN_GROUP_VERSIONS = range(0, 10)
@@ -34,6 +35,7 @@ LIST_GROUPS_VERSIONS = range(0, 6)
 OFFSET_COMMIT_VERSIONS = range(2, 10)  # v10 identifies topics by id: not served
 OFFSET_FETCH_VERSIONS = range(1, 10)  # v10 identifies topics by id: not served
 DELETE_GROUPS_VERSIONS = range(0, 3)
+OFFSET_DELETE_VERSIONS = range(0, 1)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NOT_REQUESTED = -(2**31)
@@ -270,6 +272,39 @@ async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: R
     return make(response_cls, throttle_time=0, groups=tuple(
         make(group_cls, group_id=g.group_id, topics=topics_of(g.group_id, g.topics),
              error_code=ErrorCode.none) for g in request.groups))
+
+
+async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
+                        request: Any) -> Any:
+    response_cls = response_type(type(request))
+    topic_cls = nested(response_cls, "OffsetDeleteResponseTopic")
+    partition_cls = nested(response_cls, "OffsetDeleteResponsePartition")
+    known: list[core.TopicPartition] = []
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in request.topics:
+        info = await services.topics.get(topic.name)
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                known.append(core.TopicPartition(topic.name, p.partition_index))
+    reply = await _ask(coordinator, core.OffsetDelete(
+        request_id=coordinator.next_request_id(), group_id=request.group_id,
+        partitions=tuple(known)))
+    if not isinstance(reply, core.OffsetDeleteReply):
+        top = ErrorCode.coordinator_not_available
+    else:
+        top = _error(reply.error)
+        for result in reply.partitions:
+            errors[(result.topic, result.partition)] = _error(result.error)
+    if top != ErrorCode.none:
+        return make(response_cls, error_code=top, throttle_time=0, topics=())
+    return make(response_cls, error_code=ErrorCode.none, throttle_time=0, topics=tuple(
+        make(topic_cls, name=topic.name, partitions=tuple(
+            make(partition_cls, partition_index=p.partition_index,
+                 error_code=errors.get((topic.name, p.partition_index), ErrorCode.none))
+            for p in topic.partitions))
+        for topic in request.topics))
 
 
 # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
