@@ -24,18 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from korvet.tools.host import free_port
+
 MIN_REDIS_MAJOR = 7
 
 
 class RedisStartError(RuntimeError):
     """The embedded Redis could not be started."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def redis_server_version(binary: str) -> tuple[int, int, int]:

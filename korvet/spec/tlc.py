@@ -16,9 +16,7 @@ when TLC finds exactly that violation.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -30,6 +28,7 @@ import yaml
 
 from korvet.spec.values import TlaValue, parse_state
 from korvet.tools import maven
+from korvet.tools.host import find_java
 
 JAR_SET = "tlc"
 
@@ -118,10 +117,7 @@ def load_models(directory: Path) -> list[Model]:
 
 
 def java_binary() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
+    found = find_java()
     if found is None:
         raise TlcError("java not found: TLC needs a Java runtime (Debian: openjdk-17-jre-headless)")
     return found

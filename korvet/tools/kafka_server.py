@@ -24,7 +24,6 @@ import base64
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -38,6 +37,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from korvet.tools import maven
+from korvet.tools.host import find_java, free_ports
 
 JAR_SET = "kafka"
 KAFKA_VERSION = "4.3.1"
@@ -88,13 +88,7 @@ class KafkaToolsError(RuntimeError):
 
 
 def java_binary() -> str:
-    """``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else ``java`` from PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file():
-            return str(candidate)
-    found = shutil.which("java")
+    found = find_java()
     if found is None:
         raise KafkaToolsError(
             "java not found (set JAVA_HOME or put java on PATH): Apache Kafka 4 needs Java 17+ "
@@ -114,21 +108,6 @@ def jar_classpath(jar_set: str = JAR_SET) -> str:
         return maven.classpath(jar_set)
     except maven.JarError as exc:
         raise KafkaToolsError(str(exc)) from exc
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Distinct ports the kernel just handed out on ``host``; free unless someone takes one right away."""
-    with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return free_ports(1, host)[0]
 
 
 def random_cluster_id() -> str:

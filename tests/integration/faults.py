@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import struct
 import threading
 from dataclasses import dataclass, field
 
+from korvet.tools.host import free_port
+
 PRODUCE = 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -1,0 +1,35 @@
+"""What the tools need from the host: a Java runtime and free loopback ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from pathlib import Path
+
+
+def find_java() -> str | None:
+    """``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else ``java`` from PATH; None if neither."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which("java")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Distinct ports the kernel just handed out on ``host``; free unless someone takes one
+    right away (callers retry on a failed bind)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(1, host)[0]
