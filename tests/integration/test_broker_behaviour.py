@@ -426,29 +426,53 @@ def test_unreachable_redis_is_a_clear_error_and_exit(tmp_path: Path) -> None:
     assert f"cannot reach Redis at redis://127.0.0.1:{port}/0" in result.stderr
 
 
+def _resp_commands(buffer: bytes) -> tuple[list[list[bytes]], bytes]:
+    """Split complete RESP commands (arrays of bulk strings) off the front of `buffer`."""
+    commands: list[list[bytes]] = []
+    while buffer.startswith(b"*"):
+        end = buffer.find(b"\r\n")
+        if end < 0:
+            break
+        count, position, parts = int(buffer[1:end]), end + 2, []
+        for _ in range(count):
+            end = buffer.find(b"\r\n", position)
+            if end < 0:
+                return commands, buffer
+            length = int(buffer[position + 1:end])
+            if len(buffer) < end + 2 + length + 2:
+                return commands, buffer
+            parts.append(buffer[end + 2:end + 2 + length])
+            position = end + 2 + length + 2
+        commands.append(parts)
+        buffer = buffer[position:]
+    return commands, buffer
+
+
 def _fake_redis(version: str) -> tuple[int, threading.Thread]:
-    """A socket that answers INFO with the given redis_version and +OK to anything else."""
+    """A socket that answers INFO with the given redis_version and +OK to any other command,
+    on every connection, one reply per complete command however the bytes arrive."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
 
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn, server:
+    def answer(conn: socket.socket) -> None:
+        with conn:
             buffer = b""
-            while True:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buffer += data
-                while b"\r\n" in buffer:
-                    if buffer.upper().find(b"INFO") >= 0:
+            while data := conn.recv(65536):
+                commands, buffer = _resp_commands(buffer + data)
+                for command in commands:
+                    if command and command[0].upper() == b"INFO":
                         body = f"# Server\r\nredis_version:{version}\r\n".encode()
                         conn.sendall(b"$%d\r\n%s\r\n" % (len(body), body))
                     else:
                         conn.sendall(b"+OK\r\n")
-                    buffer = b""
+
+    def serve() -> None:
+        with server:
+            while True:
+                conn, _ = server.accept()
+                threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

@@ -384,6 +384,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def rebalance_completes(self, group: str) -> None:
         """Every member behaves: rejoins, waits out the join phase, syncs. The group must
         end Stable with every member holding the leader's assignment."""
+        synced_generation = None  # the generation whose assignment this rule's leader sent
         for _ in range(10):
             g = self.h.state.groups.get(group)
             if g is None or not g.members or g.state is GroupState.STABLE:
@@ -410,8 +411,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     self.apply(SyncGroup(self.h.rid(), group, member_id,
                                          member.group_instance_id, formed.generation, None, None,
                                          assignments), group)
+                synced_generation = formed.generation
         g = self.h.state.groups.get(group)
-        if g is not None and g.members and g.state is GroupState.STABLE:
+        # A group that was already Stable keeps whatever its own leader sent; only a
+        # rebalance this rule drove must end with the assignment this rule's leader sent.
+        if g is not None and g.members and g.state is GroupState.STABLE \
+                and g.generation == synced_generation:
             assert all(m.assignment == m.member_id.encode() or m.group_instance_id
                        for m in g.members.values())
 
