@@ -4,8 +4,10 @@ The same records a client run sent (``record-size`` random uppercase letters, no
 no headers, the batch's clock as timestamp), in batches of the size that client
 run's batches had, go through exactly what the Produce handler does per batch, and
 nothing of the Kafka protocol: ``entries.encode_records``, ``trim_policy`` of the
-topic and one ``RedisStore.append`` (the atomic append script), one batch after the
-other, as the broker handles one connection's requests. Redis is the Korvet target's
+topic and one append (the atomic append script) per batch, sent on the store's one
+pipe with up to ``--in-flight`` appends unanswered (default 5, a Kafka producer's
+``max.in.flight.requests.per.connection``), as the broker handles one connection's
+requests. Redis is the Korvet target's
 own embedded Redis while the broker idles between client runs (``--redis-url``, under
 its own keyspace), or a private ``redis-server`` started here with a given persistence
 setting (``EmbeddedRedis``, the broker's own launcher). The read ceiling reads the
@@ -27,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,12 +71,21 @@ def _minus(after: tuple[float, float], before: tuple[float, float]) -> tuple[flo
 
 
 async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: int,
-                      batch_records: int) -> None:
+                      batch_records: int, in_flight: int) -> None:
+    """Append ``total`` records, keeping up to ``in_flight`` appends sent and unanswered
+    on the one pipe, as the broker does with a producer's in-flight requests."""
     partitions = topic.partitions
     partition = 0
     left = total
     no_producer = ProducerBatch()
     config = topic.config
+    pending: deque[asyncio.Future[Any]] = deque()
+
+    async def settle(sent: asyncio.Future[Any]) -> None:
+        result = await store.append_result(topic, sent)
+        if result.status is not AppendStatus.OK:
+            raise RuntimeError(f"append answered {result.status}")
+
     while left > 0:
         count = min(batch_records, left)
         now = time.time_ns() // 1_000_000
@@ -81,12 +93,15 @@ async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: 
             (now, None, value, [])] * count
         fields: list[bytes | int] = []
         size = entries.encode_records(records, fields)
-        result = await store.append(topic, partition, fields, count, now,
-                                    trim_policy(config, now, size, count), no_producer)
-        if result.status is not AppendStatus.OK:
-            raise RuntimeError(f"append answered {result.status}")
+        pending.append(await store.append_send(topic, partition, fields, count, now,
+                                               trim_policy(config, now, size, count),
+                                               no_producer))
+        if len(pending) >= in_flight:
+            await settle(pending.popleft())
         left -= count
         partition = (partition + 1) % partitions
+    while pending:
+        await settle(pending.popleft())
 
 
 async def _read_all(store: RedisStore, topic: TopicInfo, read_count: int) -> int:
@@ -120,7 +135,8 @@ async def run(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
             redis_before = await _redis_cpu(client)
             cpu_before = _own_cpu()
             started = time.perf_counter()
-            await _append_all(store, topic, value, args.num_records, args.batch_records)
+            await _append_all(store, topic, value, args.num_records, args.batch_records,
+                              args.in_flight)
             produce_seconds = time.perf_counter() - started
             produce_cpu = _minus(_own_cpu(), cpu_before)
             redis_mid = await _redis_cpu(client)
@@ -162,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-records", type=int, default=300_000)
     parser.add_argument("--batch-records", type=int, default=500)
     parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--in-flight", type=int, default=5,
+                        help="appends sent before the oldest answer is awaited (1: one at a "
+                             "time); 5 is a Kafka producer's max.in.flight.requests")
     parser.add_argument("--read-count", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
@@ -178,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.batch_records < 1 or args.num_records < 1:
-        raise SystemExit("--batch-records and --num-records must be positive")
+    if args.batch_records < 1 or args.num_records < 1 or args.in_flight < 1:
+        raise SystemExit("--batch-records, --num-records and --in-flight must be positive")
     if args.redis_url:
         runs = asyncio.run(run(args, args.redis_url))
     else:
