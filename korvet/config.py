@@ -73,6 +73,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redis.server-binary", str, "redis-server", "redis-server used for the embedded Redis"),
     Setting("redis.appendfsync", str, "everysec",
             "embedded Redis: AOF fsync policy (always, everysec, no) or 'off' for no persistence"),
+    Setting("redis.aof-rewrite-min-mb", int, 1024,
+            "embedded Redis: no AOF rewrite before the AOF reaches this many MiB (Redis' "
+            "auto-aof-rewrite-min-size; Redis' own default, 64, forks a rewrite every few "
+            "seconds under a steady produce load, which shows in the latency tail)"),
     Setting("data.dir", str, "data", "folder for the embedded Redis' data and the broker's files",
             ("--data-dir",)),
     Setting("topics.auto-create", bool, True,
@@ -216,6 +220,8 @@ def validate(config: Config) -> None:
         raise ConfigError("topics.default-partitions must be at least 1")
     if config.get_str("redis.appendfsync") not in ("always", "everysec", "no", "off"):
         raise ConfigError("redis.appendfsync must be one of always, everysec, no, off")
+    if config.get_int("redis.aof-rewrite-min-mb") < 1:
+        raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
     if config.get_int("broker.max-request-bytes") < 1024:
         raise ConfigError("broker.max-request-bytes must be at least 1024")
     lo = config.get_int("groups.min-session-timeout-ms")

@@ -52,6 +52,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
             data_dir=Path(config.get_str("data.dir")),
             binary=config.get_str("redis.server-binary"),
             appendfsync=config.get_str("redis.appendfsync"),
+            aof_rewrite_min_mb=config.get_int("redis.aof-rewrite-min-mb"),
         )
         try:
             url = await asyncio.to_thread(embedded.start)

@@ -572,3 +572,21 @@ def test_appends_publish_nothing_while_no_fetch_waits(tmp_path: Path, unique_nam
         assert xlen(broker, unique_name) == 100
     finally:
         broker.stop()
+
+
+def _redis_config(broker: KorvetProcess, name: str) -> str:
+    reply = subprocess.run(["redis-cli", "-u", broker.redis_url, "CONFIG", "GET", name],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return reply[1] if len(reply) == 2 else ""
+
+
+def test_embedded_redis_persists_with_the_configured_rewrite_threshold(tmp_path: Path) -> None:
+    """AOF on, fsync every second, and rewrites no earlier than redis.aof-rewrite-min-mb."""
+    broker = KorvetProcess(tmp_path / "korvet",
+                           extra_args=["--redis-aof-rewrite-min-mb", "256"]).start()
+    try:
+        assert _redis_config(broker, "appendonly") == "yes"
+        assert _redis_config(broker, "appendfsync") == "everysec"
+        assert _redis_config(broker, "auto-aof-rewrite-min-size") == str(256 * 1024 * 1024)
+    finally:
+        broker.stop()
