@@ -3,7 +3,7 @@
 The same records a client run sent (``record-size`` random uppercase letters, no key,
 no headers, the batch's clock as timestamp), in batches of the size that client
 run's batches had, go through exactly what the Produce handler does per batch, and
-nothing of the Kafka protocol: ``entries.encode_records``, ``trim_policy`` of the
+nothing of the Kafka protocol: ``entries.pack_records``, ``trim_policy`` of the
 topic and one append (the atomic append script) per batch, sent on the store's one
 pipe with up to ``--in-flight`` appends unanswered (default 5, a Kafka producer's
 ``max.in.flight.requests.per.connection``), as the broker handles one connection's
@@ -91,10 +91,9 @@ async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: 
         now = time.time_ns() // 1_000_000
         records: list[tuple[int, bytes | None, bytes | None, list[entries.Header]]] = [
             (now, None, value, [])] * count
-        fields: list[bytes | int] = []
-        size = entries.encode_records(records, fields)
-        pending.append(await store.append_send(topic, partition, fields, count, now,
-                                               trim_policy(config, now, size, count),
+        packed = entries.pack_records(records)
+        pending.append(await store.append_send(topic, partition, packed, count, now,
+                                               trim_policy(config, now, packed.size, count),
                                                no_producer))
         if len(pending) >= in_flight:
             await settle(pending.popleft())

@@ -32,6 +32,7 @@ from redis.commands.core import AsyncScript
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
+from korvet.storage.entries import PackedRecords
 from korvet.storage.pipe import RedisPipe
 
 
@@ -226,21 +227,22 @@ class RedisStore:
 
     # --- the log --------------------------------------------------------------------
 
-    async def append(self, topic: TopicInfo, partition: int, fields: list[bytes | int], count: int,
+    async def append(self, topic: TopicInfo, partition: int, records: PackedRecords, count: int,
                      now_ms: int, trim: TrimPolicy, producer: ProducerBatch) -> AppendResult:
-        """Append one batch: ``fields`` is the per-record layout of storage/entries.py."""
+        """Append one batch: ``records`` from ``entries.pack_records``."""
         return await self.append_result(
-            topic, await self.append_send(topic, partition, fields, count, now_ms, trim, producer))
+            topic, await self.append_send(topic, partition, records, count, now_ms, trim, producer))
 
-    async def append_send(self, topic: TopicInfo, partition: int, fields: list[bytes | int],
+    async def append_send(self, topic: TopicInfo, partition: int, records: PackedRecords,
                           count: int, now_ms: int, trim: TrimPolicy,
                           producer: ProducerBatch) -> asyncio.Future[Any]:
         """Send the append now, on the shared pipe (commands run in the order sent); the
-        returned future holds the script's reply, for ``append_result``. Packed by hiredis:
-        redis-py's asyncio client packs in pure Python, which costs more than the append."""
+        returned future holds the script's reply, for ``append_result``. The arguments
+        before the records are packed by hiredis (redis-py's asyncio client packs in pure
+        Python, which costs more than the append), the records come packed already."""
         codec_bits = topic.config.sequence_bits
         stream = self.stream_key(topic.name, partition)
-        command: list[bytes | int | str] = [
+        head = hiredis.pack_command((  # type: ignore[arg-type]
             "EVALSHA", self._append.sha, 4, stream,
             self.meta_key(topic.name, partition), self.topic_key(topic.name),
             self.waiting_key(stream),
@@ -248,9 +250,11 @@ class RedisStore:
             trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
             producer.producer_id, producer.producer_epoch, producer.base_sequence,
             producer.last_sequence, count, self.append_channel,
-        ]
-        command.extend(fields)
-        return await self.pipe.send(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]
+        ))
+        # hiredis counted the head's arguments alone ("*20\r\n"); the records follow them.
+        end = head.index(b"\r\n")
+        return await self.pipe.send(b"*%d\r\n" % (int(head[1:end]) + records.args)
+                                    + head[end + 2:] + records.body)
 
     @staticmethod
     async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:

@@ -56,9 +56,8 @@ async def _run(url: str, bits: int, batches: list[tuple[int, int]]) -> None:
     last = 0  # a new stream's last-generated id is 0-0
     appended: list[range] = []
     for now, count in batches:
-        fields: list[bytes | int] = []
-        entries.encode_records([(now, None, b"%d" % i, []) for i in range(count)], fields)
-        result = await store.append(topic, 0, fields, count, now, NO_TRIM, ProducerBatch())
+        packed = entries.pack_records([(now, None, b"%d" % i, []) for i in range(count)])
+        result = await store.append(topic, 0, packed, count, now, NO_TRIM, ProducerBatch())
         assert result.status is AppendStatus.OK
         expected = codec.reserve(last, now, count)
         # Mirror: the script reserves exactly what the pure rule reserves.
@@ -122,10 +121,9 @@ def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
         async def appender(writer: int) -> list[range]:
             got = []
             for round_ in range(30):
-                fields: list[bytes | int] = []
-                entries.encode_records([(1, None, b"%d-%d-%d" % (writer, round_, i), [])
-                                        for i in range(5)], fields)
-                result = await store.append(topic, 0, fields, 5, 1_000 + round_ % 3, NO_TRIM,
+                packed = entries.pack_records([(1, None, b"%d-%d-%d" % (writer, round_, i), [])
+                                               for i in range(5)])
+                result = await store.append(topic, 0, packed, 5, 1_000 + round_ % 3, NO_TRIM,
                                             ProducerBatch())
                 got.append(range(result.base_offset, result.last_offset + 1))
             return got
@@ -153,10 +151,8 @@ def test_script_refuses_a_batch_past_the_last_offset_and_clamps_a_late_clock(
         codec = OffsetCodec(22)
         late = codec.max_ms + 5_000  # a clock past the last encodable millisecond
 
-        def records(count: int) -> list[bytes | int]:
-            fields: list[bytes | int] = []
-            entries.encode_records([(1, None, b"v", [])] * count, fields)
-            return fields
+        def records(count: int) -> entries.PackedRecords:
+            return entries.pack_records([(1, None, b"v", [])] * count)
 
         first = await store.append(topic, 0, records(3), 3, late, NO_TRIM, ProducerBatch())
         assert first.status is AppendStatus.OK
@@ -188,9 +184,8 @@ def test_default_retention_reads_nothing_while_nothing_expires(redis_url: str) -
         policy = TrimPolicy(now - 604_800_000, -1, False)  # the default 7 days
         await client.config_resetstat()
         for round_ in range(20):
-            fields: list[bytes | int] = []
-            entries.encode_records([(now, None, b"v", [])] * 500, fields)
-            await store.append(topic, 0, fields, 500, now + round_, policy, ProducerBatch())
+            packed = entries.pack_records([(now, None, b"v", [])] * 500)
+            await store.append(topic, 0, packed, 500, now + round_, policy, ProducerBatch())
         stats: dict[str, Any] = await client.info("commandstats")
         assert "cmdstat_xrevrange" not in stats and "cmdstat_xtrim" not in stats, stats.keys()
         assert await client.xlen(store.stream_key("t", 0)) == 10_000

@@ -106,14 +106,13 @@ async def _send_partition(services: Services, topic: TopicInfo, index: int,
         (batch,) = batches
         now = services.now_ms()
         _check_batch(batch, topic, now)
-        fields: list[bytes | int] = []
-        size = entries.encode_records(batch.records, fields,
+        packed = entries.pack_records(batch.records,
                                       now if topic.config.log_append_time else None)
         producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                   batch.last_sequence)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
-        trim = trim_policy(topic.config, now, size, len(batch.records))
-        sent = await services.store.append_send(topic, index, fields, len(batch.records), now,
+        trim = trim_policy(topic.config, now, packed.size, len(batch.records))
+        sent = await services.store.append_send(topic, index, packed, len(batch.records), now,
                                                 trim, producer)
     except _Refused as refused:
         return _refused(index, refused)
