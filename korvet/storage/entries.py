@@ -31,8 +31,9 @@ _NULL_HEADER_LEN = len(NULL_HEADER)
 def encode_records(records: Sequence[Record], out: list[bytes | int],
                    timestamp: int | None = None) -> int:
     """Append each record's ``k, f1, v1, ..., fk, vk`` (the append script's per-record
-    layout) to ``out``; one call per batch, since this is a hot loop. ``timestamp``
-    replaces the records' own (LogAppendTime). Returns the key, value and header bytes."""
+    layout) to ``out``. ``timestamp`` replaces the records' own (LogAppendTime). Returns
+    the key, value and header bytes. The readable definition of the layout: the produce
+    path sends ``pack_records``' RESP bytes, which tests hold equal to this."""
     size = 0
     append = out.append
     for stamp, key, value, headers in records:
