@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from korvet.tools.host import stop_process
+
 ROOT = Path(__file__).resolve().parents[1]
 KORVET = [sys.executable, "-m", "korvet.cli"]
 
@@ -73,13 +75,7 @@ class KorvetProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, sig, timeout)
         self.process = None
         if sig == signal.SIGKILL:
             # The embedded Redis gets SIGTERM from the kernel when its parent dies; give it

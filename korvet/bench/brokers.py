@@ -8,7 +8,6 @@ charges to the broker (for Korvet: the broker and its embedded Redis).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from korvet.tools.host import stop_process
 from korvet.tools.kafka_server import KafkaServer
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -104,13 +104,7 @@ class KorvetBroker:
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=timeout)
         self.process = None
 
     def redis_pid(self) -> int | None:

@@ -29,6 +29,8 @@ from typing import Any
 
 import redis
 
+from korvet.tools.host import stop_process
+
 DEFAULT_RATE = 400
 
 
@@ -67,13 +69,7 @@ class PySpy:
         self.seconds = time.monotonic() - self.started
         if self.process is None:
             return {}
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGINT)  # py-spy writes its output on SIGINT
         self.process = None
         if not self.output.is_file():
             return {"error": self.output.with_suffix(".log").read_text(errors="replace")[-500:]}

@@ -1,12 +1,16 @@
-"""What the tools need from the host: a Java runtime and free loopback ports."""
+"""What the tools need from the host: a Java runtime, free loopback ports, and a way to
+stop the child processes they start."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import socket
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def find_java() -> str | None:
@@ -33,3 +37,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
+
+
+def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM,
+                 timeout: float = 30.0) -> int:
+    """Send ``sig`` to a child that still runs, wait up to ``timeout`` seconds for it to
+    exit, SIGKILL it if it does not; returns its exit code."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode

@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from korvet.tools import maven
-from korvet.tools.host import find_java, free_ports
+from korvet.tools.host import find_java, free_ports, stop_process
 
 JAR_SET = "kafka"
 KAFKA_VERSION = "4.3.1"
@@ -402,14 +402,7 @@ class KafkaServer:
         process = self._process
         code: int | None = None
         if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=self.shutdown_timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=30)
-            code = process.returncode
+            code = stop_process(process, timeout=self.shutdown_timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import pytest
 
 from korvet.core.offsets import OffsetCodec
 from korvet.spec.replay import replay
+from korvet.tools.host import stop_process
 from korvet.tools.java_clients import (
     CONSOLE_CONSUMER_MAIN,
     RECORD_SEPARATOR,
@@ -79,13 +79,8 @@ class Member:
         return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None
 
     def kill(self) -> None:
