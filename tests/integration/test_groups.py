@@ -12,6 +12,7 @@ times the group resumes exactly at its committed offsets.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import struct
@@ -216,21 +217,28 @@ def decode_assignment(data: bytes) -> set[tuple[str, int]]:
     return owned
 
 
-def assignments_by_generation(event_log: Path, group: str) -> dict[int, list[set[Any]]]:
-    """For each generation, the partition sets its members were given (SyncGroup replies)."""
-    generation_of: dict[int, int] = {}
-    found: dict[int, list[set[Any]]] = defaultdict(list)
+def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str, set[Any]]]:
+    """For each generation, the partition set each member was given (SyncGroup replies).
+
+    A member may be answered more than once in one generation (it re-sends SyncGroup, or
+    rejoins a Stable group unchanged and syncs again, as Kafka allows); it must then be
+    given the same partitions each time."""
+    synced_by: dict[int, tuple[int, str]] = {}  # request id -> (generation, member id)
+    found: dict[int, dict[str, set[Any]]] = defaultdict(dict)
     for line in event_log.read_text().splitlines():
         entry = json.loads(line)
         event = entry.get("event") or {}
         if event.get("type") == "SyncGroup" and event.get("group_id") == group:
-            generation_of[event["request_id"]] = event["generation_id"]
+            synced_by[event["request_id"]] = (event["generation_id"], event["member_id"])
         for effect in entry.get("effects", []):
             if effect.get("type") == "SyncGroupReply" and effect["error"] == 0 and \
-                    effect["request_id"] in generation_of:
-                import base64
+                    effect["request_id"] in synced_by:
+                generation, member = synced_by[effect["request_id"]]
                 owned = decode_assignment(base64.b64decode(effect["assignment"]["b64"]))
-                found[generation_of[effect["request_id"]]].append(owned)
+                earlier = found[generation].setdefault(member, owned)
+                assert earlier == owned, (
+                    f"generation {generation}: member {member} was given {sorted(earlier)} "
+                    f"and then {sorted(owned)}")
     return found
 
 
@@ -277,7 +285,7 @@ def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, uniqu
         generations = assignments_by_generation(event_log, scenario.group)
         assert len(generations) >= 6, f"only {len(generations)} generations: rebalances missing"
         for generation, owned in generations.items():
-            flat = [tp for member in owned for tp in member]
+            flat = [tp for partitions in owned.values() for tp in partitions]
             assert len(flat) == len(set(flat)), f"generation {generation}: a partition twice"
 
         # kafka-consumer-groups --describe: the three live members and no lag once committed.
