@@ -8,8 +8,6 @@ charges to the broker (for Korvet: the broker and its embedded Redis).
 from __future__ import annotations
 
 import os
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -17,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from korvet.protocol.frame_io import call_blocking
+from korvet.protocol.framing import FrameError
 from korvet.tools.host import stop_process
 from korvet.tools.kafka_server import KafkaServer
 
@@ -157,27 +157,18 @@ FIND_COORDINATOR = 10
 
 def supported_api_keys(bootstrap: str, timeout: float = 10.0) -> set[int]:
     """The API keys a broker lists in its ApiVersions (v0) reply."""
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+    from kio.schema.errors import ErrorCode
+
     host, _, port = bootstrap.rpartition(":")
-    client_id = b"korvet-bench"
-    request = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        reply = _read(sock, size)
-    _correlation, error, count = struct.unpack_from(">ihi", reply, 0)
-    if error:
-        raise BrokerError(f"ApiVersions answered error {error}")
-    return {struct.unpack_from(">h", reply, 10 + 6 * i)[0] for i in range(count)}
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise BrokerError("the broker closed the connection")
-        data.extend(chunk)
-    return bytes(data)
+    try:
+        reply = call_blocking(host, int(port), ApiVersionsRequest(), timeout=timeout,
+                              client_id="korvet-bench")
+    except (OSError, FrameError) as exc:
+        raise BrokerError(f"ApiVersions to {bootstrap} failed: {exc}") from None
+    if reply.error_code != ErrorCode.none:
+        raise BrokerError(f"ApiVersions answered error {reply.error_code}")
+    return {int(api.api_key) for api in reply.api_keys}
 
 
 def _admin(bootstrap: str) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import select
 import socket
-import struct
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ from typing import Any
 from kio.index import load_request_schema
 
 from korvet.protocol import framing
+from korvet.protocol.frames import FrameDecoder, FrameSizeError
 
-_SIZE = struct.Struct(">i")
 DEFAULT_CLIENT_ID = "korvet-conformance"
 
 
@@ -88,7 +87,7 @@ class WireClient:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._next_correlation = 1
         self._pending: deque[Pending] = deque()
-        self._buffer = bytearray()
+        self._decoder = FrameDecoder(min_size=4, what="response")  # a correlation id at least
         self.last_elapsed = 0.0
 
     # -- sending -----------------------------------------------------------
@@ -127,17 +126,12 @@ class WireClient:
     # -- receiving ---------------------------------------------------------
 
     def _read_frame(self, deadline: float) -> bytes:
-        while True:
-            if len(self._buffer) >= 4:
-                (size,) = _SIZE.unpack_from(self._buffer, 0)
-                if size < 0:
-                    raise DecodeError(f"negative response size {size}")
-                if len(self._buffer) >= 4 + size:
-                    frame = bytes(self._buffer[4:4 + size])
-                    del self._buffer[:4 + size]
-                    return frame
-            chunk = self._recv_some(deadline)
-            self._buffer.extend(chunk)
+        try:
+            while (frame := self._decoder.next_frame()) is None:
+                self._decoder.feed(self._recv_some(deadline))
+        except FrameSizeError as exc:
+            raise DecodeError(str(exc)) from None
+        return frame
 
     def _recv_some(self, deadline: float) -> bytes:
         if self._sock is None:
@@ -193,7 +187,7 @@ class WireClient:
 
     def response_ready(self, wait: float = 0.0) -> bool:
         """True when bytes of a response (or the end of the connection) arrived."""
-        if self._buffer:
+        if self._decoder.buffered:
             return True
         if self._sock is None:
             return True

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from korvet.protocol import api_versions
+from korvet.protocol.frame_io import read_frame
+from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeError, TruncatedFrame
 from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
 from korvet.protocol.registry import ApiRegistry, Deferred
 
@@ -117,18 +119,21 @@ class KafkaListener:
         outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None] = asyncio.Queue(
             maxsize=_MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(conn, outgoing, writer))
+        decoder = FrameDecoder(max_size=self.max_request_bytes, min_size=REQUEST_MIN_SIZE,
+                               what="request")
         try:
             while not sender.done():
-                head = await reader.readexactly(4)
-                size = int.from_bytes(head, "big", signed=True)
-                if size < 8:
-                    raise _Close(f"invalid frame size {size}")
-                if size > self.max_request_bytes:
-                    raise _Close(
-                        f"frame of {size} bytes exceeds broker.max-request-bytes "
-                        f"({self.max_request_bytes})"
-                    )
-                frame = await reader.readexactly(size)
+                try:
+                    frame = await read_frame(reader, decoder)
+                except FrameSizeError as exc:
+                    if exc.size > self.max_request_bytes:
+                        raise _Close(f"frame of {exc.size} bytes exceeds broker.max-request-bytes "
+                                     f"({self.max_request_bytes})") from None
+                    raise _Close(str(exc)) from None
+                except TruncatedFrame:
+                    return  # the client went away mid-request; nothing to answer
+                if frame is None:
+                    return
                 response = await self._dispatch(conn, frame)
                 if response is not None:
                     await outgoing.put(response)

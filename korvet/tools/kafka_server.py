@@ -25,8 +25,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
-import struct
 import subprocess
 import time
 import uuid
@@ -36,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from korvet.protocol.frame_io import call_blocking
 from korvet.tools import maven
 from korvet.tools.host import find_java, free_ports, stop_process
 
@@ -154,40 +153,17 @@ def _die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def _encode_string(text: str) -> bytes:
-    data = text.encode()
-    return struct.pack(">h", len(data)) + data
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        chunks.extend(chunk)
-    return bytes(chunks)
-
-
 def metadata_broker_count(host: str, port: int, *, timeout: float = 5.0) -> int:
-    """Send one Metadata v4 request (no topics) and return how many brokers the reply lists.
+    """Send one Metadata request (no topics) and return how many brokers the reply lists.
 
     A KRaft broker answers with an empty broker list until it is unfenced, so a
     count of at least one means it serves clients.
     """
-    metadata_api_key, version, correlation_id = 3, 4, 7
-    header = struct.pack(">hhi", metadata_api_key, version, correlation_id) + _encode_string("korvet-probe")
-    body = struct.pack(">ib", -1, 0)  # topics: null (none requested); allow_auto_topic_creation: false
-    request = header + body
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(request)) + request)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        reply = _recv_exact(sock, size)
-    got_correlation, _throttle_ms, brokers = struct.unpack_from(">iii", reply, 0)
-    if got_correlation != correlation_id:
-        raise ConnectionError(f"reply for correlation id {got_correlation}, expected {correlation_id}")
-    count: int = brokers
-    return count
+    from kio.schema.metadata.v4.request import MetadataRequest
+
+    reply = call_blocking(host, port, MetadataRequest(topics=None, allow_auto_topic_creation=False),
+                          timeout=timeout, client_id="korvet-probe")
+    return len(reply.brokers)
 
 
 class KafkaServer:
@@ -389,7 +365,7 @@ class KafkaServer:
                 if metadata_broker_count(self.host, self.port, timeout=2.0) >= 1:
                     return
                 last_error = "the broker is not unfenced yet"
-            except (OSError, struct.error) as exc:
+            except (OSError, ValueError) as exc:  # not listening yet, or a garbled reply
                 last_error = str(exc)
             time.sleep(0.2)
         raise KafkaToolsError(

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import threading
 from dataclasses import dataclass, field
 
+from korvet.protocol.frame_io import read_frame
+from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, frame
+from korvet.protocol.framing import parse_request, peek_prefix
 from korvet.tools.host import free_port
 
 PRODUCE = 0
@@ -71,50 +73,31 @@ class ResponseDroppingProxy:
         except OSError:
             writer.close()
             return
+        requests = FrameDecoder(min_size=REQUEST_MIN_SIZE, what="request")
+        responses = FrameDecoder(min_size=4, what="response")
         try:
-            while True:
-                head = await reader.readexactly(4)
-                body = await reader.readexactly(struct.unpack(">i", head)[0])
-                api_key, _version = struct.unpack_from(">hh", body, 0)
-                acks = _produce_acks(body) if api_key == PRODUCE else None
-                up_writer.write(head + body)
+            while (request := await read_frame(reader, requests)) is not None:
+                api_key, _version, _correlation = peek_prefix(request)
+                acks = parse_request(request).body.acks if api_key == PRODUCE else None
+                up_writer.write(frame(request))
                 await up_writer.drain()
                 if acks == 0:
                     continue  # no response will come
-                response_head = await up_reader.readexactly(4)
-                response = await up_reader.readexactly(struct.unpack(">i", response_head)[0])
+                response = await read_frame(up_reader, responses)
+                if response is None:
+                    break
                 if api_key == PRODUCE:
                     self.produce_requests += 1
                     if (self.dropped < self.max_drops
                             and self.produce_requests % self.drop_every == 0):
                         self.dropped += 1
                         break  # the batch is stored, but the client never hears so
-                writer.write(response_head + response)
+                writer.write(frame(response))
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        except (ValueError, ConnectionError, OSError):
             pass
         finally:
             for w in (writer, up_writer):
                 w.close()
                 with contextlib.suppress(Exception):
                     await w.wait_closed()
-
-
-def _produce_acks(body: bytes) -> int | None:
-    """acks of a Produce request (v3+: after the header and the transactional id)."""
-    try:
-        _key, version, _correlation = struct.unpack_from(">hhi", body, 0)
-        position = 8
-        (client_id_length,) = struct.unpack_from(">h", body, position)
-        position += 2 + max(client_id_length, 0)
-        if version >= 9:  # flexible: tagged fields, then a compact nullable string
-            position += 1  # empty tag buffer (clients send none)
-            length = body[position] - 1
-            position += 1 + max(length, 0)
-        else:
-            (txn_length,) = struct.unpack_from(">h", body, position)
-            position += 2 + max(txn_length, 0)
-        (acks,) = struct.unpack_from(">h", body, position)
-        return int(acks)
-    except struct.error:
-        return None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Any
 
+from korvet.protocol.frame_io import read_frame_blocking
+from korvet.protocol.frames import FrameDecoder
 from korvet.protocol.framing import decode_response, encode_request, response_class
 
 
@@ -14,22 +15,13 @@ class WireClient:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.correlation = 0
+        self.decoder = FrameDecoder(min_size=4, what="response")
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def read_frame(self) -> bytes:
-        size = struct.unpack(">i", self._exact(4))[0]
-        return self._exact(size)
-
-    def _exact(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self.sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            chunks += chunk
-        return bytes(chunks)
+        return read_frame_blocking(self.sock, self.decoder)
 
     def request(self, request: Any) -> Any:
         self.correlation += 1
