@@ -22,7 +22,7 @@ VERSIONS = range(0, 5)  # v4 (KIP-1119) differs from v3 only in how features are
 _NO_THROTTLE = datetime.timedelta(0)
 
 
-def build_response(registry: ApiRegistry, version: int, error: ErrorCode = ErrorCode.none) -> Any:
+def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.none) -> Any:
     response_type = response_class(API_KEY, version)
     module = __import__(response_type.__module__, fromlist=["ApiVersion"])
     api_version_type = module.ApiVersion
@@ -36,5 +36,5 @@ def build_response(registry: ApiRegistry, version: int, error: ErrorCode = Error
     return response_type(error_code=error, api_keys=keys, throttle_time=_NO_THROTTLE)
 
 
-def unsupported_version_response(registry: ApiRegistry) -> Any:
+def unsupported_version_response(registry: ApiRegistry[Any]) -> Any:
     return build_response(registry, 0, ErrorCode.unsupported_version)

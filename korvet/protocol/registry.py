@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from korvet.protocol.framing import known_versions
 
@@ -43,28 +43,31 @@ class Deferred:
         self.response = response
 
 
-# A handler returns the kio response, a Deferred one, or None when no response is sent
-# (acks=0 produce).
-Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+Ctx = TypeVar("Ctx", bound=RequestContext)
+
+# A handler takes the request context and the kio request (a dataclass of the API's
+# version) and returns the kio response, a Deferred one, or None when no response is
+# sent (acks=0 produce).
+Handler = Callable[[Ctx, Any], Awaitable[Any | None]]
 
 
 @dataclass(frozen=True, slots=True)
-class Api:
+class Api(Generic[Ctx]):
     key: int
     name: str
     min_version: int
     max_version: int
-    handler: Handler
+    handler: Handler[Ctx]
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
 
 
-class ApiRegistry:
+class ApiRegistry(Generic[Ctx]):
     def __init__(self) -> None:
-        self._apis: dict[int, Api] = {}
+        self._apis: dict[int, Api[Ctx]] = {}
 
-    def register(self, key: int, name: str, versions: range, handler: Handler) -> None:
+    def register(self, key: int, name: str, versions: range, handler: Handler[Ctx]) -> None:
         available = known_versions(key)
         lo = max(versions.start, available.start)
         hi = min(versions.stop, available.stop) - 1
@@ -72,10 +75,10 @@ class ApiRegistry:
             raise ValueError(f"{name}: no version in {versions} has a kio schema ({available})")
         self._apis[key] = Api(key, name, lo, hi, handler)
 
-    def get(self, key: int) -> Api | None:
+    def get(self, key: int) -> Api[Ctx] | None:
         return self._apis.get(key)
 
-    def __iter__(self) -> Iterator[Api]:
+    def __iter__(self) -> Iterator[Api[Ctx]]:
         return iter(sorted(self._apis.values(), key=lambda a: a.key))
 
     def __len__(self) -> int:

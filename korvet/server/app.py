@@ -70,7 +70,6 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
             host=config.get_str("broker.host"),
             port=config.get_int("broker.port"),
             max_request_bytes=config.get_int("broker.max-request-bytes"),
-            on_close=broker.connection_closed,
         )
         try:
             port = await listener.start()

@@ -11,7 +11,8 @@ import redis.asyncio as aioredis
 from korvet.config import Config
 from korvet.core import coordinator as core
 from korvet.protocol import api_versions
-from korvet.protocol.registry import ApiRegistry, RequestContext
+from korvet.protocol.registry import ApiRegistry
+from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers import (
     cluster,
@@ -29,7 +30,7 @@ from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import RedisStore
 from korvet.storage.topic_cache import TopicCache
 
-ServiceHandler = Callable[[Services, RequestContext, Any], Awaitable[Any]]
+ServiceHandler = Callable[[Services, Connection, Any], Awaitable[Any]]
 
 
 class Broker:
@@ -58,12 +59,14 @@ class Broker:
         self.services.coordinator = self.coordinator
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
-        self.registry = ApiRegistry()
+        self.produce = produce.ProduceHandler(self.services)
+        self.fetch = fetch.FetchHandler(self.services)
+        self.registry: ApiRegistry[Connection] = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
+        self.registry.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
+        self.registry.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
         for key, name, versions, handler in (
-            (produce.API_KEY, "Produce", produce.VERSIONS, produce.handle),
-            (fetch.API_KEY, "Fetch", fetch.VERSIONS, fetch.handle),
             (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
             (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),
             (topics.CREATE_TOPICS, "CreateTopics", topics.CREATE_VERSIONS, topics.create_topics),
@@ -120,13 +123,12 @@ class Broker:
         await self.coordinator.start()
 
     async def close(self) -> None:
+        await self.produce.close()
+        await self.fetch.close()
         await self.coordinator.close()
         await self.services.notifier.close()
         await self.services.store.close()
         await self.redis.aclose()
 
-    def connection_closed(self, connection_id: str) -> None:
-        fetch.forget(connection_id)
-
-    async def handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle_api_versions(self, ctx: Connection, request: Any) -> Any:
         return api_versions.build_response(self.registry, ctx.api_version)

@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import logging
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from korvet.protocol import api_versions
@@ -28,21 +27,12 @@ from korvet.protocol.frame_io import read_frame
 from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeError, TruncatedFrame
 from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
 from korvet.protocol.registry import ApiRegistry, Deferred
+from korvet.server.connection import Connection
 
 log = logging.getLogger("korvet.listener")
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
 _MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading stops
-
-
-@dataclass(slots=True)
-class Connection:
-    connection_id: str
-    client_host: str
-    api_version: int = 0
-    correlation_id: int = 0
-    client_id: str | None = None
-    requests: int = 0
 
 
 class _Close(Exception):
@@ -51,11 +41,10 @@ class _Close(Exception):
 
 @dataclass
 class KafkaListener:
-    registry: ApiRegistry
+    registry: ApiRegistry[Connection]
     host: str = "127.0.0.1"
     port: int = 9092
     max_request_bytes: int = 100 * 1024 * 1024
-    on_close: Callable[[str], None] | None = None  # told each closed connection's id
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
@@ -98,7 +87,7 @@ class KafkaListener:
         except _Close as reason:
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
                         conn.client_id, reason)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except ConnectionError:
             pass  # the client went away; nothing to answer
         except asyncio.CancelledError:
             pass
@@ -106,8 +95,7 @@ class KafkaListener:
             log.exception("closing connection %s after an unexpected error", conn.connection_id)
         finally:
             self._connections.discard(task)
-            if self.on_close is not None:
-                self.on_close(conn.connection_id)
+            conn.state.close()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.entries import PackedRecords
 from korvet.storage.pipe import RedisPipe
@@ -38,16 +39,6 @@ from korvet.storage.pipe import RedisPipe
 
 def _lua(name: str) -> str:
     return (resources.files("korvet.storage") / "lua" / name).read_text()
-
-
-class AppendStatus(Enum):
-    OK = "OK"
-    DUPLICATE = "DUP"
-    NO_TOPIC = "NO_TOPIC"
-    NO_PARTITION = "NO_PARTITION"
-    OUT_OF_ORDER = "OUT_OF_ORDER"
-    BAD_EPOCH = "BAD_EPOCH"
-    FULL = "FULL"  # the partition's offsets would pass 2^63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +80,10 @@ class CreateOutcome(Enum):
     VALID = "valid"  # validate_only: would be created
     EXISTS = "exists"
     COLLIDES = "collides"
+
+
+__all__ = ["AppendResult", "AppendStatus", "CreateOutcome", "PartitionRead", "ProducerBatch",
+           "RedisStore"]
 
 
 class RedisStore:

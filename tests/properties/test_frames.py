@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -21,7 +22,7 @@ bodies = st.lists(st.binary(min_size=0, max_size=300), min_size=0, max_size=8)
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @given(bodies, st.lists(st.integers(min_value=0, max_value=4000), max_size=30))

@@ -3,16 +3,18 @@
 Each requested partition is an XRANGE from the entry id the offset decodes to
 (the first record at or after fetch_offset), all partitions in one pipeline,
 re-encoded as record batches within ``partition_max_bytes`` and ``max_bytes``.
-At least one record is returned for the first partition that has data even if it
-alone exceeds the limits (KIP-74), so a consumer can always make progress.
+Kafka's rules (limits, sessions, which partition is readable, offset range, the
+KIP-74 first record) are in korvet/core/fetch.py; this module adapts:
 
-A fetch_offset below the log start offset or above the high watermark answers
-OFFSET_OUT_OF_RANGE. Long polling: while fewer than ``min_bytes`` are available
-the request waits, up to ``max_wait_ms``, for an append notification on one of
-its streams (storage/notifier.py) — no polling loop.
-
-Fetch sessions (KIP-227) are not kept: every response carries session id 0,
-which tells clients to send full fetch requests (a valid Kafka behaviour).
+1. ``_plan``: the request's partitions as ``PartitionFetch`` values, each with the
+   error the rules give it (topic lookup is the only I/O);
+2. ``_note_group_fetch``: a group member's fetch creates the group's Redis consumer
+   groups on its streams, in the background (docs/implementers/groups.md);
+3. ``_read`` (or the connection's read-ahead, server/read_ahead.py): Redis to batches;
+4. ``_wait_for_data``: the long poll; while fewer than ``min_bytes`` are available
+   the request waits, up to ``max_wait_ms``, for an append notification on one of its
+   streams (storage/notifier.py), no polling loop;
+5. ``_response``: the version's kio response.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from redis.exceptions import RedisError
 
+from korvet.core import fetch as rules
+from korvet.core.errors import ErrorCode
 from korvet.core.offsets import MAX_OFFSET
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
-from korvet.protocol.registry import RequestContext
 from korvet.server.batching import entries_to_batches
+from korvet.server.connection import Connection
+from korvet.server.read_ahead import PREDICTION_MAX_BYTES
 from korvet.server.services import Services
 from korvet.storage.groups import PartitionRef
 
@@ -39,269 +44,212 @@ log = logging.getLogger("korvet.fetch")
 API_KEY = 1
 VERSIONS = range(4, 19)
 
-_MAX_ENTRIES_PER_READ = 10_000
-LEADER_EPOCH = 0  # every partition keeps leader epoch 0 (one leader, never replaced)
-_INITIAL_ENTRY_BYTES = 256
-
 
 @dataclass(slots=True)
-class Wanted:
+class PartitionFetch:
+    """One requested partition: what was asked, and what the response will say."""
+
     topic_key: Any  # the request's topic name or id, echoed in the response
     topic: TopicInfo | None
     partition: int
     offset: int
     max_bytes: int
-    error: ErrorCode = ErrorCode.none
+    error: ErrorCode = ErrorCode.NONE
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes | None = None
     taken: int = 0
     next_offset: int = -1  # after the last record returned; -1 when none
 
-
-@dataclass
-class _SizeEstimate:
-    """Average stored bytes per entry, per stream: sizes XRANGE's COUNT."""
-
-    averages: dict[str, float] = field(default_factory=dict)
-
-    def count_for(self, key: str, budget: int) -> int:
-        average = self.averages.get(key, _INITIAL_ENTRY_BYTES)
-        return max(1, min(_MAX_ENTRIES_PER_READ, int(budget / average) + 1))
-
-    def observe(self, key: str, entries_read: int, total_bytes: int) -> None:
-        if entries_read:
-            sample = max(16.0, total_bytes / entries_read)
-            previous = self.averages.get(key)
-            self.averages[key] = sample if previous is None else 0.7 * previous + 0.3 * sample
+    @property
+    def readable(self) -> bool:
+        return self.topic is not None and self.error is ErrorCode.NONE
 
 
-_estimates = _SizeEstimate()
+PreparedFetch = tuple[list[PartitionFetch], int]  # partitions filled in, record bytes
 
 
-# --- read-ahead ---------------------------------------------------------------------------
-# A consumer fetches a partition strictly in sequence: its next Fetch on the connection asks
-# for the same partitions at the offsets just past what it received. After a response that
-# carried data, the broker reads and encodes that predicted next response while the client
-# is busy with this one; if the next request is exactly the predicted one, it is answered
-# from it. The log is immutable below the high watermark, so a response prepared a moment
-# early holds the same records; only its high watermark may be a little older, which Kafka
-# clients accept (it only bounds what they may read next).
+class FetchHandler:
+    """Fetch for one broker. Owns the per-stream entry-size estimates and the background
+    tasks that create Redis consumer groups; per-connection read-ahead lives in the
+    connection's state."""
 
-Signature = tuple[int, tuple[tuple[str, int, int, int], ...]]
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.estimates = rules.SizeEstimate()
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def handle(self, ctx: Connection, request: Any) -> Any:
+        response_cls = response_type(type(request))
+        started = time.monotonic()
+        limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
+                                      getattr(request, "max_bytes", None))
+        session = rules.session_error(getattr(request, "session_id", 0),
+                                      getattr(request, "session_epoch", -1))
+        if session is not None:
+            return make(response_cls, throttle_time=0, error_code=session, session_id=0,
+                        responses=())
+        wanted = await self._plan(ctx.api_version, request)
+        self._note_group_fetch(ctx, wanted)
+        try:
+            wanted, used = await self._read_or_take_prepared(ctx, wanted, limits)
+            used = await self._wait_for_data(wanted, used, limits, started)
+            self._read_ahead(ctx, wanted, limits)
+        except (RedisError, OSError) as exc:
+            log.warning("fetch failed: %s", exc)
+            for w in wanted:
+                if w.error is ErrorCode.NONE:
+                    w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
+        return _response(response_cls, ctx.api_version, wanted)
+
+    async def _plan(self, version: int, request: Any) -> list[PartitionFetch]:
+        wanted: list[PartitionFetch] = []
+        for topic_entry in request.topics:
+            topic_id = getattr(topic_entry, "topic_id", None)
+            by_id = version >= 13 and topic_id is not None
+            if by_id:
+                topic = await self.services.topics.by_id(str(topic_id))
+                echo: Any = topic_id
+            else:
+                name = getattr(topic_entry, "topic", None)
+                topic = await self.services.topics.get(name) if name else None
+                echo = name
+            for partition in topic_entry.partitions:
+                wanted.append(PartitionFetch(
+                    echo, topic, partition.partition, partition.fetch_offset,
+                    max(partition.partition_max_bytes, 0),
+                    error=rules.partition_error(
+                        topic is not None, by_id, partition.partition,
+                        topic.partitions if topic is not None else 0,
+                        getattr(partition, "current_leader_epoch", -1))))
+        return wanted
+
+    async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
+                                     limits: rules.FetchLimits) -> PreparedFetch:
+        prepared = ctx.state.read_ahead.take(_signature(wanted, limits.max_bytes))
+        if prepared is not None:
+            try:
+                done, done_used = await prepared
+            except (RedisError, OSError, asyncio.CancelledError):
+                done, done_used = [], 0
+            if done and done_used >= limits.min_bytes:
+                return done, done_used
+        return wanted, await self._read(wanted, limits.max_bytes)
+
+    async def _wait_for_data(self, wanted: list[PartitionFetch], used: int,
+                             limits: rules.FetchLimits, started: float) -> int:
+        notifier = self.services.notifier
+        stream_keys = [self.services.store.stream_key(w.topic.name, w.partition)
+                       for w in wanted if w.topic is not None and w.readable]
+        any_error = any(w.error is not ErrorCode.NONE for w in wanted)
+        while stream_keys and not rules.answered(used, limits, any_error):
+            remaining = limits.max_wait_ms / 1000 - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            if await notifier.arm(stream_keys):
+                used = await self._read(wanted, limits.max_bytes)
+                if used >= limits.min_bytes:
+                    break
+            if not await notifier.wait(stream_keys, remaining):
+                break
+            used = await self._read(wanted, limits.max_bytes)
+            any_error = any(w.error is not ErrorCode.NONE for w in wanted)
+        return used
+
+    async def _read(self, wanted: list[PartitionFetch], max_bytes: int) -> int:
+        """Fill records and bounds of every readable partition; return the record bytes."""
+        store = self.services.store
+        readable = [w for w in wanted if w.readable]
+        reads = []
+        for w in readable:
+            assert w.topic is not None
+            stream = store.stream_key(w.topic.name, w.partition)
+            count = self.estimates.count_for(stream, min(w.max_bytes, max_bytes))
+            reads.append((w.topic, w.partition, min(max(w.offset, 0), MAX_OFFSET), count))
+        if not reads:
+            return 0
+        results = await store.read(reads)
+        used = 0
+        for w, result in zip(readable, results, strict=True):
+            assert w.topic is not None
+            w.high_watermark, w.log_start_offset = result.high_watermark, result.log_start_offset
+            w.error = rules.offset_error(w.offset, result.log_start_offset, result.high_watermark)
+            if w.error is not ErrorCode.NONE or not result.raw:
+                w.records, w.taken = None, 0
+                continue
+            data, taken, w.next_offset = entries_to_batches(
+                result.raw, w.topic.config.sequence_bits,
+                rules.partition_budget(w.max_bytes, max_bytes, used), force_first=used == 0,
+                log_append_time=w.topic.config.log_append_time)
+            if taken:
+                self.estimates.observe(store.stream_key(w.topic.name, w.partition), taken,
+                                       len(data))
+            w.records, w.taken = (data or None), taken
+            used += len(data)
+        return used
+
+    def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
+                    limits: rules.FetchLimits) -> None:
+        """Start reading the response to the request that will most likely come next."""
+        if not any(w.taken for w in answered):
+            return  # caught up (or nothing readable): the next fetch waits for new records
+        if sum(len(w.records or b"") for w in answered) > PREDICTION_MAX_BYTES:
+            return
+        following = [PartitionFetch(w.topic_key, w.topic, w.partition,
+                                    w.next_offset if w.next_offset >= 0 else w.offset,
+                                    w.max_bytes)
+                     for w in answered]
+        signature = _signature(following, limits.max_bytes)
+        if signature is None:
+            return
+
+        async def prepare() -> PreparedFetch:
+            return following, await self._read(following, limits.max_bytes)
+
+        ctx.state.read_ahead.prepare(signature, prepare())
+
+    def _note_group_fetch(self, ctx: Connection, wanted: list[PartitionFetch]) -> None:
+        """A fetch by a group member creates the group's Redis consumer groups on these
+        streams, lazily at the fetch offset, in the background: fetching itself never reads
+        through Redis groups (docs/implementers/groups.md)."""
+        coordinator = self.services.coordinator
+        if coordinator is None:
+            return
+        group_ids = coordinator.groups_of_client(ctx.client_id, ctx.client_host)
+        if not group_ids:
+            return
+        partitions = []
+        for w in wanted:
+            if w.topic is None or not w.readable:
+                continue
+            stream = self.services.store.stream_key(w.topic.name, w.partition)
+            if all((g, stream) in coordinator.redis_groups for g in group_ids):
+                continue
+            partitions.append((PartitionRef(w.topic.name, w.partition, stream,
+                                            w.topic.config.sequence_bits), w.offset))
+        if partitions:
+            task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
 
-@dataclass
-class _Prediction:
-    signature: Signature
-    task: asyncio.Task[tuple[list[Wanted], int]]
-    created: float
-
-
-_PREDICTION_TTL = 5.0
-_PREDICTION_MAX_BYTES = 16 * 1024 * 1024  # larger fetches are not read ahead (memory)
-_predictions: dict[str, _Prediction] = {}
-
-
-def forget(connection: str) -> None:
-    """The connection closed: drop what was read ahead for it."""
-    prediction = _predictions.pop(connection, None)
-    if prediction is not None:
-        prediction.task.cancel()
-
-
-def _signature(wanted: list[Wanted], max_bytes: int) -> Signature | None:
+def _signature(wanted: list[PartitionFetch], max_bytes: int) -> Hashable | None:
+    """What a request asks for, to match a prepared response (None: not preparable)."""
     parts = []
     for w in wanted:
-        if w.topic is None or w.error is not ErrorCode.none:
+        if w.topic is None or not w.readable:
             return None
         parts.append((w.topic.topic_id, w.partition, w.offset, w.max_bytes))
     return max_bytes, tuple(parts)
 
 
-def _take_prediction(connection: str, wanted: list[Wanted],
-                     max_bytes: int) -> asyncio.Task[tuple[list[Wanted], int]] | None:
-    prediction = _predictions.pop(connection, None)
-    if prediction is None:
-        return None
-    if prediction.signature != _signature(wanted, max_bytes) or (
-            time.monotonic() - prediction.created > _PREDICTION_TTL):
-        prediction.task.cancel()
-        return None
-    return prediction.task
-
-
-def _predict(services: Services, connection: str, answered: list[Wanted], max_bytes: int) -> None:
-    """Start reading the response to the request that will most likely come next."""
-    if not any(w.taken for w in answered):
-        return  # caught up (or nothing readable): the next fetch will wait for new records
-    if sum(len(w.records or b"") for w in answered) > _PREDICTION_MAX_BYTES:
-        return
-    following = [Wanted(w.topic_key, w.topic, w.partition,
-                        w.next_offset if w.next_offset >= 0 else w.offset, w.max_bytes)
-                 for w in answered]
-    signature = _signature(following, max_bytes)
-    if signature is None:
-        return
-
-    async def prepare() -> tuple[list[Wanted], int]:
-        used = await _read(services, following, max_bytes)
-        return following, used
-
-    now = time.monotonic()
-    for key, old in list(_predictions.items()):
-        if now - old.created > _PREDICTION_TTL:
-            old.task.cancel()
-            del _predictions[key]
-    _predictions[connection] = _Prediction(signature, asyncio.create_task(prepare()), now)
-
-
-async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int:
-    """Fill records/bounds of every partition; return the number of record bytes."""
-    reads = []
-    readable = [w for w in wanted if w.topic is not None and w.error is ErrorCode.none]
-    for w in readable:
-        assert w.topic is not None
-        stream = services.store.stream_key(w.topic.name, w.partition)
-        count = _estimates.count_for(stream, min(w.max_bytes, max_bytes))
-        offset = min(max(w.offset, 0), MAX_OFFSET)
-        reads.append((w.topic, w.partition, offset, count))
-    if not reads:
-        return 0
-    results = await services.store.read(reads)
-    used = 0
-    for w, result in zip(readable, results, strict=True):
-        assert w.topic is not None
-        w.high_watermark, w.log_start_offset = result.high_watermark, result.log_start_offset
-        if w.offset < result.log_start_offset or w.offset > result.high_watermark:
-            w.error = ErrorCode.offset_out_of_range
-            w.records = None
-            continue
-        if not result.raw:
-            w.records, w.taken = None, 0
-            continue
-        budget = min(w.max_bytes, max_bytes - used)
-        data, taken, w.next_offset = entries_to_batches(
-            result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0,
-            log_append_time=w.topic.config.log_append_time)
-        if taken:
-            _estimates.observe(services.store.stream_key(w.topic.name, w.partition), taken,
-                               len(data))
-        w.records, w.taken = (data or None), taken
-        used += len(data)
-    return used
-
-
-async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
-    version = ctx.api_version
-    response_cls = response_type(type(request))
-    started = time.monotonic()
-    max_wait = max(0, millis(request.max_wait)) / 1000
-    max_bytes = request.max_bytes if getattr(request, "max_bytes", None) is not None else 2**31 - 1
-    if max_bytes <= 0:
-        max_bytes = 2**31 - 1
-    session_id = getattr(request, "session_id", 0)
-    session_epoch = getattr(request, "session_epoch", -1)
-    if session_id != 0:
-        return _top_level_error(response_cls, ErrorCode.fetch_session_id_not_found)
-    if session_epoch > 0:
-        return _top_level_error(response_cls, ErrorCode.invalid_fetch_session_epoch)
-
-    wanted: list[Wanted] = []
-    for topic_entry in request.topics:
-        topic_id = getattr(topic_entry, "topic_id", None)
-        name = getattr(topic_entry, "topic", None)
-        if version >= 13 and topic_id is not None:
-            topic = await services.topics.by_id(str(topic_id))
-            unknown = ErrorCode.unknown_topic_id
-            echo: Any = topic_id
-        else:
-            topic = await services.topics.get(name) if name else None
-            unknown = ErrorCode.unknown_topic_or_partition
-            echo = name
-        for partition in topic_entry.partitions:
-            w = Wanted(echo, topic, partition.partition, partition.fetch_offset,
-                       partition.partition_max_bytes)
-            if topic is None:
-                w.error = unknown
-            elif not 0 <= partition.partition < topic.partitions:
-                w.error = ErrorCode.unknown_topic_or_partition
-            elif getattr(partition, "current_leader_epoch", -1) > LEADER_EPOCH:
-                w.error = ErrorCode.unknown_leader_epoch  # the client knows a newer leader
-            elif w.max_bytes <= 0:
-                w.max_bytes = 0
-            wanted.append(w)
-
-    _note_group_fetch(services, ctx, wanted)
-    try:
-        predicted = _take_prediction(ctx.connection_id, wanted, max_bytes)
-        used = -1
-        if predicted is not None:
-            try:
-                prepared, prepared_used = await predicted
-            except (RedisError, OSError, asyncio.CancelledError):
-                prepared, prepared_used = [], 0
-            if prepared and prepared_used >= request.min_bytes:
-                wanted, used = prepared, prepared_used
-        if used < 0:
-            used = await _read(services, wanted, max_bytes)
-        stream_keys = [services.store.stream_key(w.topic.name, w.partition)
-                       for w in wanted if w.topic is not None and w.error is ErrorCode.none]
-        while used < request.min_bytes and stream_keys and not any(
-                w.error is not ErrorCode.none for w in wanted):
-            remaining = max_wait - (time.monotonic() - started)
-            if remaining <= 0:
-                break
-            if await services.notifier.arm(stream_keys):
-                used = await _read(services, wanted, max_bytes)
-                if used >= request.min_bytes:
-                    break
-            woken = await services.notifier.wait(stream_keys, remaining)
-            if not woken:
-                break
-            used = await _read(services, wanted, max_bytes)
-        _predict(services, ctx.connection_id, wanted, max_bytes)
-    except (RedisError, OSError) as exc:
-        log.warning("fetch failed: %s", exc)
-        for w in wanted:
-            if w.error is ErrorCode.none:
-                w.error, w.records = ErrorCode.kafka_storage_error, None
-    return _response(response_cls, version, wanted)
-
-
-def _note_group_fetch(services: Services, ctx: RequestContext, wanted: list[Wanted]) -> None:
-    """A fetch by a group member creates the group's Redis consumer groups on these streams
-    (seed 000: lazily, at the fetch offset), in the background: fetching itself never reads
-    through Redis groups."""
-    coordinator = services.coordinator
-    if coordinator is None:
-        return
-    group_ids = coordinator.groups_of_client(ctx.client_id, ctx.client_host)
-    if not group_ids:
-        return
-    partitions = []
-    for w in wanted:
-        if w.topic is None or w.error is not ErrorCode.none:
-            continue
-        stream = services.store.stream_key(w.topic.name, w.partition)
-        if all((g, stream) in coordinator.redis_groups for g in group_ids):
-            continue
-        partitions.append((PartitionRef(w.topic.name, w.partition, stream,
-                                        w.topic.config.sequence_bits), w.offset))
-    if partitions:
-        task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[None]] = set()
-
-
-def _top_level_error(response_cls: type[Any], error: ErrorCode) -> Any:
-    return make(response_cls, throttle_time=0, error_code=error, session_id=0, responses=())
-
-
-def _response(response_cls: type[Any], version: int, wanted: list[Wanted]) -> Any:
+def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch]) -> Any:
     topic_cls = nested(response_cls, "FetchableTopicResponse")
     partition_cls = nested(response_cls, "PartitionData")
     grouped: dict[Any, list[Any]] = {}  # topic name or id -> partitions, in request order
@@ -315,5 +263,5 @@ def _response(response_cls: type[Any], version: int, wanted: list[Wanted]) -> An
     key_field = "topic_id" if version >= 13 else "topic"
     topics = [make(topic_cls, **{key_field: key}, partitions=tuple(partitions))
               for key, partitions in grouped.items()]
-    return make(response_cls, throttle_time=0, error_code=ErrorCode.none, session_id=0,
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, session_id=0,
                 responses=tuple(topics))

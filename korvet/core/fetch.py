@@ -1,0 +1,100 @@
+"""Kafka's Fetch rules, as pure functions and one small estimator.
+
+The handler (korvet/server/handlers/fetch.py) decodes the request, asks these rules
+which partitions may be read and how much of each, reads Redis, and asks again
+whether what it read answers the request. Tests: tests/properties/test_fetch_rules.py.
+
+- Limits: ``max_bytes`` absent or not positive means no limit (Fetch v0-v2 had none);
+  a negative ``partition_max_bytes`` reads nothing for that partition.
+- Sessions (KIP-227) are not kept: a request naming a session id gets
+  FETCH_SESSION_ID_NOT_FOUND, one with a positive session epoch INVALID_FETCH_SESSION_EPOCH;
+  every response carries session id 0, which tells clients to send full requests.
+- A partition is readable when its topic and index exist and the client's
+  ``current_leader_epoch`` is not newer than the broker's (every partition keeps leader
+  epoch 0: UNKNOWN_LEADER_EPOCH otherwise).
+- A fetch offset below the log start or above the high watermark is OFFSET_OUT_OF_RANGE
+  (at the high watermark is fine: the consumer is caught up and waits).
+- The response's byte budget is shared in request order; the first partition with data
+  always returns at least one record (KIP-74), so a consumer can always progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from korvet.core.errors import ErrorCode
+
+NO_LIMIT = 2**31 - 1
+LEADER_EPOCH = 0  # one leader per partition, never replaced
+MAX_ENTRIES_PER_READ = 10_000
+INITIAL_ENTRY_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLimits:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+
+    @classmethod
+    def of(cls, max_wait_ms: int, min_bytes: int, max_bytes: int | None) -> FetchLimits:
+        return cls(max(0, max_wait_ms), min_bytes,
+                   NO_LIMIT if max_bytes is None or max_bytes <= 0 else max_bytes)
+
+
+def session_error(session_id: int, session_epoch: int) -> ErrorCode | None:
+    """The top-level error of a request that asks for a fetch session."""
+    if session_id != 0:
+        return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    if session_epoch > 0:
+        return ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    return None
+
+
+def partition_error(topic_known: bool, by_id: bool, partition: int, partitions: int,
+                    current_leader_epoch: int) -> ErrorCode:
+    """Whether a requested partition may be read (NONE) or the error it answers."""
+    if not topic_known:
+        return ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not 0 <= partition < partitions:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if current_leader_epoch > LEADER_EPOCH:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH  # the client knows a newer leader than we do
+    return ErrorCode.NONE
+
+
+def offset_error(fetch_offset: int, log_start_offset: int, high_watermark: int) -> ErrorCode:
+    if fetch_offset < log_start_offset or fetch_offset > high_watermark:
+        return ErrorCode.OFFSET_OUT_OF_RANGE
+    return ErrorCode.NONE
+
+
+def partition_budget(partition_max_bytes: int, max_bytes: int, used: int) -> int:
+    """Bytes this partition may add to a response that already holds ``used`` bytes."""
+    return min(max(partition_max_bytes, 0), max_bytes - used)
+
+
+def answered(used: int, limits: FetchLimits, any_error: bool) -> bool:
+    """Whether a response can go now (else it waits for appends, up to max_wait_ms)."""
+    return any_error or used >= limits.min_bytes
+
+
+@dataclass
+class SizeEstimate:
+    """Average stored bytes per entry, per stream: how many entries one read should ask
+    for to fill a byte budget without reading far past it."""
+
+    averages: dict[str, float] = field(default_factory=dict)
+
+    def count_for(self, key: str, budget: int) -> int:
+        average = self.averages.get(key, INITIAL_ENTRY_BYTES)
+        return max(1, min(MAX_ENTRIES_PER_READ, int(budget / average) + 1))
+
+    def observe(self, key: str, entries_read: int, total_bytes: int) -> None:
+        if entries_read:
+            sample = max(16.0, total_bytes / entries_read)
+            previous = self.averages.get(key)
+            self.averages[key] = sample if previous is None else 0.7 * previous + 0.3 * sample
+
+    def forget(self, key: str) -> None:
+        self.averages.pop(key, None)

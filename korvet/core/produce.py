@@ -1,0 +1,155 @@
+"""Kafka's Produce rules, as pure functions: which request, partition and batch is refused,
+with which error code and message, and what a storage outcome means to the client.
+
+The handler (korvet/server/handlers/produce.py) only adapts: it decodes the request,
+asks these rules, sends the append, and maps the append's status back through
+``append_refusal``. Tests: tests/properties/test_produce_rules.py.
+
+The rules, in the order a request meets them (Kafka's ``ReplicaManager.appendRecords``
+and ``LogValidator``):
+
+1. ``acks`` other than 0, 1 and -1: INVALID_REQUIRED_ACKS for every partition.
+2. A transactional id: Korvet has no transactions (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+3. An unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id).
+4. Produce v3+ carries exactly one record batch per partition (INVALID_RECORD).
+5. A transactional or control batch: INVALID_RECORD. A batch over the topic's
+   ``max.message.bytes``: MESSAGE_TOO_LARGE. With CreateTime, a record timestamp more
+   than ``message.timestamp.after.max.ms`` ahead of the broker clock or
+   ``message.timestamp.before.max.ms`` behind it: INVALID_TIMESTAMP, naming each record.
+6. After the atomic append: the script's status (``AppendStatus``) becomes the error the
+   client sees; DUP is a success carrying the original offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from korvet.core.errors import ErrorCode
+from korvet.core.topics import TopicConfig
+
+VALID_ACKS = (0, 1, -1)
+MIN_TIMESTAMP = -(2**63)
+
+
+class AppendStatus(Enum):
+    """What the atomic append script answered (korvet/storage/lua/append.lua)."""
+
+    OK = "OK"
+    DUPLICATE = "DUP"
+    NO_TOPIC = "NO_TOPIC"
+    NO_PARTITION = "NO_PARTITION"
+    OUT_OF_ORDER = "OUT_OF_ORDER"
+    BAD_EPOCH = "BAD_EPOCH"
+    FULL = "FULL"  # the partition's offsets would pass 2^63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A partition's produce is refused: nothing of it is stored."""
+
+    code: ErrorCode
+    message: str
+    record_errors: tuple[tuple[int, str], ...] = ()  # (record index, why), Produce v8+
+
+
+class BatchFacts(Protocol):
+    """What the rules read of a decoded record batch (protocol.records.Batch has it)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def transactional(self) -> bool: ...
+
+    @property
+    def control(self) -> bool: ...
+
+    @property
+    def records(self) -> Sequence[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]]:
+        ...
+
+
+def check_request(acks: int, transactional_id: str | None) -> Refusal | None:
+    """Rules 1 and 2: what refuses every partition of a request."""
+    if acks not in VALID_ACKS:
+        return Refusal(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
+    if transactional_id is not None:
+        return Refusal(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       "Korvet does not support transactions")
+    return None
+
+
+def check_partition(topic: str | None, partition: int, partitions: int, *,
+                    by_id: bool = False) -> Refusal | None:
+    """Rule 3: ``topic`` is None when the broker does not know it."""
+    if topic is None:
+        return Refusal(ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       "unknown topic")
+    if not 0 <= partition < partitions:
+        return Refusal(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"topic {topic} has no partition {partition}")
+    return None
+
+
+def check_batch_count(count: int) -> Refusal | None:
+    """Rule 4."""
+    if count != 1:
+        return Refusal(ErrorCode.INVALID_RECORD,
+                       f"{count} record batches for one partition; Produce v3+ allows exactly one")
+    return None
+
+
+def check_batch(batch: BatchFacts, config: TopicConfig, now_ms: int) -> Refusal | None:
+    """Rule 5, for a batch that decoded and passed its CRC."""
+    if batch.transactional or batch.control:
+        return Refusal(ErrorCode.INVALID_RECORD,
+                       "transactional and control batches are not supported: Korvet has no "
+                       "transactions")
+    limit = config.get_int("max.message.bytes")
+    if batch.size > limit:
+        return Refusal(ErrorCode.MESSAGE_TOO_LARGE,
+                       f"record batch of {batch.size} bytes exceeds max.message.bytes {limit}")
+    if config.log_append_time:
+        return None  # the broker stamps the records: their own timestamps do not matter
+    after = config.get_int("message.timestamp.after.max.ms")
+    before = config.get_int("message.timestamp.before.max.ms")
+    latest = now_ms + after
+    earliest = now_ms - before if before < now_ms else MIN_TIMESTAMP
+    bad = tuple(
+        (index, f"timestamp {record[0]} is out of range "
+                f"(broker time {now_ms}, allowed -{before} / +{after} ms)")
+        for index, record in enumerate(batch.records)
+        if not earliest <= record[0] <= latest)
+    if bad:
+        return Refusal(ErrorCode.INVALID_TIMESTAMP,
+                       "one or more records have a timestamp outside the topic's bounds", bad)
+    return None
+
+
+def append_refusal(status: AppendStatus, topic: str, partition: int, producer_id: int,
+                   producer_epoch: int, base_sequence: int) -> Refusal | None:
+    """Rule 6: the append script's status as the client must see it (None: stored, or a
+    duplicate of a stored batch, whose original offsets are the answer)."""
+    if status in (AppendStatus.OK, AppendStatus.DUPLICATE):
+        return None
+    if status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
+        return Refusal(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"topic {topic} partition {partition} no longer exists")
+    if status is AppendStatus.OUT_OF_ORDER:
+        return Refusal(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                       f"producer {producer_id} sent sequence {base_sequence} out of order")
+    if status is AppendStatus.BAD_EPOCH:
+        return Refusal(ErrorCode.INVALID_PRODUCER_EPOCH,
+                       f"producer {producer_id} epoch {producer_epoch} is older than the "
+                       "partition's")
+    # FULL
+    return Refusal(ErrorCode.KAFKA_STORAGE_ERROR,
+                   f"partition {partition} of {topic} has no offsets left below 2^63")
+
+
+def storage_refusal(reason: str) -> Refusal:
+    """Redis did not take (or did not confirm) the append: retriable for the client."""
+    return Refusal(ErrorCode.KAFKA_STORAGE_ERROR, f"Redis did not take the append: {reason}")

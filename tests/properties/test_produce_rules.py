@@ -1,0 +1,122 @@
+"""Kafka's Produce rules as the pure core states them (korvet/core/produce.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from korvet.core import produce as rules
+from korvet.core.errors import ErrorCode
+from korvet.core.produce import AppendStatus
+from korvet.core.topics import TopicConfig
+
+NOW = 1_700_000_000_000
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class FakeBatch:
+    size: int
+    transactional: bool
+    control: bool
+    records: list[tuple[int, bytes | None, bytes | None, list[Header]]]
+
+
+def batch(stamps: list[int], size: int = 100, transactional: bool = False,
+          control: bool = False) -> FakeBatch:
+    return FakeBatch(size, transactional, control, [(t, None, b"v", []) for t in stamps])
+
+
+@given(st.integers(min_value=-(2**15), max_value=2**15 - 1), st.none() | st.text(max_size=5))
+def test_acks_then_transactions_refuse_the_whole_request(acks: int, txn: str | None) -> None:
+    refusal = rules.check_request(acks, txn)
+    if acks not in (0, 1, -1):
+        assert refusal is not None and refusal.code is ErrorCode.INVALID_REQUIRED_ACKS
+    elif txn is not None:
+        assert refusal is not None and refusal.code is ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        assert refusal is None
+
+
+@given(st.integers(min_value=-5, max_value=20), st.integers(min_value=1, max_value=10),
+       st.booleans())
+def test_only_existing_partitions_of_known_topics_are_written(partition: int, partitions: int,
+                                                              by_id: bool) -> None:
+    unknown = rules.check_partition(None, partition, partitions, by_id=by_id)
+    assert unknown is not None
+    assert unknown.code is (ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    known = rules.check_partition("t", partition, partitions, by_id=by_id)
+    if 0 <= partition < partitions:
+        assert known is None
+    else:
+        assert known is not None and known.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@given(st.integers(min_value=0, max_value=5))
+def test_exactly_one_batch_per_partition(count: int) -> None:
+    refusal = rules.check_batch_count(count)
+    assert (refusal is None) == (count == 1)
+    if refusal is not None:
+        assert refusal.code is ErrorCode.INVALID_RECORD
+
+
+offsets_ms = st.integers(min_value=-10 * 3_600_000, max_value=10 * 3_600_000)
+
+
+@given(st.lists(offsets_ms, min_size=1, max_size=20),
+       st.integers(min_value=0, max_value=7_200_000), st.integers(min_value=0, max_value=7_200_000))
+def test_timestamps_outside_the_topic_bounds_are_named_record_by_record(
+        deltas: list[int], after: int, before: int) -> None:
+    config = TopicConfig({"message.timestamp.after.max.ms": str(after),
+                          "message.timestamp.before.max.ms": str(before)})
+    refusal = rules.check_batch(batch([NOW + d for d in deltas]), config, NOW)
+    bad = [i for i, d in enumerate(deltas) if d > after or d < -before]
+    if not bad:
+        assert refusal is None
+    else:
+        assert refusal is not None and refusal.code is ErrorCode.INVALID_TIMESTAMP
+        assert [index for index, _ in refusal.record_errors] == bad
+
+
+@given(st.lists(offsets_ms, min_size=1, max_size=10))
+def test_log_append_time_topics_ignore_the_producers_timestamps(deltas: list[int]) -> None:
+    config = TopicConfig({"message.timestamp.type": "LogAppendTime",
+                          "message.timestamp.after.max.ms": "0",
+                          "message.timestamp.before.max.ms": "0"})
+    assert rules.check_batch(batch([NOW + d for d in deltas]), config, NOW) is None
+
+
+@given(st.integers(min_value=1, max_value=10_000), st.integers(min_value=1, max_value=10_000),
+       st.booleans(), st.booleans())
+def test_size_and_transactions_are_checked_before_timestamps(size: int, limit: int,
+                                                            transactional: bool,
+                                                            control: bool) -> None:
+    config = TopicConfig({"max.message.bytes": str(limit)})
+    ahead = NOW + 10 * 3_600_000  # ten hours ahead: beyond the default bound of one hour
+    refusal = rules.check_batch(batch([ahead], size, transactional, control), config, NOW)
+    assert refusal is not None
+    if transactional or control:
+        assert refusal.code is ErrorCode.INVALID_RECORD
+    elif size > limit:
+        assert refusal.code is ErrorCode.MESSAGE_TOO_LARGE
+    else:
+        assert refusal.code is ErrorCode.INVALID_TIMESTAMP
+
+
+def test_every_append_status_has_the_error_kafka_clients_expect() -> None:
+    expected = {
+        AppendStatus.OK: None,
+        AppendStatus.DUPLICATE: None,  # the original offsets are the answer
+        AppendStatus.NO_TOPIC: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        AppendStatus.NO_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        AppendStatus.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        AppendStatus.BAD_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
+        AppendStatus.FULL: ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+    assert set(expected) == set(AppendStatus)
+    for status, code in expected.items():
+        refusal = rules.append_refusal(status, "t", 0, 7, 1, 5)
+        assert (refusal.code if refusal else None) is code, status
+    assert rules.storage_refusal("down").code is ErrorCode.KAFKA_STORAGE_ERROR
