@@ -70,45 +70,25 @@ DEAD = GroupState.DEAD
 
 
 class _Work:
-    """A mutable copy of one group for the duration of one step."""
+    """One group being rewritten during one step: the frozen group ``g`` (its scalar fields
+    change by ``dataclasses.replace``) and mutable copies of its four collections, which
+    the spec's operators update member by member. ``freeze`` puts them back."""
 
-    __slots__ = ("config", "effects", "generation", "group_id", "initial_delay_ms",
-                 "initial_rebalance", "initial_remaining_ms", "join_deadline", "leader",
-                 "leader_sync", "members", "new_member_added", "now", "offsets", "pending",
-                 "pending_sync", "protocol_name", "protocol_type", "state", "sync_deadline")
+    __slots__ = ("config", "effects", "g", "members", "now", "offsets", "pending", "pending_sync")
 
     def __init__(self, group: Group, config: Config, now: int, effects: list[Effect]) -> None:
         self.config = config
         self.now = now
         self.effects = effects
-        self.group_id = group.group_id
-        self.state = group.state
-        self.generation = group.generation
-        self.protocol_type = group.protocol_type
-        self.protocol_name = group.protocol_name
-        self.leader = group.leader
+        self.g = group
         self.members: dict[str, Member] = dict(group.members)
         self.pending: dict[str, PendingMember] = dict(group.pending)
         self.pending_sync: set[str] = set(group.pending_sync)
-        self.initial_rebalance = group.initial_rebalance
-        self.new_member_added = group.new_member_added
-        self.initial_delay_ms = group.initial_delay_ms
-        self.initial_remaining_ms = group.initial_remaining_ms
-        self.join_deadline = group.join_deadline
-        self.sync_deadline = group.sync_deadline
-        self.leader_sync = group.leader_sync
         self.offsets: dict[TopicPartition, CommittedOffset] = dict(group.offsets)
 
     def freeze(self) -> Group:
-        return Group(
-            group_id=self.group_id, state=self.state, generation=self.generation,
-            protocol_type=self.protocol_type, protocol_name=self.protocol_name,
-            leader=self.leader, members=self.members, pending=self.pending,
-            pending_sync=frozenset(self.pending_sync), initial_rebalance=self.initial_rebalance,
-            new_member_added=self.new_member_added, initial_delay_ms=self.initial_delay_ms,
-            initial_remaining_ms=self.initial_remaining_ms, join_deadline=self.join_deadline,
-            sync_deadline=self.sync_deadline, leader_sync=self.leader_sync, offsets=self.offsets,
-        )
+        return replace(self.g, members=self.members, pending=self.pending,
+                       pending_sync=frozenset(self.pending_sync), offsets=self.offsets)
 
     # --- queries -----------------------------------------------------------------
 
@@ -133,9 +113,9 @@ class _Work:
 
     def supports(self, protocol_type: str, protocols: Iterable[str]) -> bool:
         names = set(protocols)
-        if self.state is EMPTY:
+        if self.g.state is EMPTY:
             return protocol_type != "" and bool(names)
-        return self.protocol_type == protocol_type and any(
+        return self.g.protocol_type == protocol_type and any(
             all(name in m.protocol_names() for m in self.members.values()) for name in names)
 
     def select_protocol(self) -> str:
@@ -161,17 +141,17 @@ class _Work:
 
     def accept_joining(self, member_id: str) -> bool:
         size = self.config.group_max_size
-        if self.state is PREPARING:
+        if self.g.state is PREPARING:
             member = self.members.get(member_id)
             return (member is not None and member.join_request is not None) or \
                 len(self.awaiting()) < size
-        if self.state in (COMPLETING, STABLE):
+        if self.g.state in (COMPLETING, STABLE):
             return member_id in self.members or len(self.members) < size
         return True
 
     def current_members(self) -> tuple[JoinGroupMember, ...]:
         return tuple(JoinGroupMember(m.member_id, m.group_instance_id,
-                                     m.metadata_for(self.protocol_name))
+                                     m.metadata_for(self.g.protocol_name))
                      for m in self.members.values())
 
     # --- effects -----------------------------------------------------------------
@@ -182,8 +162,8 @@ class _Work:
     def sync_reply(self, request_id: int, member_id: str, error: ErrorCode,
                    assignment: bytes = b"") -> None:
         if error is ErrorCode.NONE:
-            self.effects.append(SyncGroupReply(request_id, member_id, error, self.protocol_type,
-                                               self.protocol_name, assignment))
+            self.effects.append(SyncGroupReply(request_id, member_id, error, self.g.protocol_type,
+                                               self.g.protocol_name, assignment))
         else:
             self.effects.append(SyncGroupReply(request_id, member_id, error))
 
@@ -204,10 +184,10 @@ class _Work:
             self.pending.pop(member_id, None)
         self.pending_sync -= gone
         if not self.pending_sync:
-            self.sync_deadline = None
-        if self.leader in gone:
+            self.g = replace(self.g, sync_deadline=None)
+        if self.g.leader in gone:
             # KORVET: the smallest remaining member id (Kafka: HashMap order).
-            self.leader = min(self.members) if self.members else None
+            self.g = replace(self.g, leader=min(self.members) if self.members else None)
 
     def rearm_session(self, member_id: str, timeout_ms: int | None = None) -> None:
         member = self.members[member_id]
@@ -221,34 +201,29 @@ class _Work:
         joined = self.awaiting()
         if self.members and not joined:
             # Nobody rejoined (only static members are left): try again later.
-            self.join_deadline = self.now + self.rebalance_timeout_ms()
+            self.g = replace(self.g, join_deadline=self.now + self.rebalance_timeout_ms())
             return
-        self.generation += 1
-        self.initial_rebalance = False
-        self.new_member_added = False
-        self.join_deadline = None
+        self.g = replace(self.g, generation=self.g.generation + 1, initial_rebalance=False,
+                         new_member_added=False, join_deadline=None, sync_deadline=None)
         self.pending_sync = set()
-        self.sync_deadline = None
         if not self.members:
-            self.protocol_name = None
-            self.state = EMPTY
+            self.g = replace(self.g, protocol_name=None, state=EMPTY)
             return
-        self.protocol_name = self.select_protocol()
-        if self.leader not in joined:
-            self.leader = min(joined)
-        self.state = COMPLETING
+        leader = self.g.leader if self.g.leader in joined else min(joined)
+        self.g = replace(self.g, protocol_name=self.select_protocol(), leader=leader,
+                         state=COMPLETING)
         listing = self.current_members()
         for member_id, member in list(self.members.items()):
             if member.join_request is not None:
                 self.effects.append(JoinGroupReply(
-                    member.join_request, ErrorCode.NONE, member_id, self.generation,
-                    self.protocol_type, self.protocol_name, self.leader or "",
-                    listing if member_id == self.leader else ()))
+                    member.join_request, ErrorCode.NONE, member_id, self.g.generation,
+                    self.g.protocol_type, self.g.protocol_name, self.g.leader or "",
+                    listing if member_id == self.g.leader else ()))
             self.members[member_id] = replace(
                 member, join_request=None, is_new=False,
                 session_deadline=self.now + member.session_timeout_ms)
         self.pending_sync = set(self.members)
-        self.sync_deadline = self.now + self.rebalance_timeout_ms()
+        self.g = replace(self.g, sync_deadline=self.now + self.rebalance_timeout_ms())
 
     def prepare_rebalance(self) -> None:
         for member_id, member in list(self.members.items()):
@@ -262,28 +237,25 @@ class _Work:
                 updated = replace(updated, assignment=b"")
             self.members[member_id] = updated
         self.pending_sync = set()
-        self.sync_deadline = None
-        self.leader_sync = None
-        initial = self.state is EMPTY
-        self.state = PREPARING
-        self.initial_rebalance = initial
-        self.new_member_added = False
+        initial = self.g.state is EMPTY
+        self.g = replace(self.g, sync_deadline=None, leader_sync=None, state=PREPARING,
+                         initial_rebalance=initial, new_member_added=False)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
-            self.initial_delay_ms = delay
-            self.initial_remaining_ms = max(self.rebalance_timeout_ms() - delay, 0)
-            self.join_deadline = self.now + delay
+            self.g = replace(self.g, initial_delay_ms=delay,
+                             initial_remaining_ms=max(self.rebalance_timeout_ms() - delay, 0),
+                             join_deadline=self.now + delay)
         elif self.all_joined():
             self.complete_join()
         else:
-            self.join_deadline = self.now + self.rebalance_timeout_ms()
+            self.g = replace(self.g, join_deadline=self.now + self.rebalance_timeout_ms())
 
     def maybe_complete_join_phase(self) -> None:
-        if self.state is PREPARING and not self.initial_rebalance and self.all_joined():
+        if self.g.state is PREPARING and not self.g.initial_rebalance and self.all_joined():
             self.complete_join()
 
     def maybe_prepare_rebalance_or_complete_join(self) -> None:
-        if self.state in (EMPTY, COMPLETING, STABLE):
+        if self.g.state in (EMPTY, COMPLETING, STABLE):
             self.prepare_rebalance()
         else:
             self.maybe_complete_join_phase()
@@ -299,12 +271,12 @@ class _Work:
             # A new member cannot heartbeat while its JoinGroup waits: it gets the
             # new-member join timeout instead of its session timeout.
             session_deadline=self.now + self.config.new_member_join_timeout_ms)
-        if self.state is PREPARING and self.initial_rebalance:
-            self.new_member_added = True
+        if self.g.state is PREPARING and self.g.initial_rebalance:
+            self.g = replace(self.g, new_member_added=True)
         if not self.members:
-            self.protocol_type = event.protocol_type
-        if self.leader is None:
-            self.leader = member_id
+            self.g = replace(self.g, protocol_type=event.protocol_type)
+        if self.g.leader is None:
+            self.g = replace(self.g, leader=member_id)
         self.members[member_id] = member
         self.pending.pop(member_id, None)
         self.maybe_prepare_rebalance_or_complete_join()
@@ -332,33 +304,33 @@ class _Work:
             protocols=event.protocols, assignment=old.assignment, is_new=False,
             join_request=event.request_id,
             session_deadline=self.now + event.session_timeout_ms)
-        old_leader = self.leader
-        if self.leader == old_id:
-            self.leader = new_id
+        old_leader = self.g.leader
+        if self.g.leader == old_id:
+            self.g = replace(self.g, leader=new_id)
         # KORVET: the pending-sync entry and the leader's assignment follow the
         # new id (Kafka leaves the old id pending: a needless rebalance later).
         if old_id in self.pending_sync:
             self.pending_sync = (self.pending_sync - {old_id}) | {new_id}
-        if self.leader_sync is not None and old_id in self.leader_sync.assignments:
+        if self.g.leader_sync is not None and old_id in self.g.leader_sync.assignments:
             moved = {(new_id if k == old_id else k): v
-                     for k, v in self.leader_sync.assignments.items()}
-            self.leader_sync = LeaderSync(self.leader_sync.generation, moved)
-        if self.state is STABLE and self.select_protocol() == self.protocol_name:
-            is_leader = self.leader == new_id
+                     for k, v in self.g.leader_sync.assignments.items()}
+            self.g = replace(self.g, leader_sync=LeaderSync(self.g.leader_sync.generation, moved))
+        if self.g.state is STABLE and self.select_protocol() == self.g.protocol_name:
+            is_leader = self.g.leader == new_id
             if event.supports_skip_assignment:
                 reply = JoinGroupReply(
-                    event.request_id, ErrorCode.NONE, new_id, self.generation,
-                    self.protocol_type, self.protocol_name, self.leader or "",
+                    event.request_id, ErrorCode.NONE, new_id, self.g.generation,
+                    self.g.protocol_type, self.g.protocol_name, self.g.leader or "",
                     self.current_members() if is_leader else (), is_leader)
             else:
                 # Before v9 the old leader id is returned, so that a new leader
                 # does not run the assignor for a group that will not rebalance.
                 reply = JoinGroupReply(
-                    event.request_id, ErrorCode.NONE, new_id, self.generation,
-                    self.protocol_type, self.protocol_name, old_leader or "")
+                    event.request_id, ErrorCode.NONE, new_id, self.g.generation,
+                    self.g.protocol_type, self.g.protocol_name, old_leader or "")
             self.effects.append(reply)
             self.members[new_id] = replace(self.members[new_id], join_request=None)
-        elif self.state is PREPARING:
+        elif self.g.state is PREPARING:
             self.maybe_complete_join_phase()
         else:
             self.prepare_rebalance()
@@ -377,7 +349,7 @@ class _Work:
             stored.append((tp, committed))
             results.append(PartitionResult(item.topic, item.partition, ErrorCode.NONE))
         if stored:
-            self.effects.append(PersistOffsets(self.group_id, event.member_id,
+            self.effects.append(PersistOffsets(self.g.group_id, event.member_id,
                                                event.generation_id, tuple(stored)))
         self.effects.append(OffsetCommitReply(event.request_id, event.member_id, tuple(results)))
 
@@ -415,7 +387,7 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
     if not w.accept_joining(member_id):
         w.remove_members([member_id])
         w.join_reply(event.request_id, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
-    elif w.state is DEAD:
+    elif w.g.state is DEAD:
         w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
     elif not w.supports(event.protocol_type, names):
         w.join_reply(event.request_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
@@ -449,17 +421,17 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
 def _join_known_member(w: _Work, event: JoinGroup) -> None:
     member_id = event.member_id
     same = w.members[member_id].protocols == event.protocols
-    if w.state is PREPARING:
+    if w.g.state is PREPARING:
         w.update_member_then_rebalance(member_id, event)
-    elif (w.state is COMPLETING and same) or \
-            (w.state is STABLE and same and w.leader != member_id):
+    elif (w.g.state is COMPLETING and same) or \
+            (w.g.state is STABLE and same and w.g.leader != member_id):
         # Nothing changed: the current generation again (a lost JoinGroup reply).
-        listing = w.current_members() if w.state is COMPLETING and w.leader == member_id \
+        listing = w.current_members() if w.g.state is COMPLETING and w.g.leader == member_id \
             else ()
         w.effects.append(JoinGroupReply(event.request_id, ErrorCode.NONE, member_id,
-                                        w.generation, w.protocol_type, w.protocol_name,
-                                        w.leader or "", listing))
-    elif w.state in (COMPLETING, STABLE):
+                                        w.g.generation, w.g.protocol_type, w.g.protocol_name,
+                                        w.g.leader or "", listing))
+    elif w.g.state in (COMPLETING, STABLE):
         w.update_member_then_rebalance(member_id, event)
     else:
         w.join_reply(event.request_id, ErrorCode.UNKNOWN_MEMBER_ID, member_id)
@@ -495,14 +467,14 @@ def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
     member_id = event.member_id
     w.pending_sync.discard(member_id)
     if not w.pending_sync:
-        w.sync_deadline = None
+        w.g = replace(w.g, sync_deadline=None)
     if group.state is STABLE:
         w.sync_reply(event.request_id, member_id, ErrorCode.NONE,
                      w.members[member_id].assignment)
         return _with_group(state, w.freeze(), event.group_id), tuple(effects)
     # CompletingRebalance: hold the request back until the leader's assignment.
     w.members[member_id] = replace(w.members[member_id], sync_request=event.request_id)
-    if w.leader == member_id:
+    if w.g.leader == member_id:
         sent = {a.member_id: a.assignment for a in event.assignments}
         full = {m: sent.get(m, b"") for m in w.members}
         for other, member in list(w.members.items()):
@@ -512,8 +484,7 @@ def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
                 updated = replace(updated, sync_request=None,
                                   session_deadline=now + member.session_timeout_ms)
             w.members[other] = updated
-        w.state = STABLE
-        w.leader_sync = LeaderSync(w.generation, full)
+        w.g = replace(w.g, state=STABLE, leader_sync=LeaderSync(w.g.generation, full))
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
 
 
@@ -558,7 +529,7 @@ def _leave_group(state: CoordinatorState, event: LeaveGroup, now: int) -> Step:
         code = _leave_one(w, identity.member_id, identity.group_instance_id)
         results_list.append(LeaveResult(identity.member_id, identity.group_instance_id, code))
     if any(r.error is ErrorCode.NONE for r in results_list):
-        if w.state in (STABLE, COMPLETING):
+        if w.g.state in (STABLE, COMPLETING):
             w.maybe_prepare_rebalance_or_complete_join()
         else:
             w.maybe_complete_join_phase()
@@ -714,9 +685,9 @@ def _session_timeout(state: CoordinatorState, event: SessionTimeout, now: int) -
     else:
         w.removal_replies(event.member_id)
         w.remove_members([event.member_id])
-        if w.state in (STABLE, COMPLETING):
+        if w.g.state in (STABLE, COMPLETING):
             w.prepare_rebalance()
-        elif w.state is PREPARING and w.all_joined():
+        elif w.g.state is PREPARING and w.all_joined():
             w.complete_join()
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
 
@@ -730,7 +701,7 @@ def _pending_member_timeout(state: CoordinatorState, event: PendingMemberTimeout
     effects: list[Effect] = []
     w = _Work(group, state.config, now, effects)
     w.pending.pop(event.member_id)
-    if w.state is PREPARING and w.all_joined():
+    if w.g.state is PREPARING and w.all_joined():
         w.complete_join()
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
 
@@ -741,13 +712,11 @@ def _rebalance_timeout(state: CoordinatorState, event: RebalanceTimeout, now: in
         return state, ()
     effects: list[Effect] = []
     w = _Work(group, state.config, now, effects)
-    if w.initial_rebalance and w.new_member_added and w.initial_remaining_ms > 0:
+    if w.g.initial_rebalance and w.g.new_member_added and w.g.initial_remaining_ms > 0:
         # Members are still arriving: extend the initial delay (InitialDelayedJoin).
-        w.new_member_added = False
-        delay = min(state.config.initial_rebalance_delay_ms, w.initial_remaining_ms)
-        w.initial_remaining_ms = max(w.initial_remaining_ms - w.initial_delay_ms, 0)
-        w.initial_delay_ms = delay
-        w.join_deadline = now + delay
+        delay = min(state.config.initial_rebalance_delay_ms, w.g.initial_remaining_ms)
+        w.g = replace(w.g, new_member_added=False, initial_delay_ms=delay, join_deadline=now + delay,
+                      initial_remaining_ms=max(w.g.initial_remaining_ms - w.g.initial_delay_ms, 0))
     else:
         w.complete_join()
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
@@ -759,11 +728,11 @@ def _pending_sync_timeout(state: CoordinatorState, event: PendingSyncTimeout, no
         return state, ()
     effects: list[Effect] = []
     w = _Work(group, state.config, now, effects)
-    if w.state in (COMPLETING, STABLE) and w.pending_sync:
+    if w.g.state in (COMPLETING, STABLE) and w.pending_sync:
         w.remove_members(list(w.pending_sync))
         w.prepare_rebalance()
     else:
-        w.sync_deadline = None
+        w.g = replace(w.g, sync_deadline=None)
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
 
 

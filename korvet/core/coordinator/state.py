@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from korvet.core.codec import transient
+
 # Kafka's defaults (GroupCoordinatorConfig).
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
@@ -82,9 +84,9 @@ class Member:
     # A member added by a JoinGroup whose join phase has not completed yet; it
     # expires after the new-member join timeout even while it waits.
     is_new: bool = False
-    join_request: int | None = None  # the held-back JoinGroup (spec: awaitingJoin)
-    sync_request: int | None = None  # the held-back SyncGroup (spec: awaitingSync)
-    session_deadline: int | None = None
+    join_request: int | None = transient()  # the held-back JoinGroup (spec: awaitingJoin)
+    sync_request: int | None = transient()  # the held-back SyncGroup (spec: awaitingSync)
+    session_deadline: int | None = transient()
 
     @property
     def awaiting_join(self) -> bool:
@@ -109,7 +111,7 @@ class PendingMember:
     """A member id handed out with MEMBER_ID_REQUIRED, not yet used to join."""
 
     session_timeout_ms: int
-    deadline: int | None = None
+    deadline: int | None = transient()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +139,8 @@ class Group:
     new_member_added: bool = False
     initial_delay_ms: int = 0
     initial_remaining_ms: int = 0
-    join_deadline: int | None = None
-    sync_deadline: int | None = None
+    join_deadline: int | None = transient()
+    sync_deadline: int | None = transient()
     leader_sync: LeaderSync | None = None
     offsets: Mapping[TopicPartition, CommittedOffset] = field(default_factory=dict)
 
