@@ -22,6 +22,7 @@ setup-test:
 
 lint:
 	.venv/bin/ruff check korvet tests
+	.venv/bin/lint-imports
 
 typecheck:
 	.venv/bin/mypy

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from korvet.tools.host import stop_process
+from korvet.process import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 KORVET = [sys.executable, "-m", "korvet.cli"]

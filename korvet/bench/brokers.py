@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from korvet.process import stop_process
 from korvet.protocol.frame_io import call_blocking
 from korvet.protocol.framing import FrameError
-from korvet.tools.host import stop_process
 from korvet.tools.kafka_server import KafkaServer
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

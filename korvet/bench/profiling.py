@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from korvet.tools.host import stop_process
+from korvet.process import stop_process
 
 DEFAULT_RATE = 400
 

@@ -134,7 +134,7 @@ def _params_text(params: BenchParams) -> str:
             "being the warm-up")
 
 
-def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:
+def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:  # noqa: PLR0915 -- the report's sections, in reading order
     cells = summarize(result.runs)
     found = ratios(cells)
     meta = result.meta

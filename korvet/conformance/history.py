@@ -112,7 +112,7 @@ def _fmt(partition: Partition) -> str:
     return f"{partition[0]}-{partition[1]}"
 
 
-def analyse(history: History | Iterable[Op], *, drained: bool = False, examples: int = 5) -> Analysis:
+def analyse(history: History | Iterable[Op], *, drained: bool = False, examples: int = 5) -> Analysis:  # noqa: C901, PLR0912, PLR0915 -- one pass, one branch per Jepsen anomaly
     """Check a history for the anomalies listed in the module docstring."""
     ops = list(history.ops if isinstance(history, History) else history)
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in ANOMALIES}

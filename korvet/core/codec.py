@@ -188,22 +188,20 @@ def _decode_as(tp: Any, data: Json, path: str) -> Any:
     return tuple(items)
 
 
+_PLAIN: dict[Any, tuple[Any, str]] = {
+    type(None): (lambda d: d is None, "null"),
+    bool: (lambda d: isinstance(d, bool), "true or false"),
+    int: (lambda d: isinstance(d, int) and not isinstance(d, bool), "an integer"),
+    str: (lambda d: isinstance(d, str), "a string"),
+}
+
+
 def _decode_scalar(tp: Any, data: Json, path: str) -> Any:
-    if tp is type(None):
-        if data is not None:
-            raise CodecError(f"{path}: expected null")
-        return None
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise CodecError(f"{path}: expected true or false")
-        return data
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise CodecError(f"{path}: expected an integer")
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise CodecError(f"{path}: expected a string")
+    plain = _PLAIN.get(tp)
+    if plain is not None:
+        fits, what = plain
+        if not fits(data):
+            raise CodecError(f"{path}: expected {what}")
         return data
     if tp is bytes:
         if not isinstance(data, str):

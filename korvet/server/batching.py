@@ -28,7 +28,7 @@ _TIMESTAMP, _KEY, _VALUE = entries.TIMESTAMP, entries.KEY, entries.VALUE
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only reads it
 
 
-def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
+def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa: C901, PLR0912, PLR0915 -- the fused per-record hot loop
                        force_first: bool, log_append_time: bool = False) -> tuple[bytes, int, int]:
     """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
 

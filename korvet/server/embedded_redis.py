@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from korvet.tools.host import free_port
+from korvet.process import free_port
 
 MIN_REDIS_MAJOR = 7
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from korvet.process import find_java
 from korvet.spec.values import TlaValue, parse_state
 from korvet.tools import maven
-from korvet.tools.host import find_java
 
 JAR_SET = "tlc"
 
@@ -189,7 +189,7 @@ def parse_step(text: str) -> TraceStep:
     return TraceStep(int(number), action, location, state, body.strip())
 
 
-def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResult:
+def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResult:  # noqa: C901, PLR0912 -- one branch per kind of TLC outcome
     result = TlcResult(model=model, wall_seconds=wall, exit_code=exit_code)
     success = False
     for message in parse_messages(output):

@@ -34,9 +34,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from korvet.process import find_java, free_ports, stop_process
 from korvet.protocol.frame_io import call_blocking
 from korvet.tools import maven
-from korvet.tools.host import find_java, free_ports, stop_process
 
 JAR_SET = "kafka"
 KAFKA_VERSION = "4.3.1"

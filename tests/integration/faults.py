@@ -18,10 +18,10 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
+from korvet.process import free_port
 from korvet.protocol.frame_io import read_frame
 from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, frame
 from korvet.protocol.framing import parse_request, peek_prefix
-from korvet.tools.host import free_port
 
 PRODUCE = 0
 

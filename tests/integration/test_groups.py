@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from korvet.core.offsets import OffsetCodec
+from korvet.process import stop_process
 from korvet.spec.replay import replay
-from korvet.tools.host import stop_process
 from korvet.tools.java_clients import (
     CONSOLE_CONSUMER_MAIN,
     RECORD_SEPARATOR,
@@ -243,7 +243,7 @@ def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, unique_name: str) -> None:
+def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, unique_name: str) -> None:  # noqa: PLR0915 -- one end-to-end scenario
     event_log = tmp_path / "coordinator.ndjson"
     broker = KorvetProcess(tmp_path / "korvet", extra_args=[
         "--groups-event-log", str(event_log), "--groups-initial-rebalance-delay-ms", "500"])

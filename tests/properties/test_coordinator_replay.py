@@ -338,7 +338,7 @@ def subsets(items: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         yield from itertools.combinations(items, size)
 
 
-def events_for(c: Constants, grp: TlaValue, issued: int) -> Iterator[Event]:
+def events_for(c: Constants, grp: TlaValue, issued: int) -> Iterator[Event]:  # noqa: C901, PLR0912 -- one branch per spec action
     """The spec's JoinGroup, SyncGroup, ... of Next with every parameter its domain allows."""
     known = c.member_ids[:issued]
     fresh = c.member_ids[issued] if issued < len(c.member_ids) else ""

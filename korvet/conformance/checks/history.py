@@ -184,7 +184,7 @@ def idempotent_retries(ctx: CheckContext) -> None:
                "inconsistent writes, no non-monotonic sends, consumers never go backwards or skip "
                "within an assignment, and every acknowledged record is consumed by the end.",
        source=f"{JEPSEN} (subscribe mode: order is only checked within an assignment)")
-def confluent_group(ctx: CheckContext) -> None:
+def confluent_group(ctx: CheckContext) -> None:  # noqa: C901, PLR0915 -- one scripted scenario, step by step
     from korvet.conformance.drivers import confluent_consumer, confluent_producer
 
     setup = Ops(ctx)

@@ -382,31 +382,16 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
         group = Group(event.group_id)
     effects: list[Effect] = []
     w = _Work(group, config, now, effects)
-    names = [p.name for p in event.protocols]
     member_id = event.member_id
     if not w.accept_joining(member_id):
         w.remove_members([member_id])
         w.join_reply(event.request_id, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
     elif w.g.state is DEAD:
         w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
-    elif not w.supports(event.protocol_type, names):
+    elif not w.supports(event.protocol_type, [p.name for p in event.protocols]):
         w.join_reply(event.request_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
     elif not member_id:
-        new_id = event.new_member_id
-        if not new_id or new_id in w.members or new_id in w.pending:
-            # The adapter must hand out fresh ids; a clash is answered with a
-            # retriable error rather than corrupting the group.
-            w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
-        else:
-            static = w.static_id(event.group_instance_id)
-            if static is not None:
-                w.replace_static_member(static, new_id, event)
-            elif event.group_instance_id is None and event.requires_known_member_id:
-                w.pending[new_id] = PendingMember(event.session_timeout_ms,
-                                                  now + event.session_timeout_ms)
-                w.join_reply(event.request_id, ErrorCode.MEMBER_ID_REQUIRED, new_id)
-            else:
-                w.add_member_then_rebalance(new_id, event)
+        _join_new_member(w, event)
     elif member_id in w.pending and event.group_instance_id is None:
         w.add_member_then_rebalance(member_id, event)
     else:
@@ -416,6 +401,25 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
         else:
             _join_known_member(w, event)
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _join_new_member(w: _Work, event: JoinGroup) -> None:
+    """The spec's JoinNewMember, once the group accepts the join."""
+    new_id = event.new_member_id
+    if not new_id or new_id in w.members or new_id in w.pending:
+        # The adapter must hand out fresh ids; a clash is answered with a
+        # retriable error rather than corrupting the group.
+        w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+        return
+    static = w.static_id(event.group_instance_id)
+    if static is not None:
+        w.replace_static_member(static, new_id, event)
+    elif event.group_instance_id is None and event.requires_known_member_id:
+        w.pending[new_id] = PendingMember(event.session_timeout_ms,
+                                          w.now + event.session_timeout_ms)
+        w.join_reply(event.request_id, ErrorCode.MEMBER_ID_REQUIRED, new_id)
+    else:
+        w.add_member_then_rebalance(new_id, event)
 
 
 def _join_known_member(w: _Work, event: JoinGroup) -> None:
@@ -475,17 +479,23 @@ def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
     # CompletingRebalance: hold the request back until the leader's assignment.
     w.members[member_id] = replace(w.members[member_id], sync_request=event.request_id)
     if w.g.leader == member_id:
-        sent = {a.member_id: a.assignment for a in event.assignments}
-        full = {m: sent.get(m, b"") for m in w.members}
-        for other, member in list(w.members.items()):
-            updated = replace(member, assignment=full[other])
-            if member.sync_request is not None:
-                w.sync_reply(member.sync_request, other, ErrorCode.NONE, full[other])
-                updated = replace(updated, sync_request=None,
-                                  session_deadline=now + member.session_timeout_ms)
-            w.members[other] = updated
-        w.g = replace(w.g, state=STABLE, leader_sync=LeaderSync(w.g.generation, full))
+        _apply_leader_assignment(w, event)
     return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+
+
+def _apply_leader_assignment(w: _Work, event: SyncGroup) -> None:
+    """The leader's SyncGroup in CompletingRebalance: every member gets its part (missing
+    ones an empty assignment), every held-back SyncGroup is answered, the group is Stable."""
+    sent = {a.member_id: a.assignment for a in event.assignments}
+    full = {m: sent.get(m, b"") for m in w.members}
+    for other, member in list(w.members.items()):
+        updated = replace(member, assignment=full[other])
+        if member.sync_request is not None:
+            w.sync_reply(member.sync_request, other, ErrorCode.NONE, full[other])
+            updated = replace(updated, sync_request=None,
+                              session_deadline=w.now + member.session_timeout_ms)
+        w.members[other] = updated
+    w.g = replace(w.g, state=STABLE, leader_sync=LeaderSync(w.g.generation, full))
 
 
 def _heartbeat(state: CoordinatorState, event: Heartbeat, now: int) -> Step:
@@ -761,7 +771,7 @@ def _restart(state: CoordinatorState, event: Restart, now: int) -> Step:
     return replace(state, groups=groups), tuple(effects)
 
 
-def step(state: CoordinatorState, event: Event, now_ms: int) -> Step:
+def step(state: CoordinatorState, event: Event, now_ms: int) -> Step:  # noqa: C901, PLR0912 -- one case per event class
     """Apply one event at time ``now_ms``; return the new state and the effects, in order."""
     match event:
         case JoinGroup():

@@ -1,4 +1,4 @@
-"""What the tools need from the host: a Java runtime, free loopback ports, and a way to
+"""What the broker and its tools need from the host: a Java runtime, free loopback ports, and a way to
 stop the child processes they start."""
 
 from __future__ import annotations
