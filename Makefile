@@ -3,16 +3,22 @@
 #   make test   installs everything the tests need and runs the whole suite
 # Both are idempotent. Pass broker flags with ARGS, e.g. `make run ARGS="--port 19092"`,
 # and pytest arguments with PYTEST_ARGS.
+#
+#   make check  the fast tier while working: lint, types, and every test that needs no
+#               broker, Redis, JVM or TLC, with the `dev` Hypothesis profile (about a minute)
 
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test setup-run setup-test lint typecheck pytest spec-check
+.PHONY: run test check setup-run setup-test lint typecheck pytest spec-check
 
 run: setup-run
 	.venv/bin/korvet serve $(ARGS)
 
 test: setup-test lint typecheck pytest
+
+check: setup-test lint typecheck
+	KORVET_HYPOTHESIS_PROFILE=dev scripts/pytest.sh -m "not integration" $(PYTEST_ARGS)
 
 setup-run:
 	@scripts/setup.sh run

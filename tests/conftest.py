@@ -18,10 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from korvet.process import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Hypothesis profiles (tests/support/examples.py scales per-test counts by them).
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("deep", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("KORVET_HYPOTHESIS_PROFILE", "ci"))
+
+# Tests that need more than the Python process itself: a broker, Redis, the JVM, TLC.
+# Everything else is the fast tier (`make check`: pytest -m "not integration").
+_HEAVY_MARKERS = {"tlc", "clients", "kafka", "spark"}
+_HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        heavy = (item.path.parent.name == "integration"
+                 or any(item.get_closest_marker(m) for m in _HEAVY_MARKERS)
+                 or bool(fixtures & _HEAVY_FIXTURES))
+        if heavy:
+            item.add_marker(pytest.mark.integration)
 KORVET = [sys.executable, "-m", "korvet.cli"]
 
 

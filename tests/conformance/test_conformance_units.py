@@ -24,6 +24,7 @@ from korvet.conformance.registry import Check, CheckFailed, CheckSkipped, load_c
 from korvet.conformance.schemas import kio_request_versions, narrow, request_schema
 from korvet.conformance.wire import decode_response, encode_request
 from korvet.protocol.framing import encode_response, parse_request
+from tests.support.examples import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 T0, T1 = ("t", 0), ("t", 1)
@@ -202,7 +203,8 @@ def test_generated_documents_validate_and_encode(api_key: int, version: int) -> 
     schema = request_schema(api_key, version, max_string=20, max_bytes=20, max_items=2)
     validator = jsonschema.Draft7Validator(schema)
 
-    @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(0.25), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(request_strategy(schema))
     def prop(document: dict[str, Any]) -> None:
         errors = list(validator.iter_errors(document))
@@ -343,7 +345,7 @@ def test_docs_catalogue_is_up_to_date() -> None:
 
 
 @given(st.lists(st.tuples(st.sampled_from(["p1", "p2"]), st.integers(0, 1), st.integers(1, 5)), max_size=30))
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=examples(0.6), deadline=None, database=None)
 def test_histories_of_a_correct_log_have_no_anomalies(plan: list[tuple[str, int, int]]) -> None:
     """Model: appends to a sparse log (gaps of 1..5) read back in order by one consumer."""
     h = History()

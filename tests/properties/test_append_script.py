@@ -29,6 +29,7 @@ from korvet.core.topics import TrimPolicy
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+from tests.support.examples import examples
 
 NO_TRIM = TrimPolicy(-1, -1, False)
 _counter = itertools.count()
@@ -83,7 +84,8 @@ clocks = st.integers(min_value=1, max_value=40)
 batch_sizes = st.integers(min_value=1, max_value=9)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(1.5), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bits=st.integers(min_value=1, max_value=4),
        batches=st.lists(st.tuples(clocks, batch_sizes), min_size=1, max_size=12))
 def test_script_follows_the_offset_codec_on_small_widths(redis_url: str, bits: int,
@@ -93,7 +95,8 @@ def test_script_follows_the_offset_codec_on_small_widths(redis_url: str, bits: i
     asyncio.run(_run(redis_url, bits, batches))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.4), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bits=st.integers(min_value=1, max_value=22),
        start=st.integers(min_value=1_600_000_000_000, max_value=2_100_000_000_000),
        steps=st.lists(st.tuples(st.integers(min_value=-5_000, max_value=5_000),

@@ -18,6 +18,7 @@ from korvet.core.offsets import OffsetCodec
 from korvet.protocol.records import BATCH_OVERHEAD, build_batch, decode_batches
 from korvet.server.batching import entries_to_batches
 from korvet.storage import entries
+from tests.support.examples import examples
 
 headers = st.lists(st.tuples(st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=5),
                              st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
@@ -52,7 +53,7 @@ def _read_back(data: bytes) -> list[tuple[int, int, bytes | None, bytes | None, 
     return got
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(bits=st.integers(1, 22), start_ms=st.integers(1, 2**40),
        gaps=st.lists(st.integers(1, 3 * 2**31), min_size=1, max_size=30),
        items=st.lists(records, min_size=30, max_size=30))
@@ -116,7 +117,7 @@ def test_produced_batch_round_trip_through_the_entry_layout() -> None:
         (ts, k, v, list(h)) for ts, k, v, h in sent]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(1), deadline=None)
 @given(stamps=st.lists(st.integers(1_600_000_000_000, 1_600_000_000_003), min_size=1, max_size=40))
 def test_log_append_time_batches_say_so_and_hold_one_append_time(stamps: list[int]) -> None:
     """On LogAppendTime topics each fetched batch has one timestamp, marked as LogAppendTime,

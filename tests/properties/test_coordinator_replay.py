@@ -625,7 +625,7 @@ def test_the_replay_catches_a_machine_that_strays_from_the_spec(
                       if field(s["grp"], "pending") and
                       field(s["grp"], "state") == "PreparingRebalance"]
     assert pending_states
-    monkeypatch.setattr(machine._Work, "all_joined",
+    monkeypatch.setattr(machine._Draft, "all_joined",
                         lambda self: all(m.join_request is not None
                                          for m in self.members.values()))
     report = replay(graph, pending_states)

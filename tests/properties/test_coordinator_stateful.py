@@ -76,6 +76,7 @@ from korvet.core.coordinator import (
 )
 from korvet.core.coordinator.invariants import INVARIANTS, OUTPUT_INVARIANTS, violations
 from korvet.spec import tlc
+from tests.support.examples import examples
 
 RANGE_A = (Protocol("range", b"a"),)
 RANGE_B = (Protocol("range", b"b"),)
@@ -478,7 +479,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 TestCoordinatorMachine = CoordinatorMachine.TestCase
 TestCoordinatorMachine.settings = settings(
-    max_examples=300, stateful_step_count=80, deadline=None,
+    max_examples=examples(3), stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 
 

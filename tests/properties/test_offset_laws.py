@@ -26,6 +26,7 @@ from korvet.core.offsets import (
     OffsetError,
     SequenceBitsError,
 )
+from tests.support.examples import examples
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
@@ -322,7 +323,7 @@ def runs(draw: st.DrawFn) -> Partition:
     return partition
 
 
-LOG_SETTINGS = settings(max_examples=300, deadline=None)
+LOG_SETTINGS = settings(max_examples=examples(3), deadline=None)
 
 
 @LOG_SETTINGS
@@ -382,7 +383,7 @@ def test_the_log_laws_see_carries_steps_back_and_rejections() -> None:
     seen = {"carry": False, "reject": False, "floor_wins": False, "last_wins": False}
 
     # Derandomized: a fixed set of runs, so this check cannot flake.
-    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
+    @settings(max_examples=examples(5), deadline=None, database=None, derandomize=True)
     @given(run=runs())
     def observe(run: Partition) -> None:
         for k, (_p, base, count) in enumerate(run.acks):

@@ -1,7 +1,7 @@
 """``step(state, event, now_ms) -> (state, effects)``: the group coordinator.
 
 Every handler mirrors an action of ``spec/GroupCoordinator.tla`` and the
-helpers mirror its operators (same names, snake_case): ``_Work`` is one
+helpers mirror its operators (same names, snake_case): ``_Draft`` is one
 group being rewritten during one step, the way the spec's operators map a
 group record to a group record plus effects. ``step`` never raises on bad
 input: every request gets a reply with a Kafka error code.
@@ -69,25 +69,25 @@ STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
 
 
-class _Work:
+class _Draft:
     """One group being rewritten during one step: the frozen group ``g`` (its scalar fields
     change by ``dataclasses.replace``) and mutable copies of its four collections, which
     the spec's operators update member by member. ``freeze`` puts them back."""
 
-    __slots__ = ("config", "effects", "g", "members", "now", "offsets", "pending", "pending_sync")
+    __slots__ = ("config", "effects", "group", "members", "now", "offsets", "pending", "pending_sync")
 
     def __init__(self, group: Group, config: Config, now: int, effects: list[Effect]) -> None:
         self.config = config
         self.now = now
         self.effects = effects
-        self.g = group
+        self.group = group
         self.members: dict[str, Member] = dict(group.members)
         self.pending: dict[str, PendingMember] = dict(group.pending)
         self.pending_sync: set[str] = set(group.pending_sync)
         self.offsets: dict[TopicPartition, CommittedOffset] = dict(group.offsets)
 
     def freeze(self) -> Group:
-        return replace(self.g, members=self.members, pending=self.pending,
+        return replace(self.group, members=self.members, pending=self.pending,
                        pending_sync=frozenset(self.pending_sync), offsets=self.offsets)
 
     # --- queries -----------------------------------------------------------------
@@ -113,9 +113,9 @@ class _Work:
 
     def supports(self, protocol_type: str, protocols: Iterable[str]) -> bool:
         names = set(protocols)
-        if self.g.state is EMPTY:
+        if self.group.state is EMPTY:
             return protocol_type != "" and bool(names)
-        return self.g.protocol_type == protocol_type and any(
+        return self.group.protocol_type == protocol_type and any(
             all(name in m.protocol_names() for m in self.members.values()) for name in names)
 
     def select_protocol(self) -> str:
@@ -141,17 +141,17 @@ class _Work:
 
     def accept_joining(self, member_id: str) -> bool:
         size = self.config.group_max_size
-        if self.g.state is PREPARING:
+        if self.group.state is PREPARING:
             member = self.members.get(member_id)
             return (member is not None and member.join_request is not None) or \
                 len(self.awaiting()) < size
-        if self.g.state in (COMPLETING, STABLE):
+        if self.group.state in (COMPLETING, STABLE):
             return member_id in self.members or len(self.members) < size
         return True
 
     def current_members(self) -> tuple[JoinGroupMember, ...]:
         return tuple(JoinGroupMember(m.member_id, m.group_instance_id,
-                                     m.metadata_for(self.g.protocol_name))
+                                     m.metadata_for(self.group.protocol_name))
                      for m in self.members.values())
 
     # --- effects -----------------------------------------------------------------
@@ -162,8 +162,8 @@ class _Work:
     def sync_reply(self, request_id: int, member_id: str, error: ErrorCode,
                    assignment: bytes = b"") -> None:
         if error is ErrorCode.NONE:
-            self.effects.append(SyncGroupReply(request_id, member_id, error, self.g.protocol_type,
-                                               self.g.protocol_name, assignment))
+            self.effects.append(SyncGroupReply(request_id, member_id, error, self.group.protocol_type,
+                                               self.group.protocol_name, assignment))
         else:
             self.effects.append(SyncGroupReply(request_id, member_id, error))
 
@@ -184,10 +184,10 @@ class _Work:
             self.pending.pop(member_id, None)
         self.pending_sync -= gone
         if not self.pending_sync:
-            self.g = replace(self.g, sync_deadline=None)
-        if self.g.leader in gone:
+            self.group = replace(self.group, sync_deadline=None)
+        if self.group.leader in gone:
             # KORVET: the smallest remaining member id (Kafka: HashMap order).
-            self.g = replace(self.g, leader=min(self.members) if self.members else None)
+            self.group = replace(self.group, leader=min(self.members) if self.members else None)
 
     def rearm_session(self, member_id: str, timeout_ms: int | None = None) -> None:
         member = self.members[member_id]
@@ -201,29 +201,29 @@ class _Work:
         joined = self.awaiting()
         if self.members and not joined:
             # Nobody rejoined (only static members are left): try again later.
-            self.g = replace(self.g, join_deadline=self.now + self.rebalance_timeout_ms())
+            self.group = replace(self.group, join_deadline=self.now + self.rebalance_timeout_ms())
             return
-        self.g = replace(self.g, generation=self.g.generation + 1, initial_rebalance=False,
+        self.group = replace(self.group, generation=self.group.generation + 1, initial_rebalance=False,
                          new_member_added=False, join_deadline=None, sync_deadline=None)
         self.pending_sync = set()
         if not self.members:
-            self.g = replace(self.g, protocol_name=None, state=EMPTY)
+            self.group = replace(self.group, protocol_name=None, state=EMPTY)
             return
-        leader = self.g.leader if self.g.leader in joined else min(joined)
-        self.g = replace(self.g, protocol_name=self.select_protocol(), leader=leader,
+        leader = self.group.leader if self.group.leader in joined else min(joined)
+        self.group = replace(self.group, protocol_name=self.select_protocol(), leader=leader,
                          state=COMPLETING)
         listing = self.current_members()
         for member_id, member in list(self.members.items()):
             if member.join_request is not None:
                 self.effects.append(JoinGroupReply(
-                    member.join_request, ErrorCode.NONE, member_id, self.g.generation,
-                    self.g.protocol_type, self.g.protocol_name, self.g.leader or "",
-                    listing if member_id == self.g.leader else ()))
+                    member.join_request, ErrorCode.NONE, member_id, self.group.generation,
+                    self.group.protocol_type, self.group.protocol_name, self.group.leader or "",
+                    listing if member_id == self.group.leader else ()))
             self.members[member_id] = replace(
                 member, join_request=None, is_new=False,
                 session_deadline=self.now + member.session_timeout_ms)
         self.pending_sync = set(self.members)
-        self.g = replace(self.g, sync_deadline=self.now + self.rebalance_timeout_ms())
+        self.group = replace(self.group, sync_deadline=self.now + self.rebalance_timeout_ms())
 
     def prepare_rebalance(self) -> None:
         for member_id, member in list(self.members.items()):
@@ -237,25 +237,25 @@ class _Work:
                 updated = replace(updated, assignment=b"")
             self.members[member_id] = updated
         self.pending_sync = set()
-        initial = self.g.state is EMPTY
-        self.g = replace(self.g, sync_deadline=None, leader_sync=None, state=PREPARING,
+        initial = self.group.state is EMPTY
+        self.group = replace(self.group, sync_deadline=None, leader_sync=None, state=PREPARING,
                          initial_rebalance=initial, new_member_added=False)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
-            self.g = replace(self.g, initial_delay_ms=delay,
+            self.group = replace(self.group, initial_delay_ms=delay,
                              initial_remaining_ms=max(self.rebalance_timeout_ms() - delay, 0),
                              join_deadline=self.now + delay)
         elif self.all_joined():
             self.complete_join()
         else:
-            self.g = replace(self.g, join_deadline=self.now + self.rebalance_timeout_ms())
+            self.group = replace(self.group, join_deadline=self.now + self.rebalance_timeout_ms())
 
     def maybe_complete_join_phase(self) -> None:
-        if self.g.state is PREPARING and not self.g.initial_rebalance and self.all_joined():
+        if self.group.state is PREPARING and not self.group.initial_rebalance and self.all_joined():
             self.complete_join()
 
     def maybe_prepare_rebalance_or_complete_join(self) -> None:
-        if self.g.state in (EMPTY, COMPLETING, STABLE):
+        if self.group.state in (EMPTY, COMPLETING, STABLE):
             self.prepare_rebalance()
         else:
             self.maybe_complete_join_phase()
@@ -271,12 +271,12 @@ class _Work:
             # A new member cannot heartbeat while its JoinGroup waits: it gets the
             # new-member join timeout instead of its session timeout.
             session_deadline=self.now + self.config.new_member_join_timeout_ms)
-        if self.g.state is PREPARING and self.g.initial_rebalance:
-            self.g = replace(self.g, new_member_added=True)
+        if self.group.state is PREPARING and self.group.initial_rebalance:
+            self.group = replace(self.group, new_member_added=True)
         if not self.members:
-            self.g = replace(self.g, protocol_type=event.protocol_type)
-        if self.g.leader is None:
-            self.g = replace(self.g, leader=member_id)
+            self.group = replace(self.group, protocol_type=event.protocol_type)
+        if self.group.leader is None:
+            self.group = replace(self.group, leader=member_id)
         self.members[member_id] = member
         self.pending.pop(member_id, None)
         self.maybe_prepare_rebalance_or_complete_join()
@@ -304,33 +304,33 @@ class _Work:
             protocols=event.protocols, assignment=old.assignment, is_new=False,
             join_request=event.request_id,
             session_deadline=self.now + event.session_timeout_ms)
-        old_leader = self.g.leader
-        if self.g.leader == old_id:
-            self.g = replace(self.g, leader=new_id)
+        old_leader = self.group.leader
+        if self.group.leader == old_id:
+            self.group = replace(self.group, leader=new_id)
         # KORVET: the pending-sync entry and the leader's assignment follow the
         # new id (Kafka leaves the old id pending: a needless rebalance later).
         if old_id in self.pending_sync:
             self.pending_sync = (self.pending_sync - {old_id}) | {new_id}
-        if self.g.leader_sync is not None and old_id in self.g.leader_sync.assignments:
+        if self.group.leader_sync is not None and old_id in self.group.leader_sync.assignments:
             moved = {(new_id if k == old_id else k): v
-                     for k, v in self.g.leader_sync.assignments.items()}
-            self.g = replace(self.g, leader_sync=LeaderSync(self.g.leader_sync.generation, moved))
-        if self.g.state is STABLE and self.select_protocol() == self.g.protocol_name:
-            is_leader = self.g.leader == new_id
+                     for k, v in self.group.leader_sync.assignments.items()}
+            self.group = replace(self.group, leader_sync=LeaderSync(self.group.leader_sync.generation, moved))
+        if self.group.state is STABLE and self.select_protocol() == self.group.protocol_name:
+            is_leader = self.group.leader == new_id
             if event.supports_skip_assignment:
                 reply = JoinGroupReply(
-                    event.request_id, ErrorCode.NONE, new_id, self.g.generation,
-                    self.g.protocol_type, self.g.protocol_name, self.g.leader or "",
+                    event.request_id, ErrorCode.NONE, new_id, self.group.generation,
+                    self.group.protocol_type, self.group.protocol_name, self.group.leader or "",
                     self.current_members() if is_leader else (), is_leader)
             else:
                 # Before v9 the old leader id is returned, so that a new leader
                 # does not run the assignor for a group that will not rebalance.
                 reply = JoinGroupReply(
-                    event.request_id, ErrorCode.NONE, new_id, self.g.generation,
-                    self.g.protocol_type, self.g.protocol_name, old_leader or "")
+                    event.request_id, ErrorCode.NONE, new_id, self.group.generation,
+                    self.group.protocol_type, self.group.protocol_name, old_leader or "")
             self.effects.append(reply)
             self.members[new_id] = replace(self.members[new_id], join_request=None)
-        elif self.g.state is PREPARING:
+        elif self.group.state is PREPARING:
             self.maybe_complete_join_phase()
         else:
             self.prepare_rebalance()
@@ -349,7 +349,7 @@ class _Work:
             stored.append((tp, committed))
             results.append(PartitionResult(item.topic, item.partition, ErrorCode.NONE))
         if stored:
-            self.effects.append(PersistOffsets(self.g.group_id, event.member_id,
+            self.effects.append(PersistOffsets(self.group.group_id, event.member_id,
                                                event.generation_id, tuple(stored)))
         self.effects.append(OffsetCommitReply(event.request_id, event.member_id, tuple(results)))
 
@@ -381,64 +381,65 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
             return error(ErrorCode.UNKNOWN_MEMBER_ID)
         group = Group(event.group_id)
     effects: list[Effect] = []
-    w = _Work(group, config, now, effects)
+    draft = _Draft(group, config, now, effects)
     member_id = event.member_id
-    if not w.accept_joining(member_id):
-        w.remove_members([member_id])
-        w.join_reply(event.request_id, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
-    elif w.g.state is DEAD:
-        w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
-    elif not w.supports(event.protocol_type, [p.name for p in event.protocols]):
-        w.join_reply(event.request_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+    if not draft.accept_joining(member_id):
+        draft.remove_members([member_id])
+        draft.join_reply(event.request_id, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+    elif draft.group.state is DEAD:
+        draft.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
+    elif not draft.supports(event.protocol_type, [p.name for p in event.protocols]):
+        draft.join_reply(event.request_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
     elif not member_id:
-        _join_new_member(w, event)
-    elif member_id in w.pending and event.group_instance_id is None:
-        w.add_member_then_rebalance(member_id, event)
+        _join_new_member(draft, event)
+    elif member_id in draft.pending and event.group_instance_id is None:
+        draft.add_member_then_rebalance(member_id, event)
     else:
-        code = w.validate_member(member_id, event.group_instance_id)
+        code = draft.validate_member(member_id, event.group_instance_id)
         if code is not ErrorCode.NONE:
-            w.join_reply(event.request_id, code, member_id)
+            draft.join_reply(event.request_id, code, member_id)
         else:
-            _join_known_member(w, event)
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+            _join_known_member(draft, event)
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
-def _join_new_member(w: _Work, event: JoinGroup) -> None:
+def _join_new_member(draft: _Draft, event: JoinGroup) -> None:
     """The spec's JoinNewMember, once the group accepts the join."""
     new_id = event.new_member_id
-    if not new_id or new_id in w.members or new_id in w.pending:
+    if not new_id or new_id in draft.members or new_id in draft.pending:
         # The adapter must hand out fresh ids; a clash is answered with a
         # retriable error rather than corrupting the group.
-        w.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+        draft.join_reply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
         return
-    static = w.static_id(event.group_instance_id)
+    static = draft.static_id(event.group_instance_id)
     if static is not None:
-        w.replace_static_member(static, new_id, event)
+        draft.replace_static_member(static, new_id, event)
     elif event.group_instance_id is None and event.requires_known_member_id:
-        w.pending[new_id] = PendingMember(event.session_timeout_ms,
-                                          w.now + event.session_timeout_ms)
-        w.join_reply(event.request_id, ErrorCode.MEMBER_ID_REQUIRED, new_id)
+        draft.pending[new_id] = PendingMember(event.session_timeout_ms,
+                                          draft.now + event.session_timeout_ms)
+        draft.join_reply(event.request_id, ErrorCode.MEMBER_ID_REQUIRED, new_id)
     else:
-        w.add_member_then_rebalance(new_id, event)
+        draft.add_member_then_rebalance(new_id, event)
 
 
-def _join_known_member(w: _Work, event: JoinGroup) -> None:
+def _join_known_member(draft: _Draft, event: JoinGroup) -> None:
     member_id = event.member_id
-    same = w.members[member_id].protocols == event.protocols
-    if w.g.state is PREPARING:
-        w.update_member_then_rebalance(member_id, event)
-    elif (w.g.state is COMPLETING and same) or \
-            (w.g.state is STABLE and same and w.g.leader != member_id):
+    same = draft.members[member_id].protocols == event.protocols
+    if draft.group.state is PREPARING:
+        draft.update_member_then_rebalance(member_id, event)
+    elif (draft.group.state is COMPLETING and same) or \
+            (draft.group.state is STABLE and same and draft.group.leader != member_id):
         # Nothing changed: the current generation again (a lost JoinGroup reply).
-        listing = w.current_members() if w.g.state is COMPLETING and w.g.leader == member_id \
-            else ()
-        w.effects.append(JoinGroupReply(event.request_id, ErrorCode.NONE, member_id,
-                                        w.g.generation, w.g.protocol_type, w.g.protocol_name,
-                                        w.g.leader or "", listing))
-    elif w.g.state in (COMPLETING, STABLE):
-        w.update_member_then_rebalance(member_id, event)
+        group = draft.group
+        listing = draft.current_members() \
+            if group.state is COMPLETING and group.leader == member_id else ()
+        draft.effects.append(JoinGroupReply(event.request_id, ErrorCode.NONE, member_id,
+                                            group.generation, group.protocol_type,
+                                            group.protocol_name, group.leader or "", listing))
+    elif draft.group.state in (COMPLETING, STABLE):
+        draft.update_member_then_rebalance(member_id, event)
     else:
-        w.join_reply(event.request_id, ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+        draft.join_reply(event.request_id, ErrorCode.UNKNOWN_MEMBER_ID, member_id)
 
 
 def _protocol_mismatch(sent: str | None, current: str | None) -> bool:
@@ -457,8 +458,8 @@ def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
     if group.state is DEAD:
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
-    code = w.validate_member(event.member_id, event.group_instance_id)
+    draft = _Draft(group, state.config, now, effects)
+    code = draft.validate_member(event.member_id, event.group_instance_id)
     if code is not ErrorCode.NONE:
         return error(code)
     if event.generation_id != group.generation:
@@ -469,33 +470,33 @@ def _sync_group(state: CoordinatorState, event: SyncGroup, now: int) -> Step:
     if group.state is PREPARING:
         return error(ErrorCode.REBALANCE_IN_PROGRESS)
     member_id = event.member_id
-    w.pending_sync.discard(member_id)
-    if not w.pending_sync:
-        w.g = replace(w.g, sync_deadline=None)
+    draft.pending_sync.discard(member_id)
+    if not draft.pending_sync:
+        draft.group = replace(draft.group, sync_deadline=None)
     if group.state is STABLE:
-        w.sync_reply(event.request_id, member_id, ErrorCode.NONE,
-                     w.members[member_id].assignment)
-        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft.sync_reply(event.request_id, member_id, ErrorCode.NONE,
+                     draft.members[member_id].assignment)
+        return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
     # CompletingRebalance: hold the request back until the leader's assignment.
-    w.members[member_id] = replace(w.members[member_id], sync_request=event.request_id)
-    if w.g.leader == member_id:
-        _apply_leader_assignment(w, event)
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    draft.members[member_id] = replace(draft.members[member_id], sync_request=event.request_id)
+    if draft.group.leader == member_id:
+        _apply_leader_assignment(draft, event)
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
-def _apply_leader_assignment(w: _Work, event: SyncGroup) -> None:
+def _apply_leader_assignment(draft: _Draft, event: SyncGroup) -> None:
     """The leader's SyncGroup in CompletingRebalance: every member gets its part (missing
     ones an empty assignment), every held-back SyncGroup is answered, the group is Stable."""
     sent = {a.member_id: a.assignment for a in event.assignments}
-    full = {m: sent.get(m, b"") for m in w.members}
-    for other, member in list(w.members.items()):
+    full = {m: sent.get(m, b"") for m in draft.members}
+    for other, member in list(draft.members.items()):
         updated = replace(member, assignment=full[other])
         if member.sync_request is not None:
-            w.sync_reply(member.sync_request, other, ErrorCode.NONE, full[other])
+            draft.sync_reply(member.sync_request, other, ErrorCode.NONE, full[other])
             updated = replace(updated, sync_request=None,
-                              session_deadline=w.now + member.session_timeout_ms)
-        w.members[other] = updated
-    w.g = replace(w.g, state=STABLE, leader_sync=LeaderSync(w.g.generation, full))
+                              session_deadline=draft.now + member.session_timeout_ms)
+        draft.members[other] = updated
+    draft.group = replace(draft.group, state=STABLE, leader_sync=LeaderSync(draft.group.generation, full))
 
 
 def _heartbeat(state: CoordinatorState, event: Heartbeat, now: int) -> Step:
@@ -509,14 +510,14 @@ def _heartbeat(state: CoordinatorState, event: Heartbeat, now: int) -> Step:
         return reply(ErrorCode.UNKNOWN_MEMBER_ID)
     if group.state is DEAD:
         return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    w = _Work(group, state.config, now, [])
-    code = w.validate_member(event.member_id, event.group_instance_id)
+    draft = _Draft(group, state.config, now, [])
+    code = draft.validate_member(event.member_id, event.group_instance_id)
     if code is not ErrorCode.NONE:
         return reply(code)
     if event.generation_id != group.generation:
         return reply(ErrorCode.ILLEGAL_GENERATION)
-    w.rearm_session(event.member_id)
-    new_state = _with_group(state, w.freeze(), event.group_id)
+    draft.rearm_session(event.member_id)
+    new_state = _with_group(state, draft.freeze(), event.group_id)
     if group.state is PREPARING:
         return reply(ErrorCode.REBALANCE_IN_PROGRESS, new_state)
     return reply(ErrorCode.NONE, new_state)
@@ -533,36 +534,36 @@ def _leave_group(state: CoordinatorState, event: LeaveGroup, now: int) -> Step:
     if group.state is DEAD:
         return state, (LeaveGroupReply(event.request_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, ()),)
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
+    draft = _Draft(group, state.config, now, effects)
     results_list: list[LeaveResult] = []
     for identity in event.members:
-        code = _leave_one(w, identity.member_id, identity.group_instance_id)
+        code = _leave_one(draft, identity.member_id, identity.group_instance_id)
         results_list.append(LeaveResult(identity.member_id, identity.group_instance_id, code))
     if any(r.error is ErrorCode.NONE for r in results_list):
-        if w.g.state in (STABLE, COMPLETING):
-            w.maybe_prepare_rebalance_or_complete_join()
+        if draft.group.state in (STABLE, COMPLETING):
+            draft.maybe_prepare_rebalance_or_complete_join()
         else:
-            w.maybe_complete_join_phase()
+            draft.maybe_complete_join_phase()
     effects.append(LeaveGroupReply(event.request_id, ErrorCode.NONE, tuple(results_list)))
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
-def _leave_one(w: _Work, member_id: str, instance: str | None) -> ErrorCode:
+def _leave_one(draft: _Draft, member_id: str, instance: str | None) -> ErrorCode:
     if not member_id:
-        static = w.static_id(instance)
+        static = draft.static_id(instance)
         if static is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        w.removal_replies(static)
-        w.remove_members([static])
+        draft.removal_replies(static)
+        draft.remove_members([static])
         return ErrorCode.NONE
-    if member_id in w.pending:
-        w.pending.pop(member_id)
+    if member_id in draft.pending:
+        draft.pending.pop(member_id)
         return ErrorCode.NONE
-    code = w.validate_member(member_id, instance)
+    code = draft.validate_member(member_id, instance)
     if code is not ErrorCode.NONE:
         return code
-    w.removal_replies(member_id)
-    w.remove_members([member_id])
+    draft.removal_replies(member_id)
+    draft.remove_members([member_id])
     return ErrorCode.NONE
 
 
@@ -578,27 +579,27 @@ def _offset_commit(state: CoordinatorState, event: OffsetCommit, now: int) -> St
             return error(ErrorCode.GROUP_ID_NOT_FOUND if event.unknown_group_is_not_found
                          else ErrorCode.ILLEGAL_GENERATION)
         # A consumer outside group management: a "simple" group is created.
-        w = _Work(Group(event.group_id), state.config, now, effects)
-        w.store_offsets(event)
-        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft = _Draft(Group(event.group_id), state.config, now, effects)
+        draft.store_offsets(event)
+        return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
     if group.state is DEAD:
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    w = _Work(group, state.config, now, effects)
+    draft = _Draft(group, state.config, now, effects)
     if event.generation_id < 0 and group.state is EMPTY:
-        w.store_offsets(event)
-        return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft.store_offsets(event)
+        return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
     if event.generation_id < 0 and not event.member_id and event.group_instance_id is None:
         return error(ErrorCode.UNKNOWN_MEMBER_ID)
-    code = w.validate_member(event.member_id, event.group_instance_id)
+    code = draft.validate_member(event.member_id, event.group_instance_id)
     if code is not ErrorCode.NONE:
         return error(code)
     if event.generation_id != group.generation:
         return error(ErrorCode.ILLEGAL_GENERATION)
     if group.state is COMPLETING:
         return error(ErrorCode.REBALANCE_IN_PROGRESS)
-    w.rearm_session(event.member_id)  # a commit keeps the session alive
-    w.store_offsets(event)
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    draft.rearm_session(event.member_id)  # a commit keeps the session alive
+    draft.store_offsets(event)
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
 def _delete_groups(state: CoordinatorState, event: DeleteGroups, now: int) -> Step:
@@ -687,19 +688,19 @@ def _session_timeout(state: CoordinatorState, event: SessionTimeout, now: int) -
     if group is None or member is None or not _due(member.session_deadline, now):
         return state, ()
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
+    draft = _Draft(group, state.config, now, effects)
     if not member.is_new and (member.awaiting_join or member.awaiting_sync):
         # A member waiting for the rebalance needs no heartbeat; its timer is
         # armed again when its held-back request is answered.
-        w.members[event.member_id] = replace(member, session_deadline=None)
+        draft.members[event.member_id] = replace(member, session_deadline=None)
     else:
-        w.removal_replies(event.member_id)
-        w.remove_members([event.member_id])
-        if w.g.state in (STABLE, COMPLETING):
-            w.prepare_rebalance()
-        elif w.g.state is PREPARING and w.all_joined():
-            w.complete_join()
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft.removal_replies(event.member_id)
+        draft.remove_members([event.member_id])
+        if draft.group.state in (STABLE, COMPLETING):
+            draft.prepare_rebalance()
+        elif draft.group.state is PREPARING and draft.all_joined():
+            draft.complete_join()
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
 def _pending_member_timeout(state: CoordinatorState, event: PendingMemberTimeout,
@@ -709,11 +710,11 @@ def _pending_member_timeout(state: CoordinatorState, event: PendingMemberTimeout
     if group is None or pending is None or not _due(pending.deadline, now):
         return state, ()
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
-    w.pending.pop(event.member_id)
-    if w.g.state is PREPARING and w.all_joined():
-        w.complete_join()
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+    draft = _Draft(group, state.config, now, effects)
+    draft.pending.pop(event.member_id)
+    if draft.group.state is PREPARING and draft.all_joined():
+        draft.complete_join()
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
 def _rebalance_timeout(state: CoordinatorState, event: RebalanceTimeout, now: int) -> Step:
@@ -721,15 +722,17 @@ def _rebalance_timeout(state: CoordinatorState, event: RebalanceTimeout, now: in
     if group is None or group.state is not PREPARING or not _due(group.join_deadline, now):
         return state, ()
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
-    if w.g.initial_rebalance and w.g.new_member_added and w.g.initial_remaining_ms > 0:
+    draft = _Draft(group, state.config, now, effects)
+    if group.initial_rebalance and group.new_member_added and group.initial_remaining_ms > 0:
         # Members are still arriving: extend the initial delay (InitialDelayedJoin).
-        delay = min(state.config.initial_rebalance_delay_ms, w.g.initial_remaining_ms)
-        w.g = replace(w.g, new_member_added=False, initial_delay_ms=delay, join_deadline=now + delay,
-                      initial_remaining_ms=max(w.g.initial_remaining_ms - w.g.initial_delay_ms, 0))
+        delay = min(state.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
+        draft.group = replace(group, new_member_added=False, initial_delay_ms=delay,
+                              join_deadline=now + delay,
+                              initial_remaining_ms=max(group.initial_remaining_ms
+                                                       - group.initial_delay_ms, 0))
     else:
-        w.complete_join()
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft.complete_join()
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
 def _pending_sync_timeout(state: CoordinatorState, event: PendingSyncTimeout, now: int) -> Step:
@@ -737,13 +740,13 @@ def _pending_sync_timeout(state: CoordinatorState, event: PendingSyncTimeout, no
     if group is None or not _due(group.sync_deadline, now):
         return state, ()
     effects: list[Effect] = []
-    w = _Work(group, state.config, now, effects)
-    if w.g.state in (COMPLETING, STABLE) and w.pending_sync:
-        w.remove_members(list(w.pending_sync))
-        w.prepare_rebalance()
+    draft = _Draft(group, state.config, now, effects)
+    if draft.group.state in (COMPLETING, STABLE) and draft.pending_sync:
+        draft.remove_members(list(draft.pending_sync))
+        draft.prepare_rebalance()
     else:
-        w.g = replace(w.g, sync_deadline=None)
-    return _with_group(state, w.freeze(), event.group_id), tuple(effects)
+        draft.group = replace(draft.group, sync_deadline=None)
+    return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
 def _restart(state: CoordinatorState, event: Restart, now: int) -> Step:
