@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from korvet.config import Config
 from korvet.core import coordinator as core
 from korvet.protocol import api_versions
+from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from korvet.protocol.registry import ApiRegistry
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
@@ -130,5 +131,6 @@ class Broker:
         await self.services.store.close()
         await self.redis.aclose()
 
-    async def handle_api_versions(self, ctx: Connection, request: Any) -> Any:
+    async def handle_api_versions(self, ctx: Connection,
+                                  request: ApiVersionsRequest) -> ApiVersionsResponse:
         return api_versions.build_response(self.registry, ctx.api_version)

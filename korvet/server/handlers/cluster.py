@@ -11,11 +11,15 @@ instead of letting it retry forever.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 
@@ -26,7 +30,8 @@ _MAX_EPOCH = 32767
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 
 
-async def init_producer_id(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def init_producer_id(services: Services, ctx: RequestContext,
+                           request: InitProducerIdRequest) -> InitProducerIdResponse:
     response_cls = response_type(type(request))
     if request.transactional_id is not None:
         return make(response_cls, throttle_time=0,
@@ -42,7 +47,8 @@ async def init_producer_id(services: Services, ctx: RequestContext, request: Any
                 producer_id=new_id, producer_epoch=0)
 
 
-async def describe_cluster(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def describe_cluster(services: Services, ctx: RequestContext,
+                           request: DescribeClusterRequest) -> DescribeClusterResponse:
     response_cls = response_type(type(request))
     broker_cls = nested(response_cls, "DescribeClusterBroker")
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)

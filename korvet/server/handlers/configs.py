@@ -18,6 +18,14 @@ from kio.schema.errors import ErrorCode
 from korvet.core import topics as rules
 from korvet.core.topics import TopicConfig
 from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 
@@ -78,7 +86,8 @@ def broker_configs(services: Services) -> list[tuple[str, str, str]]:
     ]
 
 
-async def describe_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def describe_configs(services: Services, ctx: RequestContext,
+                           request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DescribeConfigsResult")
     entry_cls = nested(response_cls, "DescribeConfigsResourceResult")
@@ -163,7 +172,9 @@ def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
                            "(it fixes the meaning of every stored offset)")
 
 
-async def _alter(services: Services, request: Any, incremental: bool) -> Any:  # noqa: C901, PLR0912 -- Kafka's checks of an alteration, in Kafka's order
+async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, in Kafka's order
+                 request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+                 incremental: bool) -> Any:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "AlterConfigsResourceResponse")
     results = []
@@ -238,9 +249,12 @@ def _apply_operation(wanted: dict[str, str], entry: Any, config: TopicConfig) ->
         raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {operation}.")
 
 
-async def alter_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def alter_configs(services: Services, ctx: RequestContext,
+                        request: AlterConfigsRequest) -> AlterConfigsResponse:
     return await _alter(services, request, incremental=False)
 
 
-async def incremental_alter_configs(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def incremental_alter_configs(
+        services: Services, ctx: RequestContext,
+        request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     return await _alter(services, request, incremental=True)

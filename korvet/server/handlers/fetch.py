@@ -33,6 +33,10 @@ from korvet.core.errors import ErrorCode
 from korvet.core.offsets import MAX_OFFSET
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
+from korvet.protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+)
 from korvet.server.batching import entries_to_batches
 from korvet.server.connection import Connection
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
@@ -85,7 +89,7 @@ class FetchHandler:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
-    async def handle(self, ctx: Connection, request: Any) -> Any:
+    async def handle(self, ctx: Connection, request: FetchRequest) -> FetchResponse:
         response_cls = response_type(type(request))
         started = time.monotonic()
         limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
@@ -108,7 +112,7 @@ class FetchHandler:
                     w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
         return _response(response_cls, ctx.api_version, wanted)
 
-    async def _plan(self, version: int, request: Any) -> list[PartitionFetch]:
+    async def _plan(self, version: int, request: FetchRequest) -> list[PartitionFetch]:
         wanted: list[PartitionFetch] = []
         for topic_entry in request.topics:
             topic_id = getattr(topic_entry, "topic_id", None)

@@ -18,6 +18,30 @@ from kio.schema.errors import ErrorCode
 
 from korvet.core import coordinator as core
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
+from korvet.protocol.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator
 from korvet.server.services import Services
@@ -56,7 +80,8 @@ async def _ask(coordinator: GroupCoordinator, event: core.RequestEvent) -> core.
 
 # --- FindCoordinator ----------------------------------------------------------------------
 
-async def find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def find_coordinator(services: Services, ctx: RequestContext,
+                           request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     response_cls = response_type(type(request))
     keys = list(getattr(request, "coordinator_keys", ()) or ())
     single = not has_field(type(request), "coordinator_keys")
@@ -86,11 +111,12 @@ async def find_coordinator(services: Services, ctx: RequestContext, request: Any
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
 
 async def join_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                     request: Any) -> Any:
+                     request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
     response_cls = response_type(type(request))
     session_ms = millis(request.session_timeout)
-    rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    # v0 has no rebalance timeout: the session timeout serves for both
+    rebalance_ms = millis(getattr(request, "rebalance_timeout", request.session_timeout))
     instance = getattr(request, "group_instance_id", None)
     client_id = ctx.client_id or ""
     event = core.JoinGroup(
@@ -124,7 +150,7 @@ async def join_group(services: Services, coordinator: GroupCoordinator, ctx: Req
 
 
 async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                     request: Any) -> Any:
+                     request: SyncGroupRequest) -> SyncGroupResponse:
     response_cls = response_type(type(request))
     event = core.SyncGroup(
         request_id=coordinator.next_request_id(), group_id=request.group_id,
@@ -146,7 +172,7 @@ async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: Req
 
 
 async def heartbeat(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                    request: Any) -> Any:
+                    request: HeartbeatRequest) -> HeartbeatResponse:
     response_cls = response_type(type(request))
     event = core.Heartbeat(
         request_id=coordinator.next_request_id(), group_id=request.group_id,
@@ -161,14 +187,15 @@ async def heartbeat(services: Services, coordinator: GroupCoordinator, ctx: Requ
 
 
 async def leave_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                      request: Any) -> Any:
+                      request: LeaveGroupRequest) -> LeaveGroupResponse:
     response_cls = response_type(type(request))
+    shaped: Any = request  # v0-v2 name one member, v3+ a batch
     batch = has_field(type(request), "members")
     if batch:
         members = tuple(core.MemberIdentity(m.member_id, m.group_instance_id)
-                        for m in request.members)
+                        for m in shaped.members)
     else:
-        members = (core.MemberIdentity(request.member_id, None),)
+        members = (core.MemberIdentity(shaped.member_id, None),)
     reply = await _ask(coordinator, core.LeaveGroup(
         request_id=coordinator.next_request_id(), group_id=request.group_id, members=members))
     if not isinstance(reply, core.LeaveGroupReply):
@@ -189,7 +216,7 @@ async def leave_group(services: Services, coordinator: GroupCoordinator, ctx: Re
 # --- offsets ------------------------------------------------------------------------------
 
 async def offset_commit(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                        request: Any) -> Any:
+                        request: OffsetCommitRequest) -> OffsetCommitResponse:
     version = ctx.api_version
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "OffsetCommitResponseTopic")
@@ -247,7 +274,7 @@ def _fetched_offsets(coordinator: GroupCoordinator, group_id: str,
 
 
 async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                       request: Any) -> Any:
+                       request: OffsetFetchRequest) -> OffsetFetchResponse:
     response_cls = response_type(type(request))
     grouped = has_field(type(request), "groups")
     suffix = "s" if grouped else ""
@@ -266,16 +293,18 @@ async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: R
             for name, partitions in _fetched_offsets(coordinator, group_id, topics))
 
     if not grouped:
+        single: Any = request  # v1-v7: one group, at the top level
         return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
-                    topics=topics_of(request.group_id, request.topics))
+                    topics=topics_of(single.group_id, single.topics))
     group_cls = nested(response_cls, "OffsetFetchResponseGroup")
+    batch: Any = request  # v8+: a list of groups
     return make(response_cls, throttle_time=0, groups=tuple(
         make(group_cls, group_id=g.group_id, topics=topics_of(g.group_id, g.topics),
-             error_code=ErrorCode.none) for g in request.groups))
+             error_code=ErrorCode.none) for g in batch.groups))
 
 
 async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                        request: Any) -> Any:
+                        request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "OffsetDeleteResponseTopic")
     partition_cls = nested(response_cls, "OffsetDeleteResponsePartition")
@@ -310,7 +339,7 @@ async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: 
 # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 
 async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                          request: Any) -> Any:
+                          request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     version = ctx.api_version
     response_cls = response_type(type(request))
     group_cls = nested(response_cls, "DescribedGroup")
@@ -339,7 +368,7 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
 
 
 async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                      request: Any) -> Any:
+                      request: ListGroupsRequest) -> ListGroupsResponse:
     response_cls = response_type(type(request))
     group_cls = nested(response_cls, "ListedGroup")
     listed = core.list_groups(coordinator.state, getattr(request, "states_filter", ()) or (),
@@ -350,7 +379,7 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
 
 
 async def delete_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
-                        request: Any) -> Any:
+                        request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DeletableGroupResult")
     reply = await _ask(coordinator, core.DeleteGroups(

@@ -15,6 +15,10 @@ from kio.schema.errors import ErrorCode
 
 from korvet.core.topics import TopicInfo, TopicNameError, is_internal, validate_topic_name
 from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    MetadataRequest,
+    MetadataResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 
@@ -40,7 +44,7 @@ def partition_entries(response_type: type[Any], services: Services, count: int) 
     )
 
 
-async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def handle(services: Services, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     version = ctx.api_version
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "MetadataResponseTopic")

@@ -22,13 +22,18 @@ high watermark.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 from korvet.storage import entries
@@ -90,7 +95,8 @@ async def _lookup(services: Services, topic: TopicInfo, partition: int,
     return await _by_timestamp(services, topic, partition, timestamp)
 
 
-async def list_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def list_offsets(services: Services, ctx: RequestContext,
+                       request: ListOffsetsRequest) -> ListOffsetsResponse:
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "ListOffsetsTopicResponse")
     partition_cls = nested(response_cls, "ListOffsetsPartitionResponse")
@@ -114,7 +120,8 @@ async def list_offsets(services: Services, ctx: RequestContext, request: Any) ->
     return make(response_cls, throttle_time=0, topics=tuple(topics))
 
 
-async def offset_for_leader_epoch(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
+                                  request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "OffsetForLeaderTopicResult")
     partition_cls = nested(response_cls, "EpochEndOffset")

@@ -31,6 +31,10 @@ from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, Refusal
 from korvet.core.topics import TopicInfo, trim_policy
 from korvet.protocol.kbuild import make, maybe_nested, nested, response_type
+from korvet.protocol.messages import (
+    ProduceRequest,
+    ProduceResponse,
+)
 from korvet.protocol.records import Batch, RecordBatchError, decode_batches
 from korvet.protocol.registry import Deferred, RequestContext
 from korvet.server.services import Services
@@ -70,7 +74,8 @@ class ProduceHandler:
         self.services = services
         self._unanswered: set[asyncio.Future[PartitionOutcome]] = set()
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(self, ctx: RequestContext, request: ProduceRequest
+                     ) -> ProduceResponse | Deferred | None:
         """Validates and sends every partition's append in request order, then answers with
         a Deferred response: the connection's next requests are read while Redis appends."""
         refused = produce_rules.check_request(request.acks, request.transactional_id)
@@ -163,7 +168,7 @@ def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOut
     return PartitionOutcome.refused(index, produce_rules.storage_refusal(str(exc)))
 
 
-async def _respond(request: Any, jobs: list[tuple[Any, list[Outcome]]]) -> Any:
+async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]]) -> ProduceResponse:
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "TopicProduceResponse")
     partition_cls = nested(response_cls, "PartitionProduceResponse")

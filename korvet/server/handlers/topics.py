@@ -19,6 +19,14 @@ from kio.schema.errors import ErrorCode
 from korvet.core import topics as rules
 from korvet.core.topics import TopicConfig
 from korvet.protocol.kbuild import has_field, make, nested, response_type
+from korvet.protocol.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 from korvet.protocol.registry import RequestContext
 from korvet.server.handlers.configs import SOURCE_CODES
 from korvet.server.services import Services
@@ -90,7 +98,8 @@ def _configs(topic: Any) -> dict[str, str]:
         raise _Refused(ErrorCode.invalid_config, str(exc)) from None
 
 
-async def create_topics(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def create_topics(services: Services, ctx: RequestContext,
+                        request: CreateTopicsRequest) -> CreateTopicsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "CreatableTopicResult")
     config_cls = (nested(response_cls, "CreatableTopicConfigs")
@@ -146,7 +155,8 @@ def _described_configs(config_cls: type[Any], services: Services, config: TopicC
     )
 
 
-async def delete_topics(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def delete_topics(services: Services, ctx: RequestContext,
+                        request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DeletableTopicResult")
     wanted: list[tuple[str | None, uuid.UUID | None]] = []
@@ -180,7 +190,8 @@ async def delete_topics(services: Services, ctx: RequestContext, request: Any) -
     return make(response_cls, throttle_time=0, responses=tuple(results))
 
 
-async def create_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:  # noqa: C901, PLR0912 -- Kafka's checks of CreatePartitions, in Kafka's order
+async def create_partitions(services: Services, ctx: RequestContext,  # noqa: C901, PLR0912 -- Kafka's checks of CreatePartitions, in Kafka's order
+                            request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "CreatePartitionsTopicResult")
     counts = Counter(t.name for t in request.topics)
