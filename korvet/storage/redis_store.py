@@ -277,11 +277,11 @@ class RedisStore:
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
             raw_entries, meta = replies[2 * index], replies[2 * index + 1]
-            if meta[0] is None:
+            if meta[0] is None and meta[1] is None:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
-            results.append(PartitionRead(raw_entries, start, end))
+            results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
         return results
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
@@ -289,7 +289,7 @@ class RedisStore:
         codec = OffsetCodec(topic.config.sequence_bits)
         meta: list[Any] = await self.redis.hmget(self.meta_key(topic.name, partition),
                                                   "last", "start")
-        if meta[0] is None:
+        if meta[0] is None and meta[1] is None:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
 
@@ -336,10 +336,32 @@ def _raw_entries(response: Any, **_options: Any) -> Any:
     return response or []
 
 
-def _bounds(codec: OffsetCodec, last: bytes, start: bytes | None) -> tuple[int, int]:
-    end = codec.last_offset_of(EntryId.parse(last)) + 1
+def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
+    """(log start, high watermark) from the meta hash. `last` is the id of the last entry
+    append.lua wrote; without one (bounds.lua gave an empty partition its start) the log ends
+    where it starts."""
     begin = codec.encode_id(EntryId.parse(start)) if start else 0
+    if not last:
+        return begin, begin
+    end = codec.last_offset_of(EntryId.parse(last)) + 1
     return min(begin, end), end
+
+
+def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
+    """XRANGE's entries below the high watermark. An entry above it was written by something
+    other than append.lua (`XADD *`) after the last append: it gets its offset, and is
+    fetched, once the next append moves the high watermark past it (spec/PartitionLog.tla,
+    FetchWithinBounds). Entries are in id order, so only the tail needs a look; ids with no
+    offset (a sequence wider than bits) are skipped by every reader anyway."""
+    cut = len(raw)
+    while cut:
+        ms, _, seq = raw[cut - 1][0].partition(b"-")
+        offset = codec.encode(int(ms), int(seq)) if int(seq) < codec.seq_limit and \
+            int(ms) <= codec.max_ms else None
+        if offset is not None and offset < end:
+            break
+        cut -= 1
+    return raw if cut == len(raw) else raw[:cut]
 
 
 def _append_result(codec: OffsetCodec, reply: list[Any]) -> AppendResult:
