@@ -269,8 +269,12 @@ class RedisStore:
         pipe = self.redis.pipeline(transaction=False)
         for topic, partition, offset, count in reads:
             codec = OffsetCodec(topic.config.sequence_bits)
-            pipe.xrange(self.stream_key(topic.name, partition), min=str(codec.decode(offset)),
-                        max="+", count=count)
+            # Past the last offset there is nothing to read: from the first id after it (only
+            # ids wider than bits, which have no offset, can be there). Clamping the offset
+            # instead returned the last record for a fetch one past it (spec/PartitionLog.tla).
+            first = (str(codec.decode(offset)) if offset <= codec.max_offset
+                     else f"({codec.decode(codec.max_offset)}")
+            pipe.xrange(self.stream_key(topic.name, partition), min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
         replies = await pipe.execute()
         results: list[PartitionRead] = []
@@ -306,11 +310,9 @@ class RedisStore:
         if not await self.redis.exists(key):
             return 0, 0  # the topic is gone
         info: dict[Any, Any] = await self.redis.xinfo_stream(key)
-        last = EntryId.parse(info.get("last-generated-id", b"0-0"))
-        end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1
         first = info.get("first-entry")
-        start = codec.encode_id(EntryId.parse(first[0])) if first else end
-        return min(start, end), end
+        return foreign_bounds(codec, info.get("last-generated-id", b"0-0"),
+                              first[0] if first else None)
 
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
@@ -326,6 +328,21 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.pipe.close()
+
+
+def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
+                   ) -> tuple[int, int]:
+    """(log start, high watermark) of a stream only something else wrote (XADD *), from
+    Redis' last-generated id and first entry. An id wider than bits has no offset: it counts
+    as the end of its millisecond (spec/PartitionLog.tla, BoundsAt)."""
+    last = EntryId.parse(last_generated)
+    end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1
+    if first is None:
+        return end, end
+    first_id = EntryId.parse(first)
+    start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
+             else codec.last_offset_of(first_id) + 1)
+    return min(start, end), end
 
 
 def _text(value: bytes | str) -> str:

@@ -26,7 +26,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from redis.exceptions import RedisError
 
-from korvet.core.offsets import MAX_OFFSET
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
 from korvet.protocol.registry import RequestContext
@@ -156,6 +155,17 @@ def _predict(services: Services, connection: str, answered: list[Wanted], max_by
     _predictions[connection] = _Prediction(signature, asyncio.create_task(prepare()), now)
 
 
+async def _still_above_log_start(services: Services, prepared: list[Wanted]) -> bool:
+    """The read-ahead read before this request arrived, and an append's retention may since
+    have moved a log start past what it read: records deleted before the request came must not
+    be served (spec/PartitionLog.tla: UsePrepared with ReadAheadChecked; without the check TLC
+    finds FetchWithinBounds violated). One read of each partition's bounds tells."""
+    taken = [w for w in prepared if w.topic is not None and w.taken]
+    starts = await asyncio.gather(*(services.store.offsets(w.topic, w.partition)
+                                    for w in taken if w.topic is not None))
+    return all(w.offset >= start for w, (start, _) in zip(taken, starts, strict=True))
+
+
 async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int:
     """Fill records/bounds of every partition; return the number of record bytes."""
     reads = []
@@ -164,7 +174,7 @@ async def _read(services: Services, wanted: list[Wanted], max_bytes: int) -> int
         assert w.topic is not None
         stream = services.store.stream_key(w.topic.name, w.partition)
         count = _estimates.count_for(stream, min(w.max_bytes, max_bytes))
-        offset = min(max(w.offset, 0), MAX_OFFSET)
+        offset = max(w.offset, 0)  # past MAX_OFFSET: store.read reads nothing
         reads.append((w.topic, w.partition, offset, count))
     if not reads:
         return 0
@@ -241,6 +251,8 @@ async def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 prepared, prepared_used = await predicted
             except (RedisError, OSError, asyncio.CancelledError):
                 prepared, prepared_used = [], 0
+            if prepared and not await _still_above_log_start(services, prepared):
+                prepared = []
             if prepared and prepared_used >= request.min_bytes:
                 wanted, used = prepared, prepared_used
         if used < 0:

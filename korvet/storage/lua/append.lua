@@ -75,13 +75,21 @@ local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
 -- The log start offset: the first offset not removed by retention. A log that never had an
 -- entry starts at its first batch (set below), so ListOffsets EARLIEST and the lag tools count
 -- from the first record, as with Kafka. bounds.lua gives an empty partition a start too.
+-- An id wider than bits (XADD *) has no offset: the log start is then the first id after it.
+local function norm(ms, seq)
+  if seq >= limit then
+    return ms + 1, 0
+  end
+  return ms, seq
+end
+
 local start_ms, start_seq = nil, nil
 if meta[2] then
   start_ms, start_seq = split_id(meta[2])
 else
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   if #first > 0 then
-    start_ms, start_seq = split_id(first[1][1])
+    start_ms, start_seq = norm(split_id(first[1][1]))
   end
 end
 
@@ -259,7 +267,7 @@ end
 if trimmed then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   if #first > 0 then
-    raise_start(split_id(first[1][1]))
+    raise_start(norm(split_id(first[1][1])))
   else
     raise_start(after(last_id))
   end
