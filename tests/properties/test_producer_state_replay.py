@@ -92,7 +92,7 @@ class ProducerReplay:
         return self.store.snapshot()
 
     def read_log(self) -> TlaValue:
-        entries = self.store.client.xrange(STREAM)
+        entries: Any = self.store.client.xrange(STREAM)
         log = []
         for entry_id, fields in entries:
             ms, seq = (int(x) for x in entry_id.split(b"-"))
@@ -104,7 +104,7 @@ class ProducerReplay:
     def read_pstate(self) -> TlaValue:
         states: dict[object, TlaValue] = {}
         for p in self.c.producers:
-            raw = self.store.client.hget(META, f"p:{_pid(self.c, p)}")
+            raw: Any = self.store.client.hget(META, f"p:{_pid(self.c, p)}")
             if raw is None:
                 states[p] = NO_STATE
                 continue
@@ -150,27 +150,27 @@ class ProducerReplay:
                     "unacked": _set(s["unacked"], p, frozenset())}, snapshot)
         net = s["net"]
         assert isinstance(net, frozenset)
-        for b in sorted(net, key=repr):
+        for batch in sorted(net, key=repr):
             for max_len in c.max_lens:
                 self.store.restore(snapshot)
-                status, offset = self.deliver(b, max_len)
+                status, offset = self.deliver(batch, max_len)
                 after = self.store.snapshot()
-                p = _get(b, "p")
-                history = s["history"]
+                p = _get(batch, "p")
+                history: TlaValue = s["history"]
                 assert isinstance(history, tuple)
                 if status == "OK":
-                    history = (*history, Record({"p": p, "e": _get(b, "e"), "base": _get(b, "base"),
-                                                 "n": _get(b, "n"), "off": offset}))
-                reply = Record({"p": p, "e": _get(b, "e"), "base": _get(b, "base"),
-                                "n": _get(b, "n"), "status": status, "off": offset})
-                common = {**s, "net": net - {b}, "log": self.read_log(),
+                    history = (*history, Record({"p": p, "e": _get(batch, "e"), "base": _get(batch, "base"),
+                                                 "n": _get(batch, "n"), "off": offset}))
+                reply = Record({"p": p, "e": _get(batch, "e"), "base": _get(batch, "base"),
+                                "n": _get(batch, "n"), "status": status, "off": offset})
+                common = {**s, "net": net - {batch}, "log": self.read_log(),
                           "pstate": self.read_pstate(), "history": history, "reply": reply}
                 yield Successor("Receive", common, after)
                 if status in ("OK", "DUP"):
                     unacked = _get(s["unacked"], p)
                     assert isinstance(unacked, frozenset)
                     yield Successor("Receive", {**common,
-                                             "unacked": _set(s["unacked"], p, unacked - {b})},
+                                             "unacked": _set(s["unacked"], p, unacked - {batch})},
                                     after)
 
 

@@ -71,9 +71,11 @@ class ScriptRedis:
         self.topic_key = topic_key
         self.topic_id = topic_id
         self.calls = 0
+        self.loaded: Snapshot | None = None  # the snapshot Redis holds now, if known
 
     def reset(self) -> None:
         """A path starts here: an empty database and the topic the scripts check."""
+        self.loaded = None
         self.client.flushdb()
         self.client.hset(self.topic_key, mapping={"id": self.topic_id, "name": "t",
                                                   "partitions": 1})
@@ -82,9 +84,14 @@ class ScriptRedis:
         pipe = self.client.pipeline(transaction=False)
         for k in self.keys:
             pipe.dump(k)
-        return tuple(pipe.execute())
+        self.loaded = tuple(pipe.execute())
+        return self.loaded
 
     def restore(self, snapshot: Snapshot) -> None:
+        """Put the keys back as ``snapshot`` has them (nothing to do if Redis holds it)."""
+        if self.loaded is snapshot:
+            return
+        self.loaded = snapshot
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(*self.keys)
         for k, dumped in zip(self.keys, snapshot, strict=True):
@@ -94,6 +101,7 @@ class ScriptRedis:
 
     def call(self, script: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> object:
         self.calls += 1
+        self.loaded = None
         return self.client.evalsha(self.sha[script], len(keys), *keys, *args)
 
     def close(self) -> None:

@@ -1,0 +1,208 @@
+"""Two broker processes append to one partition at once, with idempotent producers that
+retry through both (spec/ProducerState.tla and spec/PartitionLog.tla, end to end).
+
+Two `korvet serve` processes share one Redis. Hypothesis draws, for two idempotent
+producers, a plan of batches: each batch is sent through one broker, its response may be
+"lost" (the producer does not look at it), and a lost batch is sent again, through the
+same broker or the other one, possibly several times; the producers run at the same time,
+each on its own connections to both brokers. Then the partition must hold every batch
+exactly once, each batch's records at consecutive offsets starting at the base offset
+every acknowledgement of it reported (the first answer and every retry's DUP agree),
+offsets strictly increasing along the log, and in each producer's sequence order.
+
+A second test does the same with real clients: two confluent-kafka idempotent producers,
+one through each broker, each behind a proxy that loses produce responses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.protocol.kbuild import make, nested
+from korvet.protocol.records import build_batch
+from korvet.storage.entries import KEY
+from tests.conftest import KorvetProcess
+from tests.integration import clients
+from tests.integration.faults import ResponseDroppingProxy
+from tests.integration.test_clients import create_topic
+from tests.support.wire import WireClient
+
+pytestmark = pytest.mark.clients
+
+PRODUCE_VERSION = 9
+
+
+@dataclass
+class Brokers:
+    first: KorvetProcess
+    second: KorvetProcess
+    proxies: tuple[ResponseDroppingProxy, ResponseDroppingProxy]
+
+    def bootstraps(self) -> tuple[str, str]:
+        return self.first.bootstrap, self.second.bootstrap
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
+    folder = tmp_path_factory.mktemp("multi-broker")
+    proxies = (ResponseDroppingProxy(drop_every=3, max_drops=6).start(),
+               ResponseDroppingProxy(drop_every=4, max_drops=6).start())
+    first = KorvetProcess(folder / "a", extra_args=["--advertised-port", str(proxies[0].port)])
+    second = KorvetProcess(folder / "b", extra_args=["--advertised-port", str(proxies[1].port)])
+    try:
+        first.start()
+        second.extra_args += ["--redis-url", first.redis_url]
+        second.start()
+        proxies[0].upstream_port, proxies[1].upstream_port = first.port, second.port
+        yield Brokers(first, second, proxies)
+    finally:
+        second.stop()
+        first.stop()
+        for proxy in proxies:
+            proxy.stop()
+
+
+def _init_producer_id(client: WireClient) -> tuple[int, int]:
+    cls = load_request_schema(22, 4)
+    response = client.request(make(cls, transactional_id=None,
+                                   transaction_timeout=datetime.timedelta(seconds=60),
+                                   producer_id=-1, producer_epoch=-1))
+    assert response.error_code == ErrorCode.none
+    return int(response.producer_id), int(response.producer_epoch)
+
+
+def _produce(client: WireClient, topic: str, payload: bytes) -> tuple[ErrorCode, int]:
+    cls = load_request_schema(0, PRODUCE_VERSION)
+    partition = make(nested(cls, "PartitionProduceData"), index=0, records=payload)
+    data = make(nested(cls, "TopicProduceData"), name=topic, partition_data=(partition,))
+    response = client.request(make(cls, transactional_id=None, acks=-1,
+                                   timeout=datetime.timedelta(seconds=10), topic_data=(data,)))
+    part = response.responses[0].partition_responses[0]
+    return ErrorCode(part.error_code), int(part.base_offset)
+
+
+# A batch: (size, broker index of the first send, lost?, retries: broker indexes)
+Step = tuple[int, int, bool, list[int]]
+plans = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 1), st.booleans(),
+                           st.lists(st.integers(0, 1), min_size=1, max_size=3)),
+                 min_size=1, max_size=8)
+
+
+def _run_producer(bootstraps: tuple[str, str], topic: str, name: str, plan: list[Step],
+                  acks: dict[tuple[str, int], list[int]], errors: list[str]) -> None:
+    connections = [WireClient(b) for b in bootstraps]
+    try:
+        producer_id, epoch = _init_producer_id(connections[0])
+        sequence = 0
+        for index, (size, broker, lost, retries) in enumerate(plan):
+            now = int(time.time() * 1000)
+            payload = build_batch(
+                [(now, f"{name}-{index}-{i}".encode(), b"v", []) for i in range(size)],
+                producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+            # The first send; a lost response is one the producer never looks at.
+            for via in [broker, *(retries if lost else [])]:
+                error, base = _produce(connections[via], topic, payload)
+                if error is not ErrorCode.none:
+                    errors.append(f"{name} batch {index} via broker {via}: {error.name}")
+                acks.setdefault((name, index), []).append(base)
+            sequence += size
+    finally:
+        for connection in connections:
+            connection.sock.close()
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(plan_a=plans, plan_b=plans)
+def test_idempotent_producers_retrying_through_both_brokers(
+        brokers: Brokers, plan_a: list[Step], plan_b: list[Step]) -> None:
+    topic = f"multi-{time.monotonic_ns()}"
+    create_topic(brokers.first.bootstrap, topic, partitions=1)
+    acks: dict[tuple[str, int], list[int]] = {}
+    errors: list[str] = []
+    threads = [threading.Thread(target=_run_producer,
+                                args=(brokers.bootstraps(), topic, name, plan, acks, errors))
+               for name, plan in (("a", plan_a), ("b", plan_b))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    stored = _stored(brokers.first.redis_url, topic)
+    keys = [key for _, key in stored]
+    # Nothing duplicated, nothing missing.
+    expected = {f"{name}-{index}-{i}" for name, plan in (("a", plan_a), ("b", plan_b))
+                for index, (size, *_rest) in enumerate(plan) for i in range(size)}
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    # Offsets strictly increase; a batch's records are consecutive from the base offset
+    # that every answer to it (the first and each retry's DUP) reported.
+    offsets = [offset for offset, _ in stored]
+    assert offsets == sorted(set(offsets))
+    where = {key: offset for offset, key in stored}
+    for name, plan in (("a", plan_a), ("b", plan_b)):
+        previous = -1
+        for index, (size, *_rest) in enumerate(plan):
+            bases = set(acks[(name, index)])
+            assert len(bases) == 1, f"{name} batch {index} was told different offsets: {bases}"
+            base = bases.pop()
+            assert [where[f"{name}-{index}-{i}"] for i in range(size)] == \
+                list(range(base, base + size))
+            assert base > previous, "a producer's batches are stored in sequence order"
+            previous = base
+
+
+def _stored(redis_url: str, topic: str) -> list[tuple[int, str]]:
+    """(offset, key) of every entry in the partition's stream, read straight from Redis."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        codec = OffsetCodec(10)
+        entries: Any = client.xrange(f"korvet:stream:{topic}:0")
+        return [(codec.encode_id(EntryId.parse(entry_id)), fields[KEY].decode())
+                for entry_id, fields in entries]
+    finally:
+        client.close()
+
+
+def test_real_idempotent_producers_through_both_brokers_losing_responses(
+        brokers: Brokers) -> None:
+    """confluent-kafka (librdkafka) idempotent producers, one through each broker, each behind
+    a proxy that throws produce responses away: their retries must not duplicate anything."""
+    topic = f"multi-real-{time.monotonic_ns()}"
+    create_topic(brokers.first.bootstrap, topic, partitions=1)
+    told: dict[str, list[tuple[int, int]]] = {}
+    dropped_before = [proxy.dropped for proxy in brokers.proxies]
+
+    def produce(name: str, proxy: ResponseDroppingProxy) -> None:
+        records = [clients.Rec(0, f"{name}-{i}".encode(), b"x", (), int(time.time() * 1000))
+                   for i in range(1500)]
+        told[name] = clients.confluent_produce(f"127.0.0.1:{proxy.port}", topic, records)
+
+    threads = [threading.Thread(target=produce, args=(name, proxy))
+               for name, proxy in zip(("a", "b"), brokers.proxies, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert sum(p.dropped for p in brokers.proxies) > sum(dropped_before), "no response was lost"
+    stored = _stored(brokers.first.redis_url, topic)
+    keys = [key for _, key in stored]
+    assert len(keys) == len(set(keys)) == 3000, "records stored twice or missing"
+    where = {key: offset for offset, key in stored}
+    for name in ("a", "b"):
+        offsets = [where[f"{name}-{i}"] for i in range(1500)]
+        assert offsets == sorted(set(offsets)), f"producer {name}'s records out of order"
+        assert [offset for _, offset in told[name]] == offsets, (
+            f"producer {name} was told other offsets than its records are stored at")
