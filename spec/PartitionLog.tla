@@ -31,6 +31,7 @@ CONSTANTS
     NodeSize,           \* stream-node-max-entries (entries per radix-tree node)
     ForeignWrites,      \* how many XADD * the foreign writer makes
     FetchCount,         \* XRANGE COUNT of a fetch
+    Consumer,           \* is there a consumer fetching?
     SeekTo,             \* the offsets the consumer may seek to
     ReadAhead,          \* fetch.py prepares the predicted next response
     ReadAheadChecked,   \* ... and checks the log start again before using it
@@ -41,7 +42,7 @@ ASSUME /\ Bits \in 1..22 /\ OffsetBits \in (Bits + 1)..30
        /\ TimeRetention \in BOOLEAN /\ RetentionMs \in Nat
        /\ SizeRetention \in BOOLEAN /\ MaxLen \in Nat
        /\ Approximate \in BOOLEAN /\ NodeSize \in Nat \ {0}
-       /\ ForeignWrites \in Nat /\ FetchCount \in Nat \ {0} /\ SeekTo \subseteq Nat
+       /\ ForeignWrites \in Nat /\ FetchCount \in Nat \ {0} /\ Consumer \in BOOLEAN /\ SeekTo \subseteq Nat
        /\ ReadAhead \in BOOLEAN /\ ReadAheadChecked \in BOOLEAN /\ MaxAppends \in Nat
 
 SeqLimit  == 2^Bits
@@ -247,7 +248,7 @@ UNFETCH == <<stream, lastGen, exists, fill, appends, foreign>>
 (* The consumer sends a fetch at its position; a prepared response for     *)
 (* exactly that offset is taken (waited for if still being read).          *)
 Request ==
-    /\ f.phase = "idle"
+    /\ Consumer /\ f.phase = "idle"
     /\ LET use == prep.phase # "none" /\ prep.from = pos
        IN  /\ f' = [NoFetch EXCEPT !.phase = IF use THEN "await" ELSE "range", !.from = pos,
                                    !.startAtReq = LogStartNow]
@@ -303,7 +304,7 @@ Expire ==
 
 (* The consumer seeks (SeekTo: any offset in 0..MaxOffset + 1, or a few). *)
 Seek ==
-    /\ f.phase = "idle"
+    /\ Consumer /\ f.phase = "idle"
     /\ \E o \in SeekTo : o # pos /\ pos' = o
     /\ resp' = NoResp
     /\ UNCHANGED <<UNFETCH, meta, f, prep>>
