@@ -35,6 +35,7 @@ CONSTANTS
     SeekTo,             \* the offsets the consumer may seek to
     ReadAhead,          \* fetch.py prepares the predicted next response
     ReadAheadChecked,   \* ... and checks the log start again before using it
+    ReadAheadSameOffset, \* ... and uses it only for a fetch at the offset it was read for
     MaxAppends          \* appends (accepted or refused) in a behaviour
 
 ASSUME /\ Bits \in 1..22 /\ OffsetBits \in (Bits + 1)..30
@@ -43,7 +44,8 @@ ASSUME /\ Bits \in 1..22 /\ OffsetBits \in (Bits + 1)..30
        /\ SizeRetention \in BOOLEAN /\ MaxLen \in Nat
        /\ Approximate \in BOOLEAN /\ NodeSize \in Nat \ {0}
        /\ ForeignWrites \in Nat /\ FetchCount \in Nat \ {0} /\ Consumer \in BOOLEAN /\ SeekTo \subseteq Nat
-       /\ ReadAhead \in BOOLEAN /\ ReadAheadChecked \in BOOLEAN /\ MaxAppends \in Nat
+       /\ ReadAhead \in BOOLEAN /\ ReadAheadChecked \in BOOLEAN
+       /\ ReadAheadSameOffset \in BOOLEAN /\ MaxAppends \in Nat
 
 SeqLimit  == 2^Bits
 MaxOffset == 2^OffsetBits - 1
@@ -249,7 +251,7 @@ UNFETCH == <<stream, lastGen, exists, fill, appends, foreign>>
 (* exactly that offset is taken (waited for if still being read).          *)
 Request ==
     /\ Consumer /\ f.phase = "idle"
-    /\ LET use == prep.phase # "none" /\ prep.from = pos
+    /\ LET use == prep.phase # "none" /\ (prep.from = pos \/ ~ReadAheadSameOffset)
        IN  /\ f' = [NoFetch EXCEPT !.phase = IF use THEN "await" ELSE "range", !.from = pos,
                                    !.startAtReq = LogStartNow]
            /\ prep' = IF use THEN prep ELSE NoPrep
@@ -293,7 +295,7 @@ UsePrepared ==
              THEN /\ f' = [f EXCEPT !.phase = "range"]
                   /\ prep' = NoPrep
                   /\ UNCHANGED <<pos, resp>>
-             ELSE Answer(prep.from, prep.got, prep.start, prep.hw, f.startAtReq)
+             ELSE Answer(f.from, prep.got, prep.start, prep.hw, f.startAtReq)
     /\ UNCHANGED <<UNFETCH, meta>>
 
 (* The prediction expires (5 s) or the connection's next request differs.  *)

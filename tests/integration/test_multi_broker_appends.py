@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.protocol.kbuild import make, nested
-from korvet.protocol.records import build_batch
+from korvet.protocol.records import build_batch, decode_batches
 from korvet.storage.entries import KEY
 from tests.conftest import KorvetProcess
 from tests.integration import clients
@@ -206,3 +206,52 @@ def test_real_idempotent_producers_through_both_brokers_losing_responses(
         assert offsets == sorted(set(offsets)), f"producer {name}'s records out of order"
         assert [offset for _, offset in told[name]] == offsets, (
             f"producer {name} was told other offsets than its records are stored at")
+
+
+def _fetch_one(client: WireClient, topic: str, offset: int) -> Any:
+    """Fetch v12 at ``offset``, at most one record (partition_max_bytes 1: KIP-74's first)."""
+    cls = load_request_schema(1, 12)
+    part = make(nested(cls, "FetchPartition"), partition=0, current_leader_epoch=-1,
+                fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1)
+    entry = make(nested(cls, "FetchTopic"), topic=topic, partitions=(part,))
+    response = client.request(make(cls, replica_id=-1, max_wait=datetime.timedelta(0),
+                                    min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                                    session_id=0, session_epoch=-1, topics=(entry,),
+                                    forgotten_topics_data=(), rack_id=""))
+    return response.responses[0].partitions[0]
+
+
+def test_read_ahead_never_serves_records_retention_deleted_before_the_request(
+        brokers: Brokers) -> None:
+    """spec/PartitionLog.tla, model PartitionLog-ReadAheadUnchecked: the broker reads the
+    predicted next response ahead; if an append's retention then deletes those records, the
+    consumer's fetch must get OFFSET_OUT_OF_RANGE (the log start moved), not the records."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    topic = f"read-ahead-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": brokers.first.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1,
+                                  config={"korvet.retention.records": "3"})])[topic].result(30)
+    client = WireClient(brokers.first.bootstrap)
+    try:
+        def produce(tag: str) -> int:
+            now = int(time.time() * 1000)
+            error, base = _produce(client, topic, build_batch(
+                [(now, f"{tag}{i}".encode(), b"v", []) for i in range(3)]))
+            assert error is ErrorCode.none
+            return base
+
+        base = produce("old")
+        first = _fetch_one(client, topic, base)
+        assert first.error_code == ErrorCode.none
+        assert sum(len(b.records) for b in decode_batches(first.records)) == 1, (
+            "the first fetch must stop after one record, so the read-ahead holds the next")
+        time.sleep(0.3)  # the read-ahead of offset base + 1 has run by now
+        produce("new")  # MAXLEN 3: the three old records are deleted, the log starts later
+        second = _fetch_one(client, topic, base + 1)
+        assert second.error_code == ErrorCode.offset_out_of_range, (
+            "a prepared response served records retention had deleted before the request")
+        assert second.log_start_offset > base + 1
+    finally:
+        client.sock.close()

@@ -56,6 +56,7 @@ class Constants:
     read_ahead: bool
     read_ahead_checked: bool
     max_appends: int
+    same_offset: bool
 
     @classmethod
     def read(cls, cfg: Path) -> Constants:
@@ -71,7 +72,8 @@ class Constants:
                    _int(v["MaxLen"]) if v["SizeRetention"] is True else -1,
                    v["Approximate"] is True, _int(v["NodeSize"]), _int(v["ForeignWrites"]),
                    _int(v["FetchCount"]), v["Consumer"] is True, ints("SeekTo"), v["ReadAhead"] is True,
-                   v["ReadAheadChecked"] is True, _int(v["MaxAppends"]))
+                   v["ReadAheadChecked"] is True, _int(v["MaxAppends"]),
+                   v["ReadAheadSameOffset"] is True)
 
 
 def _int(value: object) -> int:
@@ -260,7 +262,7 @@ class PartitionReplay:
                     yield run("XAddStar", lambda now=now: self.xadd_star(s, now))
         f, prep, pos = _rec(s["f"]), _rec(s["prep"]), _int(s["pos"])
         if f["phase"] == "idle" and c.consumer:
-            use = prep["phase"] != "none" and prep["from"] == pos
+            use = prep["phase"] != "none" and (prep["from"] == pos or not c.same_offset)
             redo(snapshot)
             start_now = self.log_start_now()
             yield Successor("Request", {
@@ -310,8 +312,9 @@ class PartitionReplay:
                 yield Successor("UsePrepared", {**s, "f": _with(f, phase="range"),
                                                 "prep": NO_PREP}, snapshot)
             else:
-                yield Successor("UsePrepared", self.answer(s, _int(f["startAtReq"]), frm,
-                                                           prepared, start, hw), snapshot)
+                yield Successor("UsePrepared", self.answer(s, _int(f["startAtReq"]),
+                                                           _int(f["from"]), prepared, start, hw),
+                                snapshot)
         if prep["phase"] != "none" and f["phase"] != "await":
             yield Successor("Expire", {**s, "prep": NO_PREP}, snapshot)
 
