@@ -346,6 +346,7 @@ def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
             mutate: tuple[str, str, str] | None = None) -> Any:
+    """Walk the graph; a mutated script stops at its first divergence."""
     def text(name: str) -> str:
         rule = (mutate[1], mutate[2]) if mutate and mutate[0] == name else None
         return script_text(name, offset_bits=c.offset_bits, mutate=rule)
@@ -355,7 +356,8 @@ def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
                         db_config={"stream-node-max-entries": str(c.node_size)})
     try:
         replay = PartitionReplay(c, store)
-        return walk(graph, store, replay.initial, replay.successors)
+        return walk(graph, store, replay.initial, replay.successors,
+                    max_divergences=1 if mutate else 10)
     finally:
         store.close()
 

@@ -197,13 +197,15 @@ def model() -> tuple[tlc.StateGraph, Constants]:
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
             mutate: tuple[str, str] | None = None) -> Any:
+    """Walk the graph; a mutated script stops at its first divergence."""
     store = ScriptRedis(redis_url, {"append": script_text("append.lua", offset_bits=63,
                                                           cached_batches=c.cache_size,
                                                           mutate=mutate)},
                         [STREAM, META], TOPIC, TOPIC_ID)
     try:
         replay = ProducerReplay(c, store)
-        return walk(graph, store, replay.initial, replay.successors)
+        return walk(graph, store, replay.initial, replay.successors,
+                    max_divergences=1 if mutate else 10)
     finally:
         store.close()
 
