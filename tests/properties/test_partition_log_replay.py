@@ -276,8 +276,12 @@ class PartitionReplay:
             redo(snapshot)
             got = tuple(_id(e[0]) for e in self.xrange(_int(f["from"])))
             yield Successor("FetchRange", {**s, "f": _with(f, phase="bounds", got=got)}, snapshot)
+        # A read's clock matters only where bounds.lua gives an empty partition its start.
+        meta = _rec(s["meta"])
+        read_clocks = (c.clocks if meta["last"] == NO_ID and meta["start"] == NO_ID
+                       and s["exists"] is False else c.clocks[:1])
         if f["phase"] == "bounds":
-            for now in c.clocks:
+            for now in read_clocks:
                 def step(now: int = now) -> dict[str, TlaValue]:
                     start, hw = self.bounds(now)
                     after = self.redis_vars(s["stream"], _int(s["fill"]))
@@ -292,7 +296,7 @@ class PartitionReplay:
             yield Successor("PrepRange", {**s, "prep": _with(prep, phase="bounds", got=got)},
                             snapshot)
         if prep["phase"] == "bounds":
-            for now in c.clocks:
+            for now in read_clocks:
                 def prep_step(now: int = now) -> dict[str, TlaValue]:
                     start, hw = self.bounds(now)
                     after = self.redis_vars(s["stream"], _int(s["fill"]))
