@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from korvet.conformance.differences import PROFILES
 
 
 def add_parser(commands: Any) -> None:
@@ -27,11 +27,17 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="the broker to test")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="kafka",
-                        help="kafka: every check must pass; korvet: Korvet's documented differences "
-                             "are excused (default: kafka)")
+    parser.add_argument("--start", metavar="BROKER",
+                        help="start the broker to test instead of --bootstrap, and restart it if a check "
+                             "kills it: 'kfake', 'kafka' (the pinned jars) or a command line with {port} "
+                             "where its loopback port goes")
+    parser.add_argument("--profile", default="kafka", metavar="NAME|FILE",
+                        help="expected differences: kafka (none: every check must pass), a shipped profile "
+                             "(korvet, kfake) or a YAML file (docs/conformance.md); default kafka")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--junit-xml", type=Path, metavar="FILE",
+                        help="write a JUnit XML report (one test case per check) for CI systems")
     parser.add_argument("--only", action="append", metavar="GLOB",
                         help="run only checks whose name matches (repeatable; commas separate globs too)")
     parser.add_argument("--list", action="store_true", help="list the checks (after --only) and exit")
@@ -49,12 +55,15 @@ def _patterns(values: list[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from korvet.conformance import report as reports
-    from korvet.conformance import runner
+    from korvet.conformance.profile import ProfileError, load
     from korvet.conformance.registry import load_checks, select
-    from korvet.conformance.wire import WireError
 
     console = Console()
+    try:
+        profile = load(args.profile)
+    except ProfileError as exc:
+        print(f"korvet conformance: {exc}", file=sys.stderr)
+        return 2
     checks = select(load_checks().values(), _patterns(args.only))
     if args.list:
         from korvet.conformance.catalogue import catalogue_table
@@ -62,12 +71,38 @@ def run(args: argparse.Namespace) -> int:
         console.print(catalogue_table(checks))
         console.print(f"{len(checks)} checks")
         return 0
-    if not args.bootstrap:
-        print("korvet conformance: --bootstrap HOST:PORT is required (or --list)", file=sys.stderr)
+    if bool(args.bootstrap) == bool(args.start):
+        print("korvet conformance: give --bootstrap HOST:PORT or --start BROKER (or --list)", file=sys.stderr)
         return 2
     if not checks:
         print(f"korvet conformance: no check matches {_patterns(args.only)}", file=sys.stderr)
         return 2
+    unmatched = profile.unmatched(c.name for c in load_checks().values())
+    if unmatched:
+        console.print(f"[yellow]profile {profile.name}: these patterns name no check: "
+                      f"{', '.join(unmatched)}[/]")
+    with contextlib.ExitStack() as stack:
+        broker = None
+        if args.start:
+            from korvet.conformance.brokers import BrokerError, start_broker
+
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="korvet-conformance-")))
+            try:
+                broker = start_broker(args.start, work)
+            except BrokerError as exc:
+                print(f"korvet conformance: cannot start {args.start}: {exc}", file=sys.stderr)
+                return 2
+            stack.callback(broker.stop)
+            console.print(f"started {args.start} on {broker.bootstrap}")
+        bootstrap = args.bootstrap or (broker.bootstrap if broker is not None else "")
+        return _run(args, console, checks, profile, bootstrap, broker)
+
+
+def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile: Any, bootstrap: str,
+         broker: Any) -> int:
+    from korvet.conformance import report as reports
+    from korvet.conformance import runner
+    from korvet.conformance.wire import WireError
 
     running: set[str] = set()
     lock = threading.Lock()
@@ -88,16 +123,19 @@ def run(args: argparse.Namespace) -> int:
                 shown = ", ".join(sorted(running)[:3]) + (" …" if len(running) > 3 else "")
                 progress.update(task, description=shown or "finishing")
 
+        def on_note(text: str) -> None:
+            progress.console.print(f"[bold yellow]broker:[/] {text}", markup=True, highlight=False)
+
         try:
-            result = runner.run(args.bootstrap, checks, profile=args.profile, jobs=args.jobs,
-                                on_event=on_event)
+            result = runner.run(bootstrap, checks, profile=profile, jobs=args.jobs, on_event=on_event,
+                                broker=broker, on_note=on_note)
         except (OSError, WireError) as exc:
-            print(f"korvet conformance: cannot reach {args.bootstrap}: {exc}", file=sys.stderr)
+            print(f"korvet conformance: cannot reach {bootstrap}: {exc}", file=sys.stderr)
             return 2
     reports.print_report(result, console, all_rows=not args.failures_only)
     if args.cleanup:
         try:
-            deleted = runner.cleanup(args.bootstrap, result.run_id)
+            deleted = runner.cleanup(bootstrap, result.run_id)
             console.print(f"deleted {deleted} topics of run {result.run_id}")
         except (OSError, WireError) as exc:
             console.print(f"[yellow]cleanup failed: {exc}[/]")
@@ -107,4 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         reports.write_html(result, args.html)
         console.print(f"HTML report: {args.html}")
+    if args.junit_xml:
+        reports.write_junit(result, args.junit_xml)
+        console.print(f"JUnit XML report: {args.junit_xml}")
     return 0 if result.ok else 1

@@ -21,6 +21,7 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,9 @@ class WireClient:
         self._pending: deque[Pending] = deque()
         self._buffer = bytearray()
         self.last_elapsed = 0.0
+        # Told of every request sent and response decoded: (correlation id, request or None,
+        # response or None). The harness keeps the last few for the reports.
+        self.observer: Callable[[int, Any, Any], None] | None = None
 
     # -- sending -----------------------------------------------------------
 
@@ -103,6 +107,8 @@ class WireClient:
         correlation = self._next_id()
         frame = encode_request(request, correlation, self.client_id)
         self.send_bytes(frame)
+        if self.observer is not None:
+            self.observer(correlation, request, None)
         if expect_response:
             self._pending.append(Pending(correlation, int(request.__api_key__),
                                          int(request.__version__), time.monotonic()))
@@ -182,6 +188,8 @@ class WireClient:
                 f"response carries correlation id {correlation}, expected {pending.correlation_id} "
                 f"(api key {pending.api_key} v{pending.version})"
             )
+        if self.observer is not None:
+            self.observer(correlation, None, body)
         return body
 
     def call(self, request: Any, timeout: float | None = None) -> Any:

@@ -7,7 +7,6 @@ commit changes neither the committed offset nor what the consumer can fetch next
 from __future__ import annotations
 
 from korvet.conformance.context import CheckContext, expect_eq, expect_error, wait_until
-from korvet.conformance.differences import NO_TRANSACTIONS, korvet
 from korvet.conformance.groups import (
     Member,
     commit_offset,
@@ -279,7 +278,7 @@ def during_rebalance(ctx: CheckContext) -> None:
        asserts="While a transaction that committed offsets for a group is open, OffsetFetch v7+ with "
                "require_stable=true answers UNSTABLE_OFFSET_COMMIT (88) for that partition; after the "
                "commit it returns the offset.",
-       source="KIP-447 (require_stable in OffsetFetch v7)", excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-447 (require_stable in OffsetFetch v7)")
 def require_stable(ctx: CheckContext) -> None:
     from confluent_kafka import TopicPartition
 
