@@ -2,8 +2,10 @@
 # Idempotent set-up behind `make run` and `make test`.
 #
 #   scripts/setup.sh run    the virtualenv with the broker, and redis-server
-#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, and the
-#                           pinned JVM jars from Maven Central
+#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, the
+#                           pinned JVM jars from Maven Central, and kfake-server
+#                           (franz-go's kfake, from the Go module proxy at the versions
+#                           scripts/kfake/go.mod pins, checked against go.sum)
 #
 # Each step checks first and does nothing when its work is already done.
 set -euo pipefail
@@ -88,6 +90,29 @@ ensure_venv() {
     echo "$want" > "$stamp"
 }
 
+ensure_go() {
+    if ! command -v go >/dev/null 2>&1; then
+        apt_install golang-go
+    fi
+}
+
+# kfake-server (scripts/kfake): built again only when its sources or pins change.
+ensure_kfake() {
+    local want stamp=".kfake/.built"
+    want="$(cat scripts/kfake/main.go scripts/kfake/go.mod scripts/kfake/go.sum | sha256sum | cut -c1-16)"
+    if [ -x .kfake/kfake-server ] && [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    ensure_go
+    say "building kfake-server (franz-go's kfake, pinned in scripts/kfake/go.mod)"
+    mkdir -p .kfake
+    # -mod=readonly: the build uses exactly the versions of go.mod and fails if a hash in go.sum
+    # does not match what the module proxy serves. A Go older than go.mod's line fetches the
+    # toolchain it names (GOTOOLCHAIN=auto, Go >= 1.21).
+    (cd scripts/kfake && GOFLAGS=-mod=readonly GOTOOLCHAIN=auto go build -trimpath -o ../../.kfake/kfake-server .)
+    echo "$want" > "$stamp"
+}
+
 ensure_jars() {
     for set in "$@"; do
         .venv/bin/korvet jars fetch "$set"
@@ -104,6 +129,7 @@ case "$mode" in
         ensure_test_packages
         ensure_venv "test,spark"
         ensure_jars $(.venv/bin/korvet jars list)
+        ensure_kfake
         ;;
     *)
         say "usage: scripts/setup.sh run|test"
