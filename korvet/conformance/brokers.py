@@ -163,7 +163,10 @@ class ProcessBroker:
         if code is None:
             return f"{self.name} (pid {self.process.pid}) still runs"
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return f"{self.name} {how}; its last output:\n{self.log_tail(12)}"
+        tail = self.log_tail(12)
+        cause = next((line for line in tail.splitlines()
+                      if line.startswith(("panic:", "Exception", "fatal", "FATAL", "Error"))), "")
+        return f"{self.name} {how}{': ' + cause if cause else ''}; its last output:\n{tail}"
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -254,8 +254,10 @@ class _Run:
                     future.result()
                 in_flight.clear()
                 with self.lock:
-                    suspects = sorted({name for name, _, ended in self.spans if ended >= window_start})
-                self.after_death([by_name[n] for n in suspects if n in by_name], pending)
+                    # The check that started last before the death is the likeliest killer: try it first.
+                    spans = sorted((s for s in self.spans if s[2] >= window_start), key=lambda s: -s[1])
+                suspects = list(dict.fromkeys(name for name, _, _ in spans if name in by_name))
+                self.after_death([by_name[n] for n in suspects], pending)
 
     def after_death(self, suspects: list[Check], pending: list[Check]) -> None:
         death = self.broker.death()
@@ -280,10 +282,14 @@ class _Run:
             self.publish(check, self.killer_result(check, result, self.broker.death()))
             self.on_note(f"{check.name} killed the broker (it died again when the check ran alone); "
                          "restarting it")
-            if not self.restart(incident, suspects[index + 1:], pending):
+            rest = suspects[index + 1:]
+            if not self.restart(incident, rest, pending):
                 return
-        if not incident["killers"]:
-            incident["note"] = "none of the suspects killed the broker when it ran alone"
+            # The others go back to the queue, first in line: they run in parallel again (if one
+            # of them kills the broker too, that is a new incident).
+            pending.extend(reversed(rest))
+            return
+        incident["note"] = "none of the suspects killed the broker when it ran alone"
 
     def settled_alive(self) -> bool:
         """Alive, and still a moment later: a process dying of the last request may take a moment."""
