@@ -79,7 +79,7 @@ ensure_venv() {
         return
     fi
     # A test install covers the run install, so a later `make run` does not reinstall.
-    if [ -z "$extras" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
+    if [ "$extras" = "server" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
         return
     fi
     local target="."
@@ -113,6 +113,21 @@ ensure_kfake() {
     echo "$want" > "$stamp"
 }
 
+# Wheels of korvet[conformance]'s dependencies, so that a test can install the suite into a
+# fresh virtualenv without the network (tests/conformance/test_conformance_package.py).
+ensure_wheelhouse() {
+    local want stamp=".wheelhouse/.downloaded"
+    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    if [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    say "pip download korvet[conformance]'s dependencies into .wheelhouse"
+    rm -rf .wheelhouse && mkdir -p .wheelhouse
+    .venv/bin/python -m pip download -q -d .wheelhouse --only-binary=:all: \
+        $(.venv/bin/python scripts/requirements.py conformance) setuptools wheel
+    echo "$want" > "$stamp"
+}
+
 ensure_jars() {
     for set in "$@"; do
         .venv/bin/korvet jars fetch "$set"
@@ -122,7 +137,7 @@ ensure_jars() {
 case "$mode" in
     run)
         ensure_redis
-        ensure_venv ""
+        ensure_venv "server"
         ;;
     test)
         ensure_redis
@@ -130,6 +145,7 @@ case "$mode" in
         ensure_venv "test,spark"
         ensure_jars $(.venv/bin/korvet jars list)
         ensure_kfake
+        ensure_wheelhouse
         ;;
     *)
         say "usage: scripts/setup.sh run|test"

@@ -36,6 +36,17 @@ def add_parser(commands: Any) -> None:
                              "(korvet, kfake) or a YAML file (docs/conformance.md); default kafka")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--oracle", metavar="HOST:PORT",
+                        help="differential mode: send the same generated request sequences to the broker "
+                             "under test and to this Apache Kafka, and compare the answers field by field "
+                             "(instead of the checks)")
+    parser.add_argument("--examples", type=int, default=60, metavar="N",
+                        help="differential mode: generated sequences per API (default 60)")
+    parser.add_argument("--counterexamples", type=Path, metavar="DIR",
+                        help="differential mode: write each shrunk counterexample there as a replay file")
+    parser.add_argument("--replay", type=Path, metavar="FILE",
+                        help="with --oracle: send a replay file's requests to both brokers and show "
+                             "the answers")
     parser.add_argument("--junit-xml", type=Path, metavar="FILE",
                         help="write a JUnit XML report (one test case per check) for CI systems")
     parser.add_argument("--only", action="append", metavar="GLOB",
@@ -64,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         print(f"korvet conformance: {exc}", file=sys.stderr)
         return 2
+    if args.replay and not args.oracle:
+        print("korvet conformance: --replay needs --oracle (and --bootstrap or --start)", file=sys.stderr)
+        return 2
     checks = select(load_checks().values(), _patterns(args.only))
-    if args.list:
+    if args.list and not args.oracle:
         from korvet.conformance.catalogue import catalogue_table
 
         console.print(catalogue_table(checks))
@@ -95,11 +109,44 @@ def run(args: argparse.Namespace) -> int:
             stack.callback(broker.stop)
             console.print(f"started {args.start} on {broker.bootstrap}")
         bootstrap = args.bootstrap or (broker.bootstrap if broker is not None else "")
+        if args.oracle:
+            return _differential(args, console, profile, bootstrap, broker)
         return _run(args, console, checks, profile, bootstrap, broker)
 
 
+def _differential(args: argparse.Namespace, console: Console, profile: Any, bootstrap: str,
+                  broker: Any) -> int:
+    import uuid
+
+    from korvet.conformance import differential
+    from korvet.conformance.registry import select
+    from korvet.conformance.wire import WireError
+
+    try:
+        if args.replay:
+            text, same = differential.replay(str(args.replay), bootstrap, args.oracle, profile)
+            console.print(text, highlight=False, markup=False)
+            return 0 if same else 1
+        subject, oracle = differential.sides(bootstrap, args.oracle)
+    except (OSError, WireError) as exc:
+        print(f"korvet conformance: cannot reach a broker: {exc}", file=sys.stderr)
+        return 2
+    checks, left_out = differential.differential_checks(subject, oracle, profile, uuid.uuid4().hex[:6],
+                                                        examples=args.examples)
+    checks = select(checks, _patterns(args.only))
+    for api, why in sorted(left_out.items()):
+        console.print(f"[dim]not compared: {api}: {why}[/]")
+    if args.list:
+        for c in checks:
+            console.print(f"{c.name}  {c.api}")
+        return 0
+    args.jobs = 1
+    return _run(args, console, checks, profile, bootstrap, broker,
+                title=f"differential against {args.oracle}")
+
+
 def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile: Any, bootstrap: str,
-         broker: Any) -> int:
+         broker: Any, title: str = "") -> int:
     from korvet.conformance import report as reports
     from korvet.conformance import runner
     from korvet.conformance.wire import WireError
@@ -132,7 +179,21 @@ def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile:
         except (OSError, WireError) as exc:
             print(f"korvet conformance: cannot reach {bootstrap}: {exc}", file=sys.stderr)
             return 2
+    if title:
+        result.suite = f"korvet conformance, {title}"
     reports.print_report(result, console, all_rows=not args.failures_only)
+    for failed in result.failures():
+        replay = failed.details.get("replay")
+        if not replay:
+            continue
+        console.print(f"[bold]counterexample of {failed.name}[/] (a replay file; shrunk):")
+        console.print(replay, highlight=False, markup=False)
+        if args.counterexamples:
+            args.counterexamples.mkdir(parents=True, exist_ok=True)
+            path = args.counterexamples / f"{failed.name}.json"
+            path.write_text(replay + "\n")
+            console.print(f"written to {path}: korvet conformance --replay {path} --bootstrap {bootstrap} "
+                          f"--oracle {args.oracle}")
     if args.cleanup:
         try:
             deleted = runner.cleanup(bootstrap, result.run_id)

@@ -64,8 +64,11 @@ class Profile:
         return next((e for e in self.excuses if e.matches(check_name)), None)
 
     def field_excuse(self, path: str) -> Excuse | None:
-        """The first differential excuse whose field glob matches ``path`` (``Api.field.sub``)."""
-        return next((e for e in self.differential if e.matches(path)), None)
+        """The first differential excuse with a field pattern matching ``path`` (``Api.field.*.sub``):
+        segment by segment, so ``Metadata.topics.*`` (the topic entries) does not match
+        ``Metadata.topics.*.error_code``; ``*`` in a pattern matches one segment."""
+        return next((e for e in self.differential
+                     if any(_segments_match(p, path) for p in e.patterns)), None)
 
     def unmatched(self, check_names: Iterable[str]) -> list[str]:
         """Patterns of this profile that name no check in ``check_names`` (a typo, or a removed check)."""
@@ -89,6 +92,12 @@ class Profile:
             "differential": {e.key: {"fields": list(e.patterns), "reason": e.reason,
                                      "reference": e.reference} for e in self.differential},
         }
+
+
+def _segments_match(pattern: str, path: str) -> bool:
+    wanted, got = pattern.split("."), path.split(".")
+    return len(wanted) == len(got) and all(fnmatch.fnmatchcase(g, w)
+                                           for w, g in zip(wanted, got, strict=True))
 
 
 KAFKA = Profile("kafka", "every check must pass: Apache Kafka's behaviour")
