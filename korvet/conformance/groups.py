@@ -41,6 +41,8 @@ from korvet.conformance.registry import CheckFailed
 from korvet.conformance.wire import WireClient
 
 NONE = 0
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+COORDINATOR_RETRIABLE = frozenset({14, 15, 16})
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
@@ -422,12 +424,20 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
             "partition_index": partition, "committed_offset": offset, "committed_metadata": metadata,
             "committed_leader_epoch": leader_epoch, "commit_timestamp": -1,
         })
-    response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
-                        generation_id_or_member_epoch=generation, member_id=member_id,
-                        group_instance_id=instance_id, retention_time=-1,
-                        topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
-    return {(t.name, int(p.partition_index)): int(p.error_code)
-            for t in response.topics for p in t.partitions}
+    deadline = time.monotonic() + 20.0
+    while True:
+        response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
+                            generation_id_or_member_epoch=generation, member_id=member_id,
+                            group_instance_id=instance_id, retention_time=-1,
+                            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
+        errors = {(t.name, int(p.partition_index)): int(p.error_code)
+                  for t in response.topics for p in t.partitions}
+        # A fresh broker may not have loaded the group's coordinator yet (Kafka creates
+        # __consumer_offsets on first use): as a client does, look the coordinator up and retry.
+        if not errors or not set(errors.values()) <= COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+            return errors
+        find_coordinator(ops, group)
+        time.sleep(0.2)
 
 
 def commit_offset(ops: Ops, group: str, topic: str, partition: int, offset: int, **kw: Any) -> int:
