@@ -150,14 +150,26 @@ def _kind(value: Any) -> str:
 
 SYMBOLS = {-7_000_001: "first", -7_000_002: "second", -7_000_003: "third", -7_000_004: "end",
            -7_000_005: "past end"}
-FIXTURE_TIMESTAMPS = (1_700_000_000_000, 1_700_000_001_000, 1_700_000_002_000)
+# The fixture's records carry the same timestamps on both brokers: the start of the current
+# minute minus 10 minutes, then 1 s apart (recent, so that no time-based retention removes them).
+# In requests they are symbols, translated like offsets: the three timestamps, just before the
+# first, just after the last.
+TIMESTAMP_SYMBOLS = (-8_000_001, -8_000_002, -8_000_003, -8_000_004, -8_000_005)
+
+
+def fixture_timestamps() -> tuple[int, int, int]:
+    base = int(time.time() // 60 * 60_000) - 600_000
+    return (base, base + 1000, base + 2000)
+
+
+def timestamp_symbols(stamps: tuple[int, int, int]) -> dict[int, int]:
+    return dict(zip(TIMESTAMP_SYMBOLS, [*stamps, stamps[0] - 1, stamps[-1] + 1], strict=True))
 _OFFSET_CHOICES: JsonSchema = {"anyOf": [
     {"enum": sorted(SYMBOLS)},
     {"enum": [-1, -2]},
     {"type": "integer", "minimum": 2**60, "maximum": 2**63 - 1},
 ]}
-_TIMESTAMP_CHOICES: JsonSchema = {"enum": [-1, -2, -3, *FIXTURE_TIMESTAMPS, FIXTURE_TIMESTAMPS[0] - 1,
-                                           FIXTURE_TIMESTAMPS[-1] + 1, 4_000_000_000_000]}
+_TIMESTAMP_CHOICES: JsonSchema = {"enum": [-1, -2, -3, *TIMESTAMP_SYMBOLS, 4_000_000_000_000]}
 # Request fields holding a log position of the broker's choosing, per API.
 OFFSET_PATHS: dict[int, tuple[str, ...]] = {
     1: ("topics.*.partitions.*.fetch_offset", "topics.*.partitions.*.log_start_offset"),
@@ -181,8 +193,10 @@ class Side:
         return host, int(port)
 
 
-def prepare_fixture(side: Side, check: Check, run_id: str, topic: str) -> None:
-    """Create the fixture topic on one broker and learn its offsets (the values of ``SYMBOLS``)."""
+def prepare_fixture(side: Side, check: Check, run_id: str, topic: str,
+                    stamps: tuple[int, int, int]) -> None:
+    """Create the fixture topic on one broker (records with timestamps ``stamps``) and learn its
+    offsets (the values of ``SYMBOLS``)."""
     from korvet.conformance.ops import Ops
     from korvet.conformance.records import Rec
 
@@ -191,13 +205,14 @@ def prepare_fixture(side: Side, check: Check, run_id: str, topic: str) -> None:
         ops = Ops(ctx)
         created = ops.create_topic(partitions=2, name=topic)
         base = ops.produce_ok(created, 0, [Rec(f"v{i}".encode(), key=f"k{i}".encode(), timestamp=ts)
-                                           for i, ts in enumerate(FIXTURE_TIMESTAMPS)])
+                                           for i, ts in enumerate(stamps)])
         end = ops.offset_of(created, 0, -1)
         _warm_up(ops)
     finally:
         ctx.close()
     side.symbols = dict(zip(sorted(SYMBOLS, reverse=True), [base, base + 1, base + 2, end, end + 5],
                             strict=True))
+    side.symbols.update(timestamp_symbols(stamps))
 
 
 def _warm_up(ops: Any) -> None:
@@ -209,7 +224,8 @@ def _warm_up(ops: Any) -> None:
     ops.init_producer_id(None)
 
 
-_OFFSET_KEYS = frozenset(path.rsplit(".", 1)[-1] for paths in OFFSET_PATHS.values() for path in paths)
+_OFFSET_KEYS = frozenset(path.rsplit(".", 1)[-1]
+                         for paths in (*OFFSET_PATHS.values(), *TIMESTAMP_PATHS.values()) for path in paths)
 
 
 def translate(value: Any, symbols: dict[int, int]) -> Any:
@@ -363,10 +379,22 @@ def diff_outcomes(steps: Sequence[Step], subject: list[Any], oracle: list[Any]) 
 # -- generation ----------------------------------------------------------------------
 
 
-def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Callable[[dict[str, Any]], bool]]:
-    from korvet.conformance.checks.generated import TARGETS
+def _delete_topics(schema: JsonSchema, topic: str) -> JsonSchema:
+    # Only names no one uses (and random topic ids, which name no topic): deleting nothing.
+    names = {"type": "string", "pattern": "^kc-fuzz-[a-z0-9]{0,10}$"}
+    schema = narrow(schema, "topic_names", {"type": "array", "items": names, "maxItems": 2})
+    return narrow(schema, "topics.*.name", {"anyOf": [{"type": "null"}, names]})
 
-    narrowing, wants = TARGETS[api_key]
+
+def _targets() -> dict[int, tuple[Any, Callable[[dict[str, Any]], bool] | None]]:
+    """The generated checks' narrowings, and two more that only the comparison needs."""
+    from korvet.conformance.checks.generated import TARGETS, _validate_only
+
+    return {**TARGETS, 33: (_validate_only, None), 20: (_delete_topics, None)}
+
+
+def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Callable[[dict[str, Any]], bool]]:
+    narrowing, wants = _targets()[api_key]
     schema = narrowing(request_schema(api_key, version, max_string=24, max_bytes=24, max_items=2), topic)
     # Request timeouts long enough that no answer depends on how fast a broker is (a CreateTopics
     # with timeout 0 times out on Kafka's controller, say); Produce's stays short, acks=-1 waits it out.
@@ -402,13 +430,16 @@ def explained(differences: list[Difference], profile: Profile) -> tuple[list[Dif
     return unexplained, excused
 
 
-def replay_document(subject: Side, oracle: Side, steps: Sequence[Step], differences: list[Difference]) -> str:
+def replay_document(subject: Side, oracle: Side, steps: Sequence[Step], differences: list[Difference],
+                    topic: str = "") -> str:
     """A replay file: ``korvet conformance --replay FILE --bootstrap S --oracle K`` sends it again."""
     return json.dumps({
         "korvet_replay": 1,
         "about": "requests that answer differently on the broker under test and on Apache Kafka; "
                  "offsets -7000001..-7000005 stand for the fixture's first, second, third record, its end "
-                 "and past its end, translated for each broker",
+                 "and past its end, timestamps -8000001..-8000005 for its records' three timestamps, just "
+                 "before and just after them, translated for each broker",
+        "fixture_topic": topic,
         "differences": [d.describe() for d in differences[:10]],
         "steps": [s.to_json() for s in steps],
     }, indent=1, default=str)
@@ -471,7 +502,7 @@ def explore(subject: Side, oracle: Side, api_key: int, versions: list[int], topi
             raise
         steps, differences = found[-1]  # the last failing example Hypothesis tried: the shrunk one
         outcome.first = differences
-        outcome.counterexample = replay_document(subject, oracle, steps, differences)
+        outcome.counterexample = replay_document(subject, oracle, steps, differences, topic)
     return outcome
 
 
@@ -485,8 +516,7 @@ DIFFERENTIAL_SOURCE = ("Apache Kafka's answers to the same requests (the oracle)
 def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: str,
                         examples: int = EXAMPLES_PER_API) -> tuple[list[Check], dict[str, str]]:
     """One check per API both brokers announce (``differential.<api>``), and the APIs left out with why."""
-    from korvet.conformance.checks.generated import TARGETS
-
+    targets = _targets()
     topic = f"kc-diff-{run_id}"
     state: dict[str, bool] = {}
     skipped: dict[str, str] = {}
@@ -494,14 +524,15 @@ def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: s
 
     def ensure_fixture(check: Check) -> None:
         if not state.get("ready"):
-            prepare_fixture(subject, check, run_id, topic)
-            prepare_fixture(oracle, check, run_id, topic)
+            stamps = fixture_timestamps()
+            prepare_fixture(subject, check, run_id, topic, stamps)
+            prepare_fixture(oracle, check, run_id, topic, stamps)
             state["ready"] = True
 
     for api_key in sorted(set(subject.apis.advertised) & set(oracle.apis.advertised)):
         name = api_name(api_key)
         versions = [v for v in subject.apis.usable(api_key) if v in oracle.apis.usable(api_key)]
-        if api_key not in TARGETS:
+        if api_key not in targets:
             skipped[name] = "no narrowing keeps its generated requests harmless on a shared broker"
             continue
         if not versions:
@@ -553,8 +584,14 @@ def replay(path: str, subject_bootstrap: str, oracle_bootstrap: str, profile: Pr
     run_id = uuid.uuid4().hex[:6]
     probe = Check(name="differential.replay", api="replay", asserts="Replay.", source="replay file",
                   fn=lambda ctx: None)
+    stamps = fixture_timestamps()
     for side in (subject, oracle):
-        prepare_fixture(side, probe, run_id, f"kc-diff-{run_id}")
+        prepare_fixture(side, probe, run_id, f"kc-diff-{run_id}", stamps)
+    # The requests named the fixture topic of the run that found them: name this run's instead.
+    old_topic = data.get("fixture_topic")
+    if old_topic:
+        steps = [Step.from_json(json.loads(json.dumps(s.to_json()).replace(old_topic, f"kc-diff-{run_id}")))
+                 for s in steps]
     got_subject, got_oracle = send_sequence(subject, steps), send_sequence(oracle, steps)
     unexplained, excused = explained(diff_outcomes(steps, got_subject, got_oracle), profile)
     lines = []

@@ -502,3 +502,52 @@ def test_histories_of_a_correct_log_have_no_anomalies(plan: list[tuple[str, int,
     for partition, entries in log.items():
         h.poll("c", [(("t", partition), offset, value) for offset, value in entries])
     assert analyse(h, drained=True).found() == {}
+
+
+# -- the differential mode's comparison -------------------------------------------------------
+
+
+def test_differential_compare_normalises_what_brokers_choose_and_reports_the_rest() -> None:
+    from korvet.conformance.differential import compare
+
+    kafka = {"throttle_time": 0, "topics": [
+        {"name": "b", "error_code": 0, "topic_id": "x",
+         "partitions": [{"partition_index": 0, "leader_id": 1}]},
+        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []}]}
+    same = {"throttle_time": 7, "topics": [
+        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []},
+        {"name": "b", "error_code": 0, "topic_id": "y",
+         "partitions": [{"partition_index": 0, "leader_id": 5}]}]}
+    assert compare(same, kafka, "Metadata") == [], "ids, broker ids and entry order may differ"
+    other = json.loads(json.dumps(same))
+    other["topics"][0]["error_code"] = 17
+    other["topics"][1]["partitions"].append({"partition_index": 1, "leader_id": 5})
+    found = {d.signature for d in compare(other, kafka, "Metadata")}
+    assert found == {"error code at Metadata.topics.*.error_code", "shape at Metadata.topics.*.partitions.*"}
+
+
+def test_differential_translates_symbols_only_in_offset_fields_and_filters_listings() -> None:
+    from korvet.conformance.differential import only_mentioned, translate
+
+    symbols = {-7_000_001: 1024, -8_000_001: 1_700_000_000_000}
+    request = {"topics": [{"partitions": [{"partition": -7_000_001, "fetch_offset": -7_000_001,
+                                            "timestamp": -8_000_001}]}]}
+    assert translate(request, symbols) == {"topics": [{"partitions": [
+        {"partition": -7_000_001, "fetch_offset": 1024, "timestamp": 1_700_000_000_000}]}]}
+    listing = {"topics": [{"name": "asked"}, {"name": "__consumer_offsets"}], "groups": [{"group_id": "g"}]}
+    assert only_mentioned(listing, {"asked"}) == {"topics": [{"name": "asked"}], "groups": []}
+
+
+def test_differential_excuses_match_field_paths_segment_by_segment() -> None:
+    profile = parse("profile: p\nabout: a\ndifferential:\n  dup:\n    fields: [Metadata.topics.*, '*.<t>']\n"
+                    "    reason: r\n    reference: s\n", "p")
+    assert profile.field_excuse("Metadata.topics.*") is not None
+    assert profile.field_excuse("Metadata.topics.*.error_code") is None
+    assert profile.field_excuse("Fetch.<t>") is not None
+
+
+def test_a_replay_step_survives_its_file() -> None:
+    from korvet.conformance.differential import Step
+
+    step = Step(1, 12, {"max_wait": 5, "topics": []}, ("append", 3), True)
+    assert Step.from_json(json.loads(json.dumps(step.to_json()))) == step
