@@ -59,6 +59,7 @@ class CheckResult:
     excuse_unneeded: bool = False
     # The last requests and responses of a check that did not pass.
     exchanges: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0  # seconds after the run started (when the check began)
 
     @property
     def family(self) -> str:
@@ -195,6 +196,7 @@ class _Run:
         self.running: dict[str, tuple[CheckContext, float]] = {}
         self.spans: list[tuple[str, float, float]] = []  # (check, started, ended) of finished checks
         self.last_alive = time.monotonic()
+        self.began = time.monotonic()
 
     def execute(self, check: Check) -> CheckResult:
         ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis)
@@ -204,7 +206,9 @@ class _Run:
         if self.on_event:
             self.on_event("start", check, None)
         try:
-            return run_check(check, ctx, self.profile)
+            result = run_check(check, ctx, self.profile)
+            result.started = round(began - self.began, 3)
+            return result
         finally:
             with self.lock:
                 self.running.pop(check.name, None)
