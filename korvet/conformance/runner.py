@@ -250,10 +250,16 @@ class _Run:
                     for check, result in finished:
                         self.publish(check, result)
                     continue
-                # The broker died: stop what still runs (closing its connections ends it at once).
+                # The broker died: stop what still runs (closing its connections ends raw-protocol
+                # checks at once) and restart the broker right away, so that real clients, which
+                # retry until their own timeouts, find it again and end soon too.
+                death = self.broker.death()
                 with self.lock:
                     for ctx, _ in self.running.values():
                         ctx.abort()
+                incident: dict[str, Any] = {"death": death, "suspects": [], "killers": [], "restarts": 0}
+                self.incidents.append(incident)
+                restarted = self.broker.restartable and self.restart(incident, [], [])
                 for future in list(in_flight):
                     future.result()
                 in_flight.clear()
@@ -261,21 +267,22 @@ class _Run:
                     # The check that started last before the death is the likeliest killer: try it first.
                     spans = sorted((s for s in self.spans if s[2] >= window_start), key=lambda s: -s[1])
                 suspects = list(dict.fromkeys(name for name, _, _ in spans if name in by_name))
-                self.after_death([by_name[n] for n in suspects], pending)
+                self.after_death(incident, [by_name[n] for n in suspects], pending, restarted)
 
-    def after_death(self, suspects: list[Check], pending: list[Check]) -> None:
-        death = self.broker.death()
+    def after_death(self, incident: dict[str, Any], suspects: list[Check], pending: list[Check],
+                    restarted: bool) -> None:
+        death = incident["death"]
         names = ", ".join(c.name for c in suspects) or "(none)"
-        incident: dict[str, Any] = {"death": death, "suspects": [c.name for c in suspects],
-                                    "killers": [], "restarts": 0}
-        self.incidents.append(incident)
+        incident["suspects"] = [c.name for c in suspects]
         self.on_note(f"the broker died while these checks ran: {names}\n{death}")
         if not self.broker.restartable:
             self.stop_run(incident, suspects, pending,
                           f"the broker at {self.broker.bootstrap} stopped answering while these checks ran: "
                           f"{names}; the suite did not start it, so it cannot restart it ({death})")
             return
-        if not self.restart(incident, suspects, pending):
+        # Restart again if the first restart failed, or a check still running then killed it again.
+        needs_restart = not restarted or not self.settled_alive()
+        if needs_restart and not self.restart(incident, suspects, pending):
             return
         for index, check in enumerate(suspects):
             result = self.execute(check)
@@ -318,7 +325,8 @@ class _Run:
         try:
             self.broker.restart()
         except BrokerError as exc:
-            self.stop_run(incident, unrun, pending, f"the broker could not be restarted: {exc}")
+            if unrun or pending:
+                self.stop_run(incident, unrun, pending, f"the broker could not be restarted: {exc}")
             return False
         incident["restarts"] += 1
         self.last_alive = time.monotonic()
