@@ -17,7 +17,12 @@ from korvet import __version__, config
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from korvet.server.app import run
+    try:
+        from korvet.server.app import run
+    except ModuleNotFoundError as exc:  # installed without the server extra (korvet[conformance] only)
+        print(f"korvet serve: {exc.name} is not installed; the broker needs the server dependencies: "
+              "pip install 'korvet[server]'", file=sys.stderr)
+        return 2
 
     try:
         settings = config.from_args(args)

@@ -2,8 +2,10 @@
 # Idempotent set-up behind `make run` and `make test`.
 #
 #   scripts/setup.sh run    the virtualenv with the broker, and redis-server
-#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, and the
-#                           pinned JVM jars from Maven Central
+#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, the
+#                           pinned JVM jars from Maven Central, and kfake-server
+#                           (franz-go's kfake, from the Go module proxy at the versions
+#                           scripts/kfake/go.mod pins, checked against go.sum)
 #
 # Each step checks first and does nothing when its work is already done.
 set -euo pipefail
@@ -77,7 +79,7 @@ ensure_venv() {
         return
     fi
     # A test install covers the run install, so a later `make run` does not reinstall.
-    if [ -z "$extras" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
+    if [ "$extras" = "server" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
         return
     fi
     local target="."
@@ -85,6 +87,44 @@ ensure_venv() {
     say "pip install -e '$target'"
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e "$target"
+    echo "$want" > "$stamp"
+}
+
+ensure_go() {
+    if ! command -v go >/dev/null 2>&1; then
+        apt_install golang-go
+    fi
+}
+
+# kfake-server (scripts/kfake): built again only when its sources or pins change.
+ensure_kfake() {
+    local want stamp=".kfake/.built"
+    want="$(cat scripts/kfake/main.go scripts/kfake/go.mod scripts/kfake/go.sum | sha256sum | cut -c1-16)"
+    if [ -x .kfake/kfake-server ] && [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    ensure_go
+    say "building kfake-server (franz-go's kfake, pinned in scripts/kfake/go.mod)"
+    mkdir -p .kfake
+    # -mod=readonly: the build uses exactly the versions of go.mod and fails if a hash in go.sum
+    # does not match what the module proxy serves. A Go older than go.mod's line fetches the
+    # toolchain it names (GOTOOLCHAIN=auto, Go >= 1.21).
+    (cd scripts/kfake && GOFLAGS=-mod=readonly GOTOOLCHAIN=auto go build -trimpath -o ../../.kfake/kfake-server .)
+    echo "$want" > "$stamp"
+}
+
+# Wheels of korvet[conformance]'s dependencies, so that a test can install the suite into a
+# fresh virtualenv without the network (tests/conformance/test_conformance_package.py).
+ensure_wheelhouse() {
+    local want stamp=".wheelhouse/.downloaded"
+    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    if [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    say "pip download korvet[conformance]'s dependencies into .wheelhouse"
+    rm -rf .wheelhouse && mkdir -p .wheelhouse
+    .venv/bin/python -m pip download -q -d .wheelhouse --only-binary=:all: \
+        $(.venv/bin/python scripts/requirements.py conformance) setuptools wheel
     echo "$want" > "$stamp"
 }
 
@@ -97,13 +137,15 @@ ensure_jars() {
 case "$mode" in
     run)
         ensure_redis
-        ensure_venv ""
+        ensure_venv "server"
         ;;
     test)
         ensure_redis
         ensure_test_packages
         ensure_venv "test,spark"
         ensure_jars $(.venv/bin/korvet jars list)
+        ensure_kfake
+        ensure_wheelhouse
         ;;
     *)
         say "usage: scripts/setup.sh run|test"

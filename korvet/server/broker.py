@@ -7,6 +7,7 @@ from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
+from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
@@ -133,4 +134,7 @@ class Broker:
 
     async def handle_api_versions(self, ctx: Connection,
                                   request: ApiVersionsRequest) -> ApiVersionsResponse:
+        if not api_versions.valid_client_software(request, ctx.api_version):
+            return api_versions.build_response(self.registry, ctx.api_version,
+                                               ErrorCode.invalid_request)
         return api_versions.build_response(self.registry, ctx.api_version)
