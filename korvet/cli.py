@@ -24,6 +24,8 @@ def _serve(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"korvet serve: {exc}", file=sys.stderr)
         return 2
+    for warning in settings.warnings:
+        print(f"korvet serve: warning: {warning}", file=sys.stderr)
     return run(settings)
 
 
