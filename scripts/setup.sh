@@ -2,8 +2,9 @@
 # Idempotent set-up behind `make run` and `make test`.
 #
 #   scripts/setup.sh run    the virtualenv with the broker, and redis-server
-#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, and the
-#                           pinned JVM jars from Maven Central
+#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, Maven, the
+#                           pinned JVM jars (resolved by Maven) and a wheelhouse of
+#                           the broker's dependencies (for the packaging test)
 #
 # Each step checks first and does nothing when its work is already done.
 set -euo pipefail
@@ -58,6 +59,8 @@ ensure_test_packages() {
     local missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
     command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+    # `korvet jars fetch` resolves the pinned jars with Maven (settings.xml and ~/.m2 apply)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"
     fi
@@ -88,6 +91,24 @@ ensure_venv() {
     echo "$want" > "$stamp"
 }
 
+ensure_wheelhouse() {
+    # Wheels of the broker's runtime dependencies in .venv/wheelhouse, so that the packaging
+    # test (tests/integration/test_packaging.py) installs the built wheel into a fresh
+    # virtualenv offline: pip install --no-index --find-links .venv/wheelhouse.
+    local want
+    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    local stamp=".venv/wheelhouse/.korvet-stamp"
+    if [ -f "$stamp" ] && grep -qx -- "$want" "$stamp" 2>/dev/null; then
+        return
+    fi
+    say "pip download the broker's dependencies into .venv/wheelhouse"
+    .venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > .venv/runtime-requirements.txt
+    .venv/bin/python -m pip download -q --only-binary=:all: -d .venv/wheelhouse \
+        -r .venv/runtime-requirements.txt
+    echo "$want" > "$stamp"
+}
+
 ensure_jars() {
     for set in "$@"; do
         .venv/bin/korvet jars fetch "$set"
@@ -103,6 +124,7 @@ case "$mode" in
         ensure_redis
         ensure_test_packages
         ensure_venv "test,spark"
+        ensure_wheelhouse
         ensure_jars $(.venv/bin/korvet jars list)
         ;;
     *)
