@@ -404,12 +404,19 @@ def _read_yaml(path: Path, loading: _Loading) -> None:
         raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
     if not isinstance(tree, Mapping):
         raise ConfigError(f"config file {path}: expected a mapping at the top")
-    # The original's files put everything under `korvet:`; ours need not.
+    # The original's files put everything under `korvet:`; ours need not. Beside `korvet:`,
+    # a Spring application file has other frameworks' keys: only the Actuator's port is ours.
     wrapped = tree.get("korvet")
-    entries = {**_flatten({k: v for k, v in tree.items() if k != "korvet"}),
-               **(_flatten(wrapped) if isinstance(wrapped, Mapping) else {})}
-    prefix = "korvet." if isinstance(wrapped, Mapping) else ""
     layer: dict[str, tuple[object, str]] = {}
+    entries = _flatten({k: v for k, v in tree.items() if k != "korvet"})
+    prefix = ""
+    if isinstance(wrapped, Mapping):
+        for key, value in entries.items():
+            if key in ("server.port", "management.server.port"):
+                _put(layer, _BY_NAME["http.port"], value, f"{path} key {key}")
+            else:
+                loading.notes.append(f"{path} key {key}: not under korvet:, ignored")
+        entries, prefix = _flatten(wrapped), "korvet."
     known = [*_BY_ANY_NAME, "topics[N]." + "|".join(TOPIC_FIELDS)]
     for key, value in entries.items():
         origin = f"{path} key {prefix}{key}"

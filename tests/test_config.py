@@ -78,6 +78,8 @@ def test_redis_cluster_is_refused_clearly_for_now() -> None:
 def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
     yaml_file = tmp_path / "application.yml"
     yaml_file.write_text(
+        "server:\n  port: 18080\n"
+        "spring:\n  application:\n    name: korvet\n"
         "korvet:\n"
         "  broker:\n    port: 19092\n    advertisedHost: kafka.example\n"
         "    max-request-bytes: 10MB\n"
@@ -90,6 +92,10 @@ def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
         "      configs:\n        max.message.bytes: '2097152'\n")
     loaded = config.load(yaml_path=yaml_file, env={"KORVET_TOPICS_1_PARTITIONS": "8"})
     assert loaded.get_int("broker.port") == 19092
+    assert loaded.get_int("http.port") == 18080  # Spring's server.port: the Actuator's
+    assert any("spring.application.name: not under korvet:, ignored" in w
+               for w in loaded.warnings)
+    assert config.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
     assert loaded.get_str("broker.advertised-host") == "kafka.example"  # relaxed binding
     assert loaded.get_int("broker.max-request-bytes") == 10 * 1024 * 1024
     assert loaded.source("redis.url") == f"{yaml_file} key korvet.redis.uri"

@@ -68,6 +68,8 @@ A deployment written for the original product (Korvet, Java) works unchanged:
 - **YAML**: the original's files put everything under `korvet:` (`korvet.broker.port`,
   `korvet.redis.uri`, `korvet.topics[N]...`); Korvet reads them as they are, and also the
   same keys without the `korvet:` level. Keys may be kebab-case, camelCase or snake_case.
+  Beside `korvet:`, a Spring application file's `server.port` / `management.server.port`
+  (the Actuator's port) set `http.port`; its other frameworks' keys are ignored with a note.
 - **Sizes and durations** may be written as the original writes them: `1MB`, `512KB`, `2GB`
   (binary units), `30s`, `5m`, `1h`, `7d`, `PT1H`; plain numbers are bytes or milliseconds.
 - **Unknown names**: a `KORVET_*` variable or a YAML key that is no setting is a warning
