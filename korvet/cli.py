@@ -4,7 +4,7 @@
     korvet spec check [MODULE]        model-check spec/*.tla with TLC
     korvet conformance --bootstrap H:P  the conformance suite against any Kafka-compatible broker
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
-    korvet jars fetch|list|classpath  the pinned JVM jars from Maven Central
+    korvet jars fetch|list|classpath  the pinned JVM jars, resolved by Maven
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def _serve(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"korvet serve: {exc}", file=sys.stderr)
         return 2
+    for warning in settings.warnings:
+        print(f"korvet serve: warning: {warning}", file=sys.stderr)
     return run(settings)
 
 
@@ -83,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_parser(commands)
     __import__("korvet.conformance.cli", fromlist=["add_parser"]).add_parser(commands)  # in progress
 
-    jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")
+    jars = commands.add_parser("jars", help="pinned JVM jars, resolved by Maven (mvn)")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)
     jar_commands.add_parser("list", help="list the jar sets")
     fetch = jar_commands.add_parser("fetch", help="download and verify jar sets (all by default)")

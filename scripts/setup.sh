@@ -2,10 +2,11 @@
 # Idempotent set-up behind `make run` and `make test`.
 #
 #   scripts/setup.sh run    the virtualenv with the broker, and redis-server
-#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, the
-#                           pinned JVM jars from Maven Central, and kfake-server
-#                           (franz-go's kfake, from the Go module proxy at the versions
-#                           scripts/kfake/go.mod pins, checked against go.sum)
+#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, Maven, the
+#                           pinned JVM jars (resolved by Maven), kfake-server (franz-go's
+#                           kfake, from the Go module proxy at the versions scripts/kfake/go.mod
+#                           pins, checked against go.sum), and a wheelhouse for the tests that
+#                           install Korvet into a fresh virtualenv without the network
 #
 # Each step checks first and does nothing when its work is already done.
 set -euo pipefail
@@ -60,6 +61,8 @@ ensure_test_packages() {
     local missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
     command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+    # `korvet jars fetch` resolves the pinned jars with Maven (settings.xml and ~/.m2 apply)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"
     fi
@@ -113,18 +116,19 @@ ensure_kfake() {
     echo "$want" > "$stamp"
 }
 
-# Wheels of korvet[conformance]'s dependencies, so that a test can install the suite into a
-# fresh virtualenv without the network (tests/conformance/test_conformance_package.py).
+# Wheels of korvet's base, its server and conformance extras and the build backend, so that
+# tests install the suite (tests/conformance/test_kafka_conformance.py) or the broker
+# (tests/integration/test_packaging.py) into a fresh virtualenv without the network.
 ensure_wheelhouse() {
     local want stamp=".wheelhouse/.downloaded"
     want="$(sha256sum pyproject.toml | cut -c1-16)"
     if [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
         return
     fi
-    say "pip download korvet[conformance]'s dependencies into .wheelhouse"
+    say "pip download korvet's dependencies into .wheelhouse"
     rm -rf .wheelhouse && mkdir -p .wheelhouse
     .venv/bin/python -m pip download -q -d .wheelhouse --only-binary=:all: \
-        $(.venv/bin/python scripts/requirements.py conformance) setuptools wheel
+        $(.venv/bin/python scripts/requirements.py server conformance) setuptools==84.2.1 wheel
     echo "$want" > "$stamp"
 }
 

@@ -8,7 +8,9 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -16,7 +18,9 @@ from redis.exceptions import RedisError
 from korvet.config import Config
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
+from korvet.server.http import HttpServer
 from korvet.server.listener import KafkaListener
+from korvet.server.operations import Health, Scraper, routes
 
 log = logging.getLogger("korvet")
 
@@ -25,20 +29,56 @@ class StartupError(RuntimeError):
     """The broker cannot start; the message says what to do."""
 
 
+def with_credentials(url: str, username: str = "", password: str = "") -> str:
+    """``url`` with redis.username / redis.password in it (they override the URL's own)."""
+    if not username and not password:
+        return url
+    parts = urlsplit(url)
+    user = quote(username, safe="") if username else (parts.username or "")
+    secret = quote(password, safe="") if password else (parts.password or "")
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:{secret}@{host}" if secret else f"{user}@{host}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def masked(url: str) -> str:
+    """The URL as it may be printed: any password replaced by ****."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:****@{netloc[-1]}", parts.path, parts.query,
+                       parts.fragment))
+
+
+def redis_choice(config: Config) -> str:
+    """Which Redis the broker uses and why, as `korvet serve` prints it at start."""
+    url = config.get_str("redis.url")
+    if url:
+        return f"Redis at {masked(url)} (from {config.source('redis.url')})"
+    return ("embedded Redis (the default: no redis.url was given by --redis-url, "
+            "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
+
+
 async def connect_redis(url: str) -> aioredis.Redis:
     client: aioredis.Redis = aioredis.from_url(url, decode_responses=False)
     try:
         info = await client.info("server")
     except (RedisError, OSError) as exc:
         await client.aclose()
-        raise StartupError(f"cannot reach Redis at {url}: {exc}") from exc
+        raise StartupError(f"cannot reach Redis at {masked(url)}: {exc}") from exc
     version = str(info.get("redis_version", "0"))
     head = version.split(".", 1)[0]
     major = int(head) if head.isdigit() else 0
     if major < MIN_REDIS_MAJOR:
         await client.aclose()
         raise StartupError(
-            f"Redis at {url} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
+            f"Redis at {masked(url)} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
             "(XADD with explicit ids, XINFO STREAM fields and functions it relies on)"
         )
     return client
@@ -47,7 +87,11 @@ async def connect_redis(url: str) -> aioredis.Redis:
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")
-    if not url:
+    print(f"korvet: using {redis_choice(config)}", file=sys.stderr, flush=True)
+    if url:
+        url = with_credentials(url, config.get_str("redis.username"),
+                               config.get_str("redis.password"))
+    else:
         embedded = EmbeddedRedis(
             data_dir=Path(config.get_str("data.dir")),
             binary=config.get_str("redis.server-binary"),
@@ -61,6 +105,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         log.info("embedded Redis started at %s (data in %s)", url, embedded.redis_dir)
     listener: KafkaListener | None = None
     broker: Broker | None = None
+    http: HttpServer | None = None
     try:
         client = await connect_redis(url)
         broker = Broker(config, client, redis_url=url)
@@ -70,6 +115,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
             host=config.get_str("broker.host"),
             port=config.get_int("broker.port"),
             max_request_bytes=config.get_int("broker.max-request-bytes"),
+            metrics=broker.metrics,
         )
         try:
             port = await listener.start()
@@ -79,16 +125,23 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
                 f"{exc.strerror or exc}"
             ) from exc
         broker.bound_port = port
+        if config.get_bool("http.enabled"):
+            serving = listener
+            http = await _start_http(config, broker, lambda: serving.serving)
+        # Written last: once the file exists, the Kafka port and the HTTP endpoint both answer.
         port_file = config.get_str("broker.port-file")
         if port_file:
             Path(port_file).write_text(f"{port}\n")
         log.info("Korvet listening on %s:%d (Redis %s, keyspace '%s')",
-                 config.get_str("broker.host"), port, url, config.get_str("redis.keyspace"))
+                 config.get_str("broker.host"), port, masked(url),
+                 config.get_str("redis.keyspace"))
         if ready is not None:
             ready.set()
         await _wait_for_stop_signal()
         log.info("stopping")
     finally:
+        if http is not None:
+            await http.close()
         if listener is not None:
             await listener.close()
         if broker is not None:
@@ -96,6 +149,26 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
             log.info("embedded Redis stopped")
+
+
+async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:
+    host = config.get_str("http.host") or config.get_str("broker.host")
+    health = Health(broker.services, live)
+    server = HttpServer(routes(health, Scraper(broker.services, broker.metrics, health),
+                               broker.metrics), host=host, port=config.get_int("http.port"))
+    try:
+        port = await server.start()
+    except OSError as exc:
+        raise StartupError(
+            f"cannot serve HTTP (probes and /metrics) on {host}:{config.get_int('http.port')}: "
+            f"{exc.strerror or exc}; set http.port (--http-port, KORVET_HTTP_PORT; 0 picks a "
+            "free port) or turn the endpoint off with --no-http-enabled") from exc
+    port_file = config.get_str("http.port-file")
+    if port_file:
+        Path(port_file).write_text(f"{port}\n")
+    log.info("HTTP endpoint on http://%s:%d (/health/liveness, /health/readiness, /metrics)",
+             host, port)
+    return server
 
 
 async def _wait_for_stop_signal() -> None:

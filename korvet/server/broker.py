@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -11,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
+from korvet.core.topic_declarations import exact_names
 from korvet.protocol import api_versions
 from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from korvet.protocol.registry import ApiRegistry
@@ -26,13 +28,16 @@ from korvet.server.handlers import (
     produce,
     topics,
 )
-from korvet.server.services import Services, topic_defaults
+from korvet.server.metrics import BrokerMetrics
+from korvet.server.services import Services, topic_defaults_for
 from korvet.storage.groups import GroupStore
 from korvet.storage.notifier import AppendNotifier
-from korvet.storage.redis_store import RedisStore
+from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
 
 ServiceHandler = Callable[[Services, Connection, Any], Awaitable[Any]]
+
+log = logging.getLogger("korvet.broker")
 
 
 class Broker:
@@ -40,13 +45,14 @@ class Broker:
         self.config = config
         self.redis = client
         self.redis_url = redis_url
+        self.metrics = BrokerMetrics()
         store = RedisStore(client, config.get_str("redis.keyspace"))
-        cache = TopicCache(store, topic_defaults(config))
+        cache = TopicCache(store, topic_defaults_for(config))
         notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
                                   lambda name: cache.invalidate(name or None),
                                   waiting_key=store.waiting_key)
         self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
-                                 bound_port=config.get_int("broker.port"))
+                                 bound_port=config.get_int("broker.port"), metrics=self.metrics)
         self.coordinator = GroupCoordinator(
             GroupStore(client, config.get_str("redis.keyspace")),
             core.Config(
@@ -57,10 +63,12 @@ class Broker:
             ),
             self.services.partition_ref,
             event_log=config.get_str("groups.event-log"),
+            on_step=self.metrics.coordinator_stepped,
         )
         self.services.coordinator = self.coordinator
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
+        self.services.topic_deleted_hooks.append(self.metrics.forget_topic)
         self.produce = produce.ProduceHandler(self.services)
         self.fetch = fetch.FetchHandler(self.services)
         self.registry: ApiRegistry[Connection] = ApiRegistry()
@@ -123,6 +131,19 @@ class Broker:
     async def start(self) -> None:
         await self.services.notifier.start()
         await self.coordinator.start()
+        await self._create_declared_topics()
+        self.metrics.name_apis((api.key, api.name) for api in self.registry)
+
+    async def _create_declared_topics(self) -> None:
+        """Topics declared by name (korvet.topics[N].name without '*') exist once the broker
+        has started; an existing topic is left as it is."""
+        for name in exact_names(self.config.topics):
+            partitions = self.services.default_partitions(name)
+            outcome, _ = await self.services.create_topic(name, partitions, {})
+            if outcome is CreateOutcome.CREATED:
+                log.info("created declared topic %r with %d partitions", name, partitions)
+            elif outcome is CreateOutcome.COLLIDES:
+                log.warning("declared topic %r collides with an existing topic; not created", name)
 
     async def close(self) -> None:
         await self.produce.close()

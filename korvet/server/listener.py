@@ -20,7 +20,9 @@ import contextlib
 import itertools
 import logging
 import socket
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from korvet.protocol import api_versions
 from korvet.protocol.frame_io import read_frame
@@ -39,12 +41,33 @@ class _Close(Exception):
     """Stop serving this connection; the message says why."""
 
 
+class ListenerMetrics(Protocol):
+    """What the listener reports (korvet/server/metrics.py's BrokerMetrics implements it)."""
+
+    def connection_opened(self) -> None: ...
+    def connection_closed(self) -> None: ...
+    def connection_refused(self) -> None: ...
+    def request_received(self, api_key: int, size: int) -> float: ...
+    def response_sent(self, api_key: int, size: int, started: float) -> None: ...
+    def request_failed(self) -> None: ...
+
+
+class _NoMetrics:
+    def connection_opened(self) -> None: pass
+    def connection_closed(self) -> None: pass
+    def connection_refused(self) -> None: pass
+    def request_received(self, api_key: int, size: int) -> float: return 0.0
+    def response_sent(self, api_key: int, size: int, started: float) -> None: pass
+    def request_failed(self) -> None: pass
+
+
 @dataclass
 class KafkaListener:
     registry: ApiRegistry[Connection]
     host: str = "127.0.0.1"
     port: int = 9092
     max_request_bytes: int = 100 * 1024 * 1024
+    metrics: ListenerMetrics = field(default_factory=_NoMetrics)
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
@@ -55,6 +78,11 @@ class KafkaListener:
         sock: socket.socket = self._server.sockets[0]
         port: int = sock.getsockname()[1]
         return port
+
+    @property
+    def serving(self) -> bool:
+        """Accepting connections (the liveness probe asks)."""
+        return self._server is not None and self._server.is_serving()
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(
@@ -82,9 +110,11 @@ class KafkaListener:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]))
+        self.metrics.connection_opened()
         try:
             await self._serve(conn, reader, writer)
         except _Close as reason:
+            self.metrics.connection_refused()
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
                         conn.client_id, reason)
         except ConnectionError:
@@ -92,8 +122,10 @@ class KafkaListener:
         except asyncio.CancelledError:
             pass
         except Exception:
+            self.metrics.request_failed()
             log.exception("closing connection %s after an unexpected error", conn.connection_id)
         finally:
+            self.metrics.connection_closed()
             self._connections.discard(task)
             conn.state.close()
             writer.close()
@@ -104,7 +136,7 @@ class KafkaListener:
                      writer: asyncio.StreamWriter) -> None:
         # Responses go out in request order through one queue; a Deferred response (a
         # Produce whose appends are in flight) lets the next requests be read meanwhile.
-        outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None] = asyncio.Queue(
+        outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None] = asyncio.Queue(
             maxsize=_MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(conn, outgoing, writer))
         decoder = FrameDecoder(max_size=self.max_request_bytes, min_size=REQUEST_MIN_SIZE,
@@ -135,7 +167,7 @@ class KafkaListener:
                 sender.cancel()
 
     async def _send(self, conn: Connection,
-                    outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None],
+                    outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None],
                     writer: asyncio.StreamWriter) -> None:
         """Write responses in request order; whatever is ready goes out in one write (each
         send is a system call, and on loopback it also pays for the receiver's side)."""
@@ -143,13 +175,12 @@ class KafkaListener:
             item = await outgoing.get()
             ready: list[bytes] = []
             while item is not None:
-                if isinstance(item, tuple):
-                    correlation_id, deferred = item
-                    response = await deferred.response
-                    if response is not None:
-                        ready.append(encode_response(correlation_id, response))
-                else:
+                if isinstance(item, bytes):
                     ready.append(item)
+                else:
+                    response = await item  # a Deferred response, encoded when it is ready
+                    if response is not None:
+                        ready.append(response)
                 if outgoing.empty():
                     break
                 item = outgoing.get_nowait()
@@ -161,7 +192,7 @@ class KafkaListener:
                 return
 
     async def _dispatch(self, conn: Connection,
-                        frame: bytes) -> bytes | tuple[int, Deferred] | None:
+                        frame: bytes) -> bytes | Awaitable[bytes | None] | None:
         try:
             api_key, version, correlation_id = peek_prefix(frame)
         except FrameError as exc:
@@ -178,6 +209,7 @@ class KafkaListener:
                 f"{api.name} version {version} is not supported "
                 f"(supported {api.min_version}..{api.max_version})"
             )
+        started = self.metrics.request_received(api_key, len(frame))
         try:
             request = parse_request(frame)
         except FrameError as exc:
@@ -193,7 +225,19 @@ class KafkaListener:
                       f" ({request.trailing} trailing bytes ignored)" if request.trailing else "")
         response = await api.handler(conn, request.body)
         if response is None:
+            self.metrics.response_sent(api_key, 0, started)
             return None
         if isinstance(response, Deferred):
-            return correlation_id, response
-        return encode_response(correlation_id, response)
+            return self._finish(api_key, correlation_id, response, started)
+        data = encode_response(correlation_id, response)
+        self.metrics.response_sent(api_key, len(data), started)
+        return data
+
+    async def _finish(self, api_key: int, correlation_id: int, deferred: Deferred,
+                      started: float) -> bytes | None:
+        response = await deferred.response
+        if response is None:
+            return None
+        data = encode_response(correlation_id, response)
+        self.metrics.response_sent(api_key, len(data), started)
+        return data

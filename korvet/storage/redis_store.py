@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from importlib import resources
@@ -145,7 +145,7 @@ class RedisStore:
         names = await self.redis.smembers(self.topics_key)
         return sorted(_text(n) for n in names)
 
-    async def list_topics(self, defaults: Mapping[str, str]) -> list[TopicInfo]:
+    async def list_topics(self, defaults: Callable[[str], Mapping[str, str]]) -> list[TopicInfo]:
         names = await self.list_topic_names()
         if not names:
             return []
@@ -153,7 +153,7 @@ class RedisStore:
         for name in names:
             pipe.hgetall(self.topic_key(name))
         hashes = await pipe.execute()
-        topics = [self._topic_from_hash(raw, defaults) for raw in hashes]
+        topics = [self._topic_from_hash(raw, defaults(name)) for name, raw in zip(names, hashes, strict=True)]
         return [t for t in topics if t is not None]
 
     async def topic_name_for_id(self, topic_id: str) -> str | None:

@@ -109,7 +109,25 @@ class FetchHandler:
             for w in wanted:
                 if w.error is ErrorCode.NONE:
                     w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
+        self._count(wanted, started)
         return _response(response_cls, ctx.api_version, wanted)
+
+    def _count(self, answered: list[PartitionFetch], started: float) -> None:
+        """Metrics: the request's latency under each of its topics, records and errors."""
+        metrics = self.services.metrics
+        elapsed = time.monotonic() - started
+        seen: set[str] = set()
+        for w in answered:
+            if w.error is not ErrorCode.NONE:
+                metrics.fetch_error(w.error)
+            if w.topic is None:
+                continue
+            series = metrics.topic(w.topic.name)
+            if w.taken:
+                series.fetch_records.inc(w.taken)
+            if w.topic.name not in seen:
+                seen.add(w.topic.name)
+                series.fetch_seconds.observe(elapsed)
 
     async def _plan(self, version: int, request: FetchRequest) -> list[PartitionFetch]:
         wanted: list[PartitionFetch] = []
