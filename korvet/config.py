@@ -29,6 +29,7 @@ class Setting:
     default: object
     help: str
     aliases: tuple[str, ...] = ()
+    kafka: str = ""  # Kafka's name for the same setting, accepted too (see kafka_forms)
 
     @property
     def attr(self) -> str:
@@ -39,13 +40,24 @@ class Setting:
         return "KORVET_" + self.attr.upper()
 
     @property
+    def kafka_forms(self) -> tuple[str, str, str]:
+        """Kafka's name as a YAML key, an environment variable and a flag:
+        ``socket.request.max.bytes``, ``KORVET_SOCKET_REQUEST_MAX_BYTES``,
+        ``--socket-request-max-bytes``. Empty strings when Kafka has no such setting."""
+        if not self.kafka:
+            return "", "", ""
+        flat = self.kafka.replace(".", "_").replace("-", "_")
+        return self.kafka, "KORVET_" + flat.upper(), "--" + flat.replace("_", "-")
+
+    @property
     def flag(self) -> str:
         return "--" + self.name.replace(".", "-").replace("_", "-")
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The short aliases first, then the full flag; each once."""
-        return tuple(dict.fromkeys((*self.aliases, self.flag)))
+        """The short aliases first, then the full flag, then Kafka's name; each once."""
+        kafka_flag = self.kafka_forms[2]
+        return tuple(dict.fromkeys((*self.aliases, self.flag, *((kafka_flag,) if kafka_flag else ()))))
 
 
 MiB = 1024 * 1024
@@ -60,8 +72,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", int, 0, "node id of this broker in Metadata responses"),
     Setting("broker.cluster-id", str, "korvet-cluster", "cluster id in Metadata responses"),
     Setting("broker.rack", str, "", "rack id in Metadata responses (empty: none)"),
+    # -- limits and backpressure (server/limits.py; Kafka's names accepted too) --------------
     Setting("broker.max-request-bytes", int, 100 * MiB,
-            "largest request frame accepted; larger frames close the connection"),
+            "largest request frame accepted; larger frames close the connection",
+            kafka="socket.request.max.bytes"),
+    Setting("broker.max-connections", int, 2**31 - 1,
+            "open client connections the broker accepts; more are closed at once",
+            kafka="max.connections"),
+    Setting("broker.max-connections-per-ip", int, 2**31 - 1,
+            "open client connections from one address; more are closed at once",
+            kafka="max.connections.per.ip"),
+    Setting("broker.max-pending-bytes", int, 64 * MiB,
+            "bytes of requests and responses in flight on one connection above which the "
+            "broker stops reading from it (the original's max-pending-bytes)"),
+    Setting("broker.resume-pending-bytes", int, 32 * MiB,
+            "a connection stopped by max-pending-bytes is read again below this many bytes"),
+    Setting("broker.connections-max-idle-ms", int, 600_000,
+            "close a connection with no request and nothing in flight for this long (0: never)",
+            kafka="connections.max.idle.ms"),
+    Setting("fetch.max-sessions", int, 1000,
+            "incremental fetch sessions (KIP-227) the broker keeps; 0 turns sessions off",
+            kafka="max.incremental.fetch.session.cache.slots"),
+    # -- end of limits ------------------------------------------------------------------------
     Setting("broker.port-file", str, "",
             "write the bound port to this file once listening (for scripts and tests)",
             ("--port-file",)),
@@ -103,6 +135,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
+_BY_YAML_KEY = {**{s.kafka: s for s in SETTINGS if s.kafka}, **_BY_NAME}
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +225,15 @@ def load(
         if not isinstance(tree, Mapping):
             raise ConfigError(f"config file {path}: expected a mapping at the top")
         for name, value in _flatten(tree).items():
-            if name not in _BY_NAME:
+            if name not in _BY_YAML_KEY:
                 raise ConfigError(f"config file {path}: unknown setting {name!r}")
-            values[name] = _coerce(_BY_NAME[name], value)
+            setting = _BY_YAML_KEY[name]
+            values[setting.name] = _coerce(setting, value)
     environ = os.environ if env is None else env
     for setting in SETTINGS:
-        if setting.env in environ:
-            values[setting.name] = _coerce(setting, environ[setting.env])
+        for variable in (setting.kafka_forms[1], setting.env):  # Korvet's name wins
+            if variable and variable in environ:
+                values[setting.name] = _coerce(setting, environ[variable])
     for name, value in (overrides or {}).items():
         if value is None:
             continue
@@ -222,12 +257,25 @@ def validate(config: Config) -> None:
         raise ConfigError("redis.appendfsync must be one of always, everysec, no, off")
     if config.get_int("redis.aof-rewrite-min-mb") < 1:
         raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
-    if config.get_int("broker.max-request-bytes") < 1024:
-        raise ConfigError("broker.max-request-bytes must be at least 1024")
+    _validate_limits(config)
     lo = config.get_int("groups.min-session-timeout-ms")
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
+
+
+def _validate_limits(config: Config) -> None:
+    if config.get_int("broker.max-request-bytes") < 1024:
+        raise ConfigError("broker.max-request-bytes (socket.request.max.bytes) must be at least 1024")
+    for name in ("broker.max-connections", "broker.max-connections-per-ip"):
+        if config.get_int(name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    high = config.get_int("broker.max-pending-bytes")
+    low = config.get_int("broker.resume-pending-bytes")
+    if not 0 <= low <= high:
+        raise ConfigError("broker.resume-pending-bytes must be within 0..broker.max-pending-bytes")
+    if config.get_int("fetch.max-sessions") < 0:
+        raise ConfigError("fetch.max-sessions must not be negative")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

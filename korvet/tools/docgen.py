@@ -30,6 +30,11 @@ topics:
   default-partitions: 3
 ```
 
+Settings that Kafka has too also answer to Kafka's name (marked "Kafka:" below): as a YAML
+key (`socket.request.max.bytes: 1048576`), as `KORVET_` plus that name in capitals
+(`KORVET_SOCKET_REQUEST_MAX_BYTES`) and as a flag (`--socket-request-max-bytes`). Korvet's
+own name wins when both are given.
+
 `korvet serve --help` prints the same list. Every setting:
 
 | setting | flags | environment | default | meaning |
@@ -60,7 +65,9 @@ def render() -> str:
     for s in config.SETTINGS:
         default = repr(s.default) if s.default != "" else "(unset)"
         flags = ", ".join(f"`{f}`" for f in s.flags)
-        rows.append(f"| `{s.name}` | {flags} | `{s.env}` | `{default}` | {s.help} |")
+        env = f"`{s.env}`" + (f", `{s.kafka_forms[1]}`" if s.kafka else "")
+        meaning = s.help + (f" (Kafka: `{s.kafka}`)" if s.kafka else "")
+        rows.append(f"| `{s.name}` | {flags} | {env} | `{default}` | {meaning} |")
     topic_rows = []
     for d in topics.CONFIG_DEFS:
         effect = d.doc if d.effective else f"*no effect*: {d.doc}"
