@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from korvet.config import Config
 from korvet.core import coordinator as core
+from korvet.core.fetch_session import SessionConfig
 from korvet.protocol import api_versions
 from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from korvet.protocol.registry import ApiRegistry
@@ -61,7 +62,8 @@ class Broker:
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.produce = produce.ProduceHandler(self.services)
-        self.fetch = fetch.FetchHandler(self.services)
+        self.fetch = fetch.FetchHandler(
+            self.services, SessionConfig(slots=config.get_int("fetch.max-sessions")))
         self.registry: ApiRegistry[Connection] = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
