@@ -17,6 +17,7 @@ from korvet.protocol.registry import ApiRegistry
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers import (
+    admin,
     cluster,
     configs,
     fetch,
@@ -69,6 +70,18 @@ class Broker:
                                self.handle_api_versions)
         self.registry.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
         self.registry.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
+        self.admin = admin.AdminHandler(self.services, redis_url)
+        for key, name, versions, admin_handler in (
+            (admin.DELETE_RECORDS, "DeleteRecords", admin.DELETE_RECORDS_VERSIONS,
+             self.admin.delete_records),
+            (admin.DESCRIBE_LOG_DIRS, "DescribeLogDirs", admin.DESCRIBE_LOG_DIRS_VERSIONS,
+             self.admin.describe_log_dirs),
+            (admin.DESCRIBE_PRODUCERS, "DescribeProducers", admin.DESCRIBE_PRODUCERS_VERSIONS,
+             self.admin.describe_producers),
+            (admin.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions",
+             admin.DESCRIBE_TOPIC_PARTITIONS_VERSIONS, self.admin.describe_topic_partitions),
+        ):
+            self.registry.register(key, name, versions, admin_handler)
         for key, name, versions, handler in (
             (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
             (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),
