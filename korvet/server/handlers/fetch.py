@@ -110,13 +110,14 @@ class FetchHandler:
         started = time.monotonic()
         limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
                                       getattr(request, "max_bytes", None))
-        edit, plan = sessions.on_request(self.sessions, _session_request(ctx.api_version, request),
-                                         self.services.now_ms())
+        asked = _session_request(ctx.api_version, request)
+        edit, plan = sessions.on_request(self.sessions, asked, self.services.now_ms())
         sessions.apply_edit(self.sessions, edit)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("fetch session %d epoch %d: %s %s, %d partitions to read",
-                      getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-                      plan.context.value, plan.error.name, len(plan.partitions))
+            log.debug("fetch session %d epoch %d: %s %s, %d partitions named, %d forgotten, "
+                      "%d to read", asked.session_id, asked.epoch, plan.context.value,
+                      plan.error.name, len(asked.partitions), len(asked.forgotten),
+                      len(plan.partitions))
         if plan.context is sessions.Context.ERROR:
             return make(response_cls, throttle_time=0, error_code=plan.error, session_id=0,
                         responses=())
@@ -136,12 +137,23 @@ class FetchHandler:
                                       w.log_start_offset, bool(w.records)) for w in wanted],
             self.services.now_ms(), self._new_session_id())
         sessions.apply_edit(self.sessions, edit)
+        if plan.context is sessions.Context.FULL:
+            self._log_new_session(answer.session_id, len(plan.partitions), len(edit.remove))
         if answer.error is not ErrorCode.NONE:
             return make(response_cls, throttle_time=0, error_code=answer.error,
                         session_id=answer.session_id, responses=())
         self._read_ahead(ctx, self._next_order(answer.session_id, wanted), limits)
         carried = [w for w, keep in zip(wanted, answer.included, strict=True) if keep]
         return _response(response_cls, ctx.api_version, carried, answer.session_id)
+
+    def _log_new_session(self, session_id: int, partitions: int, evicted: int) -> None:
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        if session_id:
+            log.debug("fetch session %d opened (%d partitions; %d sessions held, %d evicted)",
+                      session_id, partitions, len(self.sessions), evicted)
+        else:
+            log.debug("no fetch session slot free (%d sessions held)", len(self.sessions))
 
     def _new_session_id(self) -> int:
         while True:
