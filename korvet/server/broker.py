@@ -70,7 +70,7 @@ class Broker:
                                self.handle_api_versions)
         self.registry.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
         self.registry.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
-        self.admin = admin.AdminHandler(self.services, redis_url)
+        self.admin = admin.AdminHandler(self.services, redis_url, self.fetch.log_start_moved)
         for key, name, versions, admin_handler in (
             (admin.DELETE_RECORDS, "DeleteRecords", admin.DELETE_RECORDS_VERSIONS,
              self.admin.delete_records),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -71,9 +72,11 @@ def log_dir_name(redis_url: str, keyspace: str) -> str:
 class AdminHandler:
     """The four admin APIs of one broker."""
 
-    def __init__(self, services: Services, redis_url: str) -> None:
+    def __init__(self, services: Services, redis_url: str,
+                 log_start_moved: Callable[[], None] = lambda: None) -> None:
         self.services = services
         self.store = AdminStore(services.store)
+        self.log_start_moved = log_start_moved  # the Fetch handler drops its read-ahead
         self.log_dir = log_dir_name(redis_url, services.config.get_str("redis.keyspace"))
 
     # -- DeleteRecords -------------------------------------------------------------------
@@ -105,6 +108,7 @@ class AdminHandler:
             if not outcome.ok or outcome.low_watermark <= start:
                 return outcome.error, outcome.low_watermark
             done, low = await self.store.raise_log_start(topic, partition, outcome.low_watermark)
+            self.log_start_moved()
         except (RedisError, OSError) as exc:
             log.warning("DeleteRecords on %s-%d failed: %s", topic.name, partition, exc)
             return CoreError.KAFKA_STORAGE_ERROR, rules.NO_LOW_WATERMARK

@@ -97,7 +97,12 @@ class FetchHandler:
         self.estimates = rules.SizeEstimate()
         self.session_config = session_config
         self.sessions: dict[int, sessions.Session] = {}
+        # Bumped when DeleteRecords moves a log start: read-ahead prepared before is not used.
+        self.log_start_moves = 0
         self._background: set[asyncio.Task[None]] = set()
+
+    def log_start_moved(self) -> None:
+        self.log_start_moves += 1
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -191,7 +196,8 @@ class FetchHandler:
 
     async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
                                      limits: rules.FetchLimits) -> PreparedFetch:
-        prepared = ctx.state.read_ahead.take(_signature(wanted, limits.max_bytes))
+        prepared = ctx.state.read_ahead.take(
+            _signature(wanted, limits.max_bytes, self.log_start_moves))
         if prepared is not None:
             try:
                 done, done_used = await prepared
@@ -264,7 +270,7 @@ class FetchHandler:
                                     w.next_offset if w.next_offset >= 0 else w.offset,
                                     w.max_bytes)
                      for w in answered]
-        signature = _signature(following, limits.max_bytes)
+        signature = _signature(following, limits.max_bytes, self.log_start_moves)
         if signature is None:
             return
 
@@ -298,14 +304,16 @@ class FetchHandler:
             task.add_done_callback(self._background.discard)
 
 
-def _signature(wanted: list[PartitionFetch], max_bytes: int) -> Hashable | None:
-    """What a request asks for, to match a prepared response (None: not preparable)."""
+def _signature(wanted: list[PartitionFetch], max_bytes: int,
+               log_start_moves: int) -> Hashable | None:
+    """What a request asks for, to match a prepared response (None: not preparable); a
+    DeleteRecords in between (``log_start_moves``) makes the prepared one stale."""
     parts = []
     for w in wanted:
         if w.topic is None or not w.readable:
             return None
         parts.append((w.topic.topic_id, w.partition, w.offset, w.max_bytes))
-    return max_bytes, tuple(parts)
+    return log_start_moves, max_bytes, tuple(parts)
 
 
 def _session_request(version: int, request: FetchRequest) -> sessions.FetchRequested:
