@@ -154,8 +154,9 @@ class KafkaListener:
             if sender is not None and sender.done():
                 sender.result()  # a failure in a deferred response closes the connection
             elif sender is not None and outgoing is not None:
-                await outgoing.put(None)
+                # Bounded: a sender that died (the client went away) leaves a full queue.
                 with contextlib.suppress(Exception):
+                    await asyncio.wait_for(outgoing.put(None), 10)
                     await asyncio.wait_for(sender, 10)
                 sender.cancel()
 
