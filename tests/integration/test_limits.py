@@ -196,6 +196,7 @@ def test_connections_over_the_broker_and_address_limits_are_closed(strict: Korve
             return bool(client.request(request(18, 0)).error_code == 0)
         return False
 
+    baseline = open_fds(broker_pid(strict))
     clients: list[WireClient] = []
     try:
         clients = [connect("127.0.0.1") for _ in range(4)]
@@ -215,6 +216,11 @@ def test_connections_over_the_broker_and_address_limits_are_closed(strict: Korve
     finally:
         for c in clients:
             c.close()
+    # The broker releases a closed connection's slot when it reads the close: wait for that
+    # (before the next test counts connections.
+    deadline = time.monotonic() + 5
+    while open_fds(broker_pid(strict)) > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
     log = strict.log_tail(100)
     assert "connection(s) over max.connections.per.ip" in log
     assert "connection(s) over max.connections " in log
@@ -229,6 +235,40 @@ def test_idle_connections_are_closed_and_busy_ones_kept(strict: KorvetProcess) -
             time.sleep(0.25)
         assert idle.is_closed_by_peer(wait=1.0), "an idle connection outlived the idle timeout"
         assert busy.request(request(18, 0)).error_code == 0
+
+
+def test_a_client_that_stops_reading_is_closed_as_idle(strict: KorvetProcess,
+                                                       unique_name: str) -> None:
+    create_topic(strict.bootstrap, unique_name, 1)
+    with WireClient(strict.bootstrap) as producer:
+        for _ in range(256):  # 1 MiB in requests under this broker's 4 KiB frame limit
+            response = producer.request(produce_request(unique_name, {0: batch(1, size=3900)}))
+            assert response.responses[0].partition_responses[0].error_code == 0
+        start, _ = list_offsets(producer, unique_name, 0, -2)
+    fetch = encode_request(fetch_request(unique_name, 0, start, max_bytes=4 * MiB,
+                                         partition_max_bytes=4 * MiB), 1)
+    pid = broker_pid(strict)
+    time.sleep(0.5)  # the connections above are gone
+    baseline = open_fds(pid)
+    quiet = socket.create_connection(("127.0.0.1", strict.port))
+    quiet.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        quiet.settimeout(0.5)
+        with contextlib.suppress(TimeoutError, BlockingIOError):
+            for _ in range(32):  # each answered with 1 MiB it never reads
+                quiet.sendall(fetch)
+        time.sleep(0.5)
+        assert open_fds(pid) == baseline + 1, "the broker does not hold the connection"
+        # The broker answers for a second or two, then its writes stall; 1 s later (the idle
+        # timeout) it closes the connection and drops the unsent responses (its kernel then
+        # delivers what it had buffered, and a FIN, whenever the client reads).
+        deadline = time.monotonic() + 8
+        while open_fds(pid) > baseline and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert open_fds(pid) <= baseline, "a connection that stopped reading was kept open"
+    finally:
+        quiet.close()
+    assert served(strict)
 
 
 def test_kafkas_socket_request_max_bytes_name_limits_frames(strict: KorvetProcess) -> None:
