@@ -120,9 +120,10 @@ def test_a_group_forms_only_once_redis_takes_its_writes(logged_korvet: KorvetPro
             _poll([first, second], 1, timeout=6)
             assert second.assignment() == [], "an assignment revealed while Redis refused it"
             with WireClient(bootstrap) as wire:
+                six_s = i32Timedelta.parse(datetime.timedelta(milliseconds=6000))
                 joined = wire.request(JoinGroupRequest(
-                    group_id=GroupId(f"{group}-new"), session_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=6000)),
-                    rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=6000)), member_id="",
+                    group_id=GroupId(f"{group}-new"), session_timeout=six_s,
+                    rebalance_timeout=six_s, member_id="",
                     group_instance_id=None, protocol_type="consumer",
                     protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),)))
                 assert joined.error_code == ErrorCode.coordinator_not_available
