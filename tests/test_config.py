@@ -169,13 +169,13 @@ def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Pa
     assert loaded.get_int("broker.max-connections-per-ip") == 7
     assert loaded.get_int("broker.connections-max-idle-ms") == 1234
     assert loaded.get_int("fetch.max-sessions") == 3
-    # Korvet's own name wins over Kafka's when both are set.
-    both = config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
-                            "KORVET_BROKER_MAX_REQUEST_BYTES": "8192"})
-    assert both.get_int("broker.max-request-bytes") == 8192
-    flags = {s.name: s.flags for s in config.SETTINGS}
-    assert "--socket-request-max-bytes" in flags["broker.max-request-bytes"]
-    assert "--max-connections-per-ip" in flags["broker.max-connections-per-ip"]
+    # Both names set to different values is an error naming both (one setting, two names).
+    with pytest.raises(config.ConfigError, match="KORVET_SOCKET_REQUEST_MAX_BYTES"):
+        config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+                         "KORVET_BROKER_MAX_REQUEST_BYTES": "8192"})
+    same = config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+                            "KORVET_BROKER_MAX_REQUEST_BYTES": "4096"})
+    assert same.get_int("broker.max-request-bytes") == 4096
 
 
 @pytest.mark.parametrize(("env", "message"), [
