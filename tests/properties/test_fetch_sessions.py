@@ -420,6 +420,15 @@ def test_an_error_is_sent_every_time_and_the_partition_again_when_it_clears() ->
     assert results[0].error is ErrorCode.NONE and answer.included == (True,)
 
 
+def test_a_full_request_naming_no_partition_opens_no_session() -> None:
+    """Found by the stateful test: a consumer that drops every partition and fetches in full
+    used to get an empty session, which the table then held until evicted."""
+    broker = _broker()
+    _, _, answer = broker.exchange(fs.FetchRequested(0, 0, False, ()))
+    assert answer.session_id == fs.INVALID_SESSION_ID
+    assert not broker.sessions
+
+
 def test_forgetting_every_partition_closes_the_session() -> None:
     broker = _broker()
     session_id = _open(broker, _p("a", 0, 0))
