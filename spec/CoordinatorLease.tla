@@ -140,27 +140,46 @@ Commit(b) == /\ Owns(b)
                    /\ net' = net \cup {Write(b, copy)}
              /\ UNCHANGED <<now, off, lease, held, saved, accepted, assigned, highToken, regress>>
 
-\* Redis runs the fenced write script. A refused write tells its broker, if it still
-\* waits for it, that it lost the group.
-Apply(w) == /\ net' = net \ {w}
-            /\ IF ~Fenced \/ w.token = lease.token
-               THEN /\ saved' = [gen |-> w.gen, assign |-> w.assign, committed |-> w.committed]
-                    /\ accepted' = accepted \cup {<<w.token, w.from>>}
-                    /\ assigned' = assigned \cup {<<w.gen, p, w.assign[p]>> :
-                                                  p \in {q \in Partitions : w.assign[q] # NoMember}}
-                    /\ highToken' = IF w.token > highToken THEN w.token ELSE highToken
-                    /\ regress' = (regress \/ w.token < highToken \/ w.gen < saved.gen
-                                   \/ w.committed < saved.committed)
-                    /\ UNCHANGED <<held, mem>>
-               ELSE /\ IF held[w.from].token = w.token THEN Drop(w.from) ELSE UNCHANGED <<held, mem>>
-                    /\ UNCHANGED <<saved, accepted, assigned, highToken, regress>>
-            /\ UNCHANGED <<now, off, lease>>
+\* The broker learns that it lost the group if its write carrying its current token
+\* failed.
+ForgetIf(b, c) == /\ held' = [held EXCEPT ![b] = IF c THEN NoHeld ELSE @]
+                  /\ mem' = [mem EXCEPT ![b] = IF c THEN Empty ELSE @]
+
+\* Redis runs the fenced write script and applies the write: its token is the lease's
+\* (or, with Fenced = FALSE, whatever it is).
+\* A broker has at most one write in flight per token: (sender, token) names a write.
+InFlight(b, t) == \E w \in net : w.from = b /\ w.token = t
+Msg(b, t) == CHOOSE w \in net : w.from = b /\ w.token = t
+
+ApplyW(w) == /\ (~Fenced \/ w.token = lease.token)
+             /\ net' = net \ {w}
+             /\ saved' = [gen |-> w.gen, assign |-> w.assign, committed |-> w.committed]
+             /\ accepted' = accepted \cup {<<w.token, w.from>>}
+             /\ assigned' = assigned \cup {<<w.gen, p, w.assign[p]>> :
+                                           p \in {q \in Partitions : w.assign[q] # NoMember}}
+             /\ highToken' = IF w.token > highToken THEN w.token ELSE highToken
+             /\ regress' = (regress \/ w.token < highToken \/ w.gen < saved.gen
+                            \/ w.committed < saved.committed)
+             /\ UNCHANGED <<now, off, lease, held, mem>>
+
+\* The script refuses a write with a stale token; a broker still waiting for it learns
+\* that it lost the group.
+RefuseW(w) == /\ Fenced
+              /\ w.token # lease.token
+              /\ net' = net \ {w}
+              /\ ForgetIf(w.from, held[w.from].token = w.token)
+              /\ UNCHANGED <<now, off, lease, saved, accepted, assigned, highToken, regress>>
 
 \* A write that never reaches Redis (the connection broke): its broker, if it still
 \* waits for it, sees the error and drops the group.
-Lose(w) == /\ net' = net \ {w}
-           /\ IF held[w.from].token = w.token THEN Drop(w.from) ELSE UNCHANGED <<held, mem>>
-           /\ UNCHANGED <<now, off, lease, saved, accepted, assigned, highToken, regress>>
+LoseW(w) == /\ net' = net \ {w}
+            /\ ForgetIf(w.from, held[w.from].token = w.token)
+            /\ UNCHANGED <<now, off, lease, saved, accepted, assigned, highToken, regress>>
+
+\* The write of broker b with token t reaches Redis, or is lost.
+Apply(b, t) == InFlight(b, t) /\ ApplyW(Msg(b, t))
+Refuse(b, t) == InFlight(b, t) /\ RefuseW(Msg(b, t))
+Lose(b, t) == InFlight(b, t) /\ LoseW(Msg(b, t))
 
 \* The broker stops waiting for its write's answer (timeout, broken connection): not
 \* knowing whether it landed, it drops the group; its next grant has a new token.
@@ -175,7 +194,7 @@ Next == \/ Tick
               \/ Commit(b) \/ GiveUp(b)
               \/ \E a \in Assignments : Rebalance(b, a)
               \/ \E d \in -Drift..Drift : Skew(b, d)
-        \/ \E w \in net : Apply(w) \/ Lose(w)
+        \/ \E b \in Brokers, t \in 1..MaxToken : Apply(b, t) \/ Refuse(b, t) \/ Lose(b, t)
 
 Spec == Init /\ [][Next]_vars
 
@@ -191,6 +210,10 @@ TypeOK == /\ now \in 0..MaxTime
 
 \* At most one broker's writes are accepted per token.
 OneWriterPerToken == \A x, y \in accepted : x[1] = y[1] => x[2] = y[2]
+
+\* What makes (sender, token) name a write in `net`.
+OneWritePerTokenInFlight ==
+    \A w1, w2 \in net : w1.from = w2.from /\ w1.token = w2.token => w1 = w2
 
 \* Accepted tokens never decrease, and neither do the generation and the committed
 \* offset in Redis.
