@@ -186,7 +186,10 @@ class GroupCoordinator:
             if not future.done():
                 future.set_exception(CoordinatorUnavailable("the broker is stopping"))
         self._waiting.clear()
-        clean = await self._leave_clean_mark() if self._tasks else False
+        # Several brokers: the others still write after this one stops, so its mark could
+        # not vouch for their writes; none is left (a Redis restart then raises generations).
+        clean = (await self._leave_clean_mark() if self._tasks and self.ownership is None
+                 else False)
         self._log({"t": self._clock(), "stop": "clean" if clean else "unmarked"})
         if self._event_log is not None:
             self._event_log.close()
