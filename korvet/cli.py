@@ -5,6 +5,7 @@
     korvet conformance --bootstrap H:P  the conformance suite against any Kafka-compatible broker
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
     korvet jars fetch|list|classpath  the pinned JVM jars from Maven Central
+    korvet users add|list|delete      SASL/SCRAM users (docs/users/security.md)
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_cli.add_parser(commands)
     bench_cli.add_parser(commands)
     __import__("korvet.conformance.cli", fromlist=["add_parser"]).add_parser(commands)  # in progress
+    from korvet import users
+
+    users.add_parser(commands)
 
     jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

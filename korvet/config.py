@@ -100,7 +100,96 @@ SETTINGS: tuple[Setting, ...] = (
             "append every coordinator input and output to this file (NDJSON); empty: off"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",
             ("--log-level",)),
+    # the security settings follow (SECURITY_SETTINGS)
 )
+
+# --- security (docs/users/security.md) ------------------------------------------------------
+# Listeners, TLS, SASL, ACLs, tenants and the Redis connection's credentials. The names
+# follow the original product's (korvet.broker.tls, cert-file, key-file, client-auth-required,
+# trust-cert-file, sasl.enabled, sasl.mechanisms: their KORVET_BROKER_* variables are these
+# settings' variables) and Kafka's (listeners, advertised.listeners, super.users, ...: the
+# YAML keys in KAFKA_STYLE_NAMES). ``list`` settings take a comma-separated string or, in
+# YAML, a list (or a mapping, for security.tenants).
+SECURITY_SETTINGS: tuple[Setting, ...] = (
+    Setting("broker.listeners", list, "",
+            "listeners as NAME://host:port, comma-separated (Kafka's `listeners`; a NAME that is "
+            "not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL takes its protocol from "
+            "broker.listener-security-protocol-map); empty: one listener on broker.host:"
+            "broker.port, PLAINTEXT unless broker.tls / broker.sasl.enabled say otherwise",
+            ("--listeners",)),
+    Setting("broker.advertised-listeners", str, "",
+            "NAME://host:port per listener: the address Metadata gives that listener's clients "
+            "(Kafka's `advertised.listeners`; default: the listener's own address)"),
+    Setting("broker.listener-security-protocol-map", str, "",
+            "NAME:PROTOCOL pairs, e.g. INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL "
+            "(Kafka's `listener.security.protocol.map`)"),
+    Setting("broker.listeners-file", str, "",
+            "write {listener name: bound port} as JSON to this file once listening (scripts, tests)"),
+    Setting("broker.tls", bool, False,
+            "the default listener (no broker.listeners) speaks TLS: SSL, or SASL_SSL with "
+            "broker.sasl.enabled"),
+    Setting("broker.cert-file", str, "", "PEM certificate chain of the broker (TLS listeners)"),
+    Setting("broker.key-file", str, "", "PEM private key of broker.cert-file"),
+    Setting("broker.key-password", str, "", "password of broker.key-file, if it is encrypted"),
+    Setting("broker.trust-cert-file", str, "",
+            "PEM CA certificates that sign client certificates (mTLS on TLS listeners)"),
+    Setting("broker.client-auth-required", bool, False,
+            "TLS listeners require a client certificate signed by broker.trust-cert-file "
+            "(Kafka's ssl.client.auth=required); an SSL listener's principal is then the "
+            "certificate's subject, User:CN=...,O=..."),
+    Setting("broker.client-auth", str, "",
+            "none, requested or required (Kafka's ssl.client.auth; required is also "
+            "broker.client-auth-required=true)"),
+    Setting("broker.sasl.enabled", bool, False,
+            "the default listener (no broker.listeners) requires SASL: SASL_PLAINTEXT, or "
+            "SASL_SSL with broker.tls"),
+    Setting("broker.sasl.mechanisms", list, "SCRAM-SHA-256,SCRAM-SHA-512",
+            "SASL mechanisms SASL listeners accept: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+            "(Kafka's sasl.enabled.mechanisms); PLAIN checks the password against the user's "
+            "SCRAM credential"),
+    Setting("broker.connections-max-reauth-ms", int, 0,
+            "a SASL session lasts this long; the client re-authenticates on its connection "
+            "before it ends, or is disconnected (KIP-368; 0: sessions never end)"),
+    Setting("broker.failed-authentication-delay-ms", int, 100,
+            "answer a failed authentication this much later, then close "
+            "(Kafka's connections.failed.authentication.delay.ms)"),
+    Setting("authorizer.enabled", bool, False,
+            "enforce ACLs (Kafka's StandardAuthorizer): a principal may do only what an ACL "
+            "allows; manage them with kafka-acls (CreateAcls/DescribeAcls/DeleteAcls)"),
+    Setting("authorizer.super-users", list, "",
+            "principals allowed everything, ';'-separated as Kafka's super.users "
+            "(e.g. User:admin;User:CN=ops,O=acme)"),
+    Setting("authorizer.allow-everyone-if-no-acl-found", bool, False,
+            "with the authorizer on, allow a resource no ACL names "
+            "(Kafka's allow.everyone.if.no.acl.found)"),
+    Setting("security.tenants", list, "",
+            "principal=keyspace pairs: each principal's topics and groups live in its own Redis "
+            "keyspace, invisible to others (e.g. User:alice=acme,User:bob=globex; in YAML a "
+            "mapping, needed for certificate principals); other principals use redis.keyspace"),
+    Setting("redis.username", str, "", "Redis ACL user (AUTH username password)"),
+    Setting("redis.password", str, "", "password of redis.username (or of Redis' default user); "
+            "never logged"),
+    Setting("redis.tls-ca-file", str, "",
+            "PEM CA certificates that sign the Redis server's certificate (rediss:// URLs)"),
+    Setting("redis.tls-cert-file", str, "", "PEM client certificate for Redis (rediss://, mTLS)"),
+    Setting("redis.tls-key-file", str, "", "PEM private key of redis.tls-cert-file"),
+)
+
+# Kafka's own names, accepted as top-level YAML keys.
+KAFKA_STYLE_NAMES: dict[str, str] = {
+    "listeners": "broker.listeners",
+    "advertised.listeners": "broker.advertised-listeners",
+    "listener.security.protocol.map": "broker.listener-security-protocol-map",
+    "sasl.enabled.mechanisms": "broker.sasl.mechanisms",
+    "connections.max.reauth.ms": "broker.connections-max-reauth-ms",
+    "connections.failed.authentication.delay.ms": "broker.failed-authentication-delay-ms",
+    "ssl.client.auth": "broker.client-auth",
+    "super.users": "authorizer.super-users",
+    "allow.everyone.if.no.acl.found": "authorizer.allow-everyone-if-no-acl-found",
+}
+
+SETTINGS = (*SETTINGS, *SECURITY_SETTINGS)
+# --- end of security settings ---------------------------------------------------------------
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -154,6 +243,12 @@ def _coerce(setting: Setting, value: object) -> object:
         if text in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"{setting.name}: expected true or false, got {value!r}")
+    if setting.kind is list:  # kept as given: a string, or a YAML list or mapping
+        if value is None:
+            return ""
+        if isinstance(value, str | list | tuple | Mapping):
+            return value
+        return str(value)
     if setting.kind is int:
         if isinstance(value, bool):
             raise ConfigError(f"{setting.name}: expected an integer, got {value!r}")
@@ -170,7 +265,7 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and name not in _BY_NAME:  # a list setting may be a mapping
             flat.update(_flatten(value, name + "."))
         else:
             flat[name] = value
@@ -191,7 +286,8 @@ def load(
         tree = yaml.safe_load(path.read_text()) or {}
         if not isinstance(tree, Mapping):
             raise ConfigError(f"config file {path}: expected a mapping at the top")
-        for name, value in _flatten(tree).items():
+        for raw_name, value in _flatten(tree).items():
+            name = KAFKA_STYLE_NAMES.get(raw_name, raw_name)
             if name not in _BY_NAME:
                 raise ConfigError(f"config file {path}: unknown setting {name!r}")
             values[name] = _coerce(_BY_NAME[name], value)
@@ -228,6 +324,17 @@ def validate(config: Config) -> None:
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
+    validate_security(config)
+
+
+def validate_security(config: Config) -> None:
+    """Parse what the broker will parse again at start, so a bad value fails here, named."""
+    from korvet.security_config import SecuritySettings, SecuritySettingsError
+
+    try:
+        SecuritySettings.from_config(config)
+    except SecuritySettingsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -243,9 +350,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action=argparse.BooleanOptionalAction, help=help_text,
             )
         else:
+            kind = str if setting.kind is list else setting.kind
             parser.add_argument(
-                *flags, dest=setting.attr, default=None, metavar=setting.kind.__name__.upper(),
-                type=setting.kind, help=help_text,
+                *flags, dest=setting.attr, default=None, metavar=kind.__name__.upper(),
+                type=kind, help=help_text,
             )
 
 
@@ -254,5 +362,10 @@ def from_args(args: argparse.Namespace) -> Config:
     return load(yaml_path=getattr(args, "config", None), overrides=overrides)
 
 
+SECRET_SETTINGS = frozenset({"redis.password", "broker.key-password"})
+
+
 def describe(config: Config) -> Sequence[tuple[str, object]]:
-    return [(s.name, config[s.name]) for s in SETTINGS]
+    """(name, value) of every setting; secrets show as '***' when set."""
+    return [(s.name, "***" if s.name in SECRET_SETTINGS and config[s.name] else config[s.name])
+            for s in SETTINGS]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import signal
 import sys
@@ -14,9 +15,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from korvet.config import Config
+from korvet.core.security.listeners import Protocol
+from korvet.security_config import RedisAuth, SecuritySettings
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.listener import KafkaListener
+from korvet.server.tls import TlsError, redact_url, redis_options, server_context
 
 log = logging.getLogger("korvet")
 
@@ -25,26 +29,68 @@ class StartupError(RuntimeError):
     """The broker cannot start; the message says what to do."""
 
 
-async def connect_redis(url: str) -> aioredis.Redis:
-    client: aioredis.Redis = aioredis.from_url(url, decode_responses=False)
+async def connect_redis(url: str, auth: RedisAuth | None = None) -> aioredis.Redis:
+    """A client of the Redis at ``url`` (>= 7), with the ACL user, password and TLS files of
+    ``auth``; errors name the URL without its password."""
+    shown = redact_url(url)
+    try:
+        client: aioredis.Redis = aioredis.from_url(url, decode_responses=False,
+                                                  **redis_options(auth or RedisAuth(), url))
+    except ValueError as exc:
+        raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
         info = await client.info("server")
     except (RedisError, OSError) as exc:
-        await client.aclose()
-        raise StartupError(f"cannot reach Redis at {url}: {exc}") from exc
+        with contextlib.suppress(Exception):
+            await client.aclose()
+        raise StartupError(f"cannot reach Redis at {shown}: {exc}") from exc
     version = str(info.get("redis_version", "0"))
     head = version.split(".", 1)[0]
     major = int(head) if head.isdigit() else 0
     if major < MIN_REDIS_MAJOR:
         await client.aclose()
         raise StartupError(
-            f"Redis at {url} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
+            f"Redis at {shown} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
             "(XADD with explicit ids, XINFO STREAM fields and functions it relies on)"
         )
     return client
 
 
+def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> list[KafkaListener]:
+    context = None
+    if settings.uses_tls:
+        try:
+            context = server_context(settings.tls)
+        except TlsError as exc:
+            raise StartupError(str(exc)) from exc
+    if "PLAIN" in settings.sasl.mechanisms and any(
+            s.protocol is Protocol.SASL_PLAINTEXT for s in settings.listeners):
+        log.warning("SASL/PLAIN is enabled on a SASL_PLAINTEXT listener: passwords cross the "
+                    "network in clear text; use SASL_SSL")
+    return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
+                          max_request_bytes=config.get_int("broker.max-request-bytes"),
+                          name=spec.name, ssl_context=context if spec.protocol.tls else None,
+                          gate=broker)
+            for spec in settings.listeners]
+
+
+async def _start_listeners(listeners: list[KafkaListener], settings: SecuritySettings,
+                           broker: Broker) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for listener, spec in zip(listeners, settings.listeners, strict=True):
+        try:
+            ports[spec.name] = await listener.start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {spec.host}:{spec.port} ({spec.name}): "
+                               f"{exc.strerror or exc}") from exc
+        host = spec.advertised_host or ("127.0.0.1" if spec.host in ("0.0.0.0", "", "::")
+                                        else spec.host)
+        broker.endpoints[spec.name] = (host, spec.advertised_port or ports[spec.name])
+    return ports
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+    settings = SecuritySettings.from_config(config)
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")
     if not url:
@@ -59,37 +105,32 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         except RedisStartError as exc:
             raise StartupError(str(exc)) from exc
         log.info("embedded Redis started at %s (data in %s)", url, embedded.redis_dir)
-    listener: KafkaListener | None = None
+    listeners: list[KafkaListener] = []
     broker: Broker | None = None
     try:
-        client = await connect_redis(url)
-        broker = Broker(config, client, redis_url=url)
+        client = await connect_redis(url, settings.redis if not embedded else None)
+        broker = Broker(config, client, redis_url=url, security=settings)
         await broker.start()
-        listener = KafkaListener(
-            broker.registry,
-            host=config.get_str("broker.host"),
-            port=config.get_int("broker.port"),
-            max_request_bytes=config.get_int("broker.max-request-bytes"),
-        )
-        try:
-            port = await listener.start()
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {config.get_str('broker.host')}:{config.get_int('broker.port')}: "
-                f"{exc.strerror or exc}"
-            ) from exc
-        broker.bound_port = port
+        listeners = _listeners(config, settings, broker)
+        ports = await _start_listeners(listeners, settings, broker)
+        broker.bound_port = ports[settings.listeners[0].name]
         port_file = config.get_str("broker.port-file")
         if port_file:
-            Path(port_file).write_text(f"{port}\n")
-        log.info("Korvet listening on %s:%d (Redis %s, keyspace '%s')",
-                 config.get_str("broker.host"), port, url, config.get_str("redis.keyspace"))
+            Path(port_file).write_text(f"{broker.bound_port}\n")
+        listeners_file = config.get_str("broker.listeners-file")
+        if listeners_file:
+            Path(listeners_file).write_text(json.dumps(ports) + "\n")
+        shown = ", ".join(f"{s.name} {s.protocol.value} {s.host}:{ports[s.name]}"
+                          for s in settings.listeners)
+        log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, redact_url(url),
+                 config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
+                 f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
         if ready is not None:
             ready.set()
         await _wait_for_stop_signal()
         log.info("stopping")
     finally:
-        if listener is not None:
+        for listener in listeners:
             await listener.close()
         if broker is not None:
             await broker.close()

@@ -36,6 +36,14 @@ topics:
 |---|---|---|---|---|
 """
 
+_KAFKA_NAMES = """
+Kafka's own names are accepted as top-level YAML keys for the security settings
+(see [security.md](security.md)):
+
+| Kafka's name | setting |
+|---|---|
+"""
+
 _TOPICS = """
 ## Topic configurations
 
@@ -67,7 +75,9 @@ def render() -> str:
         if d.read_only_after_create:
             effect += " (fixed at creation)"
         topic_rows.append(f"| `{d.name}` | `{d.default}` | {effect} |")
-    return _INTRO + "\n".join(rows) + "\n" + _TOPICS + "\n".join(topic_rows) + "\n" + _OUTRO
+    kafka_rows = [f"| `{kafka}` | `{name}` |" for kafka, name in config.KAFKA_STYLE_NAMES.items()]
+    return (_INTRO + "\n".join(rows) + "\n" + _KAFKA_NAMES + "\n".join(kafka_rows) + "\n" + _TOPICS
+            + "\n".join(topic_rows) + "\n" + _OUTRO)
 
 
 def main() -> int:

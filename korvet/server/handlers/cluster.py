@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from korvet.core.security.access import NOT_REQUESTED
+from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     DescribeClusterRequest,
@@ -37,6 +39,11 @@ async def init_producer_id(services: Services, ctx: RequestContext,
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
+    access = ctx.access
+    if not (access.cluster_allowed(Operation.IDEMPOTENT_WRITE)
+            or access.allowed_on_some(Operation.WRITE, ResourceType.TOPIC)):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
@@ -52,11 +59,14 @@ async def describe_cluster(services: Services, ctx: RequestContext,
     response_cls = response_type(type(request))
     broker_cls = nested(response_cls, "DescribeClusterBroker")
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
-    broker = make(broker_cls, broker_id=services.node_id, host=services.advertised_host,
-                  port=services.advertised_port, rack=services.rack, is_fenced=False)
-    operations = -(2**31)
+    host, port = services.endpoint(ctx)
+    broker = make(broker_cls, broker_id=services.node_id, host=host, port=port, rack=services.rack,
+                  is_fenced=False)
+    operations = NOT_REQUESTED
     if request.include_cluster_authorized_operations:
-        operations = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+        access = ctx.access  # Kafka: 0 without DESCRIBE on the cluster; no error
+        operations = (access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                      if access.cluster_allowed(Operation.DESCRIBE) else 0)
     if endpoint not in (BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT):
         return make(response_cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
                     error_message=f"endpoint type {endpoint} is not known", endpoint_type=endpoint,

@@ -17,6 +17,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from korvet.core import coordinator as core
+from korvet.core.security.access import NOT_REQUESTED
+from korvet.core.security.acl import Operation, ResourceType
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
 from korvet.protocol.messages import (
     DeleteGroupsRequest,
@@ -62,9 +64,6 @@ DELETE_GROUPS_VERSIONS = range(0, 3)
 OFFSET_DELETE_VERSIONS = range(0, 1)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-NOT_REQUESTED = -(2**31)
-# AclOperation codes a group allows without an authorizer: READ 3, DELETE 6, DESCRIBE 8
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 def _error(code: core.ErrorCode | int) -> ErrorCode:
@@ -89,10 +88,12 @@ async def find_coordinator(services: Services, ctx: RequestContext,
         keys = [getattr(request, "key", "")]
     key_type = getattr(request, "key_type", GROUP_KEY)
 
+    host, port = services.endpoint(ctx)
+
     def answer(key: str) -> dict[str, Any]:
         if key_type == GROUP_KEY:
-            return {"key": key, "node_id": services.node_id, "host": services.advertised_host,
-                    "port": services.advertised_port, "error_code": ErrorCode.none,
+            return {"key": key, "node_id": services.node_id, "host": host,
+                    "port": port, "error_code": ErrorCode.none,
                     "error_message": None}
         message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
                    else f"coordinator key type {key_type} is not supported")
@@ -363,7 +364,8 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
                                group_instance_id=m.group_instance_id, client_id=m.client_id,
                                client_host=m.client_host, member_metadata=m.metadata,
                                member_assignment=m.assignment) for m in described.members),
-            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+            authorized_operations=(ctx.access.operations(ResourceType.GROUP, group_id)
+                                   if include_ops else NOT_REQUESTED)))
     return make(response_cls, throttle_time=0, groups=tuple(groups))
 
 
@@ -373,6 +375,10 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
     group_cls = nested(response_cls, "ListedGroup")
     listed = core.list_groups(coordinator.state, getattr(request, "states_filter", ()) or (),
                               getattr(request, "types_filter", ()) or ())
+    access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
+    if not access.cluster_allowed(Operation.DESCRIBE):
+        listed = tuple(g for g in listed
+                       if access.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(
         make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type="classic") for g in listed))
