@@ -137,6 +137,9 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
             "TLS listeners require a client certificate signed by broker.trust-cert-file "
             "(Kafka's ssl.client.auth=required); an SSL listener's principal is then the "
             "certificate's subject, User:CN=...,O=..."),
+    Setting("broker.listener-client-auth", str, "",
+            "client authentication per TLS listener, e.g. MTLS:required,EXTERNAL:none (Kafka's "
+            "listener.name.<name>.ssl.client.auth; default: broker.client-auth)"),
     Setting("broker.client-auth", str, "",
             "none, requested or required (Kafka's ssl.client.auth; required is also "
             "broker.client-auth-required=true)"),

@@ -22,6 +22,7 @@ from korvet.core.security.listeners import (
     ListenerSpec,
     Protocol,
     apply_advertised,
+    apply_client_auth,
     parse_listeners,
 )
 
@@ -136,6 +137,7 @@ def _listeners(config: Config) -> tuple[ListenerSpec, ...]:
             specs = parse_listeners(value, config.get_str("broker.listener-security-protocol-map"))
             if not specs:
                 raise SecuritySettingsError("broker.listeners: no listener given")
+        specs = apply_client_auth(specs, config.get_str("broker.listener-client-auth"))
         return apply_advertised(specs, config.get_str("broker.advertised-listeners"))
     except ListenerError as exc:
         raise SecuritySettingsError(f"broker.listeners: {exc}") from None
@@ -149,7 +151,12 @@ def _tls(config: Config, listeners: Sequence[ListenerSpec]) -> TlsFiles:
     files = TlsFiles(config.get_str("broker.cert-file"), config.get_str("broker.key-file"),
                      config.get_str("broker.key-password"), config.get_str("broker.trust-cert-file"),
                      client_auth)
-    if any(spec.protocol.tls for spec in listeners):
+    tls_listeners = [spec for spec in listeners if spec.protocol.tls]
+    for spec in listeners:
+        if spec.client_auth and spec.client_auth not in CLIENT_AUTH:
+            raise SecuritySettingsError(f"listener {spec.name}: client authentication must be one "
+                                        f"of {', '.join(CLIENT_AUTH)}")
+    if tls_listeners:
         if not files.cert_file or not files.key_file:
             raise SecuritySettingsError("a TLS listener (SSL or SASL_SSL) needs broker.cert-file "
                                         "and broker.key-file")
@@ -157,10 +164,15 @@ def _tls(config: Config, listeners: Sequence[ListenerSpec]) -> TlsFiles:
                            ("broker.trust-cert-file", files.trust_file)):
             if path and not Path(path).is_file():
                 raise SecuritySettingsError(f"{name}: {path} does not exist")
-        if client_auth != "none" and not files.trust_file:
-            raise SecuritySettingsError(f"client authentication ({client_auth}) needs "
-                                        "broker.trust-cert-file, the CA that signs client certificates")
+        modes = {spec.client_auth or client_auth for spec in tls_listeners}
+        if modes - {"none"} and not files.trust_file:
+            raise SecuritySettingsError("client authentication needs broker.trust-cert-file, the CA "
+                                        "that signs client certificates")
     return files
+
+
+def client_auth_of(spec: ListenerSpec, files: TlsFiles) -> str:
+    return spec.client_auth or files.client_auth
 
 
 def _tenants(value: object, base: str) -> dict[str, str]:

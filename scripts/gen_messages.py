@@ -29,7 +29,7 @@ SERVED: dict[int, range] = {
     20: range(1, 7), 22: range(0, 7), 23: range(2, 5), 32: range(1, 5), 33: range(0, 3),
     37: range(0, 4), 42: range(0, 3), 44: range(0, 2), 47: range(0, 1), 60: range(0, 3),
     17: range(0, 2), 36: range(0, 3), 29: range(1, 4), 30: range(1, 4), 31: range(1, 4),
-    50: range(0, 1), 51: range(0, 1),
+    50: range(0, 1), 51: range(0, 1), 48: range(0, 2),
 }
 
 

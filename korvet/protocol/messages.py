@@ -83,6 +83,10 @@ if TYPE_CHECKING:
     import kio.schema.describe_acls.v2.response as describe_acls_v2_response
     import kio.schema.describe_acls.v3.request as describe_acls_v3_request
     import kio.schema.describe_acls.v3.response as describe_acls_v3_response
+    import kio.schema.describe_client_quotas.v0.request as describe_client_quotas_v0_request
+    import kio.schema.describe_client_quotas.v0.response as describe_client_quotas_v0_response
+    import kio.schema.describe_client_quotas.v1.request as describe_client_quotas_v1_request
+    import kio.schema.describe_client_quotas.v1.response as describe_client_quotas_v1_response
     import kio.schema.describe_cluster.v0.request as describe_cluster_v0_request
     import kio.schema.describe_cluster.v0.response as describe_cluster_v0_response
     import kio.schema.describe_cluster.v1.request as describe_cluster_v1_request
@@ -886,6 +890,16 @@ if TYPE_CHECKING:
         offset_delete_v0_response.OffsetDeleteResponse
     )
 
+    DescribeClientQuotasRequest: TypeAlias = (  # api key 48
+        describe_client_quotas_v0_request.DescribeClientQuotasRequest
+        | describe_client_quotas_v1_request.DescribeClientQuotasRequest
+    )
+
+    DescribeClientQuotasResponse: TypeAlias = (  # api key 48
+        describe_client_quotas_v0_response.DescribeClientQuotasResponse
+        | describe_client_quotas_v1_response.DescribeClientQuotasResponse
+    )
+
     DescribeUserScramCredentialsRequest: TypeAlias = (  # api key 50
         describe_user_scram_credentials_v0_request.DescribeUserScramCredentialsRequest
     )
@@ -972,6 +986,8 @@ else:  # at run time the names exist for imports; nothing checks them
     IncrementalAlterConfigsResponse = Any
     OffsetDeleteRequest = Any
     OffsetDeleteResponse = Any
+    DescribeClientQuotasRequest = Any
+    DescribeClientQuotasResponse = Any
     DescribeUserScramCredentialsRequest = Any
     DescribeUserScramCredentialsResponse = Any
     AlterUserScramCredentialsRequest = Any

@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from redis.exceptions import RedisError
 
 from korvet.config import Config
 from korvet.core.security.listeners import Protocol
-from korvet.security_config import RedisAuth, SecuritySettings
+from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.listener import KafkaListener
@@ -57,10 +58,13 @@ async def connect_redis(url: str, auth: RedisAuth | None = None) -> aioredis.Red
 
 
 def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> list[KafkaListener]:
-    context = None
-    if settings.uses_tls:
+    contexts: dict[str, ssl.SSLContext] = {}
+    for spec in settings.listeners:
+        if not spec.protocol.tls:
+            continue
+        mode = client_auth_of(spec, settings.tls)
         try:
-            context = server_context(settings.tls)
+            contexts[spec.name] = server_context(settings.tls, mode)
         except TlsError as exc:
             raise StartupError(str(exc)) from exc
     if "PLAIN" in settings.sasl.mechanisms and any(
@@ -69,7 +73,7 @@ def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> li
                     "network in clear text; use SASL_SSL")
     return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
                           max_request_bytes=config.get_int("broker.max-request-bytes"),
-                          name=spec.name, ssl_context=context if spec.protocol.tls else None,
+                          name=spec.name, ssl_context=contexts.get(spec.name),
                           gate=broker)
             for spec in settings.listeners]
 

@@ -280,6 +280,7 @@ SHAPES: dict[int, Shape] = {
         Items("topics", "topics", _topic_answer(
             "OffsetDeleteResponseTopic", "partitions", "OffsetDeleteResponsePartition", "partitions",
             "partition_index", "partition_index"), empty=_empty(error_code=ErrorCode.NONE, topics=())))),
+    48: Shape((Whole(lambda r: CLUSTER_NAME, _whole_error(error_message=None, entries=None)),)),
     50: Shape((Whole(lambda r: CLUSTER_NAME, _whole_error(error_message=None, results=())),)),
     51: Shape((Whole(lambda r: CLUSTER_NAME, _alter_users_error),)),
     61: Shape((Items("topics", "topics", _topic_answer(

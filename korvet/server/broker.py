@@ -122,6 +122,8 @@ class Tenant:
              topics.create_partitions),
             (configs.INCREMENTAL_ALTER, "IncrementalAlterConfigs", configs.INCREMENTAL_VERSIONS,
              configs.incremental_alter_configs),
+            (configs.DESCRIBE_QUOTAS, "DescribeClientQuotas", configs.DESCRIBE_QUOTAS_VERSIONS,
+             configs.describe_client_quotas),
             (cluster.DESCRIBE_CLUSTER, "DescribeCluster", cluster.DESCRIBE_CLUSTER_VERSIONS,
              cluster.describe_cluster),
             (groups.FIND_COORDINATOR, "FindCoordinator", groups.FIND_COORDINATOR_VERSIONS,

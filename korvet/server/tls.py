@@ -22,7 +22,9 @@ class TlsError(RuntimeError):
     """The certificate, key or CA files cannot be used; the message says which."""
 
 
-def server_context(files: TlsFiles) -> ssl.SSLContext:
+def server_context(files: TlsFiles, client_auth: str | None = None) -> ssl.SSLContext:
+    """A listener's context; ``client_auth`` overrides the broker's (per listener)."""
+    mode = client_auth or files.client_auth
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -30,13 +32,12 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         raise TlsError(f"cannot load broker.cert-file {files.cert_file} with broker.key-file "
                        f"{files.key_file}: {exc}") from exc
-    if files.client_auth != "none":
+    if mode != "none":
         try:
             context.load_verify_locations(cafile=files.trust_file)
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"cannot load broker.trust-cert-file {files.trust_file}: {exc}") from exc
-        context.verify_mode = (ssl.CERT_REQUIRED if files.client_auth == "required"
-                               else ssl.CERT_OPTIONAL)
+        context.verify_mode = ssl.CERT_REQUIRED if mode == "required" else ssl.CERT_OPTIONAL
     return context
 
 

@@ -42,6 +42,7 @@ class ListenerSpec:
     port: int
     advertised_host: str = ""
     advertised_port: int = 0
+    client_auth: str = ""  # none | requested | required; "" takes the broker's setting
 
 
 _ENDPOINT = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
@@ -102,7 +103,8 @@ def _from_mapping(item: Mapping[str, object], protocols: Mapping[str, Protocol])
         raise ListenerError(f"listener {name}: port is not a number") from None
     host = str(item.get("host", "127.0.0.1"))
     advertised_host = str(item.get("advertised-host", item.get("advertised_host", "")))
-    return ListenerSpec(name, protocol, host, port, advertised_host, advertised_port)
+    client_auth = str(item.get("client-auth", item.get("client_auth", ""))).lower()
+    return ListenerSpec(name, protocol, host, port, advertised_host, advertised_port, client_auth)
 
 
 def parse_listeners(value: str | Sequence[object], protocol_map: str = "") -> tuple[ListenerSpec, ...]:
@@ -124,6 +126,23 @@ def parse_listeners(value: str | Sequence[object], protocol_map: str = "") -> tu
     if len(bound) != len(set(bound)):
         raise ListenerError("two listeners bind the same host and port")
     return tuple(specs)
+
+
+def apply_client_auth(specs: Sequence[ListenerSpec], text: str) -> tuple[ListenerSpec, ...]:
+    """Per-listener client authentication from ``NAME:required,OTHER:none`` (Kafka's
+    listener.name.<name>.ssl.client.auth)."""
+    wanted: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, mode = item.partition(":")
+        if not sep:
+            raise ListenerError(f"listener client authentication {item!r} is not NAME:MODE")
+        wanted[name.strip().upper()] = mode.strip().lower()
+    unknown = sorted(set(wanted) - {s.name for s in specs})
+    if unknown:
+        raise ListenerError(f"client authentication set for unknown listener(s) {', '.join(unknown)}")
+    return tuple(replace(s, client_auth=wanted[s.name]) if s.name in wanted else s for s in specs)
 
 
 def apply_advertised(specs: Sequence[ListenerSpec], advertised: str) -> tuple[ListenerSpec, ...]:

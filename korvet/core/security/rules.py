@@ -112,6 +112,8 @@ RULES: Mapping[int, ApiRule] = {
                                                  _TOPIC_DENIED),)),
     47: ApiRule("OffsetDelete", (Need(Scope.GROUP, Operation.DELETE, _GROUP_DENIED),
                                  _topics(Operation.READ))),
+    48: ApiRule("DescribeClientQuotas", (Need(Scope.CLUSTER, Operation.DESCRIBE_CONFIGS,
+                                              _CLUSTER_DENIED),)),
     50: ApiRule("DescribeUserScramCredentials", (Need(Scope.CLUSTER, Operation.DESCRIBE,
                                                       _CLUSTER_DENIED),)),
     51: ApiRule("AlterUserScramCredentials", (Need(Scope.CLUSTER_ITEMS, Operation.ALTER,

@@ -295,13 +295,15 @@ def parse_server_first(data: bytes) -> ServerFirst:
 
 
 def client_final_message(mechanism: ScramMechanism, password: str, client_first: str,
-                         server_first: str, *, gs2_header: str = "n,,") -> tuple[str, bytes]:
-    """(client-final-message, expected server signature) for a password."""
+                         server_first: str, *, gs2_header: str = "n,,",
+                         nonce: str | None = None) -> tuple[str, bytes]:
+    """(client-final-message, expected server signature) for a password; ``nonce`` replaces
+    the server-first nonce (to test what servers accept)."""
     parsed = parse_server_first(server_first.encode())
     salted = mechanism.salted_password(password, parsed.salt, parsed.iterations)
     client_key = mechanism.hmac(salted, b"Client Key")
     stored_key = mechanism.h(client_key)
-    without_proof = f"c={_b64encode(gs2_header.encode())},r={parsed.nonce}"
+    without_proof = f"c={_b64encode(gs2_header.encode())},r={nonce or parsed.nonce}"
     bare = client_first[client_first.index(",", client_first.index(",") + 1) + 1:]
     message = f"{bare},{server_first},{without_proof}".encode()
     signature = mechanism.hmac(stored_key, message)
