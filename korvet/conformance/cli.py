@@ -39,9 +39,24 @@ def add_parser(commands: Any) -> None:
                         help="checks run at the same time (most wait on the broker; default 8)")
     parser.add_argument("--cleanup", action="store_true",
                         help="delete the topics this run created (kc-<run id>-*) when it is done")
+    parser.add_argument("--security", type=Path, metavar="FILE",
+                        help="YAML naming the broker's SASL_SSL listener, its CA file and an admin user: "
+                             "runs the security.* checks (skipped without it; docs/users/security.md)")
     parser.add_argument("--failures-only", action="store_true",
                         help="the terminal table shows only checks that did not pass")
     parser.set_defaults(func=run)
+
+
+def _security_target(path: Path | None) -> Any:
+    if path is None:
+        return None
+    from korvet.conformance.checks.security import SecurityTarget
+
+    try:
+        return SecurityTarget.load(path)
+    except ValueError as exc:
+        print(f"korvet conformance: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _patterns(values: list[str] | None) -> list[str]:
@@ -90,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             result = runner.run(args.bootstrap, checks, profile=args.profile, jobs=args.jobs,
-                                on_event=on_event)
+                                on_event=on_event, security=_security_target(args.security))
         except (OSError, WireError) as exc:
             print(f"korvet conformance: cannot reach {args.bootstrap}: {exc}", file=sys.stderr)
             return 2

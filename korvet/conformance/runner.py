@@ -157,6 +157,7 @@ def run(
     profile: str = "kafka",
     jobs: int = 8,
     on_event: Event | None = None,
+    security: Any = None,  # a checks.security.SecurityTarget: the secured listener the security.* checks use
 ) -> RunReport:
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
@@ -172,7 +173,7 @@ def run(
     stop_watchdog = threading.Event()
 
     def execute(check: Check) -> CheckResult:
-        ctx = CheckContext(check, bootstrap, run_id, apis)
+        ctx = CheckContext(check, bootstrap, run_id, apis, security=security)
         with lock:
             running[check.name] = (ctx, time.monotonic())
         if on_event:

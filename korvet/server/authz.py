@@ -324,7 +324,7 @@ class Guard:
                      request: Any, handler: Handler[Any]) -> Any:
         response_cls = response_type(type(request))
         version = ctx.api_version
-        denied: list[tuple[Items, list[Any], ErrorCode]] = []
+        denied: list[tuple[Items, list[tuple[Any, ErrorCode]]]] = []
         for need, shaped in zip(rule.needs, shape.checks, strict=True):
             check = shaped
             if isinstance(check, Items) and rule.name == "FindCoordinator" and not has_field(
@@ -339,10 +339,10 @@ class Guard:
                 continue
             request, refused = await self._split(need, check, access, request)
             if refused:
-                denied.append((check, refused, need.error))
+                denied.append((check, refused))
         if not denied:
             return await handler(ctx, request)
-        remaining = any(getattr(request, c.field(request)) for c, _, _ in denied)
+        remaining = any(getattr(request, c.field(request)) for c, _ in denied)
         if remaining or denied[0][0].empty is None:
             response = await handler(ctx, request)
         else:
@@ -355,38 +355,41 @@ class Guard:
             return None
         return _merge(response, denied, response_cls, version)
 
-    async def _split(self, need: Need, check: Items, access: Access, request: Any) -> tuple[Any, list[Any]]:
+    async def _split(self, need: Need, check: Items, access: Access,
+                     request: Any) -> tuple[Any, list[tuple[Any, ErrorCode]]]:
         field_name = check.field(request)
         items = getattr(request, field_name) or ()
         cluster_grants = need.or_cluster is not None and access.cluster_allowed(need.or_cluster)
         kept, refused = [], []
         for item in items:
-            if cluster_grants or await self._item_allowed(need, check, access, item):
+            error = None if cluster_grants else await self._item_error(need, check, access, item)
+            if error is None:
                 kept.append(item)
             else:
-                refused.append(item)
+                refused.append((item, error))
         if not refused:
             return request, []
         return dataclasses.replace(request, **{field_name: tuple(kept)}), refused
 
-    async def _item_allowed(self, need: Need, check: Items, access: Access, item: Any) -> bool:
-        resource_type, operation, name = need.resource_type, need.operation, check.name_of(item)
+    async def _item_error(self, need: Need, check: Items, access: Access, item: Any) -> ErrorCode | None:
+        """The error a denied item answers, None when it is allowed."""
+        resource_type, error, name = need.resource_type, need.error, check.name_of(item)
         if check.kind_of is not None:
             kind = check.kind_of(item)
             if kind is None:
-                return True  # a resource type the handler refuses on its own
+                return None  # a resource type the handler refuses on its own
             resource_type = kind
             if kind is ResourceType.CLUSTER:
-                name = CLUSTER_NAME
+                name, error = CLUSTER_NAME, rules.CONFIG_BROKER_ERROR
         if name is None:
             topic_id = check.id_of(item)
             if topic_id is None or topic_id.int == 0:
-                return True
+                return None
             found = await self.services.topics.by_id(str(topic_id))
             if found is None:
-                return True  # unknown id: the handler answers UNKNOWN_TOPIC_ID
+                return None  # unknown id: the handler answers UNKNOWN_TOPIC_ID
             name = found.name
-        return access.allowed(operation, resource_type, name)
+        return None if access.allowed(need.operation, resource_type, name) else error
 
     def _offset_fetch(self, rule: ApiRule, handler: Handler[Any]) -> Handler[Any]:
         group_need, topic_need = rule.needs
@@ -400,17 +403,19 @@ class Guard:
         return guarded
 
 
-def _merge(response: Any, denied: Sequence[tuple[Items, list[Any], ErrorCode]],
-           response_cls: type[Any], version: int) -> Any:
-    for check, items, code in denied:
-        extra = tuple(check.answer(response_cls, item, version, code) for item in items)
+Denied = Sequence[tuple[Items, list[tuple[Any, ErrorCode]]]]
+
+
+def _merge(response: Any, denied: Denied, response_cls: type[Any], version: int) -> Any:
+    for check, items in denied:
+        extra = tuple(check.answer(response_cls, item, version, code) for item, code in items)
         current = tuple(getattr(response, check.response_field) or ())
         response = dataclasses.replace(response, **{check.response_field: current + extra})
     return response
 
 
-async def _merge_later(pending: Awaitable[Any], denied: Sequence[tuple[Items, list[Any], ErrorCode]],
-                       response_cls: type[Any], version: int) -> Any:
+async def _merge_later(pending: Awaitable[Any], denied: Denied, response_cls: type[Any],
+                       version: int) -> Any:
     response = await pending
     return None if response is None else _merge(response, denied, response_cls, version)
 

@@ -23,6 +23,7 @@ MODULES = (
     "clients",
     "history",
     "generated",
+    "security",
 )
 
 
