@@ -69,12 +69,15 @@ class SecurityHandlers:
     # -- SASL ---------------------------------------------------------------------------
 
     async def _step(self, ctx: Connection, event: sasl.Event) -> sasl.Outcome:
+        again = ctx.state.auth.reauth_of is not None
         result = await self.security.step(ctx.state.auth, event)
         ctx.state.auth = result.session
         outcome = result.outcome
         if outcome.authenticated is not None:
-            log.debug("%s authenticated as %s", ctx.connection_id, outcome.authenticated)
-            await self.on_authenticated(ctx)
+            log.debug("%s %s as %s", ctx.connection_id,
+                      "re-authenticated" if again else "authenticated", outcome.authenticated)
+            if not again:
+                await self.on_authenticated(ctx)
         if outcome.action is sasl.Action.CLOSE:
             raise CloseConnection(outcome.reason)
         if outcome.action is sasl.Action.FAIL:
