@@ -57,6 +57,7 @@ ensure_redis() {
 ensure_test_packages() {
     local missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # certificates of the security tests
     command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"

@@ -150,3 +150,20 @@ def test_describe_user_scram_credentials_follows_kafkas_rules() -> None:
     assert everyone.credentials == ((1, 4096), (2, 8192))
     found = {d.user: d.error for d in credentials.describe_users(["alice", "zed", "zed"], users)}
     assert found == {"alice": ErrorCode.NONE, "zed": ErrorCode.DUPLICATE_RESOURCE}
+
+
+def test_the_yaml_of_the_security_guide_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every YAML block of docs/users/security.md loads as korvet serve would load it."""
+    import re
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "users" / "security.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", guide, flags=re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secrets").mkdir()
+    for name in ("broker.pem", "broker.key", "ca.pem"):
+        (tmp_path / "secrets" / name).write_text("x")
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"block{number}.yaml"
+        path.write_text(block)
+        SecuritySettings.from_config(config.load(yaml_path=path, env={}))

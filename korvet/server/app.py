@@ -124,8 +124,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         listeners_file = config.get_str("broker.listeners-file")
         if listeners_file:
             Path(listeners_file).write_text(json.dumps(ports) + "\n")
-        shown = ", ".join(f"{s.name} {s.protocol.value} {s.host}:{ports[s.name]}"
-                          for s in settings.listeners)
+        shown = ", ".join(
+            f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
+            f"{s.host}:{ports[s.name]}" for s in settings.listeners)
         log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, redact_url(url),
                  config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
                  f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")

@@ -214,6 +214,8 @@ class KafkaListener:
         supported = api.supports(version)
         if self.gate is not None:
             await self.gate.admit(conn, api_key, supported)
+            registry = self.gate.registry_of(conn)  # admitting may have bound the tenant
+            api = registry.get(api_key) or api
         if not supported:
             if api_key == api_versions.API_KEY:
                 return encode_response(
