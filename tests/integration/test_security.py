@@ -109,7 +109,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Secu
                    "listeners-file": str(folder / "listeners.json")},
         "authorizer": {"enabled": True},
         "super.users": "User:admin",
-        "security": {"tenants": {"User:tenant-a": "tenanta", "User:tenant-b": "tenantb"}},
+        "security": {"tenants": {"User:tenant-a": "tenanta", "User:tenant-b": "tenantb",
+                                 f"User:{pki.client.subject}": "tenantm"}},
     }
     (folder / "korvet.yaml").write_text(yaml.safe_dump(settings))
     broker = KorvetProcess(folder / "broker", extra_args=["--config", str(folder / "korvet.yaml")])
@@ -288,6 +289,10 @@ def test_kcat_with_a_client_certificate_and_with_scram(secured: Secured, acls: s
     assert produced.returncode == 0, produced.stderr
     read = kcat(*mtls, "-t", "mtls-kcat", "-C", "-e", "-q", "-o", "beginning")
     assert read.returncode == 0 and read.stdout.split() == ["one", "two"], read.stderr
+    # the certificate's principal is a tenant: its records are in its keyspace, from the first request
+    store = redis.Redis.from_url(secured.broker.redis_url)
+    assert store.xlen("tenantm:stream:mtls-kcat:0") == 2
+    assert not store.exists("korvet:topic:mtls-kcat")
     scram_args = ["-b", secured.bootstrap("EXTERNAL"), "-X", "security.protocol=SASL_SSL",
                   "-X", f"ssl.ca.location={secured.pki.ca.cert}", "-X", "sasl.mechanisms=SCRAM-SHA-512",
                   "-X", f"sasl.username={ALICE[0]}", "-X", f"sasl.password={ALICE[1]}"]
