@@ -4,7 +4,7 @@
     korvet spec check [MODULE]        model-check spec/*.tla with TLC
     korvet conformance --bootstrap H:P  the conformance suite against any Kafka-compatible broker
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
-    korvet jars fetch|list|classpath  the pinned JVM jars from Maven Central
+    korvet jars fetch|list|classpath  the pinned JVM jars, resolved by Maven
     korvet users add|list|delete      SASL/SCRAM users (docs/users/security.md)
 """
 
@@ -18,13 +18,20 @@ from korvet import __version__, config
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from korvet.server.app import run
+    try:
+        from korvet.server.app import run
+    except ModuleNotFoundError as exc:  # installed without the server extra (korvet[conformance] only)
+        print(f"korvet serve: {exc.name} is not installed; the broker needs the server dependencies: "
+              "pip install 'korvet[server]'", file=sys.stderr)
+        return 2
 
     try:
         settings = config.from_args(args)
     except config.ConfigError as exc:
         print(f"korvet serve: {exc}", file=sys.stderr)
         return 2
+    for warning in settings.warnings:
+        print(f"korvet serve: warning: {warning}", file=sys.stderr)
     return run(settings)
 
 
@@ -82,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     users.add_parser(commands)
 
-    jars = commands.add_parser("jars", help="pinned JVM jars from Maven Central")
+    jars = commands.add_parser("jars", help="pinned JVM jars, resolved by Maven (mvn)")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)
     jar_commands.add_parser("list", help="list the jar sets")
     fetch = jar_commands.add_parser("fetch", help="download and verify jar sets (all by default)")

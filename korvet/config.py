@@ -9,13 +9,19 @@ variable and the flag are derived from its dotted name, so ``broker.port`` is
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from korvet.core import topics as topic_rules
+from korvet.core.topic_declarations import Declared, TopicDeclaration, resolve
 
 
 class ConfigError(ValueError):
@@ -25,10 +31,13 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str  # dotted, e.g. "broker.port"
-    kind: type  # int, str, bool or float
+    kind: type  # int, str, bool, float or list (a string or a YAML list/mapping, kept as given)
     default: object
     help: str
-    aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # short command-line flags
+    also: tuple[str, ...] = ()  # other dotted names (the original product's): YAML keys and variables
+    unit: str = ""  # "bytes" or "ms": also accepts 1MB, 7d ... (the original's Spring notation)
+    secret: bool = False  # never printed
 
     @property
     def attr(self) -> str:
@@ -47,6 +56,19 @@ class Setting:
         """The short aliases first, then the full flag; each once."""
         return tuple(dict.fromkeys((*self.aliases, self.flag)))
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The dotted name, then the original product's names for the same setting."""
+        return (self.name, *self.also)
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return tuple(_env_of(n) for n in self.names)
+
+
+def _env_of(dotted: str) -> str:
+    return "KORVET_" + dotted.replace(".", "_").replace("-", "_").upper()
+
 
 MiB = 1024 * 1024
 
@@ -61,15 +83,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.cluster-id", str, "korvet-cluster", "cluster id in Metadata responses"),
     Setting("broker.rack", str, "", "rack id in Metadata responses (empty: none)"),
     Setting("broker.max-request-bytes", int, 100 * MiB,
-            "largest request frame accepted; larger frames close the connection"),
+            "largest request frame accepted; larger frames close the connection", unit="bytes"),
     Setting("broker.port-file", str, "",
             "write the bound port to this file once listening (for scripts and tests)",
             ("--port-file",)),
     Setting("redis.url", str, "",
-            "use this Redis (>= 7) instead of starting the embedded one, e.g. redis://host:6379/0",
-            ("--redis-url",)),
-    Setting("redis.keyspace", str, "korvet", "prefix of every Redis key the broker writes",
-            ("--keyspace",)),
+            "use this Redis (>= 7) instead of starting the embedded one, e.g. redis://host:6379/0 "
+            "(the original's redis.uri / KORVET_REDIS_URI is the same setting)",
+            ("--redis-url", "--redis-uri"), also=("redis.uri",)),
+    Setting("redis.username", str, "",
+            "Redis ACL user name (overrides one in redis.url); needs redis.url"),
+    Setting("redis.password", str, "",
+            "Redis password (overrides one in redis.url); needs redis.url", secret=True),
+    Setting("redis.cluster", bool, False,
+            "the Redis is a Redis Cluster (the original's OSS Cluster API mode); not supported "
+            "yet: true is refused at start"),
+    Setting("redis.keyspace", str, "korvet",
+            "prefix of every Redis key the broker writes (the original's korvet.namespace)",
+            ("--keyspace",), also=("namespace", "broker.keyspace")),
     Setting("redis.server-binary", str, "redis-server", "redis-server used for the embedded Redis"),
     Setting("redis.appendfsync", str, "everysec",
             "embedded Redis: AOF fsync policy (always, everysec, no) or 'off' for no persistence"),
@@ -85,10 +116,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("topics.sequence-bits", int, 10,
             "default offset sequence bits (1..22) for new topics: entries per ms = 2^bits"),
     Setting("topics.retention-ms", int, 604_800_000,
-            "default retention.ms of new topics (-1: keep forever)"),
+            "default retention.ms of new topics (-1: keep forever)", unit="ms"),
     Setting("topics.timestamp-after-max-ms", int, 3_600_000,
             "reject records whose CreateTime is this far ahead of the broker clock "
-            "(Kafka's log.message.timestamp.after.max.ms)"),
+            "(Kafka's log.message.timestamp.after.max.ms)", unit="ms"),
     Setting("groups.initial-rebalance-delay-ms", int, 3000,
             "wait this long for more members before the first rebalance of an empty group"),
     Setting("groups.min-session-timeout-ms", int, 6000, "smallest session timeout a member may ask"),
@@ -100,11 +131,24 @@ SETTINGS: tuple[Setting, ...] = (
             "append every coordinator input and output to this file (NDJSON); empty: off"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",
             ("--log-level",)),
+    # --- operations (issue 15): the HTTP endpoint for probes and metrics ---------------------
+    Setting("http.enabled", bool, True,
+            "serve health probes (/actuator/health, /health/liveness, /health/readiness) and "
+            "Prometheus metrics (/metrics, /actuator/prometheus) over HTTP"),
+    Setting("http.host", str, "", "address of the HTTP endpoint (default: broker.host)"),
+    Setting("http.port", int, 8080, "port of the HTTP endpoint (0 picks a free port)",
+            ("--http-port",)),
+    Setting("http.port-file", str, "",
+            "write the HTTP endpoint's bound port to this file once listening"),
+    Setting("config.strict", bool, False,
+            "refuse to start on an unknown KORVET_* variable or YAML key (default: a warning)",
+            ("--strict-config",)),
     # the security settings follow (SECURITY_SETTINGS)
 )
 
 # --- security (docs/users/security.md) ------------------------------------------------------
-# Listeners, TLS, SASL, ACLs, tenants and the Redis connection's credentials. The names
+# Listeners, TLS, SASL, ACLs, tenants and the Redis connection's TLS files (its user and
+# password are redis.username / redis.password above). The names
 # follow the original product's (korvet.broker.tls, cert-file, key-file, client-auth-required,
 # trust-cert-file, sasl.enabled, sasl.mechanisms: their KORVET_BROKER_* variables are these
 # settings' variables) and Kafka's (listeners, advertised.listeners, super.users, ...: the
@@ -130,7 +174,8 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
             "broker.sasl.enabled"),
     Setting("broker.cert-file", str, "", "PEM certificate chain of the broker (TLS listeners)"),
     Setting("broker.key-file", str, "", "PEM private key of broker.cert-file"),
-    Setting("broker.key-password", str, "", "password of broker.key-file, if it is encrypted"),
+    Setting("broker.key-password", str, "", "password of broker.key-file, if it is encrypted",
+            secret=True),
     Setting("broker.trust-cert-file", str, "",
             "PEM CA certificates that sign client certificates (mTLS on TLS listeners)"),
     Setting("broker.client-auth-required", bool, False,
@@ -169,9 +214,6 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
             "principal=keyspace pairs: each principal's topics and groups live in its own Redis "
             "keyspace, invisible to others (e.g. User:alice=acme,User:bob=globex; in YAML a "
             "mapping, needed for certificate principals); other principals use redis.keyspace"),
-    Setting("redis.username", str, "", "Redis ACL user (AUTH username password)"),
-    Setting("redis.password", str, "", "password of redis.username (or of Redis' default user); "
-            "never logged"),
     Setting("redis.tls-ca-file", str, "",
             "PEM CA certificates that sign the Redis server's certificate (rediss:// URLs)"),
     Setting("redis.tls-cert-file", str, "", "PEM client certificate for Redis (rediss://, mTLS)"),
@@ -195,13 +237,77 @@ SETTINGS = (*SETTINGS, *SECURITY_SETTINGS)
 # --- end of security settings ---------------------------------------------------------------
 
 _BY_NAME = {s.name: s for s in SETTINGS}
+_BY_ANY_NAME = {n: s for s in SETTINGS for n in s.names}
+_BY_ENV = {e: s for s in SETTINGS for e in s.envs}
+
+# --- compatibility with the original product's configuration (issue 15) ------------------
+#
+# The original (Spring Boot) reads ``korvet.a.b-c`` from YAML and ``KORVET_A_B_C`` from the
+# environment; ``korvet.topics[N].field`` / ``KORVET_TOPICS_<N>_FIELD`` declare topics. The
+# settings above that the original also has carry its names in ``also``; the ones below
+# are the original's settings Korvet (Python) knows but does not act on: naming one is a
+# note, not the "unknown setting" warning a typo gets.
+
+INERT: Mapping[str, str] = {
+    "redis.pool-size": "redis-py opens Redis connections as they are needed",
+    "redis.metadata-pool-size": "redis-py opens Redis connections as they are needed",
+    "redis.committed-offset-pool-size": "redis-py opens Redis connections as they are needed",
+    "redis.archival-source-pool-size": "redis-py opens Redis connections as they are needed",
+    "redis.pool-max-wait": "redis-py opens Redis connections as they are needed",
+    "redis.io-threads": "one asyncio event loop does all Redis I/O",
+    "redis.metrics.enabled": "Redis round-trip latency is always exported (korvet_redis_*)",
+    "redis.metrics.histogram": "Redis round-trip latency is always exported (korvet_redis_*)",
+    "broker.worker-threads": "one asyncio event loop serves every connection",
+    "broker.boss-threads": "one asyncio event loop serves every connection",
+}
+INERT_PREFIXES: Mapping[str, str] = {
+    "storage.": "Korvet (Python) has no tiered storage: retention trims at write time",
+    "archiver.": "Korvet (Python) has no tiered storage",
+}
+
+# Variables read by Korvet's own tools and tests, not by the broker.
+TOOL_VARIABLES = frozenset({"KORVET_JAR_DIR", "KORVET_HYPOTHESIS_PROFILE", "KORVET_REPLAY_MODELS"})
+
+# korvet.topics[N].<field>: the original's field names -> (what it sets, how it is read).
+# A target with a dot is a Kafka topic config; the others are the declaration's own fields.
+TOPIC_FIELDS: Mapping[str, tuple[str, str]] = {
+    "name": ("name", "str"),
+    "partitions": ("partitions", "int"),
+    "auto-create": ("auto_create", "bool"),
+    "retention-time": ("retention.ms", "ms"),
+    "retention-ms": ("retention.ms", "ms"),
+    "retention-bytes": ("retention.bytes", "bytes"),
+    "local-retention-time": ("local.retention.ms", "ms"),
+    "local-retention-ms": ("local.retention.ms", "ms"),
+    "local-retention-bytes": ("local.retention.bytes", "bytes"),
+    "segment-time": ("segment.ms", "ms"),
+    "segment-ms": ("segment.ms", "ms"),
+    "segment-bytes": ("segment.bytes", "bytes"),
+    "max-message-bytes": ("max.message.bytes", "bytes"),
+    "compression": ("compression.type", "compression"),
+    "remote-storage-enabled": ("remote.storage.enable", "bool"),
+    "log-append-timestamp-header": ("log.append.timestamp.header", "bool"),
+    "timestamp-type": ("message.timestamp.type", "str"),
+    "sequence-bits": ("korvet.sequence.bits", "int"),
+    "retention-records": ("korvet.retention.records", "int"),
+}
+TOPIC_INERT_FIELDS: Mapping[str, str] = {
+    "value-type": "Korvet stores keys and values as opaque bytes, as the original does since 0.18",
+}
+
+_TOPIC_KEY = re.compile(r"topics\.(\d+)\.(.+)")
+_TOPIC_ENV = re.compile(r"KORVET_TOPICS_(\d+)_([A-Z0-9_]+)")
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """The resolved settings, one attribute per entry of SETTINGS."""
+    """The resolved settings, one attribute per entry of SETTINGS, with where each came from,
+    the declared topics, and the warnings loading gave."""
 
     values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+    topics: tuple[TopicDeclaration, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -221,12 +327,21 @@ class Config:
         assert isinstance(value, bool)
         return value
 
+    def source(self, name: str) -> str:
+        """Where a setting's value came from: 'default', a flag, a variable or a file key."""
+        return self.sources.get(name, "default")
+
+    def declared(self, topic: str) -> Declared:
+        return resolve(self.topics, topic)
+
     def replace(self, **changes: object) -> Config:
         merged = dict(self.values)
+        sources = dict(self.sources)
         for attr, value in changes.items():
             name = _attr_to_name(attr)
             merged[name] = _coerce(_BY_NAME[name], value)
-        return Config(merged)
+            sources[name] = "set by the program"
+        return dataclasses.replace(self, values=merged, sources=sources)
 
 
 def _attr_to_name(attr: str) -> str:
@@ -236,43 +351,273 @@ def _attr_to_name(attr: str) -> str:
     raise ConfigError(f"unknown setting {attr!r}")
 
 
-def _coerce(setting: Setting, value: object) -> object:
+_SIZE = re.compile(r"\s*(-?\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+_DURATION = re.compile(r"\s*(-?\d+)\s*(ns|us|ms|s|m|h|d)?\s*", re.IGNORECASE)
+_DURATION_MS = {"ns": 1e-6, "us": 1e-3, "": 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000,
+                "d": 86_400_000}
+_ISO_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?",
+                           re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1048576``, ``512KB``, ``1MB``, ``2GB`` (binary units, as Spring's DataSize)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"expected a size such as 1048576, 512KB or 1MB, got {text!r}")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").upper()]
+
+
+def parse_duration_ms(text: str) -> int:
+    """Milliseconds from ``60000``, ``500ms``, ``30s``, ``5m``, ``1h``, ``7d`` or ISO ``PT1H``."""
+    match = _DURATION.fullmatch(text)
+    if match is not None:
+        return int(int(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower()])
+    iso = _ISO_DURATION.fullmatch(text.strip())
+    if iso is not None and any(iso.groups()):
+        days, hours, minutes, seconds = (float(g or 0) for g in iso.groups())
+        return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+    raise ValueError(f"expected a duration such as 60000, 30s, 1h, 7d or PT1H, got {text!r}")
+
+
+def _coerce_bool(setting: Setting, value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{setting.name}: expected true or false, got {value!r}{where}")
+
+
+def _coerce_list(value: object) -> object:
+    """Kept as given: a string, or a YAML list or mapping (security_config.py reads them)."""
+    if value is None:
+        return ""
+    if isinstance(value, str | list | tuple | Mapping):
+        return value
+    return str(value)
+
+
+def _coerce(setting: Setting, value: object, origin: str = "") -> object:
+    where = f" ({origin})" if origin else ""
     if setting.kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{setting.name}: expected true or false, got {value!r}")
-    if setting.kind is list:  # kept as given: a string, or a YAML list or mapping
-        if value is None:
-            return ""
-        if isinstance(value, str | list | tuple | Mapping):
-            return value
-        return str(value)
+        return _coerce_bool(setting, value, where)
+    if setting.kind is list:
+        return _coerce_list(value)
     if setting.kind is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{setting.name}: expected an integer, got {value!r}")
+            raise ConfigError(f"{setting.name}: expected an integer, got {value!r}{where}")
+        if isinstance(value, int):
+            return value
+        text = str(value).replace("_", "")
         try:
-            return int(str(value).replace("_", ""))
+            if setting.unit == "bytes":
+                return parse_size(text)
+            if setting.unit == "ms":
+                return parse_duration_ms(text)
+            return int(text)
         except ValueError:
-            raise ConfigError(f"{setting.name}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{setting.name}: expected an integer, got {value!r}{where}") from None
     if value is None:
         return ""
     return str(value)
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _kebab(key: str) -> str:
+    """Spring's relaxed binding: advertisedHost, advertised_host and advertised-host agree."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", key).lower().replace("_", "-")
+
+
+def _flatten(tree: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a YAML tree; a list (``topics:``) becomes indexed keys ``topics.0.name``."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and name not in _BY_NAME:  # a list setting may be a mapping
-            flat.update(_flatten(value, name + "."))
+        name = f"{prefix}{_kebab(str(key))}"
+        if isinstance(value, Mapping) and name not in _BY_ANY_NAME:  # a list setting may be one
+            if name.endswith("configs") and _TOPIC_KEY.fullmatch(name):
+                flat.update({f"{name}.{k}": v for k, v in value.items()})  # Kafka names as-is
+            else:
+                flat.update(_flatten(value, name + "."))
+        elif isinstance(value, list) and name == "topics":
+            for index, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    flat.update(_flatten(item, f"{name}.{index}."))
+                else:
+                    flat[f"{name}.{index}"] = item
         else:
             flat[name] = value
     return flat
+
+
+def _inert_reason(name: str) -> str | None:
+    if name in INERT:
+        return INERT[name]
+    return next((why for prefix, why in INERT_PREFIXES.items() if name.startswith(prefix)), None)
+
+
+def _closest(word: str, candidates: Iterable[str]) -> str:
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {found[0]}?" if found else ""
+
+
+_TopicFields = dict[int, dict[str, tuple[object, str]]]
+
+
+@dataclass
+class _Loading:
+    """What one load collects, layer by layer (defaults < YAML < environment < flags)."""
+
+    values: dict[str, object]
+    sources: dict[str, str] = field(default_factory=dict)
+    topic_fields: _TopicFields = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def apply(self, layer: dict[str, tuple[object, str]]) -> None:
+        for name, (value, origin) in layer.items():
+            self.values[name] = value
+            self.sources[name] = origin
+
+    def topic_field(self, index: int, key: str, value: object, origin: str) -> None:
+        if key in TOPIC_INERT_FIELDS:
+            self.notes.append(f"{origin}: no effect in Korvet (Python): {TOPIC_INERT_FIELDS[key]}")
+            return
+        config_key = key.removeprefix("configs.")
+        if key not in TOPIC_FIELDS and not (key.startswith("configs.")
+                                            and config_key in topic_rules.CONFIGS):
+            known = [*TOPIC_FIELDS, *(f"configs.{c}" for c in topic_rules.CONFIGS)]
+            self.unknown.append(f"{origin}: unknown topic field {key!r}{_closest(key, known)}")
+            return
+        self.topic_fields.setdefault(index, {})[key] = (value, origin)
+
+
+def _put(layer: dict[str, tuple[object, str]], setting: Setting, raw: object, origin: str) -> None:
+    value = _coerce(setting, raw, origin)
+    prior = layer.get(setting.name)
+    if prior is not None and prior[0] != value:
+        raise ConfigError(f"{setting.name} is set twice, differently: by {prior[1]} and by {origin}")
+    layer[setting.name] = (value, origin)
+
+
+def _read_yaml(path: Path, loading: _Loading) -> None:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"config file {path}: expected a mapping at the top")
+    # The original's files put everything under `korvet:`; ours need not. Beside `korvet:`,
+    # a Spring application file has other frameworks' keys: only the Actuator's port is ours.
+    wrapped = tree.get("korvet")
+    layer: dict[str, tuple[object, str]] = {}
+    entries = _flatten({k: v for k, v in tree.items() if k != "korvet"})
+    prefix = ""
+    if isinstance(wrapped, Mapping):
+        for key, value in entries.items():
+            if key in ("server.port", "management.server.port"):
+                _put(layer, _BY_NAME["http.port"], value, f"{path} key {key}")
+            else:
+                loading.notes.append(f"{path} key {key}: not under korvet:, ignored")
+        entries, prefix = _flatten(wrapped), "korvet."
+    known = [*_BY_ANY_NAME, *KAFKA_STYLE_NAMES, "topics[N]." + "|".join(TOPIC_FIELDS)]
+    for raw_key, value in entries.items():
+        origin = f"{path} key {prefix}{raw_key}"
+        key = KAFKA_STYLE_NAMES.get(raw_key, raw_key)
+        topic = _TOPIC_KEY.fullmatch(key)
+        if topic is not None:
+            loading.topic_field(int(topic.group(1)), topic.group(2), value, origin)
+        elif key in _BY_ANY_NAME:
+            _put(layer, _BY_ANY_NAME[key], value, origin)
+        elif (why := _inert_reason(key)) is not None:
+            loading.notes.append(f"{origin}: no effect in Korvet (Python): {why}")
+        else:
+            loading.unknown.append(f"{origin}: unknown setting {key!r}{_closest(key, known)}")
+    loading.apply(layer)
+
+
+def _read_env(environ: Mapping[str, str], loading: _Loading) -> None:
+    layer: dict[str, tuple[object, str]] = {}
+    inert_envs = {_env_of(name): why for name, why in INERT.items()}
+    known = [*_BY_ENV, "KORVET_TOPICS_<N>_<FIELD>"]
+    for var in sorted(environ):
+        if not var.startswith("KORVET_") or var in TOOL_VARIABLES:
+            continue
+        origin = f"environment variable {var}"
+        topic = _TOPIC_ENV.fullmatch(var)
+        if var in _BY_ENV:
+            _put(layer, _BY_ENV[var], environ[var], origin)
+        elif topic is not None:
+            loading.topic_field(int(topic.group(1)), topic.group(2).lower().replace("_", "-"),
+                                environ[var], origin)
+        elif var in inert_envs:
+            loading.notes.append(f"{origin}: no effect in Korvet (Python): {inert_envs[var]}")
+        elif var.startswith(("KORVET_STORAGE_", "KORVET_ARCHIVER_")):
+            loading.notes.append(f"{origin}: no effect in Korvet (Python): "
+                                 f"{INERT_PREFIXES['storage.']}")
+        else:
+            loading.unknown.append(f"{origin}: unknown setting{_closest(var, known)}")
+    loading.apply(layer)
+
+
+def _topic_value(key: str, raw: object, origin: str) -> tuple[str, object]:
+    target, kind = TOPIC_FIELDS.get(key, (key.removeprefix("configs."), "str"))
+    text = str(raw).strip() if not isinstance(raw, bool) else str(raw).lower()
+    try:
+        if kind == "int":
+            return target, int(text)
+        if kind == "bool":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"expected true or false, got {raw!r}")
+            return target, text.lower() == "true" if target == "auto_create" else text.lower()
+        if kind == "bytes":
+            return target, str(parse_size(text))
+        if kind == "ms":
+            return target, str(parse_duration_ms(text))
+        if kind == "compression":
+            return target, "uncompressed" if text.lower() == "none" else text.lower()
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    return target, text
+
+
+def _declarations(fields: _TopicFields) -> tuple[TopicDeclaration, ...]:
+    declarations = []
+    for index in sorted(fields):
+        entry = fields[index]
+        if "name" not in entry:
+            origins = ", ".join(origin for _, origin in entry.values())
+            raise ConfigError(f"topics[{index}] has no name (set by {origins}); use '*' for "
+                              "defaults of every topic")
+        name = str(entry["name"][0])
+        partitions: int | None = None
+        auto_create: bool | None = None
+        configs: dict[str, str] = {}
+        for key, (raw, origin) in entry.items():
+            target, value = _topic_value(key, raw, origin)
+            if target == "partitions":
+                assert isinstance(value, int)
+                try:
+                    partitions = topic_rules.validate_partition_count(value)
+                except topic_rules.PartitionCountError as exc:
+                    raise ConfigError(f"{origin}: {exc}") from None
+            elif target == "auto_create":
+                auto_create = bool(value)
+            elif target != "name":
+                try:
+                    configs[target] = topic_rules.validate_config(target, str(value))
+                except topic_rules.TopicConfigError as exc:
+                    raise ConfigError(f"{origin}: {exc}") from None
+        if "*" not in name:
+            try:
+                topic_rules.validate_topic_name(name)
+            except topic_rules.TopicNameError as exc:
+                raise ConfigError(f"{entry['name'][1]}: {exc}") from None
+        declarations.append(TopicDeclaration(index, name, partitions, auto_create, configs))
+    return tuple(declarations)
 
 
 def load(
@@ -281,40 +626,43 @@ def load(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> Config:
-    values: dict[str, object] = {s.name: s.default for s in SETTINGS}
+    """Settings from defaults < YAML file < ``KORVET_*`` environment < ``overrides`` (flags).
+    Unknown variables and keys are warnings in ``Config.warnings`` (errors with
+    ``config.strict``); bad values are ``ConfigError``."""
+    loading = _Loading({s.name: s.default for s in SETTINGS})
     if yaml_path:
-        path = Path(yaml_path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        tree = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(tree, Mapping):
-            raise ConfigError(f"config file {path}: expected a mapping at the top")
-        for raw_name, value in _flatten(tree).items():
-            name = KAFKA_STYLE_NAMES.get(raw_name, raw_name)
-            if name not in _BY_NAME:
-                raise ConfigError(f"config file {path}: unknown setting {name!r}")
-            values[name] = _coerce(_BY_NAME[name], value)
-    environ = os.environ if env is None else env
-    for setting in SETTINGS:
-        if setting.env in environ:
-            values[setting.name] = _coerce(setting, environ[setting.env])
+        _read_yaml(Path(yaml_path), loading)
+    _read_env(os.environ if env is None else env, loading)
+    flags: dict[str, tuple[object, str]] = {}
     for name, value in (overrides or {}).items():
-        if value is None:
-            continue
-        key = _attr_to_name(name)
-        values[key] = _coerce(_BY_NAME[key], value)
-    config = Config(values)
+        if value is not None:
+            setting = _BY_NAME[_attr_to_name(name)]
+            _put(flags, setting, value, f"command-line flag {setting.flags[0]}")
+    loading.apply(flags)
+    config = Config(loading.values, loading.sources, _declarations(loading.topic_fields),
+                    tuple(loading.unknown + loading.notes + _redis_notes(loading.values)))
     validate(config)
+    if config.get_bool("config.strict") and loading.unknown:
+        raise ConfigError("unknown settings (config.strict is on):\n  "
+                          + "\n  ".join(loading.unknown))
     return config
+
+
+def _redis_notes(values: Mapping[str, object]) -> list[str]:
+    if values["redis.url"] or not (values["redis.username"] or values["redis.password"]):
+        return []
+    return ["redis.username/redis.password are ignored: without redis.url the broker starts "
+            "its own embedded Redis, which has no password"]
 
 
 def validate(config: Config) -> None:
     bits = config.get_int("topics.sequence-bits")
     if not 1 <= bits <= 22:
         raise ConfigError(f"topics.sequence-bits must be within 1..22, got {bits}")
-    port = config.get_int("broker.port")
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"broker.port must be within 0..65535, got {port}")
+    for name in ("broker.port", "http.port"):
+        port = config.get_int(name)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{name} must be within 0..65535, got {port}")
     if config.get_int("topics.default-partitions") < 1:
         raise ConfigError("topics.default-partitions must be at least 1")
     if config.get_str("redis.appendfsync") not in ("always", "everysec", "no", "off"):
@@ -327,6 +675,11 @@ def validate(config: Config) -> None:
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
+    if config.get_bool("redis.cluster"):
+        raise ConfigError(
+            f"redis.cluster is true ({config.source('redis.cluster')}), but Korvet (Python) does "
+            "not support Redis Cluster yet: point redis.uri at a standalone Redis (>= 7), or at "
+            "a Redis Enterprise database without the OSS Cluster API, and unset redis.cluster")
     validate_security(config)
 
 
@@ -346,7 +699,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for setting in SETTINGS:
         flags = list(setting.flags)
         default_text = repr(setting.default) if setting.default != "" else "unset"
-        help_text = f"{setting.help} [default: {default_text}; env {setting.env}]"
+        also = "".join(f", {env}" for env in setting.envs[1:])
+        help_text = f"{setting.help} [default: {default_text}; env {setting.env}{also}]"
         if setting.kind is bool:
             parser.add_argument(
                 *flags, dest=setting.attr, default=None,
@@ -356,7 +710,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             kind = str if setting.kind is list else setting.kind
             parser.add_argument(
                 *flags, dest=setting.attr, default=None, metavar=kind.__name__.upper(),
-                type=kind, help=help_text,
+                type=str if setting.unit else kind, help=help_text,
             )
 
 
@@ -365,10 +719,5 @@ def from_args(args: argparse.Namespace) -> Config:
     return load(yaml_path=getattr(args, "config", None), overrides=overrides)
 
 
-SECRET_SETTINGS = frozenset({"redis.password", "broker.key-password"})
-
-
 def describe(config: Config) -> Sequence[tuple[str, object]]:
-    """(name, value) of every setting; secrets show as '***' when set."""
-    return [(s.name, "***" if s.name in SECRET_SETTINGS and config[s.name] else config[s.name])
-            for s in SETTINGS]
+    return [(s.name, "****" if s.secret and config[s.name] else config[s.name]) for s in SETTINGS]

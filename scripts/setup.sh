@@ -2,8 +2,11 @@
 # Idempotent set-up behind `make run` and `make test`.
 #
 #   scripts/setup.sh run    the virtualenv with the broker, and redis-server
-#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, and the
-#                           pinned JVM jars from Maven Central
+#   scripts/setup.sh test   all of the above plus test tools, kcat, Java, Maven, the
+#                           pinned JVM jars (resolved by Maven), kfake-server (franz-go's
+#                           kfake, from the Go module proxy at the versions scripts/kfake/go.mod
+#                           pins, checked against go.sum), and a wheelhouse for the tests that
+#                           install Korvet into a fresh virtualenv without the network
 #
 # Each step checks first and does nothing when its work is already done.
 set -euo pipefail
@@ -59,6 +62,8 @@ ensure_test_packages() {
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # certificates of the security tests
     command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+    # `korvet jars fetch` resolves the pinned jars with Maven (settings.xml and ~/.m2 apply)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"
     fi
@@ -78,7 +83,7 @@ ensure_venv() {
         return
     fi
     # A test install covers the run install, so a later `make run` does not reinstall.
-    if [ -z "$extras" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
+    if [ "$extras" = "server" ] && [ -f "$stamp" ] && grep -q -- "$(sha256sum pyproject.toml | cut -c1-16)-" "$stamp"; then
         return
     fi
     local target="."
@@ -86,6 +91,45 @@ ensure_venv() {
     say "pip install -e '$target'"
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e "$target"
+    echo "$want" > "$stamp"
+}
+
+ensure_go() {
+    if ! command -v go >/dev/null 2>&1; then
+        apt_install golang-go
+    fi
+}
+
+# kfake-server (scripts/kfake): built again only when its sources or pins change.
+ensure_kfake() {
+    local want stamp=".kfake/.built"
+    want="$(cat scripts/kfake/main.go scripts/kfake/go.mod scripts/kfake/go.sum | sha256sum | cut -c1-16)"
+    if [ -x .kfake/kfake-server ] && [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    ensure_go
+    say "building kfake-server (franz-go's kfake, pinned in scripts/kfake/go.mod)"
+    mkdir -p .kfake
+    # -mod=readonly: the build uses exactly the versions of go.mod and fails if a hash in go.sum
+    # does not match what the module proxy serves. A Go older than go.mod's line fetches the
+    # toolchain it names (GOTOOLCHAIN=auto, Go >= 1.21).
+    (cd scripts/kfake && GOFLAGS=-mod=readonly GOTOOLCHAIN=auto go build -trimpath -o ../../.kfake/kfake-server .)
+    echo "$want" > "$stamp"
+}
+
+# Wheels of korvet's base, its server and conformance extras and the build backend, so that
+# tests install the suite (tests/conformance/test_kafka_conformance.py) or the broker
+# (tests/integration/test_packaging.py) into a fresh virtualenv without the network.
+ensure_wheelhouse() {
+    local want stamp=".wheelhouse/.downloaded"
+    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    if [ -f "$stamp" ] && grep -qx -- "$want" "$stamp"; then
+        return
+    fi
+    say "pip download korvet's dependencies into .wheelhouse"
+    rm -rf .wheelhouse && mkdir -p .wheelhouse
+    .venv/bin/python -m pip download -q -d .wheelhouse --only-binary=:all: \
+        $(.venv/bin/python scripts/requirements.py server conformance) setuptools==84.2.1 wheel
     echo "$want" > "$stamp"
 }
 
@@ -98,13 +142,15 @@ ensure_jars() {
 case "$mode" in
     run)
         ensure_redis
-        ensure_venv ""
+        ensure_venv "server"
         ;;
     test)
         ensure_redis
         ensure_test_packages
         ensure_venv "test,spark"
         ensure_jars $(.venv/bin/korvet jars list)
+        ensure_kfake
+        ensure_wheelhouse
         ;;
     *)
         say "usage: scripts/setup.sh run|test"

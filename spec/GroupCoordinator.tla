@@ -70,9 +70,10 @@ VARIABLES
     grp,     \* the group (a record; "Absent" when the coordinator does not know it)
     out,     \* the effects of the last step
     issued,  \* how many ids of MemberIds the broker has handed out (the adapter's UUIDs)
-    calm     \* LiveSpec only: clients no longer perturb the group (FALSE in Spec)
+    calm,    \* LiveSpec only: clients no longer perturb the group (FALSE in Spec)
+    floor    \* the generation a new group starts from (0 here; see GroupCoordinatorDurable)
 
-vars == <<grp, out, issued, calm>>
+vars == <<grp, out, issued, calm, floor>>
 
 Range(s) == {s[k] : k \in DOMAIN s}
 EmptyFcn == [x \in {} |-> NONE]
@@ -93,7 +94,9 @@ AbsentGroup ==
      leaderSync       |-> NoLeaderSync,  \* the assignment the leader sent, and for which generation
      committed        |-> [p \in Partitions |-> -1]]
 
-NewGroup == [AbsentGroup EXCEPT !.state = "Empty"]
+\* A new group starts from generation `floor`: 0, unless a load after Redis may have
+\* lost writes raised it (spec/GroupCoordinatorDurable.tla; Python: generation_floor).
+NewGroup == [AbsentGroup EXCEPT !.state = "Empty", !.generation = floor]
 
 KnownIds == {MemberIds[k] : k \in 1..issued}
 FreshId  == MemberIds[issued + 1]
@@ -344,7 +347,7 @@ JoinGroupReq(mid, inst, protos, sessionOk, requireKnown, skipOk) ==
        IN /\ grp' = r[1]
           /\ out' = r[2]
           /\ issued' = IF r[3] THEN issued + 1 ELSE issued
-          /\ UNCHANGED calm
+          /\ UNCHANGED <<calm, floor>>
 
 \* SyncGroup; `asg` is the leader's assignment (a function from member ids),
 \* `pname` the protocol name of v5+ ("" when not sent).
@@ -374,7 +377,7 @@ SyncOutcome(mid, inst, gen, asg, pname) ==
 
 SyncGroupReq(mid, inst, gen, asg, pname) ==
     LET r == SyncOutcome(mid, inst, gen, asg, pname)
-    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm>>
+    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm, floor>>
 
 HeartbeatError(mid, inst, gen) ==
     IF grp.state = "Absent" THEN UNKNOWN_MEMBER_ID
@@ -386,7 +389,7 @@ HeartbeatError(mid, inst, gen) ==
 
 HeartbeatReq(mid, inst, gen) ==
     /\ out' = {HeartbeatReply(mid, HeartbeatError(mid, inst, gen))}
-    /\ UNCHANGED <<grp, issued, calm>>
+    /\ UNCHANGED <<grp, issued, calm, floor>>
 
 \* One member of a LeaveGroup batch: <<group, error, effects>>.
 LeaveOne(g, mid, inst) ==
@@ -422,7 +425,7 @@ LeaveOutcome(batch) ==
 
 LeaveGroupReq(batch) ==
     LET r == LeaveOutcome(batch)
-    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm>>
+    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm, floor>>
 
 \* OffsetCommit; `offs` maps partitions to offsets; `v9` is OffsetCommit v9+,
 \* which answers GROUP_ID_NOT_FOUND rather than ILLEGAL_GENERATION for an
@@ -448,7 +451,7 @@ CommitOutcome(mid, inst, gen, offs, v9) ==
 
 OffsetCommitReq(mid, inst, gen, offs, v9) ==
     LET r == CommitOutcome(mid, inst, gen, offs, v9)
-    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm>>
+    IN grp' = r[1] /\ out' = r[2] /\ UNCHANGED <<issued, calm, floor>>
 
 \* DeleteGroups for this group.  KORVET: the group stays Dead until the adapter
 \* has deleted its data in Redis (GroupDataDeleted); meanwhile requests get
@@ -460,14 +463,14 @@ DeleteGroups ==
        THEN /\ grp' = [AbsentGroup EXCEPT !.state = "Dead"]
             /\ out' = {DeleteReply(NONE), DeleteGroupData}
        ELSE out' = {DeleteReply(NON_EMPTY_GROUP)} /\ UNCHANGED grp
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 \* The adapter has deleted the group's committed offsets and Redis consumer groups.
 GroupDataDeleted ==
     /\ grp.state = "Dead"
     /\ grp' = AbsentGroup
     /\ out' = {}
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 -----------------------------------------------------------------------------
 (* Timers: each is enabled whenever its deadline is armed (time is abstract). *)
@@ -486,7 +489,7 @@ SessionTimeoutOf(m) ==
                 ELSE IF grp.state = "PreparingRebalance" /\ AllJoined(g1) THEN CompleteJoin(g1)
                 ELSE <<g1, {}>>
        IN grp' = r[1] /\ out' = RemovalReplies(grp, m) \cup r[2]
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 \* A member id handed out with MEMBER_ID_REQUIRED was not used in time.
 PendingMemberTimeoutOf(m) ==
@@ -495,7 +498,7 @@ PendingMemberTimeoutOf(m) ==
            r == IF g1.state = "PreparingRebalance" /\ AllJoined(g1) THEN CompleteJoin(g1)
                 ELSE <<g1, {}>>
        IN grp' = r[1] /\ out' = r[2]
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 \* The join phase's deadline: the rebalance timeout, or for a group that was
 \* Empty the initial rebalance delay.
@@ -505,7 +508,7 @@ RebalanceTimeout ==
        IN /\ r # <<grp, {}>>    \* otherwise the timer is simply re-armed
           /\ grp' = r[1]
           /\ out' = r[2]
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 \* Members that did not send SyncGroup within the rebalance timeout are removed.
 PendingSyncTimeout ==
@@ -513,17 +516,23 @@ PendingSyncTimeout ==
     /\ grp.pendingSync # {}
     /\ LET r == PrepareRebalance(RemoveMembers(grp, grp.pendingSync))
        IN grp' = r[1] /\ out' = r[2]
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
+
+\* What a snapshot keeps of a group: everything but the held-back requests, whose
+\* connections die with the broker (the Python snapshot's transient fields).
+Snapshot(g) ==
+    IF g.state \in {"Absent", "Dead"} THEN g
+    ELSE [g EXCEPT !.members = [m \in DOMAIN @ |->
+              [@[m] EXCEPT !.awaitingJoin = FALSE, !.awaitingSync = FALSE]]]
 
 \* The broker restarts from the snapshot of the state: the group survives,
 \* held-back requests die with their connections, timers are re-armed, and
-\* the clean-up of a Dead group is ordered again.
+\* the clean-up of a Dead group is ordered again.  (In this module the snapshot
+\* is the current state; GroupCoordinatorDurable restarts from what Redis holds.)
 Restart ==
-    /\ grp' = IF grp.state \in {"Absent", "Dead"} THEN grp
-              ELSE [grp EXCEPT !.members = [m \in DOMAIN @ |->
-                        [@[m] EXCEPT !.awaitingJoin = FALSE, !.awaitingSync = FALSE]]]
+    /\ grp' = Snapshot(grp)
     /\ out' = IF grp.state = "Dead" THEN {DeleteGroupData} ELSE {}
-    /\ UNCHANGED <<issued, calm>>
+    /\ UNCHANGED <<issued, calm, floor>>
 
 -----------------------------------------------------------------------------
 (* Request parameters: every value a client may send that can make a      *)
@@ -595,7 +604,7 @@ Next ==
     \/ PendingSyncTimeout
     \/ Restart
 
-Init == grp = AbsentGroup /\ out = {} /\ issued = 0 /\ calm = FALSE
+Init == grp = AbsentGroup /\ out = {} /\ issued = 0 /\ calm = FALSE /\ floor = 0
 
 Spec == Init /\ [][Next]_vars
 
@@ -727,7 +736,7 @@ CalmTimer == calm /\ RebalanceTimeout
 CalmCleanup == calm /\ GroupDataDeleted
 CalmProgress == CalmRejoin \/ CalmSync \/ CalmTimer \/ CalmCleanup
 
-CalmDown == ~calm /\ calm' = TRUE /\ UNCHANGED <<grp, out, issued>>
+CalmDown == ~calm /\ calm' = TRUE /\ UNCHANGED <<grp, out, issued, floor>>
 
 LiveNext == (~calm /\ Next) \/ CalmDown \/ CalmProgress
 
@@ -761,6 +770,9 @@ Ids4 == <<"m1", "m2", "m3", "m4">>
 \* One protocol with two metadata values (a metadata change) and a second
 \* protocol no member shares with it (INCONSISTENT_GROUP_PROTOCOL).
 ProtocolsBasic == {<<<<"range", "a">>>>, <<<<"range", "b">>>>, <<<<"rr", "a">>>>}
+\* Two protocols, no metadata change (the durable models: a generation re-issued
+\* after a loss may select the other one).
+ProtocolsTwo == {<<<<"range", "a">>>>, <<<<"rr", "a">>>>}
 \* Just a metadata change.
 ProtocolsMeta == {<<<<"range", "a">>>>, <<<<"range", "b">>>>}
 \* The same plus a member that prefers rr but also speaks range (the vote).

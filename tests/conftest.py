@@ -56,6 +56,7 @@ class KorvetProcess:
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    http_port: int = 0  # the operations endpoint (probes, /metrics), on a free port
     log_path: Path | None = None
 
     @property
@@ -73,8 +74,11 @@ class KorvetProcess:
         self.log_path = self.data_dir / "broker.log"
         # Reuse the previous port on a restart so clients can reconnect to the same address.
         port_args = ["--port", str(self.port)] if self.port else ["--port", "0"]
+        http_port_file = self.data_dir / "http.port"
+        http_port_file.unlink(missing_ok=True)
         command = [*KORVET, "serve", *port_args, "--port-file", str(port_file),
                    "--data-dir", str(self.data_dir), "--redis-appendfsync", "everysec",
+                   "--http-port", "0", "--http-port-file", str(http_port_file),
                    *self.extra_args]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -83,6 +87,8 @@ class KorvetProcess:
         while time.monotonic() < deadline:
             if port_file.is_file() and port_file.read_text().strip():
                 self.port = int(port_file.read_text())
+                if http_port_file.is_file():
+                    self.http_port = int(http_port_file.read_text())
                 return self
             if self.process.poll() is not None:
                 break

@@ -34,11 +34,108 @@ def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
         config.load(env=env)
 
 
-def test_unknown_yaml_setting_is_refused(tmp_path: Path) -> None:
+def test_unknown_yaml_key_is_a_warning_naming_the_closest_and_strict_refuses_it(
+        tmp_path: Path) -> None:
     yaml_file = tmp_path / "korvet.yaml"
     yaml_file.write_text("broker:\n  prot: 1\n")
-    with pytest.raises(config.ConfigError, match=r"unknown setting 'broker\.prot'"):
-        config.load(yaml_path=yaml_file, env={})
+    loaded = config.load(yaml_path=yaml_file, env={})
+    assert any("unknown setting 'broker.prot'; did you mean broker.port?" in w
+               for w in loaded.warnings), loaded.warnings
+    with pytest.raises(config.ConfigError, match=r"broker\.prot"):
+        config.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
+
+
+def test_unknown_variable_is_a_warning_naming_the_closest_and_strict_refuses_it() -> None:
+    loaded = config.load(env={"KORVET_BROKER_PROT": "1", "KORVET_JAR_DIR": "/x"})
+    assert loaded.warnings == ("environment variable KORVET_BROKER_PROT: unknown setting; "
+                               "did you mean KORVET_BROKER_PORT?",)  # tool variables are known
+    with pytest.raises(config.ConfigError, match="KORVET_BROKER_PROT"):
+        config.load(env={"KORVET_BROKER_PROT": "1", "KORVET_CONFIG_STRICT": "true"})
+
+
+def test_the_original_products_names_set_the_same_settings() -> None:
+    loaded = config.load(env={"KORVET_REDIS_URI": "redis://db:6379/0", "KORVET_NAMESPACE": "ns",
+                              "KORVET_REDIS_USERNAME": "app", "KORVET_REDIS_PASSWORD": "s3cret"})
+    assert loaded.get_str("redis.url") == "redis://db:6379/0"
+    assert loaded.source("redis.url") == "environment variable KORVET_REDIS_URI"
+    assert loaded.get_str("redis.keyspace") == "ns"
+    assert (loaded.get_str("redis.username"), loaded.get_str("redis.password")) == ("app", "s3cret")
+    assert dict(config.describe(loaded))["redis.password"] == "****"
+    assert config.load(env={"KORVET_REDIS_URL": "redis://a:1"}).get_str("redis.url") == "redis://a:1"
+    with pytest.raises(config.ConfigError, match="set twice, differently"):
+        config.load(env={"KORVET_REDIS_URL": "redis://a:1", "KORVET_REDIS_URI": "redis://b:2"})
+    flagged = config.load(env={"KORVET_REDIS_URI": "redis://db:6379/0"},
+                          overrides={"redis.url": "redis://other:1/0"})
+    assert flagged.source("redis.url") == "command-line flag --redis-url"
+    assert config.load(env={}).source("redis.url") == "default"
+
+
+def test_redis_cluster_is_refused_clearly_for_now() -> None:
+    with pytest.raises(config.ConfigError, match="does not support Redis Cluster yet"):
+        config.load(env={"KORVET_REDIS_CLUSTER": "true"})
+
+
+def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "application.yml"
+    yaml_file.write_text(
+        "server:\n  port: 18080\n"
+        "spring:\n  application:\n    name: korvet\n"
+        "korvet:\n"
+        "  broker:\n    port: 19092\n    advertisedHost: kafka.example\n"
+        "    max-request-bytes: 10MB\n"
+        "  redis:\n    uri: redis://db:6379/0\n    pool-size: 64\n"
+        "  topics:\n"
+        "    - name: '*'\n      partitions: 4\n      auto-create: true\n"
+        "      retention-time: 1d\n"
+        "    - name: logs-*\n      retention-bytes: 1MB\n      auto-create: false\n"
+        "    - name: logs-audit\n      partitions: 1\n      log-append-timestamp-header: true\n"
+        "      configs:\n        max.message.bytes: '2097152'\n")
+    loaded = config.load(yaml_path=yaml_file, env={"KORVET_TOPICS_1_PARTITIONS": "8"})
+    assert loaded.get_int("broker.port") == 19092
+    assert loaded.get_int("http.port") == 18080  # Spring's server.port: the Actuator's
+    assert any("spring.application.name: not under korvet:, ignored" in w
+               for w in loaded.warnings)
+    assert config.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
+    assert loaded.get_str("broker.advertised-host") == "kafka.example"  # relaxed binding
+    assert loaded.get_int("broker.max-request-bytes") == 10 * 1024 * 1024
+    assert loaded.source("redis.url") == f"{yaml_file} key korvet.redis.uri"
+    assert any("redis.pool-size" in w and "no effect" in w for w in loaded.warnings)
+    audit = loaded.declared("logs-audit")
+    assert audit.partitions == 1 and audit.auto_create is False
+    assert audit.configs == {"retention.ms": "86400000", "retention.bytes": "1048576",
+                             "log.append.timestamp.header": "true",
+                             "max.message.bytes": "2097152"}
+    other_log = loaded.declared("logs-web")
+    assert other_log.partitions == 8  # the environment overrides topics[1] field by field
+    assert loaded.declared("orders").partitions == 4
+    assert loaded.declared("orders").auto_create is True
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"KORVET_TOPICS_0_PARTITIONS": "3"}, r"topics\[0\] has no name"),
+    ({"KORVET_TOPICS_0_NAME": "x", "KORVET_TOPICS_0_RETENTION_BYTES": "lots"}, "expected a size"),
+    ({"KORVET_TOPICS_0_NAME": "bad name"}, "contains a character"),
+    ({"KORVET_TOPICS_0_NAME": "x", "KORVET_TOPICS_0_COMPRESSION": "brotli"}, "must be one of"),
+])
+def test_bad_topic_declarations_are_clear_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(config.ConfigError, match=message):
+        config.load(env=env)
+
+
+def test_declarations_fold_most_specific_first() -> None:
+    from korvet.core.topic_declarations import TopicDeclaration, resolve
+
+    declarations = [
+        TopicDeclaration(0, "*", partitions=1, auto_create=True, configs={"retention.ms": "1"}),
+        TopicDeclaration(1, "a*", partitions=2, configs={"retention.ms": "2"}),
+        TopicDeclaration(2, "ab*", configs={"retention.bytes": "3"}),
+        TopicDeclaration(3, "abc", auto_create=False),
+    ]
+    assert resolve(declarations, "abc").partitions == 2
+    assert resolve(declarations, "abc").auto_create is False
+    assert resolve(declarations, "abd").configs == {"retention.ms": "2", "retention.bytes": "3"}
+    assert resolve(declarations, "zzz").partitions == 1
+    assert resolve(declarations[1:], "zzz").partitions is None
 
 
 def test_serve_help_documents_every_setting_with_its_default_and_variable() -> None:
@@ -49,7 +146,9 @@ def test_serve_help_documents_every_setting_with_its_default_and_variable() -> N
         assert setting.flag in flat, setting.name
         assert setting.env in flat, setting.name
     assert "[default: 9092; env KORVET_BROKER_PORT]" in flat
-    assert "[default: 'korvet'; env KORVET_REDIS_KEYSPACE]" in flat
+    assert ("[default: 'korvet'; env KORVET_REDIS_KEYSPACE, KORVET_NAMESPACE, "
+            "KORVET_BROKER_KEYSPACE]") in flat
+    assert "[default: unset; env KORVET_REDIS_URL, KORVET_REDIS_URI]" in flat
 
 
 def test_serve_rejects_a_bad_setting_with_exit_code_2() -> None:

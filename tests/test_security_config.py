@@ -17,7 +17,7 @@ from korvet.core.security.listeners import (
     parse_listeners,
 )
 from korvet.security_config import SecuritySettings
-from korvet.server.tls import redact_url
+from korvet.server.app import masked, with_credentials
 
 
 def settings_of(env: dict[str, str] | None = None, yaml_text: str = "",
@@ -87,6 +87,56 @@ broker: {{cert-file: {tmp_path / "c"}, key-file: {tmp_path / "c"}, trust-cert-fi
         ("MTLS", "SSL", 9094, "required")]
 
 
+def test_the_original_products_file_with_security_keys_loads_without_warnings(tmp_path: Path) -> None:
+    """The `korvet:`-wrapped, camelCase file of the original product (issue 15's loader) with
+    the security settings in it: list and mapping values stay whole, nothing is 'unknown'."""
+    (tmp_path / "c").write_text("x")
+    path = tmp_path / "application.yaml"
+    path.write_text(f"""
+korvet:
+  broker:
+    tls: true
+    certFile: {tmp_path / "c"}
+    keyFile: {tmp_path / "c"}
+    sasl: {{enabled: true, mechanisms: [SCRAM-SHA-512, PLAIN]}}
+  redis: {{uri: "rediss://db:6380/0", username: app, password: s3cret, tlsCaFile: {tmp_path / "c"}}}
+  security:
+    tenants: {{"User:CN=app,O=acme": acme}}
+  super.users: User:admin
+""")
+    loaded = config.load(yaml_path=path, env={})
+    assert loaded.warnings == ()
+    s = SecuritySettings.from_config(loaded)
+    assert [spec.protocol for spec in s.listeners] == [Protocol.SASL_SSL]
+    assert s.sasl.mechanisms == ("SCRAM-SHA-512", "PLAIN")
+    assert s.tenants == {"User:CN=app,O=acme": "acme"}
+    assert s.policy.super_users == {"User:admin"}
+    assert (s.redis.username, s.redis.password, s.redis.ca_file) == ("app", "s3cret", str(tmp_path / "c"))
+    assert loaded.source("broker.sasl.mechanisms") == f"{path} key korvet.broker.sasl.mechanisms"
+
+
+def test_a_misspelt_security_key_is_a_warning_naming_the_setting_or_refused_when_strict(
+        tmp_path: Path) -> None:
+    path = tmp_path / "korvet.yaml"
+    path.write_text("super.user: User:admin\n")
+    loaded = config.load(yaml_path=path, env={})
+    assert any("unknown setting 'super.user'" in w and "super.users" in w for w in loaded.warnings)
+    with pytest.raises(config.ConfigError, match=r"super\.user"):
+        config.load(yaml_path=path, env={"KORVET_CONFIG_STRICT": "true"})
+
+
+def test_list_settings_from_flags() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    args = parser.parse_args(["--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                              "--broker-sasl-mechanisms", "PLAIN"])
+    s = SecuritySettings.from_config(config.from_args(args))
+    assert [spec.protocol for spec in s.listeners] == [Protocol.PLAINTEXT, Protocol.SASL_PLAINTEXT]
+    assert s.sasl.mechanisms == ("PLAIN",)
+
+
 @pytest.mark.parametrize(("env", "fragment"), [
     ({"KORVET_BROKER_LISTENERS": "EXTERNAL://h:1"}, "no security protocol"),
     ({"KORVET_BROKER_LISTENERS": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "unique"),
@@ -105,9 +155,12 @@ def test_bad_settings_are_refused_with_their_name(env: dict[str, str], fragment:
 
 
 def test_secrets_are_not_shown() -> None:
-    shown = dict(config.describe(config.load(env={"KORVET_REDIS_PASSWORD": "hunter2"})))
-    assert shown["redis.password"] == "***"
-    assert redact_url("redis://user:hunter2@h:1/0") == "redis://user:***@h:1/0"
+    shown = dict(config.describe(config.load(env={"KORVET_REDIS_PASSWORD": "hunter2",
+                                                  "KORVET_BROKER_KEY_PASSWORD": "hunter3"})))
+    assert shown["redis.password"] == "****"
+    assert shown["broker.key-password"] == "****"
+    url = with_credentials("rediss://h:1/0", "user", "hunter2")
+    assert masked(url) == "rediss://user:****@h:1/0"
     assert "hunter2" not in repr(settings_of({"KORVET_REDIS_PASSWORD": "hunter2"}))
 
 

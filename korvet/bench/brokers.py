@@ -82,7 +82,9 @@ class KorvetBroker:
         command = [sys.executable, "-m", "korvet.cli", "serve", "--port", "0",
                    "--port-file", str(port_file), "--data-dir", str(self.data_dir),
                    "--redis-appendfsync", self.appendfsync,
-                   "--groups-initial-rebalance-delay-ms", "0", *self.extra_args]
+                   "--groups-initial-rebalance-delay-ms", "0",
+                   # the operations endpoint stays on (as deployed), on a free port
+                   "--http-port", "0", *self.extra_args]
         started = time.monotonic()
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -10,12 +10,14 @@ or times out (closing them is how a stuck check is stopped).
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from korvet.conformance.messages import error_name
+from korvet.conformance.messages import error_name, to_plain
 from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
 from korvet.conformance.wire import WireClient, parse_bootstrap
 
@@ -75,6 +77,10 @@ class CheckContext:
         self._lock = threading.Lock()
         self._closers: list[Callable[[], None]] = []
         self.aborted = threading.Event()
+        # The last requests and responses on the check's connections, for the reports (kept as
+        # kio objects; turned into plain data only when a check fails).
+        self._exchanges: deque[dict[str, Any]] = deque(maxlen=EXCHANGES_KEPT)
+        self._connections = 0
 
     # -- names ---------------------------------------------------------------
 
@@ -96,8 +102,39 @@ class CheckContext:
             raise CheckFailed("the check was stopped (time limit)")
         conn = WireClient(host or self.host, port or self.port, client_id=client_id,
                           timeout=self.request_timeout if timeout is None else timeout)
+        with self._lock:
+            self._connections += 1
+            label = f"{conn.host}:{conn.port} #{self._connections}"
+        conn.observer = lambda correlation, request, response: self._observe(label, correlation, request,
+                                                                           response)
         self.on_close(conn.close)
         return conn
+
+    def _observe(self, connection: str, correlation: int, request: Any, response: Any) -> None:
+        with self._lock:
+            if request is not None:
+                self._exchanges.append({"connection": connection, "correlation_id": correlation,
+                                        "request": request, "response": None})
+                return
+            for exchange in reversed(self._exchanges):
+                if exchange["connection"] == connection and exchange["correlation_id"] == correlation:
+                    exchange["response"] = response
+                    return
+
+    def exchanges(self) -> list[dict[str, Any]]:
+        """The last requests and responses of this check as plain data (for the reports)."""
+        with self._lock:
+            kept = list(self._exchanges)
+        out = []
+        for exchange in kept:
+            request, response = exchange["request"], exchange["response"]
+            out.append({
+                "connection": exchange["connection"], "correlation_id": exchange["correlation_id"],
+                "api": f"{type(request).__name__} (key {request.__api_key__}) v{request.__version__}",
+                "request": _bounded(to_plain(request)),
+                "response": None if response is None else _bounded(to_plain(response)),
+            })
+        return out
 
     def on_close(self, closer: Callable[[], None]) -> None:
         with self._lock:
@@ -131,6 +168,16 @@ class CheckContext:
             yield
         except CheckFailed as exc:
             raise CheckFailed(f"{what}: {exc.message}", **exc.details) from exc
+
+
+EXCHANGES_KEPT = 6
+_EXCHANGE_CHARS = 4000
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` unless its JSON is longer than a report can show; then its text, cut."""
+    text = json.dumps(value, default=str)
+    return value if len(text) <= _EXCHANGE_CHARS else text[:_EXCHANGE_CHARS] + f"... ({len(text)} chars)"
 
 
 # -- assertions -------------------------------------------------------------

@@ -41,6 +41,10 @@ from korvet.conformance.registry import CheckFailed
 from korvet.conformance.wire import WireClient
 
 NONE = 0
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+COORDINATOR_RETRIABLE = frozenset({14, 15, 16})
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
 DEFAULT_SESSION_MS = 10_000
 DEFAULT_REBALANCE_MS = 5_000
@@ -291,20 +295,75 @@ def start_all(members: Sequence[Member]) -> None:
         member.send_join()
 
 
+# How long a member whose JoinGroup was answered waits for the other members' answers before it
+# joins again (see join_all). Only the number of rejoins depends on it, never the outcome.
+REJOIN_GRACE_S = 1.0
+
+
 def join_all(members: Sequence[Member], timeout: float = JOIN_WAIT_S) -> list[JoinResult]:
-    """All members join the same rebalance; requires NONE and one generation for all."""
+    """All members joined in one generation; returns their JoinGroup answers (NONE required).
+
+    What the protocol promises is that members who keep joining end up in one generation, not
+    that the first rebalance gathers everyone: Kafka holds the first join of an empty group for
+    group.initial.rebalance.delay.ms (3 s) to gather members, a broker without that delay answers
+    the first member at once and rebalances again for the next. So, as a client does when its
+    next request answers REBALANCE_IN_PROGRESS: a member whose join was answered while another
+    member's join is still held joins again (after ``REJOIN_GRACE_S``), a member whose generation
+    is behind the others' joins again, and one the group no longer knows (UNKNOWN_MEMBER_ID)
+    joins anew, until every member has the same generation.
+    """
     start_all(members)
-    results = [m.recv_join(timeout) for m in members]
-    for member, result in zip(members, results, strict=True):
-        if result.error != NONE:
-            raise CheckFailed(f"JoinGroup of {member.group}: {error_name(result.error)}")
-    generations = {r.generation for r in results}
-    expect(len(generations) == 1, f"members of one rebalance got different generations {sorted(generations)}")
-    return results
+    deadline = time.monotonic() + timeout
+    waiting = set(range(len(members)))
+    answered: dict[int, tuple[JoinResult, float]] = {}
+    rejoins = 0
+    while True:
+        for i in sorted(waiting):
+            member = members[i]
+            if not member.conn.response_ready(0):
+                continue
+            result = member.recv_join()
+            waiting.discard(i)
+            if result.error == UNKNOWN_MEMBER_ID:
+                member.member_id = ""
+                member.join_start()
+                waiting.add(i)
+                rejoins += 1
+                continue
+            if result.error != NONE:
+                raise CheckFailed(f"JoinGroup of {member.group}: {error_name(result.error)}")
+            answered[i] = (result, time.monotonic())
+        if not waiting:
+            generations = {result.generation for result, _ in answered.values()}
+            if len(generations) == 1:
+                if rejoins:
+                    members[0].ctx.note("join_all_rejoins", rejoins)
+                return [answered[i][0] for i in range(len(members))]
+            behind = [i for i, (result, _) in answered.items() if result.generation < max(generations)]
+        else:
+            now = time.monotonic()
+            behind = [i for i, (_, at) in answered.items() if now - at >= REJOIN_GRACE_S]
+        for i in behind:
+            del answered[i]
+            members[i].send_join()
+            waiting.add(i)
+            rejoins += 1
+        if time.monotonic() > deadline:
+            seen = sorted({result.generation for result, _ in answered.values()})
+            raise CheckFailed(f"the members of {members[0].group} did not settle in one generation within "
+                              f"{timeout:.0f} s ({len(waiting)} joins still held, generations {seen}, "
+                              f"{rejoins} rejoins)")
+        if waiting:
+            members[min(waiting)].conn.response_ready(0.02)
+
+
+class Rebalancing(CheckFailed):
+    """A SyncGroup answered REBALANCE_IN_PROGRESS: the members must join again."""
 
 
 def sync_all(members: Sequence[Member], assignments: dict[str, bytes] | None = None) -> dict[str, bytes]:
-    """Followers sync, then the leader with ``assignments`` (default: each member gets its own id)."""
+    """Followers sync, then the leader with ``assignments`` (default: each member gets its own id).
+    Raises ``Rebalancing`` when a SyncGroup answers REBALANCE_IN_PROGRESS (see ``join_and_sync``)."""
     leader = next((m for m in members if m.member_id == m.leader), None)
     if leader is None:
         raise CheckFailed("no member of the group was told it is the leader",
@@ -315,12 +374,28 @@ def sync_all(members: Sequence[Member], assignments: dict[str, bytes] | None = N
             member.send_sync({})
     leader.send_sync(plan)
     got: dict[str, bytes] = {}
+    errors: dict[str, int] = {}
     for member in [leader, *[m for m in members if m is not leader]]:
-        error, data = member.recv_sync()
+        errors[member.member_id], got[member.member_id] = member.recv_sync()
+    if REBALANCE_IN_PROGRESS in errors.values():
+        raise Rebalancing(f"SyncGroup answered REBALANCE_IN_PROGRESS for {members[0].group}")
+    for member_id, error in errors.items():
         if error != NONE:
-            raise CheckFailed(f"SyncGroup of {member.member_id}: {error_name(error)}")
-        got[member.member_id] = data
+            raise CheckFailed(f"SyncGroup of {member_id}: {error_name(error)}")
     return got
+
+
+def join_and_sync(members: Sequence[Member], assignments: dict[str, bytes] | None = None,
+                  attempts: int = 4) -> dict[str, bytes]:
+    """``join_all`` then ``sync_all``; on REBALANCE_IN_PROGRESS everyone joins again, as clients do."""
+    for attempt in range(attempts):
+        join_all(members)
+        try:
+            return sync_all(members, assignments)
+        except Rebalancing:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def form_group(ctx: CheckContext, n: int = 1, *, group: str | None = None, ops: Ops | None = None,
@@ -331,8 +406,7 @@ def form_group(ctx: CheckContext, n: int = 1, *, group: str | None = None, ops: 
     address = coordinator_address(shared, group_id)
     members = [Member(ctx, group_id, ops=shared, address=address, client_id=f"member-{i}", **member_kw)
                for i in range(n)]
-    join_all(members)
-    sync_all(members)
+    join_and_sync(members)
     return members
 
 
@@ -350,12 +424,20 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
             "partition_index": partition, "committed_offset": offset, "committed_metadata": metadata,
             "committed_leader_epoch": leader_epoch, "commit_timestamp": -1,
         })
-    response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
-                        generation_id_or_member_epoch=generation, member_id=member_id,
-                        group_instance_id=instance_id, retention_time=-1,
-                        topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
-    return {(t.name, int(p.partition_index)): int(p.error_code)
-            for t in response.topics for p in t.partitions}
+    deadline = time.monotonic() + 20.0
+    while True:
+        response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
+                            generation_id_or_member_epoch=generation, member_id=member_id,
+                            group_instance_id=instance_id, retention_time=-1,
+                            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
+        errors = {(t.name, int(p.partition_index)): int(p.error_code)
+                  for t in response.topics for p in t.partitions}
+        # A fresh broker may not have loaded the group's coordinator yet (Kafka creates
+        # __consumer_offsets on first use): as a client does, look the coordinator up and retry.
+        if not errors or not set(errors.values()) <= COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+            return errors
+        find_coordinator(ops, group)
+        time.sleep(0.2)
 
 
 def commit_offset(ops: Ops, group: str, topic: str, partition: int, offset: int, **kw: Any) -> int:

@@ -1,4 +1,4 @@
-"""The check registry: every check's name, API, asserted behaviour, source and profile excuses.
+"""The check registry: every check's name, API, asserted behaviour, source and requirements.
 
 A check is a function ``fn(ctx) -> None`` that raises ``CheckFailed`` when the
 broker does not behave as Kafka does (``CheckSkipped`` when it cannot run here,
@@ -11,17 +11,18 @@ records what a reader of the catalogue needs:
 - ``source``: where Kafka says so (protocol guide, KIP, or the Kafka code path);
 - ``kafka_exact``: the check assumes Kafka's exact offset arithmetic (offsets start
   at 0 and are dense). No other check may assume that;
-- ``excuses``: profile name -> reason, for documented design differences
-  (``differences.py`` holds the reasons; a profile excuses a failure, never a pass);
 - ``requires``: a broker setting the check depends on, stated for implementers;
 - ``group_protocol``: the check drives the classic consumer-group protocol.
+
+Which checks an implementation is excused from is not here: it is data, in a profile
+(``profile.py``; Korvet's and kfake's ship in ``profiles/``).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,6 @@ class Check:
     source: str
     fn: CheckFn = field(repr=False, compare=False)
     kafka_exact: bool = False
-    excuses: Mapping[str, str] = field(default_factory=dict)
     requires: str = ""
     group_protocol: bool = False
     serial: bool = False  # runs while no other check runs (timing or Hypothesis)
@@ -64,9 +64,6 @@ class Check:
     def family(self) -> str:
         """The first part of the name: the group a check is listed under."""
         return self.name.split(".", 1)[0]
-
-    def excuse(self, profile: str) -> str | None:
-        return self.excuses.get(profile)
 
 
 REGISTRY: dict[str, Check] = {}
@@ -79,7 +76,6 @@ def check(
     asserts: str,
     source: str,
     kafka_exact: bool = False,
-    excuses: Mapping[str, str] | None = None,
     requires: str = "",
     group_protocol: bool = False,
     serial: bool = False,
@@ -96,7 +92,7 @@ def check(
             raise ValueError(f"check {name!r} needs what it asserts and its source")
         REGISTRY[name] = Check(
             name=name, api=api, asserts=" ".join(asserts.split()), source=" ".join(source.split()),
-            fn=fn, kafka_exact=kafka_exact, excuses=dict(excuses or {}), requires=requires,
+            fn=fn, kafka_exact=kafka_exact, requires=requires,
             group_protocol=group_protocol, serial=serial, timeout=timeout,
         )
         return fn

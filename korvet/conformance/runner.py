@@ -5,6 +5,14 @@ initial rebalance delay, a long poll), so they run in a pool of threads; checks
 marked ``serial`` (timing-sensitive or Hypothesis-driven) run afterwards, one at
 a time. A check that passes its time limit is stopped by closing its
 connections and clients, and fails.
+
+The broker is watched while checks run (``brokers.py``). When it dies, the checks
+that ran since it was last seen alive are the suspects: their results are dropped
+and, if the suite started the broker itself, it is restarted and each suspect runs
+again alone. The one after which the broker is dead again is the check that killed
+it: it fails with that message, the broker is restarted, and the run goes on. A
+broker the suite did not start cannot be restarted: the run stops, the suspects fail
+with that message and the checks not yet run are skipped.
 """
 
 from __future__ import annotations
@@ -15,14 +23,15 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from korvet.conformance import drivers
+from korvet.conformance.brokers import Broker, BrokerError, RemoteBroker
 from korvet.conformance.context import ApiTable, CheckContext
-from korvet.conformance.differences import PROFILES
 from korvet.conformance.messages import build_request
+from korvet.conformance.profile import KAFKA, Profile, load
 from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
 from korvet.conformance.wire import WireClient, WireError, parse_bootstrap
 
@@ -44,6 +53,13 @@ class CheckResult:
     requires: str = ""
     excuse: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    excuse_key: str | None = None
+    reference: str | None = None
+    # The profile excuses this check but it passed: the excuse may no longer be needed.
+    excuse_unneeded: bool = False
+    # The last requests and responses of a check that did not pass.
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0  # seconds after the run started (when the check began)
 
     @property
     def family(self) -> str:
@@ -60,6 +76,10 @@ class RunReport:
     apis: dict[str, list[int]]
     results: list[CheckResult]
     suite: str = "korvet conformance"
+    profile_data: dict[str, Any] = field(default_factory=dict)
+    # Each time the broker died: its own account, the suspects, the checks that killed it.
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped early, if it did
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -69,17 +89,22 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        return all(r.status != FAIL for r in self.results)
+        return all(r.status != FAIL for r in self.results) and self.stopped is None
 
     def failures(self) -> list[CheckResult]:
         return [r for r in self.results if r.status == FAIL]
 
+    def unneeded_excuses(self) -> list[CheckResult]:
+        return [r for r in self.results if r.excuse_unneeded]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "suite": self.suite, "bootstrap": self.bootstrap, "profile": self.profile,
-            "profile_meaning": PROFILES.get(self.profile, ""), "run_id": self.run_id,
+            "profile_meaning": self.profile_data.get("about", ""), "run_id": self.run_id,
             "started_at": self.started_at, "seconds": round(self.seconds, 2), "ok": self.ok,
-            "counts": self.counts(), "apis": self.apis,
+            "counts": self.counts(), "apis": self.apis, "profile_data": self.profile_data,
+            "unneeded_excuses": [r.name for r in self.unneeded_excuses()],
+            "incidents": self.incidents, "stopped": self.stopped,
             "results": [asdict(r) for r in self.results],
         }
 
@@ -115,11 +140,10 @@ def cleanup(bootstrap: str, run_id: str) -> int:
             conn.call(request, timeout=90)
     return len(names)
 
-
 Event = Callable[[str, Check, "CheckResult | None"], None]
 
 
-def run_check(check: Check, ctx: CheckContext, profile: str) -> CheckResult:
+def run_check(check: Check, ctx: CheckContext, profile: Profile) -> CheckResult:
     started = time.monotonic()
     status, message = PASS, ""
     try:
@@ -139,81 +163,234 @@ def run_check(check: Check, ctx: CheckContext, profile: str) -> CheckResult:
         ctx.close()
     if ctx.aborted.is_set() and status == FAIL:
         message = f"stopped at its time limit of {check.timeout:.0f} s ({message})"
-    excuse = check.excuse(profile)
-    if status == FAIL and excuse:
+    excuse = profile.excuse_for(check.name)
+    if status == FAIL and excuse is not None:
         status = EXCUSED
     return CheckResult(
         name=check.name, api=check.api, status=status, seconds=round(time.monotonic() - started, 3),
         message=message, asserts=check.asserts, source=check.source, kafka_exact=check.kafka_exact,
         group_protocol=check.group_protocol, requires=check.requires,
-        excuse=excuse if status == EXCUSED else None, details=ctx.details,
+        excuse=excuse.reason if status == EXCUSED and excuse is not None else None, details=ctx.details,
+        excuse_key=excuse.key if excuse is not None else None,
+        reference=excuse.reference if excuse is not None else None,
+        excuse_unneeded=status == PASS and excuse is not None,
+        exchanges=ctx.exchanges() if status in (FAIL, EXCUSED) else [],
     )
+
+
+class _Run:
+    """One run's scheduling: the pool, the watch on the broker, and what happens when it dies."""
+
+    def __init__(self, broker: Broker, run_id: str, apis: ApiTable, profile: Profile,
+                 on_event: Event | None, on_note: Callable[[str], None] | None,
+                 security: Any = None) -> None:
+        self.broker = broker
+        self.security = security  # the secured listener of the security.* checks (--security FILE)
+        self.run_id = run_id
+        self.apis = apis
+        self.profile = profile
+        self.on_event = on_event
+        self.on_note: Callable[[str], None] = on_note or (lambda _: None)
+        self.results: dict[str, CheckResult] = {}
+        self.incidents: list[dict[str, Any]] = []
+        self.stopped: str | None = None
+        self.lock = threading.Lock()
+        self.running: dict[str, tuple[CheckContext, float]] = {}
+        self.spans: list[tuple[str, float, float]] = []  # (check, started, ended) of finished checks
+        self.last_alive = time.monotonic()
+        self.began = time.monotonic()
+
+    def execute(self, check: Check) -> CheckResult:
+        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis, security=self.security)
+        began = time.monotonic()
+        with self.lock:
+            self.running[check.name] = (ctx, began)
+        if self.on_event:
+            self.on_event("start", check, None)
+        try:
+            result = run_check(check, ctx, self.profile)
+            result.started = round(began - self.began, 3)
+            return result
+        finally:
+            with self.lock:
+                self.running.pop(check.name, None)
+                self.spans.append((check.name, began, time.monotonic()))
+
+    def publish(self, check: Check, result: CheckResult) -> None:
+        self.results[check.name] = result
+        if self.on_event:
+            self.on_event("done", check, result)
+
+    def watchdog(self, stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            now = time.monotonic()
+            with self.lock:
+                overdue = [ctx for ctx, began in self.running.values() if now - began > ctx.check.timeout]
+            for ctx in overdue:
+                ctx.abort()
+
+    def probe(self) -> bool:
+        if self.broker.alive():
+            self.last_alive = time.monotonic()
+            return True
+        return False
+
+    def batch(self, checks: list[Check], jobs: int) -> None:
+        """Run ``checks``, up to ``jobs`` at a time, handling the broker's death."""
+        by_name = {c.name: c for c in checks}
+        pending = list(reversed(checks))  # pop() from the end keeps the given order
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="check") as pool:
+            in_flight: dict[Future[CheckResult], Check] = {}
+            while (pending or in_flight) and self.stopped is None:
+                while pending and len(in_flight) < max(1, jobs):
+                    check = pending.pop()
+                    in_flight[pool.submit(self.execute, check)] = check
+                done, _ = wait(list(in_flight), timeout=0.5, return_when=FIRST_COMPLETED)
+                finished = [(in_flight.pop(f), f.result()) for f in done]
+                window_start = self.last_alive
+                if self.probe():
+                    for check, result in finished:
+                        self.publish(check, result)
+                    continue
+                # The broker died: stop what still runs (closing its connections ends raw-protocol
+                # checks at once) and restart the broker right away, so that real clients, which
+                # retry until their own timeouts, find it again and end soon too.
+                death = self.broker.death()
+                with self.lock:
+                    for ctx, _ in self.running.values():
+                        ctx.abort()
+                incident: dict[str, Any] = {"death": death, "suspects": [], "killers": [], "restarts": 0}
+                self.incidents.append(incident)
+                restarted = self.broker.restartable and self.restart(incident, [], [])
+                for future in list(in_flight):
+                    future.result()
+                in_flight.clear()
+                with self.lock:
+                    # The check that started last before the death is the likeliest killer: try it first.
+                    spans = sorted((s for s in self.spans if s[2] >= window_start), key=lambda s: -s[1])
+                suspects = list(dict.fromkeys(name for name, _, _ in spans if name in by_name))
+                self.after_death(incident, [by_name[n] for n in suspects], pending, restarted)
+
+    def after_death(self, incident: dict[str, Any], suspects: list[Check], pending: list[Check],
+                    restarted: bool) -> None:
+        death = incident["death"]
+        names = ", ".join(c.name for c in suspects) or "(none)"
+        incident["suspects"] = [c.name for c in suspects]
+        self.on_note(f"the broker died while these checks ran: {names}\n{death}")
+        if not self.broker.restartable:
+            self.stop_run(incident, suspects, pending,
+                          f"the broker at {self.broker.bootstrap} stopped answering while these checks ran: "
+                          f"{names}; the suite did not start it, so it cannot restart it ({death})")
+            return
+        # Restart again if the first restart failed, or a check still running then killed it again.
+        needs_restart = not restarted or not self.settled_alive()
+        if needs_restart and not self.restart(incident, suspects, pending):
+            return
+        for index, check in enumerate(suspects):
+            result = self.execute(check)
+            if self.settled_alive():
+                self.publish(check, result)
+                continue
+            incident["killers"].append(check.name)
+            self.publish(check, self.killer_result(check, result, self.broker.death()))
+            self.on_note(f"{check.name} killed the broker (it died again when the check ran alone); "
+                         "restarting it")
+            rest = suspects[index + 1:]
+            if not self.restart(incident, rest, pending):
+                return
+            # The others go back to the queue, first in line: they run in parallel again (if one
+            # of them kills the broker too, that is a new incident).
+            pending.extend(reversed(rest))
+            return
+        incident["note"] = "none of the suspects killed the broker when it ran alone"
+
+    def settled_alive(self) -> bool:
+        """Alive, and still a moment later: a process dying of the last request may take a moment."""
+        if not self.probe():
+            return False
+        time.sleep(0.3)
+        return self.probe()
+
+    def killer_result(self, check: Check, result: CheckResult, death: str) -> CheckResult:
+        first_line = death.splitlines()[0] if death else "it stopped"
+        result.details["broker_death"] = death
+        excuse = self.profile.excuse_for(check.name)
+        result.status = EXCUSED if excuse is not None else FAIL
+        result.excuse = excuse.reason if excuse is not None else None
+        result.excuse_unneeded = False
+        result.message = (f"the broker died during this check (it died while the check ran among others, "
+                          f"and again when it ran alone: {first_line}); it was restarted and the run went "
+                          f"on. The check itself saw: {result.message or 'nothing wrong'}")
+        return result
+
+    def restart(self, incident: dict[str, Any], unrun: list[Check], pending: list[Check]) -> bool:
+        try:
+            self.broker.restart()
+        except BrokerError as exc:
+            if unrun or pending:
+                self.stop_run(incident, unrun, pending, f"the broker could not be restarted: {exc}")
+            return False
+        incident["restarts"] += 1
+        self.last_alive = time.monotonic()
+        return True
+
+    def stop_run(self, incident: dict[str, Any], suspects: list[Check], pending: list[Check],
+                 reason: str) -> None:
+        self.stopped = reason
+        incident["stopped"] = reason
+        self.on_note(f"the run stops: {reason}")
+        short = reason.split(";", maxsplit=1)[0]
+        for check in suspects:
+            self.publish(check, self.unrun(check, FAIL, f"{short}; this check may have killed it"))
+        for check in reversed(pending):
+            self.publish(check, self.unrun(check, SKIP, f"not run: {short}"))
+        pending.clear()
+
+    def unrun(self, check: Check, status: str, message: str) -> CheckResult:
+        return CheckResult(name=check.name, api=check.api, status=status, seconds=0.0, message=message,
+                           asserts=check.asserts, source=check.source, kafka_exact=check.kafka_exact,
+                           group_protocol=check.group_protocol, requires=check.requires)
 
 
 def run(
     bootstrap: str,
     checks: list[Check],
     *,
-    profile: str = "kafka",
+    profile: Profile | str = KAFKA,
     jobs: int = 8,
     on_event: Event | None = None,
+    broker: Broker | None = None,
+    on_note: Callable[[str], None] | None = None,
     security: Any = None,  # a checks.security.SecurityTarget: the secured listener the security.* checks use
 ) -> RunReport:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    """Run ``checks`` against the broker at ``bootstrap``. ``broker``: one the caller started (the
+    runner restarts it if it dies); ``on_note`` hears when the broker died and what was done."""
+    chosen = profile if isinstance(profile, Profile) else load(profile)
+    watched: Broker = broker or RemoteBroker(bootstrap)
     run_id = uuid.uuid4().hex[:6]
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     started = time.monotonic()
-    advertised = read_api_versions(bootstrap)
-    apis = ApiTable(advertised)
+    advertised = read_api_versions(watched.bootstrap)
     drivers.preload()
-    results: dict[str, CheckResult] = {}
-    running: dict[str, tuple[CheckContext, float]] = {}
-    lock = threading.Lock()
+    state = _Run(watched, run_id, ApiTable(advertised), chosen, on_event, on_note, security)
     stop_watchdog = threading.Event()
-
-    def execute(check: Check) -> CheckResult:
-        ctx = CheckContext(check, bootstrap, run_id, apis, security=security)
-        with lock:
-            running[check.name] = (ctx, time.monotonic())
-        if on_event:
-            on_event("start", check, None)
-        try:
-            result = run_check(check, ctx, profile)
-        finally:
-            with lock:
-                running.pop(check.name, None)
-        with lock:
-            results[check.name] = result
-        if on_event:
-            on_event("done", check, result)
-        return result
-
-    def watchdog() -> None:
-        while not stop_watchdog.wait(0.5):
-            now = time.monotonic()
-            with lock:
-                overdue = [ctx for ctx, began in running.values() if now - began > ctx.check.timeout]
-            for ctx in overdue:
-                ctx.abort()
-
-    guard = threading.Thread(target=watchdog, name="conformance-watchdog", daemon=True)
+    guard = threading.Thread(target=state.watchdog, args=(stop_watchdog,), name="conformance-watchdog",
+                             daemon=True)
     guard.start()
     try:
-        parallel = [c for c in checks if not c.serial]
+        state.batch([c for c in checks if not c.serial], jobs)
         serial = [c for c in checks if c.serial]
-        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="check") as pool:
-            futures: list[Future[CheckResult]] = [pool.submit(execute, c) for c in parallel]
-            for future in futures:
-                future.result()
-        for c in serial:
-            execute(c)
+        if state.stopped is None:
+            state.batch(serial, 1)
+        else:
+            for c in serial:
+                state.publish(c, state.unrun(c, SKIP, f"not run: {state.stopped.split(';')[0]}"))
     finally:
         stop_watchdog.set()
-    ordered = [results[c.name] for c in checks if c.name in results]
+    ordered = [state.results[c.name] for c in checks if c.name in state.results]
     return RunReport(
-        bootstrap=bootstrap, profile=profile, run_id=run_id, started_at=started_at,
+        bootstrap=watched.bootstrap, profile=chosen.name, run_id=run_id, started_at=started_at,
         seconds=time.monotonic() - started,
         apis={str(k): [lo, hi] for k, (lo, hi) in sorted(advertised.items())},
-        results=ordered,
+        results=ordered, profile_data=chosen.to_json(), incidents=state.incidents, stopped=state.stopped,
     )

@@ -20,6 +20,7 @@ import select
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,9 @@ class WireClient:
         self._pending: deque[Pending] = deque()
         self._decoder = FrameDecoder(min_size=4, what="response")  # a correlation id at least
         self.last_elapsed = 0.0
+        # Told of every request sent and response decoded: (correlation id, request or None,
+        # response or None). The harness keeps the last few for the reports.
+        self.observer: Callable[[int, Any, Any], None] | None = None
 
     # -- sending -----------------------------------------------------------
 
@@ -102,6 +106,8 @@ class WireClient:
         correlation = self._next_id()
         frame = encode_request(request, correlation, self.client_id)
         self.send_bytes(frame)
+        if self.observer is not None:
+            self.observer(correlation, request, None)
         if expect_response:
             self._pending.append(Pending(correlation, int(request.__api_key__),
                                          int(request.__version__), time.monotonic()))
@@ -176,6 +182,8 @@ class WireClient:
                 f"response carries correlation id {correlation}, expected {pending.correlation_id} "
                 f"(api key {pending.api_key} v{pending.version})"
             )
+        if self.observer is not None:
+            self.observer(correlation, None, body)
         return body
 
     def call(self, request: Any, timeout: float | None = None) -> Any:

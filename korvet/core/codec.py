@@ -62,6 +62,32 @@ def _dataclasses_in(tp: Any) -> list[type[Any]]:
     return [t for t in get_args(tp) if isinstance(t, type) and dataclasses.is_dataclass(t)]
 
 
+def without_transients(value: T) -> T:
+    """``value`` with every transient field, at any depth, back at its default (what a
+    snapshot keeps of it)."""
+    result: T = _strip(value)
+    return result
+
+
+def _strip(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            current = getattr(value, f.name)
+            if f.metadata.get("transient"):
+                if current != f.default:
+                    changes[f.name] = f.default
+                continue
+            stripped = _strip(current)
+            if stripped is not current:
+                changes[f.name] = stripped
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, Mapping):
+        items = {k: _strip(v) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    return value
+
+
 def _item_types(tp: Any, count: int) -> list[Any]:
     """The declared type of each item of a sequence type: ``tuple[A, B]`` names each,
     ``tuple[A, ...]``, ``list[A]`` and ``frozenset[A]`` one for all."""

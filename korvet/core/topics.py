@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from korvet.core.offsets import DEFAULT_SEQUENCE_BITS, MAX_SEQUENCE_BITS, MIN_SEQUENCE_BITS
 
 MAX_TOPIC_NAME_LENGTH = 249
+APPEND_TIMESTAMP_HEADER = "korvet.log.append.timestamp.ms"
 MAX_PARTITIONS = 10_000  # a sanity bound: every partition is a Redis stream key
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -154,6 +155,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "keep at most this many entries per partition (exact XTRIM MAXLEN); -1: no bound"),
     ConfigDef("korvet.trim.approximate", "false", _boolean,
               "trim with '~' (whole listpack nodes, cheaper) instead of exactly"),
+    ConfigDef("log.append.timestamp.header", "false", _boolean,
+              f"add a header '{APPEND_TIMESTAMP_HEADER}' with the broker's arrival time (ms since "
+              "the epoch, decimal text) to every record, as the original product does; the "
+              "record's own timestamp is kept"),
     # Accepted for compatibility with tools that set them; they have no effect here.
     ConfigDef("segment.ms", "604800000", _long(1), "no effect (no segments)", effective=False),
     ConfigDef("segment.bytes", "1073741824", _long(14), "no effect (no segments)",
@@ -239,6 +244,10 @@ class TopicConfig:
     @property
     def log_append_time(self) -> bool:
         return self.get("message.timestamp.type") == "LogAppendTime"
+
+    @property
+    def append_timestamp_header(self) -> bool:
+        return self.get("log.append.timestamp.header") == "true"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,15 @@
 
 A client that asks with a version newer than ours gets, as Kafka does, a
 version-0 response with UNSUPPORTED_VERSION (35) and the full list, so that it
-can pick a version we support and ask again (KIP-511).
+can pick a version we support and ask again (KIP-511). From v3 the client names
+its software; a name or version that does not match Kafka's pattern gets
+INVALID_REQUEST (42), as Kafka answers (ApiVersionsRequest.isValid).
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,6 +23,17 @@ API_KEY = 18
 VERSIONS = range(0, 5)  # v4 (KIP-1119) differs from v3 only in how features are listed
 
 _NO_THROTTLE = datetime.timedelta(0)
+# Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (KIP-511).
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def valid_client_software(request: Any, version: int) -> bool:
+    """v3+ requests name the client's software and its version, each matching Kafka's pattern."""
+    if version < 3:
+        return True
+    name = getattr(request, "client_software_name", "") or ""
+    release = getattr(request, "client_software_version", "") or ""
+    return bool(_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(release))
 
 
 def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.none) -> Any:

@@ -10,7 +10,9 @@ import logging
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -20,8 +22,10 @@ from korvet.core.security.listeners import Protocol
 from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
+from korvet.server.http import HttpServer
 from korvet.server.listener import KafkaListener
-from korvet.server.tls import TlsError, redact_url, redis_options, server_context
+from korvet.server.operations import Health, Scraper, routes
+from korvet.server.tls import TlsError, redis_options, server_context
 
 log = logging.getLogger("korvet")
 
@@ -30,13 +34,52 @@ class StartupError(RuntimeError):
     """The broker cannot start; the message says what to do."""
 
 
+def with_credentials(url: str, username: str = "", password: str = "") -> str:
+    """``url`` with redis.username / redis.password in it (they override the URL's own)."""
+    if not username and not password:
+        return url
+    parts = urlsplit(url)
+    user = quote(username, safe="") if username else (parts.username or "")
+    secret = quote(password, safe="") if password else (parts.password or "")
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:{secret}@{host}" if secret else f"{user}@{host}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def masked(url: str) -> str:
+    """The URL as it may be printed: any password replaced by ****."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:****@{netloc[-1]}", parts.path, parts.query,
+                       parts.fragment))
+
+
+def redis_choice(config: Config) -> str:
+    """Which Redis the broker uses and why, as `korvet serve` prints it at start."""
+    url = config.get_str("redis.url")
+    if url:
+        return f"Redis at {masked(url)} (from {config.source('redis.url')})"
+    return ("embedded Redis (the default: no redis.url was given by --redis-url, "
+            "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
+
+
 async def connect_redis(url: str, auth: RedisAuth | None = None) -> aioredis.Redis:
-    """A client of the Redis at ``url`` (>= 7), with the ACL user, password and TLS files of
-    ``auth``; errors name the URL without its password."""
-    shown = redact_url(url)
+    """A client of the Redis at ``url`` (>= 7), with the ACL user and password of ``auth``
+    put into the URL (``with_credentials``) and its TLS files (``rediss://``); errors name
+    the URL without its password."""
+    auth = auth or RedisAuth()
+    url = with_credentials(url, auth.username, auth.password)
+    shown = masked(url)
     try:
         client: aioredis.Redis = aioredis.from_url(url, decode_responses=False,
-                                                  **redis_options(auth or RedisAuth(), url))
+                                                  **redis_options(auth, url))
     except ValueError as exc:
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
@@ -74,7 +117,7 @@ def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> li
     return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
                           max_request_bytes=config.get_int("broker.max-request-bytes"),
                           name=spec.name, ssl_context=contexts.get(spec.name),
-                          gate=broker)
+                          gate=broker, metrics=broker.metrics)
             for spec in settings.listeners]
 
 
@@ -93,11 +136,31 @@ async def _start_listeners(listeners: list[KafkaListener], settings: SecuritySet
     return ports
 
 
+def _announce(config: Config, settings: SecuritySettings, ports: dict[str, int], url: str) -> None:
+    """Write the port files and log where the broker listens."""
+    port_file = config.get_str("broker.port-file")
+    if port_file:
+        Path(port_file).write_text(f"{ports[settings.listeners[0].name]}\n")
+    listeners_file = config.get_str("broker.listeners-file")
+    if listeners_file:
+        Path(listeners_file).write_text(json.dumps(ports) + "\n")
+    shown = ", ".join(
+        f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
+        f"{s.host}:{ports[s.name]}" for s in settings.listeners)
+    log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, masked(url),
+             config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
+             f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     settings = SecuritySettings.from_config(config)
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")
-    if not url:
+    print(f"korvet: using {redis_choice(config)}", file=sys.stderr, flush=True)
+    if url:
+        url = with_credentials(url, config.get_str("redis.username"),
+                               config.get_str("redis.password"))
+    else:
         embedded = EmbeddedRedis(
             data_dir=Path(config.get_str("data.dir")),
             binary=config.get_str("redis.server-binary"),
@@ -111,6 +174,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         log.info("embedded Redis started at %s (data in %s)", url, embedded.redis_dir)
     listeners: list[KafkaListener] = []
     broker: Broker | None = None
+    http: HttpServer | None = None
     try:
         client = await connect_redis(url, settings.redis if not embedded else None)
         broker = Broker(config, client, redis_url=url, security=settings)
@@ -118,23 +182,18 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         listeners = _listeners(config, settings, broker)
         ports = await _start_listeners(listeners, settings, broker)
         broker.bound_port = ports[settings.listeners[0].name]
-        port_file = config.get_str("broker.port-file")
-        if port_file:
-            Path(port_file).write_text(f"{broker.bound_port}\n")
-        listeners_file = config.get_str("broker.listeners-file")
-        if listeners_file:
-            Path(listeners_file).write_text(json.dumps(ports) + "\n")
-        shown = ", ".join(
-            f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
-            f"{s.host}:{ports[s.name]}" for s in settings.listeners)
-        log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, redact_url(url),
-                 config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
-                 f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
+        if config.get_bool("http.enabled"):
+            serving = listeners
+            http = await _start_http(config, broker, lambda: all(one.serving for one in serving))
+        # Written last: once the files exist, the Kafka ports and the HTTP endpoint all answer.
+        _announce(config, settings, ports, url)
         if ready is not None:
             ready.set()
         await _wait_for_stop_signal()
         log.info("stopping")
     finally:
+        if http is not None:
+            await http.close()
         for listener in listeners:
             await listener.close()
         if broker is not None:
@@ -142,6 +201,26 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
             log.info("embedded Redis stopped")
+
+
+async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:
+    host = config.get_str("http.host") or config.get_str("broker.host")
+    health = Health(broker.services, live)
+    server = HttpServer(routes(health, Scraper(broker.services, broker.metrics, health),
+                               broker.metrics), host=host, port=config.get_int("http.port"))
+    try:
+        port = await server.start()
+    except OSError as exc:
+        raise StartupError(
+            f"cannot serve HTTP (probes and /metrics) on {host}:{config.get_int('http.port')}: "
+            f"{exc.strerror or exc}; set http.port (--http-port, KORVET_HTTP_PORT; 0 picks a "
+            "free port) or turn the endpoint off with --no-http-enabled") from exc
+    port_file = config.get_str("http.port-file")
+    if port_file:
+        Path(port_file).write_text(f"{port}\n")
+    log.info("HTTP endpoint on http://%s:%d (/health/liveness, /health/readiness, /metrics)",
+             host, port)
+    return server
 
 
 async def _wait_for_stop_signal() -> None:

@@ -12,21 +12,27 @@ The broker is also the listeners' ``Gate``: it starts each connection's authenti
 asks the authentication machine before every request whether it may be served, and
 routes the connection to its principal's tenant. With ``authorizer.enabled`` every handler
 runs behind the check point (korvet/server/authz.py).
+
+The broker owns one ``BrokerMetrics``: every tenant's handlers and coordinator and every
+listener report to it (the HTTP endpoint's /metrics, korvet/server/operations.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
+from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
 from korvet.core.security import rules, sasl
 from korvet.core.security.acl import ANONYMOUS
+from korvet.core.topic_declarations import exact_names
 from korvet.protocol import api_versions
 from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from korvet.protocol.registry import ApiRegistry, CloseConnection, Handler
@@ -45,15 +51,18 @@ from korvet.server.handlers import (
     topics,
 )
 from korvet.server.handlers import security as security_api
+from korvet.server.metrics import BrokerMetrics
 from korvet.server.security import Security
-from korvet.server.services import Services, topic_defaults
+from korvet.server.services import Services, topic_defaults_for
 from korvet.server.tls import peer_principal
 from korvet.storage.groups import GroupStore
 from korvet.storage.notifier import AppendNotifier
-from korvet.storage.redis_store import RedisStore
+from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
 
 ServiceHandler = Callable[[Services, Connection, Any], Awaitable[Any]]
+
+log = logging.getLogger("korvet.broker")
 
 
 class Tenant:
@@ -61,15 +70,16 @@ class Tenant:
 
     def __init__(self, broker: Broker, keyspace: str) -> None:
         config, client = broker.config, broker.redis
+        self.config = config
         self.keyspace = keyspace
         store = RedisStore(client, keyspace)
-        cache = TopicCache(store, topic_defaults(config))
+        cache = TopicCache(store, topic_defaults_for(config))
         notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
                                   lambda name: cache.invalidate(name or None),
                                   waiting_key=store.waiting_key)
         self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
                                  bound_port=config.get_int("broker.port"),
-                                 endpoints=broker.endpoints)
+                                 endpoints=broker.endpoints, metrics=broker.metrics)
         event_log = config.get_str("groups.event-log")
         if event_log and keyspace != config.get_str("redis.keyspace"):
             event_log = f"{event_log}.{keyspace}"
@@ -83,10 +93,12 @@ class Tenant:
             ),
             self.services.partition_ref,
             event_log=event_log,
+            on_step=broker.metrics.coordinator_stepped,
         )
         self.services.coordinator = self.coordinator
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
+        self.services.topic_deleted_hooks.append(broker.metrics.forget_topic)
         self.produce = produce.ProduceHandler(self.services)
         self.fetch = fetch.FetchHandler(self.services)
         self._guard = Guard(self.services) if broker.security.authorizer else None
@@ -169,6 +181,21 @@ class Tenant:
     async def start(self) -> None:
         await self.services.notifier.start()
         await self.coordinator.start()
+        await self._create_declared_topics()
+
+    async def _create_declared_topics(self) -> None:
+        """Topics declared by name (korvet.topics[N].name without '*') exist once the broker
+        has started (in a tenant's keyspace once the tenant has started); an existing topic is
+        left as it is."""
+        for name in exact_names(self.config.topics):
+            partitions = self.services.default_partitions(name)
+            outcome, _ = await self.services.create_topic(name, partitions, {})
+            if outcome is CreateOutcome.CREATED:
+                log.info("created declared topic %r with %d partitions (keyspace %r)", name,
+                         partitions, self.keyspace)
+            elif outcome is CreateOutcome.COLLIDES:
+                log.warning("declared topic %r collides with an existing topic in keyspace %r; "
+                            "not created", name, self.keyspace)
 
     async def close(self) -> None:
         await self.produce.close()
@@ -184,6 +211,7 @@ class Broker:
         self.config = config
         self.redis = client
         self.redis_url = redis_url
+        self.metrics = BrokerMetrics()  # one for the broker: every tenant and listener reports here
         self.settings = security or SecuritySettings.from_config(config)
         self.base_keyspace = config.get_str("redis.keyspace")
         self.security = Security(self.settings, client, self.base_keyspace)
@@ -219,6 +247,7 @@ class Broker:
     async def start(self) -> None:
         await self.security.start()
         await self.default.start()
+        self.metrics.name_apis((api.key, api.name) for api in self.registry)
 
     async def close(self) -> None:
         for task in self._starting.values():
@@ -292,6 +321,9 @@ class Broker:
 
     async def handle_api_versions(self, ctx: Connection,
                                   request: ApiVersionsRequest) -> ApiVersionsResponse:
+        if not api_versions.valid_client_software(request, ctx.api_version):
+            return api_versions.build_response(self.registry, ctx.api_version,
+                                               ErrorCode.invalid_request)
         return api_versions.build_response(self.registry, ctx.api_version)
 
 

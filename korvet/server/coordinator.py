@@ -56,8 +56,11 @@ class CoordinatorUnavailable(Exception):
 class GroupCoordinator:
     def __init__(self, store: GroupStore, config: core.Config,
                  partition_ref: Callable[[str, int], PartitionRef | None],
-                 event_log: str = "", clock: Callable[[], int] | None = None) -> None:
+                 event_log: str = "", clock: Callable[[], int] | None = None,
+                 on_step: Callable[[core.CoordinatorState, core.CoordinatorState, str | None],
+                                   None] | None = None) -> None:
         self.store = store
+        self._on_step = on_step  # (state before, state after, the event's group): metrics
         self.partition_ref = partition_ref
         self.state = core.initial_state(config)
         self._config = config
@@ -158,7 +161,10 @@ class GroupCoordinator:
 
     async def _apply(self, event: core.Event) -> None:
         now = self._clock()
+        before = self.state
         self.state, effects = core.step(self.state, event, now)
+        if self._on_step is not None:
+            self._on_step(before, self.state, getattr(event, "group_id", None))
         if self._event_log is not None:
             self._event_log.write(json.dumps({"t": now, "event": event_to_json(event),
                                               "effects": [effect_to_json(e) for e in effects]})

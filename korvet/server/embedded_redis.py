@@ -37,8 +37,11 @@ def redis_server_version(binary: str) -> tuple[int, int, int]:
     path = shutil.which(binary)
     if path is None:
         raise RedisStartError(
-            f"'{binary}' not found: install redis-server (Debian: apt-get install redis-server) "
-            "or point the broker at a running Redis with --redis-url"
+            f"'{binary}' not found on PATH, and the broker starts its embedded Redis with it: "
+            "install Redis >= 7 (Debian/Ubuntu: apt-get install redis-server; macOS: brew "
+            "install redis), or give its path with --redis-server-binary "
+            "(KORVET_REDIS_SERVER_BINARY), or use a running Redis with --redis-url "
+            "(KORVET_REDIS_URI)"
         )
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)

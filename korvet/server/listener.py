@@ -30,6 +30,7 @@ import itertools
 import logging
 import socket
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +67,26 @@ class Gate(Protocol):
         ...
 
 
+class ListenerMetrics(Protocol):
+    """What the listener reports (korvet/server/metrics.py's BrokerMetrics implements it)."""
+
+    def connection_opened(self) -> None: ...
+    def connection_closed(self) -> None: ...
+    def connection_refused(self) -> None: ...
+    def request_received(self, api_key: int, size: int) -> float: ...
+    def response_sent(self, api_key: int, size: int, started: float) -> None: ...
+    def request_failed(self) -> None: ...
+
+
+class _NoMetrics:
+    def connection_opened(self) -> None: pass
+    def connection_closed(self) -> None: pass
+    def connection_refused(self) -> None: pass
+    def request_received(self, api_key: int, size: int) -> float: return 0.0
+    def response_sent(self, api_key: int, size: int, started: float) -> None: pass
+    def request_failed(self) -> None: pass
+
+
 @dataclass
 class KafkaListener:
     registry: ApiRegistry[Connection]
@@ -75,6 +96,7 @@ class KafkaListener:
     name: str = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = None
     gate: Gate | None = None
+    metrics: ListenerMetrics = field(default_factory=_NoMetrics)
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
@@ -85,6 +107,11 @@ class KafkaListener:
         sock: socket.socket = self._server.sockets[0]
         port: int = sock.getsockname()[1]
         return port
+
+    @property
+    def serving(self) -> bool:
+        """Accepting connections (the liveness probe asks)."""
+        return self._server is not None and self._server.is_serving()
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(
@@ -114,11 +141,13 @@ class KafkaListener:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]),
                           listener_name=self.name)
+        self.metrics.connection_opened()
         try:
             if self.gate is not None:
                 self.gate.open_connection(conn, self.name, writer.get_extra_info("peercert"))
             await self._serve(conn, reader, writer)
         except (_Close, CloseConnection) as reason:
+            self.metrics.connection_refused()
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
                         conn.client_id, reason)
         except ConnectionError:
@@ -126,8 +155,10 @@ class KafkaListener:
         except asyncio.CancelledError:
             pass
         except Exception:
+            self.metrics.request_failed()
             log.exception("closing connection %s after an unexpected error", conn.connection_id)
         finally:
+            self.metrics.connection_closed()
             self._connections.discard(task)
             conn.state.close()
             writer.close()
@@ -138,7 +169,7 @@ class KafkaListener:
                      writer: asyncio.StreamWriter) -> None:
         # Responses go out in request order through one queue; a Deferred response (a
         # Produce whose appends are in flight) lets the next requests be read meanwhile.
-        outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None] = asyncio.Queue(
+        outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None] = asyncio.Queue(
             maxsize=_MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(conn, outgoing, writer))
         decoder = FrameDecoder(max_size=self.max_request_bytes, min_size=REQUEST_MIN_SIZE,
@@ -159,7 +190,8 @@ class KafkaListener:
                 response = await self._dispatch(conn, frame)
                 if response is not None:
                     await outgoing.put(response)
-                if conn.state.closing is not None:
+                if conn.state.closing is not None:  # e.g. a failed authentication, answered
+                    self.metrics.connection_refused()
                     log.info("closing connection %s (client %r, %s): %s", conn.connection_id,
                              conn.client_id, conn.principal, conn.state.closing)
                     return
@@ -173,7 +205,7 @@ class KafkaListener:
                 sender.cancel()
 
     async def _send(self, conn: Connection,
-                    outgoing: asyncio.Queue[bytes | tuple[int, Deferred] | None],
+                    outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None],
                     writer: asyncio.StreamWriter) -> None:
         """Write responses in request order; whatever is ready goes out in one write (each
         send is a system call, and on loopback it also pays for the receiver's side)."""
@@ -181,13 +213,12 @@ class KafkaListener:
             item = await outgoing.get()
             ready: list[bytes] = []
             while item is not None:
-                if isinstance(item, tuple):
-                    correlation_id, deferred = item
-                    response = await deferred.response
-                    if response is not None:
-                        ready.append(encode_response(correlation_id, response))
-                else:
+                if isinstance(item, bytes):
                     ready.append(item)
+                else:
+                    response = await item  # a Deferred response, encoded when it is ready
+                    if response is not None:
+                        ready.append(response)
                 if outgoing.empty():
                     break
                 item = outgoing.get_nowait()
@@ -199,7 +230,7 @@ class KafkaListener:
                 return
 
     async def _dispatch(self, conn: Connection,
-                        frame: bytes) -> bytes | tuple[int, Deferred] | None:
+                        frame: bytes) -> bytes | Awaitable[bytes | None] | None:
         if self.gate is not None and conn.state.auth.expects_raw_token:
             answer = await self.gate.raw_token(conn, frame)
             return len(answer).to_bytes(4, "big") + answer
@@ -225,6 +256,7 @@ class KafkaListener:
                 f"{api.name} version {version} is not supported "
                 f"(supported {api.min_version}..{api.max_version})"
             )
+        started = self.metrics.request_received(api_key, len(frame))
         try:
             request = parse_request(frame)
         except FrameError as exc:
@@ -240,7 +272,19 @@ class KafkaListener:
                       f" ({request.trailing} trailing bytes ignored)" if request.trailing else "")
         response = await api.handler(conn, request.body)
         if response is None:
+            self.metrics.response_sent(api_key, 0, started)
             return None
         if isinstance(response, Deferred):
-            return correlation_id, response
-        return encode_response(correlation_id, response)
+            return self._finish(api_key, correlation_id, response, started)
+        data = encode_response(correlation_id, response)
+        self.metrics.response_sent(api_key, len(data), started)
+        return data
+
+    async def _finish(self, api_key: int, correlation_id: int, deferred: Deferred,
+                      started: float) -> bytes | None:
+        response = await deferred.response
+        if response is None:
+            return None
+        data = encode_response(correlation_id, response)
+        self.metrics.response_sent(api_key, len(data), started)
+        return data

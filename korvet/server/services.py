@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,6 +11,7 @@ from korvet.config import Config
 from korvet.core import topics as topic_rules
 from korvet.core.topics import TopicInfo
 from korvet.protocol.registry import RequestContext
+from korvet.server.metrics import BrokerMetrics
 from korvet.storage.groups import PartitionRef
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
@@ -34,6 +35,7 @@ class Services:
     coordinator: GroupCoordinator | None = None
     # listener name -> the (host, port) its clients are told (shared by the tenants)
     endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
 
@@ -83,13 +85,23 @@ class Services:
         for hook in self.topic_deleted_hooks:
             await hook(name)
 
+    def default_partitions(self, name: str) -> int:
+        """Partitions of a topic created without a count: its declaration's, else the broker's."""
+        declared = self.config.declared(name).partitions
+        return declared if declared is not None else self.config.get_int("topics.default-partitions")
+
+    def sequence_bits(self, name: str) -> str:
+        declared = self.config.declared(name).configs.get("korvet.sequence.bits")
+        return declared or str(self.config.get_int("topics.sequence-bits"))
+
     async def auto_create(self, name: str) -> TopicInfo | None:
-        """Create a topic a client asked for, if auto-creation is on and the name is valid."""
-        if not self.config.get_bool("topics.auto-create"):
+        """Create a topic a client asked for, if auto-creation is on for it (its declaration's
+        auto-create, else topics.auto-create) and the name is valid."""
+        declared = self.config.declared(name).auto_create
+        if not (declared if declared is not None else self.config.get_bool("topics.auto-create")):
             return None
         topic_rules.validate_topic_name(name)
-        partitions = self.config.get_int("topics.default-partitions")
-        outcome, _ = await self.create_topic(name, partitions, {})
+        outcome, _ = await self.create_topic(name, self.default_partitions(name), {})
         if outcome is CreateOutcome.COLLIDES:
             return None
         return await self.topics.get(name)
@@ -99,11 +111,24 @@ class Services:
         """Create a topic. The sequence width is always stored with the topic: offsets of
         existing topics must never change meaning when the broker default changes."""
         explicit = dict(configs)
-        explicit.setdefault("korvet.sequence.bits", str(self.config.get_int("topics.sequence-bits")))
+        explicit.setdefault("korvet.sequence.bits", self.sequence_bits(name))
         result = await self.store.create_topic(name, partitions, explicit, self.now_ms(),
                                                validate_only=validate_only)
         self.topics.invalidate(name)
         return result
+
+
+def topic_defaults_for(config: Config) -> Callable[[str], Mapping[str, str]]:
+    """Broker-level config defaults of a topic: the broker settings, then what the topic
+    declarations matching its name say (korvet.topics[N], core/topic_declarations.py)."""
+    base = topic_defaults(config)
+    if not config.topics:
+        return lambda name: base
+
+    def defaults(name: str) -> Mapping[str, str]:
+        declared = config.declared(name).configs
+        return {**base, **declared} if declared else base
+    return defaults
 
 
 def topic_defaults(config: Config) -> dict[str, str]:

@@ -49,13 +49,10 @@ def peer_principal(peercert: Any) -> str:
 
 
 def redis_options(auth: RedisAuth, url: str) -> dict[str, Any]:
-    """Keyword arguments for redis-py's ``from_url``: the ACL user and password, and for
-    ``rediss://`` URLs the CA and client certificate files."""
+    """Keyword arguments for redis-py's ``from_url``: for ``rediss://`` URLs the CA and
+    client certificate files. (The ACL user and password go into the URL itself:
+    ``korvet.server.app.with_credentials``.)"""
     options: dict[str, Any] = {}
-    if auth.username:
-        options["username"] = auth.username
-    if auth.password:
-        options["password"] = auth.password
     if url.startswith("rediss://"):
         if auth.ca_file:
             options["ssl_ca_certs"] = auth.ca_file
@@ -65,13 +62,3 @@ def redis_options(auth: RedisAuth, url: str) -> dict[str, Any]:
             options["ssl_keyfile"] = auth.key_file
         options.setdefault("ssl_cert_reqs", "required")
     return options
-
-
-def redact_url(url: str) -> str:
-    """A Redis URL with any password replaced by '***' (for logs and errors)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user, colon, _ = credentials.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}" if user or colon else url

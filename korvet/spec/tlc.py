@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from korvet.process import find_java
-from korvet.spec.values import TlaValue, parse_state
+from korvet.spec.values import TlaValue, parse_state, parse_value
 from korvet.tools import maven
 
 JAR_SET = "tlc"
@@ -262,6 +262,32 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
         exit_code = process.wait()
         wall = time.monotonic() - started
     return interpret(model, "".join(chunks), exit_code, wall)
+
+
+# --- a model's constants, read from its .cfg (for the replays) ---------------------------
+
+_CFG_KEYWORDS = re.compile(r"^(SPECIFICATION|CONSTANTS?|CONSTRAINTS?|INVARIANTS?|PROPERTY|"
+                           r"PROPERTIES|INIT|NEXT|SYMMETRY|VIEW|ALIAS|CHECK_DEADLOCK)\b")
+
+
+def read_constants(cfg: Path) -> dict[str, TlaValue]:
+    constants: dict[str, TlaValue] = {}
+    in_constants = False
+    for raw in cfg.read_text().splitlines():
+        line = raw.split("\\*", 1)[0].strip()
+        if not line:
+            continue
+        keyword = _CFG_KEYWORDS.match(line)
+        if keyword:
+            in_constants = keyword.group(1).startswith("CONSTANT")
+            line = line[keyword.end():].strip()
+            if not line:
+                continue
+        if in_constants:
+            name, sep, value = line.partition("=")
+            if sep:
+                constants[name.strip()] = parse_value(value.strip())
+    return constants
 
 
 # --- the state graph (for replaying every transition through the Python machines) ---

@@ -167,3 +167,8 @@ def _id_before(bits: int, offset: int) -> str:
 def _escape(pattern: str) -> str:
     """Escape glob characters for SCAN MATCH (keyspaces and group ids are user text)."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in pattern)
+
+
+def id_before(bits: int, offset: int) -> str:
+    """The Redis group position that delivers ``offset`` next (public for the metrics)."""
+    return _id_before(bits, offset)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from importlib import resources
@@ -145,7 +145,7 @@ class RedisStore:
         names = await self.redis.smembers(self.topics_key)
         return sorted(_text(n) for n in names)
 
-    async def list_topics(self, defaults: Mapping[str, str]) -> list[TopicInfo]:
+    async def list_topics(self, defaults: Callable[[str], Mapping[str, str]]) -> list[TopicInfo]:
         names = await self.list_topic_names()
         if not names:
             return []
@@ -153,7 +153,7 @@ class RedisStore:
         for name in names:
             pipe.hgetall(self.topic_key(name))
         hashes = await pipe.execute()
-        topics = [self._topic_from_hash(raw, defaults) for raw in hashes]
+        topics = [self._topic_from_hash(raw, defaults(name)) for name, raw in zip(names, hashes, strict=True)]
         return [t for t in topics if t is not None]
 
     async def topic_name_for_id(self, topic_id: str) -> str | None:
@@ -264,19 +264,23 @@ class RedisStore:
         pipe = self.redis.pipeline(transaction=False)
         for topic, partition, offset, count in reads:
             codec = OffsetCodec(topic.config.sequence_bits)
-            pipe.xrange(self.stream_key(topic.name, partition), min=str(codec.decode(offset)),
-                        max="+", count=count)
+            # Past the last offset there is nothing to read: from the first id after it (only
+            # ids wider than bits, which have no offset, can be there). Clamping the offset
+            # instead returned the last record for a fetch one past it (spec/PartitionLog.tla).
+            first = (str(codec.decode(offset)) if offset <= codec.max_offset
+                     else f"({codec.decode(codec.max_offset)}")
+            pipe.xrange(self.stream_key(topic.name, partition), min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
         replies = await pipe.execute()
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
             raw_entries, meta = replies[2 * index], replies[2 * index + 1]
-            if meta[0] is None:
+            if meta[0] is None and meta[1] is None:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
-            results.append(PartitionRead(raw_entries, start, end))
+            results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
         return results
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
@@ -284,7 +288,7 @@ class RedisStore:
         codec = OffsetCodec(topic.config.sequence_bits)
         meta: list[Any] = await self.redis.hmget(self.meta_key(topic.name, partition),
                                                   "last", "start")
-        if meta[0] is None:
+        if meta[0] is None and meta[1] is None:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
 
@@ -301,11 +305,9 @@ class RedisStore:
         if not await self.redis.exists(key):
             return 0, 0  # the topic is gone
         info: dict[Any, Any] = await self.redis.xinfo_stream(key)
-        last = EntryId.parse(info.get("last-generated-id", b"0-0"))
-        end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1
         first = info.get("first-entry")
-        start = codec.encode_id(EntryId.parse(first[0])) if first else end
-        return min(start, end), end
+        return foreign_bounds(codec, info.get("last-generated-id", b"0-0"),
+                              first[0] if first else None)
 
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
@@ -323,6 +325,21 @@ class RedisStore:
         await self.pipe.close()
 
 
+def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
+                   ) -> tuple[int, int]:
+    """(log start, high watermark) of a stream only something else wrote (XADD *), from
+    Redis' last-generated id and first entry. An id wider than bits has no offset: it counts
+    as the end of its millisecond (spec/PartitionLog.tla, BoundsAt)."""
+    last = EntryId.parse(last_generated)
+    end = 0 if last == EntryId(0, 0) else codec.last_offset_of(last) + 1
+    if first is None:
+        return end, end
+    first_id = EntryId.parse(first)
+    start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
+             else codec.last_offset_of(first_id) + 1)
+    return min(start, end), end
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -331,10 +348,32 @@ def _raw_entries(response: Any, **_options: Any) -> Any:
     return response or []
 
 
-def _bounds(codec: OffsetCodec, last: bytes, start: bytes | None) -> tuple[int, int]:
-    end = codec.last_offset_of(EntryId.parse(last)) + 1
+def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
+    """(log start, high watermark) from the meta hash. `last` is the id of the last entry
+    append.lua wrote; without one (bounds.lua gave an empty partition its start) the log ends
+    where it starts."""
     begin = codec.encode_id(EntryId.parse(start)) if start else 0
+    if not last:
+        return begin, begin
+    end = codec.last_offset_of(EntryId.parse(last)) + 1
     return min(begin, end), end
+
+
+def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
+    """XRANGE's entries below the high watermark. An entry above it was written by something
+    other than append.lua (`XADD *`) after the last append: it gets its offset, and is
+    fetched, once the next append moves the high watermark past it (spec/PartitionLog.tla,
+    FetchWithinBounds). Entries are in id order, so only the tail needs a look; ids with no
+    offset (a sequence wider than bits) are skipped by every reader anyway."""
+    cut = len(raw)
+    while cut:
+        ms, _, seq = raw[cut - 1][0].partition(b"-")
+        offset = codec.encode(int(ms), int(seq)) if int(seq) < codec.seq_limit and \
+            int(ms) <= codec.max_ms else None
+        if offset is not None and offset < end:
+            break
+        cut -= 1
+    return raw if cut == len(raw) else raw[:cut]
 
 
 def _append_result(codec: OffsetCodec, reply: list[Any]) -> AppendResult:

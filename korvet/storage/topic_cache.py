@@ -11,16 +11,17 @@ never write into a deleted topic.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from korvet.core.topics import TopicInfo
 from korvet.storage.redis_store import RedisStore
 
 
 class TopicCache:
-    def __init__(self, store: RedisStore, defaults: Mapping[str, str], ttl: float = 5.0) -> None:
+    def __init__(self, store: RedisStore, defaults: Callable[[str], Mapping[str, str]],
+                 ttl: float = 5.0) -> None:
         self.store = store
-        self.defaults = dict(defaults)
+        self.defaults_for = defaults  # topic name -> broker-level config defaults for it
         self.ttl = ttl
         self._by_name: dict[str, tuple[TopicInfo | None, float]] = {}
         self._id_to_name: dict[str, str] = {}
@@ -30,7 +31,7 @@ class TopicCache:
         now = time.monotonic()
         if cached is not None and now - cached[1] < self.ttl:
             return cached[0]
-        topic = await self.store.get_topic(name, self.defaults)
+        topic = await self.store.get_topic(name, self.defaults_for(name))
         self._by_name[name] = (topic, now)
         if topic is not None:
             self._id_to_name[topic.topic_id] = topic.name
@@ -54,7 +55,7 @@ class TopicCache:
         return topic
 
     async def all(self) -> list[TopicInfo]:
-        topics = await self.store.list_topics(self.defaults)
+        topics = await self.store.list_topics(self.defaults_for)
         now = time.monotonic()
         for topic in topics:
             self._by_name[topic.name] = (topic, now)

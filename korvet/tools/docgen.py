@@ -18,6 +18,8 @@ _INTRO = """# Configuration
 
 `korvet serve` reads its settings from, in increasing precedence: the defaults below, a YAML
 file given with `--config FILE`, `KORVET_*` environment variables, and command-line flags.
+The original product's names are accepted too (below the table). Health probes and
+metrics: [operations.md](operations.md).
 The YAML keys are the dotted names split at the dots:
 
 ```yaml
@@ -63,12 +65,82 @@ never changes the meaning of an existing topic's offsets.
 """
 
 
+_COMPAT = """
+## The original product's configuration
+
+A deployment written for the original product (Korvet, Java) works unchanged:
+
+- **Variables**: Spring's relaxed binding, `korvet.a.b-c` is `KORVET_A_B_C`. The original's
+  names are listed above beside ours (`KORVET_REDIS_URI` and `KORVET_REDIS_URL` are the same
+  setting; naming both with different values is an error).
+- **YAML**: the original's files put everything under `korvet:` (`korvet.broker.port`,
+  `korvet.redis.uri`, `korvet.topics[N]...`); Korvet reads them as they are, and also the
+  same keys without the `korvet:` level. Keys may be kebab-case, camelCase or snake_case.
+  Beside `korvet:`, a Spring application file's `server.port` / `management.server.port`
+  (the Actuator's port) set `http.port`; its other frameworks' keys are ignored with a note.
+- **Sizes and durations** may be written as the original writes them: `1MB`, `512KB`, `2GB`
+  (binary units), `30s`, `5m`, `1h`, `7d`, `PT1H`; plain numbers are bytes or milliseconds.
+- **Unknown names**: a `KORVET_*` variable or a YAML key that is no setting is a warning
+  that names the closest known one (`KORVET_BROKER_PROT: unknown setting; did you mean
+  KORVET_BROKER_PORT?`); with `--strict-config` (`config.strict`) it stops the broker.
+  The original's settings that Korvet (Python) has no use for (below) are a note instead.
+- **Which Redis**: `korvet serve` prints at start which Redis it uses and where that came
+  from: `korvet: using Redis at redis://db:6379/0 (from environment variable KORVET_REDIS_URI)`,
+  or that it starts the embedded one because no `redis.url` was given. A password in the URL
+  is printed as `****`.
+- `redis.cluster=true` is refused at start for now: Korvet (Python) does not speak the Redis
+  Cluster protocol yet.
+
+## Declared topics
+
+`KORVET_TOPICS_<N>_<FIELD>` variables and YAML `korvet.topics[N].<field>` entries declare
+topics. `name` is a topic name or a pattern where `*` matches any characters (`*` alone:
+defaults for every topic). For one topic, every matching entry applies, the most specific
+first: the exact name, then patterns with more literal characters, then the lower index; each
+field comes from the first entry that sets it. Variables override the YAML entry of the same
+index field by field.
+
+- Topics declared by exact name are created when the broker starts (if missing), and in a
+  tenant's keyspace (`security.tenants`) when the tenant starts.
+- `partitions` is the partition count of a topic created without one (auto-creation,
+  `CreateTopics` with `-1`); `auto-create` says whether a client's Metadata request may create
+  the topic (default: `topics.auto-create`).
+- Topic config fields become the topic's broker-level defaults (DescribeConfigs source
+  `STATIC_BROKER_CONFIG`); a config set on the topic itself still wins. `sequence-bits` is
+  stored with the topic when it is created.
+
+```sh
+KORVET_TOPICS_0_NAME='*'  KORVET_TOPICS_0_AUTO_CREATE=true  KORVET_TOPICS_0_PARTITIONS=3
+KORVET_TOPICS_1_NAME=logs KORVET_TOPICS_1_RETENTION_BYTES=1GB KORVET_TOPICS_1_LOG_APPEND_TIMESTAMP_HEADER=true
+```
+
+| field | sets | written as |
+|---|---|---|
+"""
+
+
+def _compat() -> str:
+    rows = []
+    for field, (target, kind) in config.TOPIC_FIELDS.items():
+        what = f"topic config `{target}`" if "." in target else target.replace("_", "-")
+        rows.append(f"| `{field}` | {what} | {kind} |")
+    for field, why in config.TOPIC_INERT_FIELDS.items():
+        rows.append(f"| `{field}` | *no effect*: {why} | |")
+    rows.append("| `configs.<name>` | any topic config by its Kafka name (YAML) | str |")
+    inert = [f"| `{name}` | {why} |" for name, why in config.INERT.items()]
+    inert += [f"| `{prefix}*` | {why} |" for prefix, why in config.INERT_PREFIXES.items()]
+    return (_COMPAT + "\n".join(rows) + "\n\n### Accepted without effect\n\n"
+            "| the original's setting | why |\n|---|---|\n" + "\n".join(inert) + "\n")
+
+
 def render() -> str:
     rows = []
     for s in config.SETTINGS:
-        default = repr(s.default) if s.default != "" else "(unset)"
+        default = repr(s.default) if s.default != "" and not s.secret else "(unset)"
         flags = ", ".join(f"`{f}`" for f in s.flags)
-        rows.append(f"| `{s.name}` | {flags} | `{s.env}` | `{default}` | {s.help} |")
+        names = f"`{s.name}`" + "".join(f"<br>also `{n}`" for n in s.also)
+        envs = "<br>".join(f"`{e}`" for e in s.envs)
+        rows.append(f"| {names} | {flags} | {envs} | `{default}` | {s.help} |")
     topic_rows = []
     for d in topics.CONFIG_DEFS:
         effect = d.doc if d.effective else f"*no effect*: {d.doc}"
@@ -76,8 +148,8 @@ def render() -> str:
             effect += " (fixed at creation)"
         topic_rows.append(f"| `{d.name}` | `{d.default}` | {effect} |")
     kafka_rows = [f"| `{kafka}` | `{name}` |" for kafka, name in config.KAFKA_STYLE_NAMES.items()]
-    return (_INTRO + "\n".join(rows) + "\n" + _KAFKA_NAMES + "\n".join(kafka_rows) + "\n" + _TOPICS
-            + "\n".join(topic_rows) + "\n" + _OUTRO)
+    return (_INTRO + "\n".join(rows) + "\n" + _KAFKA_NAMES + "\n".join(kafka_rows) + "\n"
+            + _compat() + _TOPICS + "\n".join(topic_rows) + "\n" + _OUTRO)
 
 
 def main() -> int:

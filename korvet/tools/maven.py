@@ -1,11 +1,18 @@
-"""JVM jars from Maven Central, pinned by version and sha256.
+"""JVM jars resolved by Maven itself, pinned by version and sha256.
 
 Each *jar set* (``tlc``, ``kafka``, ``spark`` ...) is a lock file in
 ``korvet/tools/locks/<set>.lock``: one artifact per line,
-``group:artifact:version[:classifier] <sha256>``. ``ensure()`` downloads
-what is missing from Maven Central into a git-ignored folder, checks every
-file against its sha256 and returns the class path. Nothing is downloaded at
-run time of a test: the set-up commands call ``korvet jars fetch`` first.
+``group:artifact:version[:classifier] <sha256>``. ``ensure()`` makes every jar of a
+set present in a git-ignored folder and returns the class path. Jars that are missing
+there are resolved by **Maven** (``mvn``): Maven downloads them as it downloads anything,
+so the user's ``~/.m2/settings.xml`` (mirrors, proxies, credentials) and Maven's local
+repository (``~/.m2/repository``, the download cache) apply, and the repository is the
+one that Maven is configured with: Maven's own default unless settings.xml says
+otherwise. No repository address is written in this project. Every jar is checked
+against the sha256 of its lock line before it is used; a set once verified is
+remembered (size and modification time of each file, in ``.verified-<set>.json``), so
+later calls only look at the files. Nothing is downloaded at run time of a test: the
+set-up commands call ``korvet jars fetch`` first.
 
 ``lock()`` is the maintainer's tool that writes a lock file: it asks Maven to
 resolve the transitive dependencies of some coordinates and records the
@@ -15,19 +22,18 @@ sha256 of every jar it resolved.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
-import urllib.request
+import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2"
 LOCK_DIR = Path(__file__).with_name("locks")
 
 
@@ -53,16 +59,12 @@ class Artifact:
         suffix = f"-{self.classifier}" if self.classifier else ""
         return f"{self.artifact}-{self.version}{suffix}.jar"
 
-    def url(self, repository: str) -> str:
-        group_path = self.group.replace(".", "/")
-        return f"{repository}/{group_path}/{self.artifact}/{self.version}/{self.file_name}"
+    def repository_path(self) -> Path:
+        """Where Maven's repository layout keeps the jar (relative to the repository root)."""
+        return Path(*self.group.split("."), self.artifact, self.version, self.file_name)
 
     def local_path(self, root: Path) -> Path:
         return root / self.group / self.file_name
-
-
-def repository() -> str:
-    return os.environ.get("KORVET_MAVEN_REPOSITORY", DEFAULT_REPOSITORY).rstrip("/")
 
 
 def jar_root() -> Path:
@@ -98,11 +100,15 @@ def parse_lock(text: str) -> list[Artifact]:
     return artifacts
 
 
-def read_lock(name: str) -> list[Artifact]:
+def _lock_path(name: str) -> Path:
     path = LOCK_DIR / f"{name}.lock"
     if not path.is_file():
         raise JarError(f"unknown jar set {name!r}; known: {', '.join(available_sets())}")
-    return parse_lock(path.read_text())
+    return path
+
+
+def read_lock(name: str) -> list[Artifact]:
+    return parse_lock(_lock_path(name).read_text())
 
 
 def _sha256(path: Path) -> str:
@@ -113,41 +119,97 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download(artifact: Artifact, root: Path, repo: str) -> Path:
-    target = artifact.local_path(root)
-    if target.is_file() and _sha256(target) == artifact.sha256:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    url = artifact.url(repo)
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
-        tmp_path = Path(tmp.name)
-        try:
-            with urllib.request.urlopen(url, timeout=120) as response:
-                shutil.copyfileobj(response, tmp)
-        except OSError as exc:
-            tmp_path.unlink(missing_ok=True)
-            raise JarError(f"download of {artifact.coordinate} from {url} failed: {exc}") from exc
-    actual = _sha256(tmp_path)
-    if actual != artifact.sha256:
-        tmp_path.unlink(missing_ok=True)
-        raise JarError(
-            f"{artifact.coordinate}: sha256 {actual} does not match the lock's {artifact.sha256}"
-        )
-    tmp_path.replace(target)
-    return target
+def _maven() -> str:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarError("the pinned jars are fetched with Maven, and 'mvn' is not on PATH: install "
+                       "Maven (Debian: apt-get install maven; scripts/setup.sh test does it)")
+    return mvn
+
+
+def _run_maven(arguments: Sequence[str], what: str, timeout: float = 1800) -> None:
+    # -B: no interactive progress; -C: fail on a repository checksum mismatch.
+    command = [_maven(), "-B", "-q", "-C", "-Dstyle.color=never", *arguments]
+    try:
+        result = subprocess.run(command, check=False, capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise JarError(f"Maven did not finish {what} in {timeout:.0f} s") from exc
+    if result.returncode != 0:
+        output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-40:])
+        raise JarError(f"Maven could not finish {what}:\n{output}")
+
+
+def _resolve(artifacts: Sequence[Artifact], root: Path) -> None:
+    """Have Maven fetch exactly these artifacts (no transitive ones: a lock lists them all),
+    then check each against its sha256 and put it under ``root``."""
+    with tempfile.TemporaryDirectory() as work:
+        pom = Path(work) / "pom.xml"
+        every = [("*", "*")]
+        pom.write_text(_POM.format(deps="\n".join(_dependency_xml(a.coordinate, every)
+                                                  for a in artifacts)))
+        copied = Path(work) / "jars"
+        _run_maven(["-f", str(pom), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+                    f"-DoutputDirectory={copied}", "-Dmdep.useRepositoryLayout=true",
+                    "-Dmdep.copyPom=false"], f"resolving {len(artifacts)} jars")
+        for artifact in artifacts:
+            source = copied / artifact.repository_path()
+            if not source.is_file():
+                raise JarError(f"Maven resolved no file for {artifact.coordinate}")
+            actual = _sha256(source)
+            if actual != artifact.sha256:
+                raise JarError(f"{artifact.coordinate}: sha256 {actual} does not match the "
+                               f"lock's {artifact.sha256} (a mirror serving another file?)")
+            target = artifact.local_path(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target.with_suffix(".part"))
+            target.with_suffix(".part").replace(target)
+
+
+def _stamp_path(root: Path, name: str) -> Path:
+    return root / f".verified-{name}.json"
+
+
+def _file_marks(paths: Iterable[Path]) -> dict[str, list[int]]:
+    marks = {}
+    for path in paths:
+        stat = path.stat()
+        marks[str(path)] = [stat.st_size, stat.st_mtime_ns]
+    return marks
+
+
+def _verified(root: Path, name: str, lock_digest: str, paths: Sequence[Path]) -> bool:
+    """True when this lock's jars were all checked and none changed since (size, mtime)."""
+    try:
+        stamp = json.loads(_stamp_path(root, name).read_text())
+        return bool(stamp["lock"] == lock_digest and stamp["files"] == _file_marks(paths))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def ensure(name: str, *, quiet: bool = False) -> list[Path]:
     """Make every jar of a set present and verified; return their paths in lock order."""
-    artifacts = read_lock(name)
+    lock_text = _lock_path(name).read_text()
+    lock_digest = hashlib.sha256(lock_text.encode()).hexdigest()
+    artifacts = parse_lock(lock_text)
     root = jar_root()
-    missing = [a for a in artifacts if not a.local_path(root).is_file()]
-    repo = repository()
-    if missing and not quiet:
-        print(f"korvet jars: fetching {len(missing)} of {len(artifacts)} jars for '{name}' "
-              f"from {repo}", file=sys.stderr)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        paths = list(pool.map(lambda a: _download(a, root, repo), artifacts))
+    paths = [a.local_path(root) for a in artifacts]
+    if _verified(root, name, lock_digest, paths):
+        return paths
+    wanted = [a for a in artifacts
+              if not a.local_path(root).is_file() or _sha256(a.local_path(root)) != a.sha256]
+    if wanted:
+        if not quiet:
+            print(f"korvet jars: resolving {len(wanted)} of {len(artifacts)} jars for '{name}' "
+                  "with Maven (your settings.xml and ~/.m2 apply)", file=sys.stderr)
+        started = time.monotonic()
+        _resolve(wanted, root)
+        if not quiet:
+            print(f"korvet jars: '{name}' resolved in {time.monotonic() - started:.0f} s",
+                  file=sys.stderr)
+    root.mkdir(parents=True, exist_ok=True)
+    _stamp_path(root, name).write_text(json.dumps({"lock": lock_digest,
+                                                   "files": _file_marks(paths)}))
     return paths
 
 
@@ -168,15 +230,6 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 {deps}
   </dependencies>
 </project>
-"""
-
-# Maven resolves from the same repository ensure() downloads from, so the sha256 written
-# is the sha256 of the file a fresh checkout will get.
-_SETTINGS = """<settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">
-  <mirrors>
-    <mirror><id>korvet-lock</id><mirrorOf>*</mirrorOf><url>{url}</url></mirror>
-  </mirrors>
-</settings>
 """
 
 # Pinned, so the listing format parsed below does not change under us.
@@ -224,8 +277,6 @@ def lock(
     ``<exclusion>``) cut from the dependency tree of every coordinate, together with
     everything below them; a coordinate named directly is never cut.
     """
-    if shutil.which("mvn") is None:
-        raise JarError("writing a lock file needs Maven ('mvn') on PATH")
     if not coordinates:
         raise JarError("lock needs at least one coordinate")
     exclusions = [_parse_exclusion(p) for p in exclude]
@@ -233,11 +284,9 @@ def lock(
     with tempfile.TemporaryDirectory() as work:
         pom = Path(work) / "pom.xml"
         pom.write_text(_POM.format(deps="\n".join(deps)))
-        settings = Path(work) / "settings.xml"
-        settings.write_text(_SETTINGS.format(url=_xml(repository())))
         listing = Path(work) / "deps.txt"
         command = [
-            "mvn", "-q", "-B", "-C", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom),
+            _maven(), "-q", "-B", "-C", "-Dstyle.color=never", "-f", str(pom),
             f"{_DEPENDENCY_PLUGIN}:list", "-DincludeScope=runtime",
             "-DoutputAbsoluteArtifactFilename=true", f"-DoutputFile={listing}",
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from korvet.conformance import catalogue, differences, report, runner
+from korvet.conformance import catalogue, report, runner
+from korvet.conformance.brokers import BrokerError
 from korvet.conformance.context import ApiTable, CheckContext
 from korvet.conformance.fuzz import request_strategy
 from korvet.conformance.history import ANOMALIES, History, analyse
 from korvet.conformance.messages import MessageError, build, build_request, to_plain
+from korvet.conformance.profile import KAFKA, ProfileError, load, parse
 from korvet.conformance.registry import Check, CheckFailed, CheckSkipped, load_checks
 from korvet.conformance.schemas import kio_request_versions, narrow, request_schema
 from korvet.conformance.wire import decode_response, encode_request
@@ -255,12 +258,48 @@ def test_registry_has_enough_named_documented_checks() -> None:
     for check in checks.values():
         assert check.asserts.endswith((".", ")")), check.name
         assert len(check.source) > 5, check.name
-        for profile, reason in check.excuses.items():
-            assert profile in differences.PROFILES and profile != "kafka", check.name
-            assert reason in differences.KORVET.values(), f"{check.name}: undocumented excuse"
+    korvet = load("korvet")
     exact = [c for c in checks.values() if c.kafka_exact]
-    assert exact and all(c.excuses.get("korvet") for c in exact if "offset" in c.asserts.lower()), \
+    assert exact and all(korvet.excuse_for(c.name) for c in exact if "offset" in c.asserts.lower()), \
         "every Kafka-exact offset check states why Korvet differs"
+
+
+@pytest.mark.parametrize("name", ["korvet", "kfake"])
+def test_shipped_profiles_name_only_existing_checks_with_reasons_and_references(name: str) -> None:
+    profile = load(name)
+    assert profile.name == name and profile.excuses
+    assert profile.unmatched(load_checks()) == [], "a profile pattern names no check"
+    for excuse in profile.excuses:
+        assert len(excuse.reason) > 40 and len(excuse.reference) > 5, excuse.key
+    if name == "kfake":  # every kfake excuse says which side is wrong
+        assert all(e.reason.startswith(("kfake is wrong", "Both")) for e in profile.excuses), \
+            [e.key for e in profile.excuses if not e.reason.startswith(("kfake is wrong", "Both"))]
+
+
+def test_a_profile_file_excuses_by_name_and_glob(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("profile: mine\nabout: my broker\nexcuses:\n  no_txn:\n"
+                    "    checks: [fetch.read_committed.*, find_coordinator.transaction_key]\n"
+                    "    reason: no transactions here\n    reference: my docs\n")
+    profile = load(str(path))
+    assert profile.excuse_for("fetch.read_committed.lists_aborted_transactions") is not None
+    assert profile.excuse_for("find_coordinator.transaction_key") is not None
+    assert profile.excuse_for("find_coordinator.group_key") is None
+    assert load("kafka") is KAFKA
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("profile: x\nabout: y\nexcuses:\n  k:\n    checks: []\n    reason: r\n    reference: s\n",
+     "non-empty list"),
+    ("profile: x\nabout: y\nexcuses:\n  k:\n    checks: [a.b]\n    reference: s\n", "'reason'"),
+    ("profile: x\nabout: y\nexcuse: {}\n", "unknown keys"),
+    ("profile: x\nabout: y\nexcuses:\n  k:\n    checks: [a.b]\n    reason: r\n    reference: s\n    why: t\n",
+     "unknown keys"),
+    ("- a\n", "expected a mapping"),
+])
+def test_a_malformed_profile_is_refused_with_a_clear_message(text: str, message: str) -> None:
+    with pytest.raises(ProfileError, match=message):
+        parse(text, "test.yaml")
 
 
 def _context(check: Check) -> CheckContext:
@@ -271,6 +310,11 @@ def _fake(name: str, fn: Any, **kw: Any) -> Check:
     return Check(name=name, api="Unit", asserts="Something.", source="Unit test.", fn=fn, **kw)
 
 
+UNIT_PROFILE = parse("profile: unit\nabout: unit\nexcuses:\n  sparse:\n"
+                     "    checks: [unit.excusable, unit.passes]\n    reason: offsets are sparse\n"
+                     "    reference: storage.md\n", "unit")
+
+
 def test_profiles_excuse_only_failures_of_checks_that_name_a_difference() -> None:
     def fails(ctx: CheckContext) -> None:
         raise CheckFailed("observed something else", observed=1)
@@ -278,29 +322,105 @@ def test_profiles_excuse_only_failures_of_checks_that_name_a_difference() -> Non
     def skips(ctx: CheckContext) -> None:
         raise CheckSkipped("no tool")
 
-    excusable = _fake("unit.excusable", fails, excuses={"korvet": differences.SPARSE_OFFSETS})
-    assert runner.run_check(excusable, _context(excusable), "kafka").status == runner.FAIL
-    excused = runner.run_check(excusable, _context(excusable), "korvet")
-    assert (excused.status, excused.excuse) == (runner.EXCUSED, differences.SPARSE_OFFSETS)
-    assert excused.details == {"observed": 1}
-    passing = _fake("unit.passes", lambda ctx: None, excuses={"korvet": differences.SPARSE_OFFSETS})
-    assert runner.run_check(passing, _context(passing), "korvet").status == runner.PASS
+    excusable = _fake("unit.excusable", fails)
+    assert runner.run_check(excusable, _context(excusable), KAFKA).status == runner.FAIL
+    excused = runner.run_check(excusable, _context(excusable), UNIT_PROFILE)
+    observed = (excused.status, excused.excuse, excused.excuse_key)
+    assert observed == (runner.EXCUSED, "offsets are sparse", "sparse")
+    assert excused.details == {"observed": 1} and not excused.excuse_unneeded
+    passing = _fake("unit.passes", lambda ctx: None)
+    passed = runner.run_check(passing, _context(passing), UNIT_PROFILE)
+    assert passed.status == runner.PASS and passed.excuse_unneeded, "an excused check that passes is flagged"
     plain = _fake("unit.plain", fails)
-    assert runner.run_check(plain, _context(plain), "korvet").status == runner.FAIL
+    assert runner.run_check(plain, _context(plain), UNIT_PROFILE).status == runner.FAIL
     skipped = _fake("unit.skips", skips)
-    assert runner.run_check(skipped, _context(skipped), "kafka").status == runner.SKIP
+    assert runner.run_check(skipped, _context(skipped), KAFKA).status == runner.SKIP
     crashing = _fake("unit.crashes", lambda ctx: 1 / 0)
-    result = runner.run_check(crashing, _context(crashing), "kafka")
+    result = runner.run_check(crashing, _context(crashing), KAFKA)
     assert result.status == runner.FAIL and "ZeroDivisionError" in result.message
 
 
+class DyingBroker:
+    """A broker whose process 'dies' whenever the check named ``killer`` runs, and restarts."""
+
+    restartable = True
+
+    def __init__(self, killer: str, restartable: bool = True) -> None:
+        self.killer = killer
+        self.restartable = restartable
+        self.up = True
+        self.restarts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return "127.0.0.1:1"
+
+    def alive(self) -> bool:
+        return self.up
+
+    def death(self) -> str:
+        return "exited with code 2\npanic: nil pointer dereference"
+
+    def restart(self) -> None:
+        if not self.restartable:
+            raise BrokerError("cannot")
+        self.restarts += 1
+        self.up = True
+
+    def stop(self) -> None:
+        self.up = False
+
+
+def _run_with(broker: DyingBroker, names: list[str], jobs: int) -> runner._Run:
+    def body(name: str) -> Any:
+        def fn(ctx: CheckContext) -> None:
+            if name == broker.killer:
+                broker.up = False
+                raise CheckFailed("the connection was closed")
+            if not broker.up:
+                raise CheckFailed("connection refused")
+            time.sleep(0.05)
+        return fn
+
+    state = runner._Run(broker, "unit", ApiTable({}), KAFKA, None, None)
+    state.batch([_fake(n, body(n)) for n in names], jobs)
+    return state
+
+
+def test_a_check_that_kills_the_broker_is_named_and_the_run_goes_on() -> None:
+    names = [f"unit.c{i:02d}" for i in range(12)]
+    broker = DyingBroker("unit.c05")
+    state = _run_with(broker, names, jobs=4)
+    assert sorted(state.results) == names, "every check has a result"
+    killed = state.results["unit.c05"]
+    assert killed.status == runner.FAIL and killed.message.startswith("the broker died during this check")
+    assert "nil pointer" in killed.details["broker_death"]
+    others = [state.results[n].status for n in names if n != "unit.c05"]
+    assert others == [runner.PASS] * 11, "checks that ran beside the killer are run again, and pass"
+    (incident,) = state.incidents
+    assert incident["killers"] == ["unit.c05"] and "unit.c05" in incident["suspects"]
+    assert broker.restarts == 2  # once to find the killer, once after it killed the broker again
+
+
+def test_a_broker_the_suite_did_not_start_stops_the_run_with_the_suspects() -> None:
+    names = [f"unit.c{i:02d}" for i in range(8)]
+    state = _run_with(DyingBroker("unit.c02", restartable=False), names, jobs=1)
+    assert state.stopped is not None and "unit.c02" in state.stopped
+    assert state.results["unit.c02"].status == runner.FAIL
+    assert "may have killed it" in state.results["unit.c02"].message
+    assert [state.results[n].status for n in names[3:]] == [runner.SKIP] * 5
+    assert all("not run" in state.results[n].message for n in names[3:])
+
+
 def _sample_report() -> runner.RunReport:
+    exchange = {"connection": "127.0.0.1:1 #1", "correlation_id": 3, "api": "FetchRequest (key 1) v17",
+                "request": {"max_wait": 0}, "response": {"error_code": 1, "note": "<b>"}}
     results = [
         runner.CheckResult("produce.a", "Produce (0)", runner.PASS, 0.1, "", "A.", "S.", False, False),
         runner.CheckResult("fetch.b", "Fetch (1)", runner.FAIL, 0.2, "got <NONE>", "B.", "S.", False, False,
-                           details={"x": [1, 2]}),
+                           details={"x": [1, 2]}, exchanges=[exchange]),
         runner.CheckResult("fetch.c", "Fetch (1)", runner.EXCUSED, 0.3, "dense", "C.", "S.", True, False,
-                           excuse=differences.SPARSE_OFFSETS),
+                           excuse="offsets are sparse", excuse_key="sparse_offsets"),
     ]
     return runner.RunReport("127.0.0.1:1", "korvet", "abc123", "2026-01-01T00:00:00+00:00", 1.5,
                             {"18": [0, 4]}, results)
@@ -311,6 +431,30 @@ def test_html_report_is_self_contained_and_escaped() -> None:
     assert "<style>" in page and "got &lt;NONE&gt;" in page
     assert not re.search(r"""(src|href)=["']?https?:""", page)
     assert "fetch.b" in page and "excused" in page
+
+
+def test_html_report_groups_by_api_and_shows_a_failures_request_and_response() -> None:
+    page = report.render_html(_sample_report())
+    fetch, produce = page.index("<h2 id='api-fetch-1'>"), page.index("<h2 id='api-produce-0'>")
+    assert fetch < produce, "APIs with failures come first"
+    section = page[fetch:produce]
+    assert "fetch.b" in section and "fetch.c" in section and "produce.a" not in section
+    assert "FetchRequest (key 1) v17" in section and "&quot;max_wait&quot;: 0" in section
+    assert "&lt;b&gt;" in section, "response content is escaped"
+
+
+def test_junit_report_has_one_case_per_check_failures_and_skips() -> None:
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(report.junit_xml(_sample_report()))
+    cases = {str(c.get("name")): c for c in root.iter("testcase")}
+    assert sorted(cases) == ["fetch.b", "fetch.c", "produce.a"]
+    failure = cases["fetch.b"].find("failure")
+    assert failure is not None and failure.get("message") == "got <NONE>"
+    assert "FetchRequest (key 1) v17" in (failure.text or "")
+    skipped = cases["fetch.c"].find("skipped")
+    assert skipped is not None and "sparse_offsets" in (skipped.get("message") or "")
+    assert cases["produce.a"].find("failure") is None and root.get("failures") == "1"
 
 
 def test_json_report_and_exit_verdict(tmp_path: Path) -> None:
@@ -360,3 +504,52 @@ def test_histories_of_a_correct_log_have_no_anomalies(plan: list[tuple[str, int,
     for partition, entries in log.items():
         h.poll("c", [(("t", partition), offset, value) for offset, value in entries])
     assert analyse(h, drained=True).found() == {}
+
+
+# -- the differential mode's comparison -------------------------------------------------------
+
+
+def test_differential_compare_normalises_what_brokers_choose_and_reports_the_rest() -> None:
+    from korvet.conformance.differential import compare
+
+    kafka = {"throttle_time": 0, "topics": [
+        {"name": "b", "error_code": 0, "topic_id": "x",
+         "partitions": [{"partition_index": 0, "leader_id": 1}]},
+        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []}]}
+    same = {"throttle_time": 7, "topics": [
+        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []},
+        {"name": "b", "error_code": 0, "topic_id": "y",
+         "partitions": [{"partition_index": 0, "leader_id": 5}]}]}
+    assert compare(same, kafka, "Metadata") == [], "ids, broker ids and entry order may differ"
+    other = json.loads(json.dumps(same))
+    other["topics"][0]["error_code"] = 17
+    other["topics"][1]["partitions"].append({"partition_index": 1, "leader_id": 5})
+    found = {d.signature for d in compare(other, kafka, "Metadata")}
+    assert found == {"error code at Metadata.topics.*.error_code", "shape at Metadata.topics.*.partitions.*"}
+
+
+def test_differential_translates_symbols_only_in_offset_fields_and_filters_listings() -> None:
+    from korvet.conformance.differential import only_mentioned, translate
+
+    symbols = {-7_000_001: 1024, -8_000_001: 1_700_000_000_000}
+    request = {"topics": [{"partitions": [{"partition": -7_000_001, "fetch_offset": -7_000_001,
+                                            "timestamp": -8_000_001}]}]}
+    assert translate(request, symbols) == {"topics": [{"partitions": [
+        {"partition": -7_000_001, "fetch_offset": 1024, "timestamp": 1_700_000_000_000}]}]}
+    listing = {"topics": [{"name": "asked"}, {"name": "__consumer_offsets"}], "groups": [{"group_id": "g"}]}
+    assert only_mentioned(listing, {"asked"}) == {"topics": [{"name": "asked"}], "groups": []}
+
+
+def test_differential_excuses_match_field_paths_segment_by_segment() -> None:
+    profile = parse("profile: p\nabout: a\ndifferential:\n  dup:\n    fields: [Metadata.topics.*, '*.<t>']\n"
+                    "    reason: r\n    reference: s\n", "p")
+    assert profile.field_excuse("Metadata.topics.*") is not None
+    assert profile.field_excuse("Metadata.topics.*.error_code") is None
+    assert profile.field_excuse("Fetch.<t>") is not None
+
+
+def test_a_replay_step_survives_its_file() -> None:
+    from korvet.conformance.differential import Step
+
+    step = Step(1, 12, {"max_wait": 5, "topics": []}, ("append", 3), True)
+    assert Step.from_json(json.loads(json.dumps(step.to_json()))) == step

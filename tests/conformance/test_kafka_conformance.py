@@ -1,5 +1,8 @@
 """The conformance suite passes on Apache Kafka: the evidence that its checks assert Kafka's behaviour.
 
+The module's one Kafka also serves as the oracle of the differential mode (Korvet as the subject)
+and as the broker the suite checks from a fresh virtualenv with only ``korvet[conformance]``.
+
 Starts Apache Kafka 4.3.1 (KRaft, one node, free loopback ports, pinned jars from Maven
 Central) with its default group.initial.rebalance.delay.ms of 3 s, runs every check
 with profile ``kafka`` and requires every one to pass. The broker gets one setting
@@ -10,16 +13,22 @@ written under the test's temporary directory.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from korvet.conformance import report, runner
-from korvet.conformance.registry import load_checks
+from korvet.conformance import differential, report, runner
+from korvet.conformance.profile import load
+from korvet.conformance.registry import load_checks, select
 from korvet.tools.kafka_server import KafkaServer
+from tests.conftest import ROOT, KorvetProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -59,3 +68,88 @@ def test_every_check_passes_on_apache_kafka(kafka: KafkaServer, tmp_path: Path) 
         f"(reports in {tmp_path}):\n{describe_failures(result)}"
     )
     assert len(result.results) == len(checks)
+
+
+# -- differential mode, with Apache Kafka as the oracle ---------------------------------------
+
+
+def test_differential_mode_finds_nothing_unexplained_between_korvet_and_kafka(
+        kafka: KafkaServer, korvet: KorvetProcess, tmp_path: Path) -> None:
+    """`korvet conformance --bootstrap KORVET --oracle KAFKA`: the same generated request sequences
+    (valid and malformed, every API and version both announce) to both; every difference in
+    outcome, error codes or response shape is either normalised (ids, offsets, timestamps, broker
+    ids, host/port) or explained by the differential section of Korvet's profile."""
+    profile = load("korvet")
+    subject, oracle = differential.sides(korvet.bootstrap, kafka.bootstrap)
+    checks, left_out = differential.differential_checks(subject, oracle, profile, uuid.uuid4().hex[:6],
+                                                        examples=30)
+    print(f"\nnot compared: {left_out}", file=sys.stderr)
+    assert len(checks) >= 15, [c.name for c in checks]
+    result = runner.run(korvet.bootstrap, checks, profile=profile, jobs=1)
+    report.write_json(result, tmp_path / "differential.json")
+    report.print_report(result, Console(file=sys.stderr, width=160), all_rows=True)
+    problems = []
+    for r in result.failures():
+        problems.append(f"- {r.name}: {r.message}\n  unexplained: {r.details.get('unexplained')}\n"
+                        f"  replay file:\n{r.details.get('replay', '')}")
+    assert not problems, ("differences from Kafka that the korvet profile does not explain:\n"
+                          + "\n".join(problems))
+    explained = {k: v for r in result.results for k, v in r.details.get("explained_by_profile", {}).items()}
+    print(f"explained by the profile: {explained}", file=sys.stderr)
+    assert sum(r.details.get("sequences", 0) for r in result.results) >= 15 * 30
+
+
+# -- the suite for other projects' CI, from a fresh virtualenv ---------------------------------
+
+
+def _run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
+
+
+def test_a_fresh_virtualenv_with_only_korvet_conformance_runs_the_suite(kafka: KafkaServer,
+                                                                        tmp_path: Path) -> None:
+    """`pip install 'korvet[conformance]'` (a wheel of this tree, its dependencies from the
+    .wheelhouse that `make setup-test` fills) gives the suite without the broker's server
+    dependencies: `korvet conformance --junit-xml` and `pytest --pyargs korvet.conformance` both
+    report one test case per check against Apache Kafka."""
+    wheelhouse = ROOT / ".wheelhouse"
+    if not (wheelhouse / ".downloaded").is_file():
+        pytest.fail(f"{wheelhouse} is missing: run `make setup-test` (it downloads the wheels once)")
+    dist, venv = tmp_path / "dist", tmp_path / "venv"
+    # The build backend (setuptools, wheel) comes from the wheelhouse too: no network.
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--find-links",
+                  str(wheelhouse), "-w", str(dist), str(ROOT)], cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    python, korvet_cli = str(venv / "bin" / "python"), str(venv / "bin" / "korvet")
+    installed = _run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                      "--find-links", str(dist), "korvet[conformance]"], cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    # No server dependencies: no Redis client, and `korvet serve` says what to install.
+    absent = _run([python, "-c", "import importlib.util as u; print([m for m in ('redis', 'hiredis') "
+                   "if u.find_spec(m)])"], cwd=tmp_path)
+    assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
+    serve = _run([korvet_cli, "serve", "--port", "0"], cwd=tmp_path, timeout=60)
+    assert serve.returncode == 2 and "korvet[server]" in serve.stderr, serve.stderr
+
+    only = ["api_versions.*", "produce.acks_*", "offset_commit.simple_group_roundtrip"]
+    # --profile korvet: the shipped profiles are package data of the wheel.
+    cli = _run([korvet_cli, "conformance", "--bootstrap", kafka.bootstrap, "--profile", "korvet",
+                "--junit-xml", "cli.xml",
+                *[a for glob in only for a in ("--only", glob)]], cwd=tmp_path)
+    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
+    expected = sorted(c.name for c in select(load_checks().values(), only))
+    cases = ET.parse(tmp_path / "cli.xml").getroot().iter("testcase")
+    assert sorted(str(c.get("name")) for c in cases) == expected
+
+    plugin = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "korvet.conformance",
+                   "--bootstrap", kafka.bootstrap, "--junitxml", "pytest.xml",
+                   *[a for glob in only for a in ("--conformance-only", glob)]], cwd=tmp_path)
+    assert plugin.returncode == 0, plugin.stdout[-3000:] + plugin.stderr[-3000:]
+    root = ET.parse(tmp_path / "pytest.xml").getroot()
+    names = sorted(str(c.get("name")) for c in root.iter("testcase"))
+    assert names == sorted(f"test_check[{n}]" for n in expected)
+    assert not list(root.iter("failure")) and f"{len(expected)} passed" in plugin.stdout

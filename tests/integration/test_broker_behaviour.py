@@ -93,6 +93,18 @@ def api_versions_ok(broker: KorvetProcess) -> bool:
 
 # --- bad input ---------------------------------------------------------------------------
 
+@pytest.mark.parametrize(("name", "release"), [("", "1.0"), ("lib", ""), ("-lib", "1"), ("lib", "1.0 beta")])
+def test_api_versions_refuses_client_software_kafka_would_refuse(korvet: KorvetProcess, name: str,
+                                                                 release: str) -> None:
+    """KIP-511: from v3 a client names its software; Kafka answers INVALID_REQUEST to a name or
+    version outside [a-zA-Z0-9](?:[a-zA-Z0-9-.]*[a-zA-Z0-9])? (found by the differential mode)."""
+    with WireClient(korvet.bootstrap) as client:
+        refused = client.request(request(18, 3, client_software_name=name, client_software_version=release))
+        accepted = client.request(request(18, 3, client_software_name="lib-x.y",
+                                          client_software_version="2.1"))
+    assert (refused.error_code, accepted.error_code) == (ErrorCode.invalid_request, ErrorCode.none)
+
+
 def test_garbage_frame_closes_only_that_connection(korvet: KorvetProcess) -> None:
     with WireClient(korvet.bootstrap) as bystander, WireClient(korvet.bootstrap) as attacker:
         bystander.request(request(18, 3, client_software_name="a", client_software_version="1"))

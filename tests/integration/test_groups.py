@@ -234,7 +234,7 @@ def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str
             if effect.get("type") == "SyncGroupReply" and effect["error"] == 0 and \
                     effect["request_id"] in synced_by:
                 generation, member = synced_by[effect["request_id"]]
-                owned = decode_assignment(base64.b64decode(effect["assignment"]["b64"]))
+                owned = decode_assignment(base64.b64decode(effect["assignment"]))
                 earlier = found[generation].setdefault(member, owned)
                 assert earlier == owned, (
                     f"generation {generation}: member {member} was given {sorted(earlier)} "

@@ -23,6 +23,7 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -427,6 +428,61 @@ def test_tenants_cannot_see_read_write_or_guess_each_others_topics(secured: Secu
     assert store.xlen("tenanta:stream:shared-name:0") == 5
     assert not store.exists("korvet:topic:shared-name")  # nothing in the default keyspace
     assert store.xlen("tenantb:stream:shared-name:0") == 0
+
+
+# --- operations: the HTTP endpoint of a secured broker --------------------------------------
+
+def _metrics(secured: Secured) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = secured.broker.http_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_metrics_count_the_requests_and_refusals_of_every_listener(secured: Secured,
+                                                                   acls: str) -> None:
+    def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+              **labels: str) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    before = _metrics(secured)
+    mtls = ["-b", secured.bootstrap("MTLS"), "-X", "security.protocol=SSL",
+            "-X", f"ssl.ca.location={secured.pki.ca.cert}",
+            "-X", f"ssl.certificate.location={secured.pki.client.cert}",
+            "-X", f"ssl.key.location={secured.pki.client.key}"]
+    scram_args = ["-b", secured.bootstrap("EXTERNAL"), "-X", "security.protocol=SASL_SSL",
+                  "-X", f"ssl.ca.location={secured.pki.ca.cert}", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+                  "-X", f"sasl.username={ALICE[0]}", "-X", f"sasl.password={ALICE[1]}"]
+    for args in (["-b", secured.bootstrap("INTERNAL")], mtls, scram_args):  # one per listener
+        listed = kcat(*args, "-L", "-m", "10")
+        assert listed.returncode == 0, listed.stderr
+    # a request before authentication on the SASL_SSL listener: the broker closes the connection
+    host, port = secured.bootstrap("EXTERNAL").split(":")
+    early = TlsWireClient(host, int(port), ca_file=str(secured.pki.ca.cert), timeout=5)
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    with pytest.raises(Exception, match="closed"):
+        early.call(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                   include_topic_authorized_operations=False))
+    refused = ("korvet_broker_failures_total", {"operation": "connection"})
+    closed_early = _metrics(secured)
+    assert value(closed_early, refused[0], **refused[1]) >= value(before, refused[0], **refused[1]) + 1
+    # a wrong password: answered with the error, then the connection is closed
+    assert "Authentication failed" in confluent_error(secured.sasl((ALICE[0], "wrong")))
+    after = _metrics(secured)
+    assert value(after, refused[0], **refused[1]) >= value(closed_early, refused[0], **refused[1]) + 1
+    accepted = "korvet_broker_connections_accepted_total"
+    assert value(after, accepted) >= value(before, accepted) + 4
+    metadata = ("korvet_broker_requests_total", {"api_key": "METADATA"})
+    assert value(after, metadata[0], **metadata[1]) >= value(before, metadata[0], **metadata[1]) + 3
+    sasl = ("korvet_broker_requests_total", {"api_key": "SASL_AUTHENTICATE"})
+    assert value(after, sasl[0], **sasl[1]) > value(before, sasl[0], **sasl[1])
+    with urllib.request.urlopen(f"http://127.0.0.1:{secured.broker.http_port}/health/readiness",
+                                timeout=10) as response:
+        assert response.status == 200
 
 
 # --- Redis over TLS with an ACL user; re-authentication ---------------------------------------

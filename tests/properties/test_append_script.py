@@ -195,3 +195,64 @@ def test_default_retention_reads_nothing_while_nothing_expires(redis_url: str) -
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("bits", [1, 5, 9, 10, 22])
+def test_a_full_partition_refuses_the_next_batch_at_every_width(redis_url: str,
+                                                                bits: int) -> None:
+    """The last offset, 2^63 - 1, is the id (max_ms, 2^bits - 1); the next batch is FULL.
+    For bits < 10, 2^(63 - bits) - 1 is not a double: the script once computed max_ms one too
+    high and handed out the offset 2^63 (spec/PartitionLog.tla, OffsetsFit)."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 1, {"korvet.sequence.bits": str(bits)}, 0)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+        codec = OffsetCodec(bits)
+        await client.hset(store.meta_key("t", 0), mapping={
+            "last": f"{codec.max_ms}-{codec.seq_limit - 1}", "start": "1-0"})
+        packed = entries.pack_records([(1, None, b"v", [])])
+        result = await store.append(topic, 0, packed, 1, 1_800_000_000_000, NO_TRIM,
+                                    ProducerBatch())
+        assert result.status is AppendStatus.FULL
+        assert await client.xlen(store.stream_key("t", 0)) == 0, "a refused batch wrote records"
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_append_after_a_foreign_xadd_continues_above_it(redis_url: str) -> None:
+    """Something else writes to the partition with XADD * after the broker's last append (its
+    id is above the meta hash's `last`): the next append continues above it instead of
+    failing with 'ID equal or smaller than the target stream top item'."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 1, {"korvet.sequence.bits": "2"}, 0)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+        codec = OffsetCodec(2)
+        packed = entries.pack_records([(1, None, b"v", [])])
+        first = await store.append(topic, 0, packed, 1, 5_000, NO_TRIM, ProducerBatch())
+        assert first.status is AppendStatus.OK
+        stream = store.stream_key("t", 0)
+        for _ in range(5):  # 5000-1 .. 5000-5: the last two have no offset at 2 bits
+            await client.xadd(stream, {"x": "1"}, id="5000-*")
+        after = await store.append(topic, 0, packed, 1, 4_000, NO_TRIM, ProducerBatch())
+        assert after.status is AppendStatus.OK
+        assert after.base_offset == codec.encode(5_001, 0)
+        read = (await store.read([(topic, 0, first.base_offset, 100)]))[0]
+        assert read.high_watermark == after.base_offset + 1
+        assert [o for o, _ in read.entries(2)] == [first.base_offset, *range(
+            codec.encode(5_000, 1), codec.encode(5_000, 3) + 1), after.base_offset]
+        # A foreign entry above the high watermark is held back until an append covers it.
+        await client.xadd(stream, {"x": "1"}, id="5001-*")
+        held = (await store.read([(topic, 0, after.base_offset, 100)]))[0]
+        assert [o for o, _ in held.entries(2)] == [after.base_offset]
+        assert held.high_watermark == after.base_offset + 1
+        await client.aclose()
+
+    asyncio.run(scenario())

@@ -13,46 +13,18 @@ follows the model when it changes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from korvet.core.offsets import EntryId, OffsetCodec, OffsetError
 from korvet.spec import tlc
-from korvet.spec.values import Function, ModelValue, Record, TlaValue, format_value, parse_value
+from korvet.spec.values import Function, ModelValue, Record, TlaValue, format_value
 
 MODEL_NAME = "OffsetCodec"
 
 pytestmark = pytest.mark.tlc
-
-
-# --- the model's constants, read from its .cfg -------------------------------------------
-
-_CFG_KEYWORDS = re.compile(r"^(SPECIFICATION|CONSTANTS?|CONSTRAINTS?|INVARIANTS?|PROPERTY|"
-                           r"PROPERTIES|INIT|NEXT|SYMMETRY|VIEW|ALIAS|CHECK_DEADLOCK)\b")
-
-
-def read_constants(cfg: Path) -> dict[str, TlaValue]:
-    constants: dict[str, TlaValue] = {}
-    in_constants = False
-    for raw in cfg.read_text().splitlines():
-        line = raw.split("\\*", 1)[0].strip()
-        if not line:
-            continue
-        keyword = _CFG_KEYWORDS.match(line)
-        if keyword:
-            in_constants = keyword.group(1).startswith("CONSTANT")
-            line = line[keyword.end():].strip()
-            if not line:
-                continue
-        if in_constants:
-            name, sep, value = line.partition("=")
-            if sep:
-                constants[name.strip()] = parse_value(value.strip())
-    return constants
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +210,7 @@ def replay() -> Replay:
     assert model is not None, f"spec/models.yaml has no model named {MODEL_NAME}"
     graph = tlc.state_graph(model, directory)
     assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return Replay(graph, Constants.of(read_constants(directory / model.config)))
+    return Replay(graph, Constants.of(tlc.read_constants(directory / model.config)))
 
 
 def _describe(state: dict[str, TlaValue]) -> str:

@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, wait_until
-from korvet.conformance.differences import NO_COMPACTION, korvet
 from korvet.conformance.ops import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -162,8 +161,7 @@ def duplicate_in_request(ctx: CheckContext) -> None:
 @check("create_topics.compact_policy_accepted", api=CREATE,
        asserts="CreateTopics with cleanup.policy=compact creates a compacted topic and DescribeConfigs "
                "reports the policy.",
-       source="Kafka log compaction (broker docs 'Log Compaction'); TopicConfig.CLEANUP_POLICY_CONFIG",
-       excuses=korvet(NO_COMPACTION))
+       source="Kafka log compaction (broker docs 'Log Compaction'); TopicConfig.CLEANUP_POLICY_CONFIG")
 def compact_policy(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(configs={"cleanup.policy": "compact"})

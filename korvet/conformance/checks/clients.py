@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, wait_until
-from korvet.conformance.differences import NO_TRANSACTIONS, korvet
 from korvet.conformance.drivers import (
     confluent_config,
     confluent_consumer,
@@ -134,7 +133,7 @@ def librdkafka_offsets_for_times(ctx: CheckContext) -> None:
 @check("clients.librdkafka.transactions_read_committed", api=API,
        asserts="With a transactional confluent-kafka producer, a read_committed consumer sees the "
                "committed transaction's records and not the aborted one's.",
-       source=f"{LIBRDKAFKA}; KIP-98", excuses=korvet(NO_TRANSACTIONS))
+       source=f"{LIBRDKAFKA}; KIP-98")
 def librdkafka_transactions(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()

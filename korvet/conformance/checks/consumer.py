@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from korvet.conformance.context import CheckContext, expect, expect_eq
-from korvet.conformance.differences import LAG_COUNTS_OFFSETS, korvet
 from korvet.conformance.drivers import (
     confluent_consumer,
     confluent_poll,
@@ -178,7 +177,6 @@ def group_tool(ctx: CheckContext) -> None:
        asserts="After 10 records and a commit after the 4th, kafka-consumer-groups shows LAG 6 "
                "(LATEST - committed equals the number of unread records because offsets are dense).",
        source="Kafka tool ConsumerGroupCommand (lag = log end offset - committed offset)",
-       excuses=korvet(LAG_COUNTS_OFFSETS),
        requires="Java 17+ and the pinned Kafka jars (korvet jars fetch kafka); skipped otherwise")
 def lag(ctx: CheckContext) -> None:
     tools = java_tools(ctx)

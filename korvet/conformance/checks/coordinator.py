@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.differences import NO_TRANSACTIONS, korvet
 from korvet.conformance.groups import find_coordinator
 from korvet.conformance.ops import FIND_COORDINATOR, Ops
 from korvet.conformance.registry import check
@@ -58,8 +57,7 @@ def batched(ctx: CheckContext) -> None:
 @check("find_coordinator.transaction_key", api=API,
        asserts="FindCoordinator with key_type=1 (transactional id) answers NONE with a transaction "
                "coordinator (after the transaction state topic is ready).",
-       source="KIP-98; FindCoordinatorRequest CoordinatorType TRANSACTION",
-       excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-98; FindCoordinatorRequest CoordinatorType TRANSACTION")
 def transaction_key(ctx: CheckContext) -> None:
     error, _ = find_coordinator(Ops(ctx), ctx.name("txn"), key_type=1)
     expect_error(error, 0, "FindCoordinator for a transactional id")

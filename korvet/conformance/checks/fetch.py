@@ -7,7 +7,6 @@ import time
 import uuid
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, wait_until
-from korvet.conformance.differences import NO_TRANSACTIONS, korvet
 from korvet.conformance.ops import EARLIEST, FETCH, LATEST, METADATA, Ops, Topic, fetch_result
 from korvet.conformance.records import Rec
 from korvet.conformance.registry import CheckFailed, check
@@ -298,8 +297,7 @@ def next_after_last(ctx: CheckContext) -> None:
        asserts="After a committed transaction of 3 records, the commit marker takes the next offset: "
                "the high watermark is 4 past the first record, the next produce lands there, and a "
                "consumer reading across the gap skips the marker.",
-       source="KIP-98 (control records occupy offsets); Jepsen 'offsets may be sparse'",
-       excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-98 (control records occupy offsets); Jepsen 'offsets may be sparse'")
 def transaction_marker_gap(ctx: CheckContext) -> None:
     from korvet.conformance.drivers import confluent_transaction
 
@@ -323,8 +321,7 @@ def transaction_marker_gap(ctx: CheckContext) -> None:
        asserts="After an aborted transaction, a read_committed Fetch lists it in aborted_transactions "
                "(its producer id and first offset) so the client drops its records, and the abort "
                "marker batch follows them; read_uncommitted lists no aborted transactions.",
-       source="KIP-98 (isolation levels, aborted transaction index; FetchResponse AbortedTransactions)",
-       excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-98 (isolation levels, aborted transaction index; FetchResponse AbortedTransactions)")
 def lists_aborted(ctx: CheckContext) -> None:
     from korvet.conformance.drivers import confluent_transaction
 

@@ -94,14 +94,13 @@ def batch_static(ctx: CheckContext) -> None:
     group = ctx.name("g")
     instances = [ctx.name("instance"), ctx.name("instance")]
     members = []
-    from korvet.conformance.groups import coordinator_address, join_all, sync_all
+    from korvet.conformance.groups import coordinator_address, join_and_sync
 
     address = coordinator_address(ops, group)
     for instance in instances:
         members.append(Member(ctx, group, ops=ops, address=address, instance_id=instance,
                               join_version=join_version))
-    join_all(members)
-    sync_all(members)
+    join_and_sync(members)
     response = ops.call(LEAVE_GROUP, version, members[0].conn, group_id=group, members=[
         {"member_id": "", "group_instance_id": i, "reason": "conformance batch"} for i in instances])
     expect_error(response.error_code, 0, "LeaveGroup top-level error")

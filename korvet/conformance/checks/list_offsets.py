@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.differences import SPARSE_OFFSETS, korvet
 from korvet.conformance.ops import (
     EARLIEST,
     LATEST,
@@ -35,7 +34,7 @@ def empty_equal(ctx: CheckContext) -> None:
 
 @check("list_offsets.empty_partition_at_zero", api=API, kafka_exact=True,
        asserts="On a new, empty partition EARLIEST and LATEST are both 0.",
-       source="Kafka log starts at offset 0", excuses=korvet(SPARSE_OFFSETS))
+       source="Kafka log starts at offset 0")
 def empty_zero(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()

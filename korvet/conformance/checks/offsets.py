@@ -6,8 +6,11 @@ commit changes neither the committed offset nor what the consumer can fetch next
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from korvet.conformance.context import CheckContext, expect_eq, expect_error, wait_until
-from korvet.conformance.differences import NO_TRANSACTIONS, korvet
 from korvet.conformance.groups import (
     Member,
     commit_offset,
@@ -66,36 +69,94 @@ def leader_epoch(ctx: CheckContext) -> None:
     expect_eq((got.offset, got.leader_epoch), (offsets[1], 0), "(offset, leader epoch) fetched")
 
 
-@check("offset_commit.metadata_too_large", api=COMMIT,
-       asserts="A commit whose metadata string exceeds offset.metadata.max.bytes (4096 by default) "
-               "answers OFFSET_METADATA_TOO_LARGE (12) for that partition and stores nothing.",
-       source=f"{OMM}; broker config offset.metadata.max.bytes",
-       requires="offset.metadata.max.bytes < 10000 (Kafka's default is 4096)")
-def metadata_too_large(ctx: CheckContext) -> None:
-    ops = Ops(ctx)
-    topic, offsets = _topic_with_records(ops, 1)
-    group = ctx.name("g")
-    code = commit_offset(ops, group, topic, 0, offsets[0], metadata="m" * 10_000)
-    expect_error(code, OFFSET_METADATA_TOO_LARGE, "OffsetCommit with 10000 bytes of metadata")
-    _, got = fetch_offsets(ops, group, [(topic, 0)])
-    expect_eq(got[(topic, 0)].offset if (topic, 0) in got else -1, -1, "offset stored by the refused commit")
+# -- refused commits, one table ----------------------------------------------------
+#
+# Each row: how a commit is refused, and that the refusal stores nothing (OffsetFetch still
+# answers -1). ``member``: the commit comes from a group formed by one member (its id and
+# generation are what the row changes), else from no group at all.
 
 
-@check("offset_commit.absent_group_with_generation", api=COMMIT, group_protocol=True,
-       asserts="A commit carrying a generation >= 0 and a member id for a group that does not exist "
-               "is refused and stores nothing: Kafka 4 answers GROUP_ID_NOT_FOUND (69); the coordinator "
-               "before 4.0 answered ILLEGAL_GENERATION (22), which is accepted too.",
-       source=f"{OMM} (validateOffsetCommit on an unknown group: GroupIdNotFoundException); "
-              "pre-4.0 GroupCoordinator.handleCommitOffsets")
-def absent_group_generation(ctx: CheckContext) -> None:
-    ops = Ops(ctx)
-    topic, offsets = _topic_with_records(ops, 1)
-    group = ctx.name("g")
-    code = commit_offset(ops, group, topic, 0, offsets[0], generation=3, member_id="someone")
-    ctx.note("error", code)
-    expect_error(code, (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION), "OffsetCommit gen 3 to an absent group")
-    _, got = fetch_offsets(ops, group, [(topic, 0)])
-    expect_eq(got[(topic, 0)].offset if (topic, 0) in got else -1, -1, "offset stored by the refused commit")
+@dataclass(frozen=True)
+class RefusedCommit:
+    name: str
+    asserts: str
+    source: str
+    expected: tuple[int, ...]
+    what: str
+    # OffsetCommit arguments (commit_offset's keywords); given the member when the row has one
+    arguments: Callable[[Member | None], dict[str, Any]]
+    member: bool = False  # the commit goes to a group formed by one member, and uses its connection
+    group_protocol: bool = False
+    requires: str = ""
+
+
+REFUSED_COMMITS = (
+    RefusedCommit(
+        "offset_commit.metadata_too_large",
+        "A commit whose metadata string exceeds offset.metadata.max.bytes (4096 by default) answers "
+        "OFFSET_METADATA_TOO_LARGE (12) for that partition and stores nothing.",
+        f"{OMM}; broker config offset.metadata.max.bytes", (OFFSET_METADATA_TOO_LARGE,),
+        "OffsetCommit with 10000 bytes of metadata", lambda _: {"metadata": "m" * 10_000},
+        requires="offset.metadata.max.bytes < 10000 (Kafka's default is 4096)"),
+    RefusedCommit(
+        "offset_commit.absent_group_with_generation",
+        "A commit carrying a generation >= 0 and a member id for a group that does not exist is refused "
+        "and stores nothing: Kafka 4 answers GROUP_ID_NOT_FOUND (69); the coordinator before 4.0 answered "
+        "ILLEGAL_GENERATION (22), which is accepted too.",
+        f"{OMM} (validateOffsetCommit on an unknown group: GroupIdNotFoundException); "
+        "pre-4.0 GroupCoordinator.handleCommitOffsets", (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION),
+        "OffsetCommit gen 3 to an absent group", lambda _: {"generation": 3, "member_id": "someone"},
+        group_protocol=True),
+    RefusedCommit(
+        "offset_commit.unknown_member",
+        "A commit to an active group with a member id it does not know answers UNKNOWN_MEMBER_ID (25) and "
+        "stores nothing.",
+        f"{OMM} (validateOffsetCommit)", (UNKNOWN_MEMBER_ID,), "OffsetCommit with an unknown member id",
+        lambda m: {"member_id": "no-such-member"}, member=True),
+    RefusedCommit(
+        "offset_commit.illegal_generation",
+        "A member's commit with a stale generation answers ILLEGAL_GENERATION (22) and stores nothing.",
+        f"{OMM} (validateOffsetCommit)", (ILLEGAL_GENERATION,), "OffsetCommit with a stale generation",
+        lambda m: {"generation": _generation(m) - 1}, member=True),
+    RefusedCommit(
+        "offset_commit.simple_commit_to_active_group_refused",
+        "A commit with generation -1 and no member id to a group that has members is refused "
+        "(UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION) and stores nothing: only a member may commit for an "
+        "active group.",
+        f"{OMM} (validateOffsetCommit: simple commits only to empty groups)",
+        (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), "simple OffsetCommit to an active group",
+        lambda _: {"generation": -1, "member_id": ""}, member=True),
+)
+
+
+def _generation(member: Member | None) -> int:
+    assert member is not None
+    return member.generation
+
+
+def _refused_commit(row: RefusedCommit) -> Callable[[CheckContext], None]:
+    def run(ctx: CheckContext) -> None:
+        ops = Ops(ctx)
+        topic, offsets = _topic_with_records(ops, 2)
+        member = form_group(ctx, 1, ops=ops)[0] if row.member else None
+        group = member.group if member is not None else ctx.name("g")
+        arguments = row.arguments(member)
+        if member is not None:
+            arguments.setdefault("generation", member.generation)
+            arguments.setdefault("member_id", member.member_id)
+            arguments.update(instance_id=member.instance_id, conn=member.conn)
+        code = commit_offset(ops, group, topic, 0, offsets[1], **arguments)
+        ctx.note("error", code)
+        expect_error(code, row.expected, row.what)
+        _, got = fetch_offsets(ops, group, [(topic, 0)])
+        stored = got[(topic, 0)].offset if (topic, 0) in got else -1
+        expect_eq(stored, -1, "offset stored by the refused commit")
+    return run
+
+
+for _row in REFUSED_COMMITS:
+    check(_row.name, api=COMMIT, asserts=_row.asserts, source=_row.source, requires=_row.requires,
+          group_protocol=_row.member or _row.group_protocol)(_refused_commit(_row))
 
 
 @check("offset_commit.member_commit_stable", api=COMMIT, group_protocol=True,
@@ -108,32 +169,6 @@ def member_commit(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1, ops=ops)
     expect_error(member.commit(topic, 0, offsets[2]), 0, "member's OffsetCommit")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[2], "committed offset")
-
-
-@check("offset_commit.unknown_member", api=COMMIT, group_protocol=True,
-       asserts="A commit to an active group with a member id it does not know answers "
-               "UNKNOWN_MEMBER_ID (25) and stores nothing.",
-       source=f"{OMM} (validateOffsetCommit)")
-def commit_unknown_member(ctx: CheckContext) -> None:
-    ops = Ops(ctx)
-    topic, offsets = _topic_with_records(ops, 2)
-    (member,) = form_group(ctx, 1, ops=ops)
-    expect_error(member.commit(topic, 0, offsets[1], member_id="no-such-member"), UNKNOWN_MEMBER_ID,
-                 "OffsetCommit with an unknown member id")
-    expect_eq(committed(ops, member.group, topic, 0).offset, -1, "offset stored by the refused commit")
-
-
-@check("offset_commit.illegal_generation", api=COMMIT, group_protocol=True,
-       asserts="A member's commit with a stale generation answers ILLEGAL_GENERATION (22) and stores "
-               "nothing.",
-       source=f"{OMM} (validateOffsetCommit)")
-def commit_illegal_generation(ctx: CheckContext) -> None:
-    ops = Ops(ctx)
-    topic, offsets = _topic_with_records(ops, 2)
-    (member,) = form_group(ctx, 1, ops=ops)
-    expect_error(member.commit(topic, 0, offsets[1], generation=member.generation - 1), ILLEGAL_GENERATION,
-                 "OffsetCommit with a stale generation")
-    expect_eq(committed(ops, member.group, topic, 0).offset, -1, "offset stored by the refused commit")
 
 
 @check("offset_commit.completing_rebalance_refused", api=COMMIT, group_protocol=True,
@@ -160,19 +195,6 @@ def preparing_rebalance(ctx: CheckContext) -> None:
     expect_error(rebalance_signal(member), REBALANCE_IN_PROGRESS, "heartbeat (the rebalance has started)")
     expect_error(member.commit(topic, 0, offsets[2]), 0, "OffsetCommit during PreparingRebalance")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[2], "committed offset")
-
-
-@check("offset_commit.simple_commit_to_active_group_refused", api=COMMIT, group_protocol=True,
-       asserts="A commit with generation -1 and no member id to a group that has members is refused "
-               "(UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION): only a member may commit for an active group.",
-       source=f"{OMM} (validateOffsetCommit: simple commits only to empty groups)")
-def simple_to_active(ctx: CheckContext) -> None:
-    ops = Ops(ctx)
-    topic, offsets = _topic_with_records(ops, 1)
-    (member,) = form_group(ctx, 1, ops=ops)
-    code = commit_offset(ops, member.group, topic, 0, offsets[0])
-    ctx.note("error", code)
-    expect_error(code, (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), "simple OffsetCommit to an active group")
 
 
 @check("offset_commit.unknown_topic", api=COMMIT,
@@ -279,7 +301,7 @@ def during_rebalance(ctx: CheckContext) -> None:
        asserts="While a transaction that committed offsets for a group is open, OffsetFetch v7+ with "
                "require_stable=true answers UNSTABLE_OFFSET_COMMIT (88) for that partition; after the "
                "commit it returns the offset.",
-       source="KIP-447 (require_stable in OffsetFetch v7)", excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-447 (require_stable in OffsetFetch v7)")
 def require_stable(ctx: CheckContext) -> None:
     from confluent_kafka import TopicPartition
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.differences import NO_TRANSACTIONS, SPARSE_OFFSETS, UNCOMPRESSED_STORAGE, korvet
 from korvet.conformance.messages import build_request
 from korvet.conformance.ops import EARLIEST, LATEST, PRODUCE, Ops, produce_result
 from korvet.conformance.records import (
@@ -107,8 +106,7 @@ def increase_across_batches(ctx: CheckContext) -> None:
 @check("produce.offsets_dense_from_zero", api=API, kafka_exact=True,
        asserts="On a new topic the first batch gets base offset 0 and each next batch starts right "
                "after the previous one (3 then 2 records: offsets 0 and 3).",
-       source="Kafka Log.append: offsets assigned from the log end offset, starting at 0",
-       excuses=korvet(SPARSE_OFFSETS))
+       source="Kafka Log.append: offsets assigned from the log end offset, starting at 0")
 def dense_from_zero(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
@@ -255,8 +253,7 @@ for _codec in CODECS:
 @check("produce.compression.codec_kept_on_fetch", api=API,
        asserts="A broker with compression.type=producer (the default) stores a gzip batch as sent: the "
                "fetched batch is still gzip-compressed.",
-       source="Kafka broker config compression.type=producer; LogValidator keeps the producer's codec",
-       excuses=korvet(UNCOMPRESSED_STORAGE))
+       source="Kafka broker config compression.type=producer; LogValidator keeps the producer's codec")
 def codec_kept(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
@@ -376,8 +373,7 @@ def distinct_ids(ctx: CheckContext) -> None:
 @check("init_producer_id.transactional_id_accepted", api=IPI,
        asserts="InitProducerId with a transactional id answers NONE with a producer id (the "
                "transaction coordinator registers the transactional producer).",
-       source="KIP-98 (transactions); TransactionCoordinator.handleInitProducerId",
-       excuses=korvet(NO_TRANSACTIONS))
+       source="KIP-98 (transactions); TransactionCoordinator.handleInitProducerId")
 def transactional_id(ctx: CheckContext) -> None:
     response = Ops(ctx).init_producer_id(ctx.name("txn"))
     expect_error(response.error_code, 0, "InitProducerId with a transactional id")

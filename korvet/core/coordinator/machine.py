@@ -379,7 +379,7 @@ def _join_group(state: CoordinatorState, event: JoinGroup, now: int) -> Step:
     if group is None:
         if event.member_id:
             return error(ErrorCode.UNKNOWN_MEMBER_ID)
-        group = Group(event.group_id)
+        group = Group(event.group_id, generation=state.generation_floor)
     effects: list[Effect] = []
     draft = _Draft(group, config, now, effects)
     member_id = event.member_id
@@ -579,7 +579,8 @@ def _offset_commit(state: CoordinatorState, event: OffsetCommit, now: int) -> St
             return error(ErrorCode.GROUP_ID_NOT_FOUND if event.unknown_group_is_not_found
                          else ErrorCode.ILLEGAL_GENERATION)
         # A consumer outside group management: a "simple" group is created.
-        draft = _Draft(Group(event.group_id), state.config, now, effects)
+        draft = _Draft(Group(event.group_id, generation=state.generation_floor), state.config,
+                       now, effects)
         draft.store_offsets(event)
         return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
     if group.state is DEAD:
@@ -749,29 +750,44 @@ def _pending_sync_timeout(state: CoordinatorState, event: PendingSyncTimeout, no
     return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
 
 
+def restarted_group(group: Group, config: Config, now: int) -> Group:
+    """A group as a (re)start finds it in its snapshot: no held-back request, every timer
+    armed again from ``now`` (the spec's Restart, for one group)."""
+    if group.state is DEAD:
+        return group
+    members = {
+        m: replace(member, join_request=None, sync_request=None, session_deadline=now + (
+            config.new_member_join_timeout_ms if member.is_new else member.session_timeout_ms))
+        for m, member in group.members.items()}
+    pending = {m: replace(p, deadline=now + p.session_timeout_ms)
+               for m, p in group.pending.items()}
+    join_deadline = None
+    if group.state is PREPARING:
+        join_deadline = now + (group.initial_delay_ms if group.initial_rebalance
+                               else group.rebalance_timeout_ms)
+    sync_deadline = now + group.rebalance_timeout_ms if group.pending_sync else None
+    return replace(group, members=members, pending=pending, join_deadline=join_deadline,
+                   sync_deadline=sync_deadline)
+
+
 def _restart(state: CoordinatorState, event: Restart, now: int) -> Step:
-    config = state.config
-    groups: dict[str, Group] = {}
-    effects: list[Effect] = []
-    for group_id, group in state.groups.items():
-        if group.state is DEAD:
-            groups[group_id] = group
-            effects.append(DeleteGroupData(group_id))
-            continue
-        members = {
-            m: replace(member, join_request=None, sync_request=None, session_deadline=now + (
-                config.new_member_join_timeout_ms if member.is_new else member.session_timeout_ms))
-            for m, member in group.members.items()}
-        pending = {m: replace(p, deadline=now + p.session_timeout_ms)
-                   for m, p in group.pending.items()}
-        join_deadline = None
-        if group.state is PREPARING:
-            join_deadline = now + (group.initial_delay_ms if group.initial_rebalance
-                                   else group.rebalance_timeout_ms)
-        sync_deadline = now + group.rebalance_timeout_ms if group.pending_sync else None
-        groups[group_id] = replace(group, members=members, pending=pending,
-                                   join_deadline=join_deadline, sync_deadline=sync_deadline)
-    return replace(state, groups=groups), tuple(effects)
+    groups = {group_id: restarted_group(group, state.config, now)
+              for group_id, group in state.groups.items()}
+    effects = tuple(DeleteGroupData(group_id) for group_id, group in state.groups.items()
+                    if group.state is DEAD)
+    return replace(state, groups=groups), effects
+
+
+def raise_generation(group: Group, floor: int, config: Config, now: int) -> Group:
+    """The spec's Raise (GroupCoordinatorDurable): a group loaded after Redis may have lost
+    writes moves to the band's first generation; one with members rebalances."""
+    if group.state is DEAD or group.generation >= floor:
+        return group
+    if group.state is EMPTY:
+        return replace(group, generation=floor)
+    draft = _Draft(replace(group, generation=floor), config, now, [])
+    draft.prepare_rebalance()
+    return draft.freeze()
 
 
 def step(state: CoordinatorState, event: Event, now_ms: int) -> Step:  # noqa: C901, PLR0912 -- one case per event class

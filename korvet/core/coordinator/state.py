@@ -154,6 +154,9 @@ class Group:
 class CoordinatorState:
     config: Config = Config()
     groups: Mapping[str, Group] = field(default_factory=dict)
+    # The generation a new group starts from (the spec's `floor`): 0, unless a load after
+    # Redis may have lost writes raised it (korvet/core/coordinator/durability.py).
+    generation_floor: int = 0
 
 
 def initial_state(config: Config | None = None) -> CoordinatorState:

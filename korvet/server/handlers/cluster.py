@@ -69,7 +69,8 @@ async def describe_cluster(services: Services, ctx: RequestContext,
                       if access.cluster_allowed(Operation.DESCRIBE) else 0)
     if endpoint not in (BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT):
         return make(response_cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
-                    error_message=f"endpoint type {endpoint} is not known", endpoint_type=endpoint,
+                    # endpoint_type keeps the schema's default (1), as Kafka's error answer does
+                    error_message=f"endpoint type {endpoint} is not known", endpoint_type=BROKERS_ENDPOINT,
                     cluster_id=services.cluster_id, controller_id=-1, brokers=(),
                     cluster_authorized_operations=operations)
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,

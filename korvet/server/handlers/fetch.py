@@ -30,7 +30,6 @@ from redis.exceptions import RedisError
 
 from korvet.core import fetch as rules
 from korvet.core.errors import ErrorCode
-from korvet.core.offsets import MAX_OFFSET
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
 from korvet.protocol.messages import (
@@ -110,7 +109,25 @@ class FetchHandler:
             for w in wanted:
                 if w.error is ErrorCode.NONE:
                     w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
+        self._count(wanted, started)
         return _response(response_cls, ctx.api_version, wanted)
+
+    def _count(self, answered: list[PartitionFetch], started: float) -> None:
+        """Metrics: the request's latency under each of its topics, records and errors."""
+        metrics = self.services.metrics
+        elapsed = time.monotonic() - started
+        seen: set[str] = set()
+        for w in answered:
+            if w.error is not ErrorCode.NONE:
+                metrics.fetch_error(w.error)
+            if w.topic is None:
+                continue
+            series = metrics.topic(w.topic.name)
+            if w.taken:
+                series.fetch_records.inc(w.taken)
+            if w.topic.name not in seen:
+                seen.add(w.topic.name)
+                series.fetch_seconds.observe(elapsed)
 
     async def _plan(self, version: int, request: FetchRequest) -> list[PartitionFetch]:
         wanted: list[PartitionFetch] = []
@@ -142,9 +159,22 @@ class FetchHandler:
                 done, done_used = await prepared
             except (RedisError, OSError, asyncio.CancelledError):
                 done, done_used = [], 0
+            if done and not await self._still_above_log_start(done):
+                done = []
             if done and done_used >= limits.min_bytes:
                 return done, done_used
         return wanted, await self._read(wanted, limits.max_bytes)
+
+    async def _still_above_log_start(self, prepared: list[PartitionFetch]) -> bool:
+        """The read-ahead read before this request arrived, and an append's retention may
+        since have moved a log start past what it read: records deleted before the request
+        came must not be served (spec/PartitionLog.tla: UsePrepared with ReadAheadChecked;
+        without the check TLC finds FetchWithinBounds violated). One read of each
+        partition's bounds tells."""
+        taken = [w for w in prepared if w.topic is not None and w.taken]
+        starts = await asyncio.gather(*(self.services.store.offsets(w.topic, w.partition)
+                                        for w in taken if w.topic is not None))
+        return all(w.offset >= start for w, (start, _) in zip(taken, starts, strict=True))
 
     async def _wait_for_data(self, wanted: list[PartitionFetch], used: int,
                              limits: rules.FetchLimits, started: float) -> int:
@@ -175,7 +205,7 @@ class FetchHandler:
             assert w.topic is not None
             stream = store.stream_key(w.topic.name, w.partition)
             count = self.estimates.count_for(stream, min(w.max_bytes, max_bytes))
-            reads.append((w.topic, w.partition, min(max(w.offset, 0), MAX_OFFSET), count))
+            reads.append((w.topic, w.partition, max(w.offset, 0), count))  # past the end: nothing
         if not reads:
             return 0
         results = await store.read(reads)

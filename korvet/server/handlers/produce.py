@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from redis.exceptions import RedisError
 from korvet.core import produce as produce_rules
 from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, Refusal
-from korvet.core.topics import TopicInfo, trim_policy
+from korvet.core.topics import APPEND_TIMESTAMP_HEADER, TopicInfo, trim_policy
 from korvet.protocol.kbuild import make, maybe_nested, nested, response_type
 from korvet.protocol.messages import (
     ProduceRequest,
@@ -72,6 +73,7 @@ class ProduceHandler:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.metrics = services.metrics
         self._unanswered: set[asyncio.Future[PartitionOutcome]] = set()
 
     async def handle(self, ctx: RequestContext, request: ProduceRequest
@@ -79,6 +81,7 @@ class ProduceHandler:
         """Validates and sends every partition's append in request order, then answers with
         a Deferred response: the connection's next requests are read while Redis appends."""
         refused = produce_rules.check_request(request.acks, request.transactional_id)
+        started = time.perf_counter()
         jobs: list[tuple[Any, list[Outcome]]] = []
         for topic_data in request.topic_data:
             name = getattr(topic_data, "name", None)
@@ -96,9 +99,13 @@ class ProduceHandler:
                 if refusal is not None or topic is None:
                     assert refusal is not None
                     results.append(PartitionOutcome.refused(partition.index, refusal))
+                    self.metrics.produce_error(refusal.code)
                 else:
-                    results.append(await self._send_partition(topic, partition.index,
-                                                              partition.records))
+                    outcome = await self._send_partition(topic, partition.index,
+                                                         partition.records, started)
+                    if isinstance(outcome, PartitionOutcome):
+                        self.metrics.produce_error(outcome.error)
+                    results.append(outcome)
             jobs.append((topic_data, results))
         if request.acks == 0:
             for _, results in jobs:
@@ -118,7 +125,8 @@ class ProduceHandler:
         self._unanswered.add(task)
         task.add_done_callback(self._unanswered.discard)
 
-    async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None) -> Outcome:
+    async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
+                              started: float) -> Outcome:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
@@ -134,7 +142,11 @@ class ProduceHandler:
         refusal = produce_rules.check_batch(batch, topic.config, now)
         if refusal is not None:
             return PartitionOutcome.refused(index, refusal)
-        packed = entries.pack_records(batch.records, now if topic.config.log_append_time else None)
+        records: Sequence[entries.Record] = batch.records
+        if topic.config.append_timestamp_header:
+            stamp = b"%d" % now
+            records = [(s, k, v, [*h, (APPEND_TIMESTAMP_HEADER, stamp)]) for s, k, v, h in records]
+        packed = entries.pack_records(records, now if topic.config.log_append_time else None)
         producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                   batch.last_sequence)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
@@ -144,20 +156,23 @@ class ProduceHandler:
                                                     trim, producer)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
-        return self._appended(topic, index, batch, now, sent)
+        return self._appended(topic, index, batch, now, sent, started)
 
     async def _appended(self, topic: TopicInfo, index: int, batch: Batch, now: int,
-                        sent: asyncio.Future[Any]) -> PartitionOutcome:
+                        sent: asyncio.Future[Any], started: float) -> PartitionOutcome:
         try:
             result = await self.services.store.append_result(topic, sent)
         except (RedisError, OSError) as exc:
+            self.metrics.produce_error(ErrorCode.KAFKA_STORAGE_ERROR)
             return _storage_error(topic, index, exc)
         if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
             self.services.topics.invalidate(topic.name)
         refusal = produce_rules.append_refusal(result.status, topic.name, index, batch.producer_id,
                                                batch.producer_epoch, batch.base_sequence)
         if refusal is not None:
+            self.metrics.produce_error(refusal.code)
             return PartitionOutcome.refused(index, refusal)
+        self.metrics.produced(topic.name, len(batch.records), started)
         return PartitionOutcome(index, base_offset=result.base_offset,
                                 log_append_time=now if topic.config.log_append_time else -1,
                                 log_start_offset=result.log_start_offset)

@@ -78,7 +78,7 @@ def _partition_count(services: Services, topic: Any) -> int:
         return len(assignments)
     _replication_factor(services, topic.replication_factor)
     if topic.num_partitions == -1:
-        return services.config.get_int("topics.default-partitions")
+        return services.default_partitions(topic.name)
     try:
         return rules.validate_partition_count(topic.num_partitions)
     except rules.PartitionCountError as exc:
@@ -134,10 +134,9 @@ async def create_topics(services: Services, ctx: RequestContext,
         described = None
         if config_cls is not None:
             full = dict(configs)
-            full.setdefault("korvet.sequence.bits",
-                            str(services.config.get_int("topics.sequence-bits")))
+            full.setdefault("korvet.sequence.bits", services.sequence_bits(name))
             described = _described_configs(config_cls, services, TopicConfig(
-                explicit=full, defaults=services.topics.defaults))
+                explicit=full, defaults=services.topics.defaults_for(name)))
         results.append(make(
             result_cls, name=name,
             topic_id=uuid.UUID(detail) if outcome is CreateOutcome.CREATED else uuid.UUID(int=0),

@@ -27,13 +27,20 @@
 --   'NO_TOPIC' | 'NO_PARTITION' | 'OUT_OF_ORDER' | 'BAD_EPOCH'   (nothing written)
 --   'FULL'  the batch would pass the last offset, 2^63 - 1 (RejectBatch; nothing written)
 
+-- Offsets are signed 64-bit integers. (The state-graph replays of spec/PartitionLog.tla and
+-- spec/ProducerState.tla run this script with these two lines narrowed to the model's widths.)
+local OFFSET_BITS = 63
+local CACHED_BATCHES = 5  -- batches remembered per idempotent producer (Kafka: 5)
+
 local now = tonumber(ARGV[1])
 local bits = tonumber(ARGV[2])
 local limit = 2 ^ bits
--- The last millisecond whose offsets fit a signed 64-bit integer; a clock past it counts as it.
-local max_ms = 2 ^ (63 - bits) - 1
-if now > max_ms then
-  now = max_ms
+-- The first millisecond whose offsets do not fit: a power of two, so exact as a double (the last
+-- millisecond that fits, 2^(63 - bits) - 1, is not for bits < 10 and rounded up to this one). A
+-- clock at or past it counts as the last millisecond that fits.
+local ms_end = 2 ^ (OFFSET_BITS - bits)
+if now >= ms_end then
+  now = ms_end - 1
 end
 local partition = tonumber(ARGV[3])
 local topic_id = ARGV[4]
@@ -68,13 +75,21 @@ local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
 -- The log start offset: the first offset not removed by retention. A log that never had an
 -- entry starts at its first batch (set below), so ListOffsets EARLIEST and the lag tools count
 -- from the first record, as with Kafka. bounds.lua gives an empty partition a start too.
+-- An id wider than bits (XADD *) has no offset: the log start is then the first id after it.
+local function norm(ms, seq)
+  if seq >= limit then
+    return ms + 1, 0
+  end
+  return ms, seq
+end
+
 local start_ms, start_seq = nil, nil
 if meta[2] then
   start_ms, start_seq = split_id(meta[2])
 else
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   if #first > 0 then
-    start_ms, start_seq = split_id(first[1][1])
+    start_ms, start_seq = norm(split_id(first[1][1]))
   end
 end
 
@@ -113,40 +128,75 @@ if pid ~= '-1' and base_seq >= 0 then
   end
 end
 
--- Reserve: next = last + 1 (carrying into the next millisecond), floor = (now, 0).
--- A new stream's last-generated id is 0-0 (offset 0), so offset 0 is never handed out:
--- Redis refuses the id 0-0.
+-- Reserve: first = max(last + 1, (now, 0), log start), carrying into the next millisecond.
+-- `last` is the meta hash's copy of the last id this script wrote. A new stream's
+-- last-generated id is 0-0 (offset 0), so offset 0 is never handed out: Redis refuses 0-0.
+-- The log start matters when bounds.lua gave an empty partition its start at another broker's
+-- later clock: no offset below a position a client was already told is handed out.
+local function stream_last_id()
+  -- Redis' own last-generated id: covers entries something else wrote (XADD *).
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      return split_id(info[i + 1])
+    end
+  end
+  return 0, 0
+end
+
 local last_ms, last_seq_id = 0, 0
 if meta[1] then
   last_ms, last_seq_id = split_id(meta[1])
 elseif redis.call('EXISTS', KEYS[1]) == 1 then
-  -- A stream the broker did not write (or written before meta existed): use Redis' own last id.
-  local info = redis.call('XINFO', 'STREAM', KEYS[1])
-  for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then
-      last_ms, last_seq_id = split_id(info[i + 1])
-    end
+  last_ms, last_seq_id = stream_last_id()
+end
+
+local function first_after(l_ms, l_seq)
+  local f_ms, f_seq = l_ms, l_seq + 1
+  if f_seq >= limit then  -- also an id wider than bits (XADD *): the next millisecond
+    f_ms, f_seq = f_ms + 1, 0
   end
+  if f_ms < now then
+    f_ms, f_seq = now, 0
+  end
+  if start_ms ~= nil and (f_ms < start_ms or (f_ms == start_ms and f_seq < start_seq)) then
+    f_ms, f_seq = start_ms, start_seq
+  end
+  return f_ms, f_seq
 end
-local ms, seq = last_ms, last_seq_id + 1
-if seq >= limit then
-  ms, seq = ms + 1, 0
+
+local function full_reply(s_ms, s_seq)
+  return {'FULL', 0, 0, 0, 0, s_ms, s_seq}
 end
-if ms < now then
-  ms, seq = now, 0
+
+local ms, seq = first_after(last_ms, last_seq_id)
+if ms + math.floor((seq + n - 1) / limit) >= ms_end then
+  return full_reply(start_ms or ms, start_seq or seq)
+end
+local j = 14
+local k = tonumber(ARGV[j])
+local added = redis.pcall('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+if type(added) == 'table' and added.err then
+  -- Refused as not above the stream's top: something else (XADD *) wrote past `last`. Continue
+  -- from Redis' own last-generated id instead (nothing was written yet).
+  last_ms, last_seq_id = stream_last_id()
+  ms, seq = first_after(last_ms, last_seq_id)
+  if ms + math.floor((seq + n - 1) / limit) >= ms_end then
+    return full_reply(start_ms or ms, start_seq or seq)
+  end
+  redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
 end
 
 local first_ms, first_seq = ms, seq
 if start_ms == nil then
   start_ms, start_seq = first_ms, first_seq
 end
-if ms + math.floor((seq + n - 1) / limit) > max_ms then
-  return {'FULL', 0, 0, 0, 0, start_ms, start_seq}
-end
-local j = 14
-for _ = 1, n do
-  local k = tonumber(ARGV[j])
-  redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+last_ms, last_seq_id = ms, seq
+for i = 1, n do
+  if i > 1 then
+    k = tonumber(ARGV[j])
+    redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+  end
   j = j + 1 + 2 * k
   last_ms, last_seq_id = ms, seq
   seq = seq + 1
@@ -217,7 +267,7 @@ end
 if trimmed then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   if #first > 0 then
-    raise_start(split_id(first[1][1]))
+    raise_start(norm(split_id(first[1][1])))
   else
     raise_start(after(last_id))
   end
@@ -238,7 +288,7 @@ if pstate_field then
       i = i + 4
     end
   end
-  for i = 1, math.min(#cached, 20) do
+  for i = 1, math.min(#cached, 4 * CACHED_BATCHES) do
     entry[#entry + 1] = cached[i]
   end
   local parts = {}

@@ -1,0 +1,1 @@
+"""The profiles shipped with the suite: one YAML file each (see ``korvet.conformance.profile``)."""

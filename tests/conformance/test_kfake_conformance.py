@@ -1,0 +1,67 @@
+"""The conformance suite against a third implementation nobody here wrote: franz-go's kfake.
+
+``scripts/setup.sh test`` builds ``.kfake/kfake-server`` (our small Go program around kfake,
+at the versions ``scripts/kfake/go.mod`` pins). The harness starts it as ``korvet
+conformance --start kfake`` does, runs every check with the shipped ``kfake`` profile, and
+holds kfake to its column of the matrix in docs/conformance.md: every check passes or is
+excused by the profile, and every excused check fails (an excuse kfake no longer needs fails
+this test). One check, ``connection.unknown_api_key_closes_connection``, makes kfake crash:
+the harness must name it as the check that killed the broker, restart kfake and go on.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from korvet.conformance import report, runner
+from korvet.conformance.brokers import BrokerError, ProcessBroker, kfake_binary, kfake_command
+from korvet.conformance.profile import load
+from korvet.conformance.registry import load_checks
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def kfake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessBroker]:
+    try:
+        binary = kfake_binary()
+    except BrokerError as exc:
+        pytest.fail(f"{exc} (the kfake run is part of the suite: run `make setup-test`)")
+    broker = ProcessBroker(kfake_command(binary), tmp_path_factory.mktemp("kfake"), name="kfake")
+    with broker:
+        yield broker
+
+
+def test_every_check_passes_on_kfake_or_is_excused_by_its_profile(kfake: ProcessBroker,
+                                                                   tmp_path: Path) -> None:
+    # the security.* checks need a secured broker (tests/conformance/test_security_conformance.py);
+    # kfake is run without TLS and SASL here
+    checks = sorted((c for c in load_checks().values() if c.family != "security"),
+                    key=lambda c: c.name)
+    profile = load("kfake")
+    notes: list[str] = []
+    result = runner.run(kfake.bootstrap, checks, profile=profile, jobs=8, broker=kfake, on_note=notes.append)
+    report.write_json(result, tmp_path / "kfake-conformance.json")
+    report.write_html(result, tmp_path / "kfake-conformance.html")
+    report.print_report(result, Console(file=sys.stderr, width=160), all_rows=False)
+    print(f"reports: {tmp_path}", file=sys.stderr)
+    assert result.stopped is None, result.stopped
+    assert len(result.results) == len(checks)
+    failed = [f"- {r.name}: {r.message}" for r in result.failures()]
+    assert not failed, f"{len(failed)} checks failed on kfake without an excuse:\n" + "\n".join(failed)
+    unneeded = [r.name for r in result.unneeded_excuses()]
+    assert not unneeded, ("the kfake profile (and so docs/conformance.md's matrix) excuses checks that "
+                          f"pass: {unneeded}")
+    skipped = [r.name for r in result.results if r.status == runner.SKIP]
+    assert not skipped, f"checks skipped on kfake: {skipped}"
+    # The harness noticed the crash, named the check that caused it and restarted kfake.
+    killers = [name for incident in result.incidents for name in incident["killers"]]
+    assert killers == ["connection.unknown_api_key_closes_connection"], (result.incidents, notes)
+    killed = next(r for r in result.results if r.name == killers[0])
+    assert killed.message.startswith("the broker died during this check")
+    assert kfake.starts >= 2 and kfake.alive()

@@ -1,0 +1,186 @@
+"""Walk a TLC state graph through the real storage scripts on a real redis-server.
+
+The replays of spec/ProducerState.tla and spec/PartitionLog.tla share this walker.
+For every TLC state it holds the Redis keys of that state, as the real scripts left
+them: each initial state starts from an empty database (FLUSHDB, then the model's
+set-up), and every other state's keys are the DUMP taken right after the script
+call that first produced it, along a path of real script calls from an initial
+state. For each state the model's replay function restores those keys, performs
+every action the spec allows there (script actions through append.lua / bounds.lua,
+the rest in Python), reads the keys back, and returns the successors it got; the
+walker requires exactly TLC's set of (action, successor) pairs, every variable
+compared.
+
+The scripts run as they are in korvet/storage/lua, except for their two named
+width constants (``OFFSET_BITS``, ``CACHED_BATCHES``), which are narrowed to the
+model's, as korvet.core.offsets.OffsetCodec takes ``offset_bits`` for the codec's
+replay: TLC's integers are 32-bit. ``mutate`` replaces one rule of the text, for
+the test that a broken script is caught.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+
+import redis
+
+from korvet.spec import tlc
+from korvet.spec.values import TlaValue, format_value
+
+StateKey = tuple[tuple[str, TlaValue], ...]
+Snapshot = tuple[bytes | None, ...]
+
+
+def key(state: Mapping[str, TlaValue]) -> StateKey:
+    return tuple(sorted(state.items()))
+
+
+def script_text(name: str, *, offset_bits: int | None = None, cached_batches: int | None = None,
+                mutate: tuple[str, str] | None = None) -> str:
+    text = (resources.files("korvet.storage") / "lua" / name).read_text()
+    if offset_bits is not None:
+        text, count = re.subn(r"^local OFFSET_BITS = 63\b", f"local OFFSET_BITS = {offset_bits}",
+                              text, flags=re.M)
+        assert count == 1, f"{name}: no 'local OFFSET_BITS = 63' line to narrow"
+    if cached_batches is not None:
+        text, count = re.subn(r"^local CACHED_BATCHES = 5\b",
+                              f"local CACHED_BATCHES = {cached_batches}", text, flags=re.M)
+        assert count == 1, f"{name}: no 'local CACHED_BATCHES = 5' line to narrow"
+    if mutate is not None:
+        old, new = mutate
+        assert text.count(old) == 1, f"{name}: the rule to mutate must occur once: {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+class ScriptRedis:
+    """One partition's keys on a real redis-server, with the scripts loaded."""
+
+    def __init__(self, url: str, scripts: Mapping[str, str], keys: Sequence[str],
+                 topic_key: str, topic_id: str, db_config: Mapping[str, str] | None = None) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.client.flushdb()
+        for name, value in (db_config or {}).items():
+            self.client.config_set(name, value)
+        self.sha = {name: self.client.script_load(text) for name, text in scripts.items()}
+        self.keys = tuple(keys)  # the keys a state consists of (stream, meta hash)
+        self.topic_key = topic_key
+        self.topic_id = topic_id
+        self.calls = 0
+        self.loaded: Snapshot | None = None  # the snapshot Redis holds now, if known
+
+    def reset(self) -> None:
+        """A path starts here: an empty database and the topic the scripts check."""
+        self.loaded = None
+        self.client.flushdb()
+        self.client.hset(self.topic_key, mapping={"id": self.topic_id, "name": "t",
+                                                  "partitions": 1})
+
+    def snapshot(self) -> Snapshot:
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.keys:
+            pipe.dump(k)
+        self.loaded = tuple(pipe.execute())
+        return self.loaded
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put the keys back as ``snapshot`` has them (nothing to do if Redis holds it)."""
+        if self.loaded is snapshot:
+            return
+        self.loaded = snapshot
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(*self.keys)
+        for k, dumped in zip(self.keys, snapshot, strict=True):
+            if dumped is not None:
+                pipe.restore(k, 0, dumped, replace=True)
+        pipe.execute()
+
+    def call(self, script: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> object:
+        self.calls += 1
+        self.loaded = None
+        return self.client.evalsha(self.sha[script], len(keys), *keys, *args)
+
+    def close(self) -> None:
+        self.client.flushdb()
+        self.client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Successor:
+    action: str
+    state: dict[str, TlaValue]
+    snapshot: Snapshot  # the Redis keys right after the action
+
+
+ReplayFn = Callable[[dict[str, TlaValue], Snapshot], Iterable[Successor]]
+
+
+@dataclass
+class WalkReport:
+    states: int = 0
+    transitions: int = 0
+    script_calls: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+    divergences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self, graph: tlc.StateGraph) -> str:
+        return (f"replayed {self.transitions:,} transitions from {self.states:,} states through "
+                f"{self.script_calls:,} script calls in {self.seconds:.1f}s (TLC: "
+                f"{graph.result.generated:,} generated, {graph.result.distinct:,} distinct, depth "
+                f"{graph.result.depth}); by action: {dict(sorted(self.actions.items()))}")
+
+
+def describe(state: Mapping[str, TlaValue]) -> str:
+    return ", ".join(f"{name} = {format_value(value)}" for name, value in sorted(state.items()))
+
+
+def walk(graph: tlc.StateGraph, store: ScriptRedis,
+         initial: Callable[[dict[str, TlaValue]], Snapshot], replay: ReplayFn,
+         *, max_divergences: int = 10) -> WalkReport:
+    """Breadth-first over TLC's graph; ``initial`` sets Redis up for an initial state (after
+    ``store.reset()``) and returns its snapshot."""
+    started = time.monotonic()
+    report = WalkReport()
+    node_of = {key(state): node for node, state in graph.states.items()}
+    snapshots: dict[str, Snapshot] = {}
+    queue: list[str] = []
+    for node in sorted(graph.initial):
+        store.reset()
+        snapshots[node] = initial(graph.states[node])
+        queue.append(node)
+    index = 0
+    while index < len(queue) and len(report.divergences) < max_divergences:
+        node = queue[index]
+        index += 1
+        state = graph.states[node]
+        report.states += 1
+        expected = {(action, target) for action, target in graph.successors(node)}
+        got: set[tuple[str, str]] = set()
+        for successor in replay(state, snapshots[node]):
+            target = node_of.get(key(successor.state))
+            if target is None:
+                report.divergences.append(
+                    f"from {describe(state)}\n  {successor.action} gave a state TLC never "
+                    f"reached: {describe(successor.state)}")
+                continue
+            got.add((successor.action, target))
+            if target not in snapshots:
+                snapshots[target] = successor.snapshot
+                queue.append(target)
+        if got != expected:
+            missing = sorted((a, describe(graph.states[t])) for a, t in expected - got)
+            extra = sorted((a, describe(graph.states[t])) for a, t in got - expected)
+            report.divergences.append(
+                f"from {describe(state)}\n  only TLC: {missing[:3]}\n  only the scripts: "
+                f"{extra[:3]}")
+        for action, _ in expected:
+            report.actions[action] = report.actions.get(action, 0) + 1
+        report.transitions += len(expected)
+    report.script_calls = store.calls
+    report.seconds = time.monotonic() - started
+    return report

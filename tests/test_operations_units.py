@@ -1,0 +1,129 @@
+"""The operations endpoint's parts that need no broker: the HTTP server, the metrics and the
+consumer-lag rule (tests/integration/test_operations.py runs them on a real broker)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import generate_latest
+
+from korvet.core import coordinator as core
+from korvet.core.coordinator.state import CommittedOffset, Group, GroupState, TopicPartition
+from korvet.core.offsets import OffsetCodec
+from korvet.server.http import HttpServer, Request, Response
+from korvet.server.metrics import BrokerMetrics, kafka_api_name
+from korvet.server.operations import Scraper
+from korvet.storage.groups import id_before
+from korvet.storage.observe import RedisGroup, StreamStats
+
+
+async def _exchange(port: int, raw: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    return data
+
+
+def test_http_server_answers_routes_and_refuses_what_it_does_not_serve() -> None:
+    async def hello(request: Request) -> Response:
+        return Response(200, b"hello\n")
+
+    async def failing(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    async def run() -> list[bytes]:
+        server = HttpServer({"/hello": hello, "/fail": failing}, port=0)
+        port = await server.start()
+        try:
+            return [await _exchange(port, raw) for raw in (
+                b"GET /hello?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"HEAD /hello HTTP/1.1\r\n\r\n",
+                b"POST /hello HTTP/1.1\r\n\r\n",
+                b"GET /nothing HTTP/1.1\r\n\r\n",
+                b"GET /fail HTTP/1.1\r\n\r\n",
+                b"\x16\x03\x01 not http\r\n\r\n",
+                b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n",
+            )]
+        finally:
+            await server.close()
+
+    ok, head, post, missing, failed, garbage, huge = asyncio.run(run())
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and ok.endswith(b"\r\n\r\nhello\n")
+    assert b"Content-Length: 6\r\n" in head and head.endswith(b"\r\n\r\n")  # HEAD: no body
+    assert post.startswith(b"HTTP/1.1 405 ")
+    assert missing.startswith(b"HTTP/1.1 404 ") and b"/hello" in missing
+    assert failed.startswith(b"HTTP/1.1 500 ")
+    assert garbage.startswith(b"HTTP/1.1 400 ")
+    assert huge.startswith(b"HTTP/1.1 400 ")
+
+
+def test_metrics_count_requests_per_api_and_rebalances_per_group() -> None:
+    metrics = BrokerMetrics()
+    metrics.name_apis([(0, "Produce"), (18, "ApiVersions")])
+    started = metrics.request_received(0, 100)
+    metrics.response_sent(0, 54, started)
+    metrics.response_sent(77, 0, metrics.request_received(77, 10))  # a key not served
+    metrics.produce_error(3)
+    text = generate_latest(metrics.registry).decode()
+    assert 'korvet_broker_requests_total{api_key="PRODUCE"} 1.0' in text
+    assert 'korvet_broker_requests_total{api_key="UNKNOWN"} 1.0' in text
+    assert ('korvet_broker_frame_size_bytes_sum{api_key="PRODUCE",direction="response"} 50.0'
+            in text)
+    assert 'korvet_broker_network_bytes_total{direction="in"} 118.0' in text
+    assert 'korvet_broker_produce_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION"} 1.0' in text
+    assert 'korvet_broker_failures_total{operation="produce"} 1.0' in text
+    assert "_created" not in text
+    assert kafka_api_name("OffsetForLeaderEpoch") == "OFFSET_FOR_LEADER_EPOCH"
+
+    empty = core.initial_state()
+    preparing = core.CoordinatorState(groups={"g": Group("g", GroupState.PREPARING_REBALANCE)})
+    stable = core.CoordinatorState(groups={"g": Group("g", GroupState.STABLE, generation=1)})
+    metrics.coordinator_stepped(empty, preparing, "g")
+    metrics.coordinator_stepped(preparing, preparing, "g")  # still the same rebalance
+    metrics.coordinator_stepped(preparing, stable, None)
+    metrics.coordinator_stepped(stable, preparing, None)
+    text = generate_latest(metrics.registry).decode()
+    assert 'korvet_group_rebalances_total{group="g"} 2.0' in text
+
+
+def test_lag_is_offsets_and_time_always_and_records_only_as_redis_counts_them() -> None:
+    bits = 10
+    codec = OffsetCodec(bits)
+    high = codec.encode(2_000_000, 5) + 1  # the last record: 5 in ms 2,000,000
+    mid = codec.encode(1_990_000, 0)  # committed 10 s of appends behind it
+    offsets = {TopicPartition("t", 0): CommittedOffset(mid), TopicPartition("t", 1):
+               CommittedOffset(high), TopicPartition("t", 2): CommittedOffset(mid)}
+    state = core.CoordinatorState(groups={"g": Group("g", GroupState.STABLE, offsets=offsets)})
+    by_partition = {
+        # Redis could not count (position inside the stream): no records value
+        ("t", 0): (bits, StreamStats(high, 100, {"g": RedisGroup(id_before(bits, mid), None)})),
+        # caught up
+        ("t", 1): (bits, StreamStats(high, 100, {"g": RedisGroup(id_before(bits, high), 0)})),
+        # Redis counts 42, but its group is not at the committed position: not trusted
+        ("t", 2): (bits, StreamStats(high, 100, {"g": RedisGroup("0-0", 42)})),
+    }
+    lags = {lag.partition: lag for lag in Scraper._lag(state, by_partition)}
+    assert lags[0].offsets == high - mid and lags[0].records is None
+    assert lags[0].seconds == 10.0
+    assert (lags[1].offsets, lags[1].records, lags[1].seconds) == (0, 0, 0.0)
+    assert lags[2].records is None
+    by_partition[("t", 0)] = (bits, StreamStats(high, 100,
+                                                {"g": RedisGroup(id_before(bits, mid), 37)}))
+    assert {lag.partition: lag for lag in Scraper._lag(state, by_partition)}[0].records == 37
+
+
+def test_redis_credentials_go_into_the_url_and_never_into_what_is_printed() -> None:
+    from korvet import config
+    from korvet.server.app import masked, redis_choice, with_credentials
+
+    url = with_credentials("redis://db:6379/0", "app", "p@ss")
+    assert url == "redis://app:p%40ss@db:6379/0"
+    assert masked(url) == "redis://app:****@db:6379/0"
+    assert with_credentials("redis://old:pw@db:1/0", "", "new") == "redis://old:new@db:1/0"
+    assert with_credentials("redis://db:1/0") == "redis://db:1/0"
+    chosen = redis_choice(config.load(env={"KORVET_REDIS_URI": "redis://u:secret@db:6379/0"}))
+    assert chosen == ("Redis at redis://u:****@db:6379/0 "
+                      "(from environment variable KORVET_REDIS_URI)")
+    assert redis_choice(config.load(env={})).startswith("embedded Redis (the default")
