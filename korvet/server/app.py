@@ -18,11 +18,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from korvet.config import Config
+from korvet.core.limits import Limits
 from korvet.core.security.listeners import Protocol
 from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.http import HttpServer
+from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
 from korvet.server.tls import TlsError, redis_options, server_context
@@ -100,7 +102,23 @@ async def connect_redis(url: str, auth: RedisAuth | None = None) -> aioredis.Red
     return client
 
 
+def listener_limits(config: Config) -> ListenerLimits:
+    limits = Limits(
+        max_connections=config.get_int("broker.max-connections"),
+        max_connections_per_ip=config.get_int("broker.max-connections-per-ip"),
+        max_pending_bytes=config.get_int("broker.max-pending-bytes"),
+        resume_pending_bytes=config.get_int("broker.resume-pending-bytes"),
+        idle_ms=config.get_int("broker.connections-max-idle-ms"),
+    )
+    raise_open_files_limit(limits.max_connections)
+    return ListenerLimits(limits, max_request_bytes=config.get_int("broker.max-request-bytes"))
+
+
 def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> list[KafkaListener]:
+    """One KafkaListener per configured listener; they share one ListenerLimits, so
+    max.connections and max.connections.per.ip count the broker's connections (as Kafka's
+    broker-wide settings do)."""
+    limits = listener_limits(config)
     contexts: dict[str, ssl.SSLContext] = {}
     for spec in settings.listeners:
         if not spec.protocol.tls:
@@ -115,9 +133,8 @@ def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> li
         log.warning("SASL/PLAIN is enabled on a SASL_PLAINTEXT listener: passwords cross the "
                     "network in clear text; use SASL_SSL")
     return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
-                          max_request_bytes=config.get_int("broker.max-request-bytes"),
                           name=spec.name, ssl_context=contexts.get(spec.name),
-                          gate=broker, metrics=broker.metrics)
+                          gate=broker, metrics=broker.metrics, limits=limits)
             for spec in settings.listeners]
 
 

@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
+from korvet.core.fetch_session import SessionConfig
 from korvet.core.security import rules, sasl
 from korvet.core.security.acl import ANONYMOUS
 from korvet.core.topic_declarations import exact_names
@@ -41,6 +42,7 @@ from korvet.server.authz import Guard
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers import (
+    admin,
     cluster,
     configs,
     fetch,
@@ -100,7 +102,9 @@ class Tenant:
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(broker.metrics.forget_topic)
         self.produce = produce.ProduceHandler(self.services)
-        self.fetch = fetch.FetchHandler(self.services)
+        self.fetch = fetch.FetchHandler(
+            self.services, SessionConfig(slots=config.get_int("fetch.max-sessions")))
+        self.admin = admin.AdminHandler(self.services, broker.redis_url, self.fetch.log_start_moved)
         self._guard = Guard(self.services) if broker.security.authorizer else None
         self.registry: ApiRegistry[Connection] = ApiRegistry()
         self._register_all(broker)
@@ -118,6 +122,17 @@ class Tenant:
                       broker.handle_api_versions)
         self.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
         self.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
+        for key, name, versions, admin_handler in (
+            (admin.DELETE_RECORDS, "DeleteRecords", admin.DELETE_RECORDS_VERSIONS,
+             self.admin.delete_records),
+            (admin.DESCRIBE_LOG_DIRS, "DescribeLogDirs", admin.DESCRIBE_LOG_DIRS_VERSIONS,
+             self.admin.describe_log_dirs),
+            (admin.DESCRIBE_PRODUCERS, "DescribeProducers", admin.DESCRIBE_PRODUCERS_VERSIONS,
+             self.admin.describe_producers),
+            (admin.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions",
+             admin.DESCRIBE_TOPIC_PARTITIONS_VERSIONS, self.admin.describe_topic_partitions),
+        ):
+            self.register(key, name, versions, admin_handler)
         for key, name, versions, handler in (
             (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
             (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),

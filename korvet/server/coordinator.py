@@ -2,20 +2,28 @@
 
 One task steps ``korvet.core.coordinator.step`` for every event, in arrival order:
 requests from the group APIs, timeouts from the timer, and the adapter's own
-notices (a group's Redis data deleted). After each step it makes durable what
-changed — the snapshot of every group whose snapshot changed, and the committed
-offsets of a ``PersistOffsets`` — in one MULTI/EXEC, and only then releases the
-replies, so a client is never told of a commit or a generation that a broker
-restart could forget. Replies are matched to the waiting request handlers by
-request id; replies the machine holds back (JoinGroup during a rebalance,
-SyncGroup until the leader's assignment) are released by a later step.
+notices (a group's Redis data deleted). Each step goes through the I/O boundary of
+spec/GroupCoordinatorDurable.tla (docs/spec/group-coordinator.md):
 
-The timer sleeps until ``next_deadline(state)`` and then steps ``due_timeouts``.
-Snapshots live in ``{ks}:groups`` (one JSON value per group); a restart loads them
-and steps ``Restart``.
+1. ``durability.ready`` sorts the step's effects and finds the groups whose durable
+   snapshot changed;
+2. the snapshots and committed offsets are written in one MULTI/EXEC (``Persist``);
+3. only then are the replies sent. If Redis did not take the write (``PersistFails``),
+   the touched groups go back to their last durable snapshot and every reply of the
+   step, and every request those groups held back, is answered with
+   COORDINATOR_NOT_AVAILABLE, which Kafka's clients retry.
 
-With ``groups.event-log`` set, every input and output is appended to that file as
-NDJSON; ``korvet spec replay LOG`` re-runs it through the machine and checks it.
+Queries (OffsetFetch, DescribeGroups, ListGroups) answer from the durable copy
+(``durable_view``), never from a state that a failed write could take back.
+
+At start (``BrokerRestart``) the coordinator loads what Redis holds; if Redis restarted
+since the last load, may have lost its last second of writes, and holds no clean-stop
+mark, every group's generation is raised to a new band before anything is served, so
+that no generation number is handed out twice. A clean stop leaves the mark.
+
+With ``groups.event-log`` set, every step is appended to that file as NDJSON: the
+event, the machine's effects, whether the write was taken, and the replies actually
+sent; ``korvet spec validate LOG`` asks TLC whether that is a behaviour of the spec.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
+from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
 from korvet.storage.groups import GroupStore, PartitionRef
 
@@ -67,7 +76,9 @@ class GroupCoordinator:
         self._queue: asyncio.Queue[core.Event | _Tick | None] = asyncio.Queue()
         self._waiting: dict[int, asyncio.Future[core.Reply]] = {}
         self._ids = itertools.count(1)
-        self._saved: dict[str, str] = {}
+        # The adapter's copy of what Redis durably holds of each group (the spec's `saved`).
+        self.durable: dict[str, core.Group] = {}
+        self._loaded_run_id = ""
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -76,7 +87,8 @@ class GroupCoordinator:
         self._event_log: Any = None
         # (client id, host) -> groups with a member of that client: who is a group fetcher
         self._members_by_client: dict[tuple[str, str], frozenset[str]] = {}
-        # Redis consumer groups known to exist (seed 000's in-memory set; empty after a restart)
+        # Redis consumer groups known to exist: an in-memory set, empty after a restart
+        # (docs/implementers/groups.md)
         self.redis_groups: set[tuple[str, str]] = set()
 
     # --- life cycle ----------------------------------------------------------------------
@@ -86,28 +98,47 @@ class GroupCoordinator:
         groups = []
         for group_id, text in snapshots.items():
             try:
-                groups.append(json.loads(text))
-            except ValueError:
-                log.error("unreadable snapshot of group %r ignored", group_id)
+                groups.append(core.read_group(json.loads(text)))
+            except (ValueError, core.SnapshotError) as exc:
+                log.error("unreadable snapshot of group %r ignored: %s", group_id, exc)
+        record = await self.store.load_record()
+        run_id, fsync_always = await self.store.redis_identity()
+        plan = durability.load_plan(record, run_id, fsync_always, bool(groups))
+        state = core.CoordinatorState(config=self._config, groups={g.group_id: g for g in groups},
+                                      generation_floor=plan.record.floor)
+        now = self._clock()
+        if plan.lossy:
+            state = durability.raise_generations(state, plan.record.floor, now)
+            log.warning("Redis restarted since the coordinator last loaded and may have lost "
+                        "its last writes: %d groups move to generation %d and rebalance",
+                        len(state.groups), plan.record.floor)
+        self.state = state
+        self.durable = {g: durability.snapshot_of(group) for g, group in state.groups.items()}
+        raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
+                  if plan.lossy}
+        self._loaded_run_id = run_id
+        durable = await self.store.write_load(plan.record, raised, fsync_always)
         if groups:
-            document = dict(core.to_snapshot(core.initial_state(self._config)))
-            document["groups"] = groups
-            self.state = replace(core.from_snapshot(document), config=self._config)
-            self._saved = {g.group_id: _json(core.group_snapshot(g))
-                           for g in self.state.groups.values()}
-            log.info("restored %d consumer groups from Redis", len(self.state.groups))
+            log.info("restored %d consumer groups from Redis", len(state.groups))
         if self._event_log_path:
             path = Path(self._event_log_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._event_log = path.open("a", buffering=1)
-            self._event_log.write(json.dumps({"snapshot": core.to_snapshot(self.state)}) + "\n")
+            self._log({"t": now, "load": {"lossy": plan.lossy, "floor": plan.record.floor,
+                                          "durable": durable, "fsync_always": fsync_always},
+                       "snapshot": core.to_snapshot(self.state)})
         self._index_members()
         self._tasks = [asyncio.create_task(self._run(), name="korvet-coordinator"),
                        asyncio.create_task(self._timer(), name="korvet-coordinator-timer")]
         await self.submit_internal(core.Restart())
 
     async def close(self) -> None:
+        """Stop after the step in progress and leave the clean-stop mark (spec: CleanStop)."""
         await self._queue.put(None)
+        run = self._tasks[0] if self._tasks else None
+        if run is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(run), 5)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -117,8 +148,31 @@ class GroupCoordinator:
             if not future.done():
                 future.set_exception(CoordinatorUnavailable("the broker is stopping"))
         self._waiting.clear()
+        clean = await self._leave_clean_mark() if self._tasks else False
+        self._log({"t": self._clock(), "stop": "clean" if clean else "unmarked"})
         if self._event_log is not None:
             self._event_log.close()
+
+    async def _leave_clean_mark(self) -> bool:
+        try:
+            run_id, _ = await self.store.redis_identity()
+            if run_id != self._loaded_run_id:
+                # Redis restarted while we ran and may have lost writes our replies
+                # revealed: write every snapshot again first, so the mark vouches for them.
+                await self.store.save_state(
+                    {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()},
+                    [], [], self._clock())
+            await self.store.mark_clean()
+        except (RedisError, OSError) as exc:
+            log.warning("could not leave the clean-stop mark: %s", exc)
+            return False
+        return True
+
+    @property
+    def durable_view(self) -> core.CoordinatorState:
+        """The groups as Redis durably holds them: what queries answer from."""
+        return core.CoordinatorState(config=self._config, groups=self.durable,
+                                     generation_floor=self.state.generation_floor)
 
     # --- requests ------------------------------------------------------------------------
 
@@ -160,68 +214,73 @@ class GroupCoordinator:
             self._wakeup.set()
 
     async def _apply(self, event: core.Event) -> None:
+        """Step, persist, then reply (spec: Step, then Persist or PersistFails)."""
         now = self._clock()
         before = self.state
-        self.state, effects = core.step(self.state, event, now)
-        if self._on_step is not None:
-            self._on_step(before, self.state, getattr(event, "group_id", None))
-        if self._event_log is not None:
-            self._event_log.write(json.dumps({"t": now, "event": event_to_json(event),
-                                              "effects": [effect_to_json(e) for e in effects]})
-                                  + "\n")
-        durable = await self._persist(effects)
-        for effect in effects:
-            if isinstance(effect, core.DeleteGroupData):
-                task = asyncio.create_task(self._delete_group_data(effect.group_id))
+        after, effects = core.step(before, event, now)
+        ready = durability.ready(before, after, effects, self.durable)
+        persisted: bool | None = None
+        if ready.writes:
+            persisted = await self._persist(ready)
+        if persisted is False:
+            self.state, parked = durability.restore(after, ready.touched, self.durable, now)
+            sent = [durability.unavailable(r) for r in ready.replies] + list(parked)
+        else:
+            self.state = after
+            for group_id, snapshot in ready.snapshots.items():
+                if snapshot is None:
+                    self.durable.pop(group_id, None)
+                else:
+                    self.durable[group_id] = snapshot
+            sent = list(ready.replies)
+            for cleanup in ready.cleanups:
+                task = asyncio.create_task(self._delete_group_data(cleanup.group_id))
                 self._cleanups.add(task)
                 task.add_done_callback(self._cleanups.discard)
-            elif isinstance(effect, core.OffsetCommitReply | core.OffsetDeleteReply) and not durable:
-                self._reply(replace(effect, partitions=tuple(
-                    replace(p, error=core.ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                    for p in effect.partitions)))
-            elif not isinstance(effect, core.PersistOffsets | core.DeleteOffsets):
-                self._reply(effect)
+        if self._on_step is not None:
+            self._on_step(before, self.state, getattr(event, "group_id", None))
+        self._log({"t": now, "event": event_to_json(event),
+                   "effects": [effect_to_json(e) for e in effects], "persisted": persisted,
+                   "sent": [effect_to_json(r) for r in sent]})
+        for reply in sent:
+            self._reply(reply)
         self._index_members()
+
+    def _log(self, entry: dict[str, Any]) -> None:
+        if self._event_log is not None:
+            self._event_log.write(json.dumps(entry) + "\n")
 
     def _reply(self, reply: core.Reply) -> None:
         future = self._waiting.get(reply.request_id)
         if future is not None and not future.done():
             future.set_result(reply)
 
-    async def _persist(self, effects: tuple[core.Effect, ...]) -> bool:
-        """Snapshots of changed groups and committed offsets, in one transaction.
-        False if Redis did not take them (commits are then answered retriable errors)."""
-        changed: dict[str, str] = {}
-        for group_id, group in self.state.groups.items():
-            text = _json(core.group_snapshot(group))
-            if self._saved.get(group_id) != text:
-                changed[group_id] = text
-        gone = [g for g in self._saved if g not in self.state.groups]
+    async def _persist(self, ready: durability.Ready) -> bool:
+        """The step's snapshots and committed offsets, in one transaction. False if Redis
+        did not take them (or its answer was lost: the write may have landed)."""
+        changed = {g: _json(core.group_snapshot(snap)) for g, snap in ready.snapshots.items()
+                   if snap is not None}
+        gone = [g for g, snap in ready.snapshots.items() if snap is None]
         commits: list[tuple[str, list[tuple[PartitionRef, int, str | None, int]]]] = []
         removals: list[tuple[str, list[str]]] = []
-        for effect in effects:
-            if isinstance(effect, core.DeleteOffsets):
-                removals.append((effect.group_id, [
-                    ref.stream_key for tp in effect.partitions
-                    if (ref := self.partition_ref(tp.topic, tp.partition)) is not None]))
-            if isinstance(effect, core.PersistOffsets):
-                items = []
-                for tp, committed in effect.offsets:
-                    ref = self.partition_ref(tp.topic, tp.partition)
-                    if ref is not None:
-                        items.append((ref, committed.offset, committed.metadata or None,
-                                      committed.leader_epoch))
-                commits.append((effect.group_id, items))
-        if not changed and not gone and not commits and not removals:
-            return True
+        for deleted in ready.offset_deletes:
+            removals.append((deleted.group_id, [
+                ref.stream_key for tp in deleted.partitions
+                if (ref := self.partition_ref(tp.topic, tp.partition)) is not None]))
+        for persist in ready.offsets:
+            items = []
+            for tp, committed in persist.offsets:
+                ref = self.partition_ref(tp.topic, tp.partition)
+                if ref is not None:
+                    items.append((ref, committed.offset, committed.metadata or None,
+                                  committed.leader_epoch))
+            commits.append((persist.group_id, items))
         try:
             await self.store.save_state(changed, gone, commits, self._clock(), removals)
         except (RedisError, OSError) as exc:
-            log.warning("could not persist coordinator state: %s", exc)
+            log.warning("could not persist coordinator state (answering retriable errors): %s",
+                        exc)
             return False
-        self._saved.update(changed)
-        for group_id in gone:
-            self._saved.pop(group_id, None)
         return True
 
     async def _delete_group_data(self, group_id: str) -> None:

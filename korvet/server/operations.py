@@ -87,7 +87,7 @@ class Scraper:
             snapshot = self.metrics.scraped
             coordinator = self.services.coordinator
             if coordinator is not None:
-                self._groups(coordinator.state)
+                self._groups(coordinator.durable_view)
             try:
                 redis = await self.health.redis()
                 snapshot.redis_up = redis["status"] == "UP"
@@ -95,7 +95,7 @@ class Scraper:
                                             if snapshot.redis_up else None)
                 if snapshot.redis_up:
                     snapshot.redis_memory = await redis_memory(self.services.store.redis)
-                    await self._streams(coordinator.state if coordinator else None)
+                    await self._streams(coordinator.durable_view if coordinator else None)
             except (RedisError, OSError) as exc:
                 log.warning("metrics scrape could not read Redis: %s", exc)
                 snapshot.redis_up = False

@@ -1,14 +1,17 @@
 """`korvet spec replay LOG`: check a broker's coordinator event log against the spec's rules.
 
 The broker (``korvet serve --groups-event-log LOG``) writes, at each start, the
-coordinator's snapshot, then one line per step: the time, the event and the
-effects. Replay starts from each snapshot, steps every logged event through the
-pure machine (korvet/core/coordinator, which the spec's state-graph replay ties to
-spec/GroupCoordinator.tla), and checks after every step that
+coordinator's snapshot, then one line per step: the time, the event, the machine's
+effects, whether the write was taken, and the replies sent. Replay starts from each
+snapshot, steps every logged event through the pure machine and its I/O boundary
+(korvet/core/coordinator, durability.py), and checks after every step that
 
-- the effects are exactly the ones the broker logged (the running broker did what
-  the machine, hence the spec, prescribes), and
+- the effects and the replies sent are exactly the ones the broker logged (the running
+  broker did what the machine prescribes; it finds nondeterminism and a broker that
+  bypassed the machine), and
 - every invariant of the spec holds, and the generation never went back.
+
+``korvet spec validate LOG`` goes further: TLC checks the log against the spec itself.
 
 It exits non-zero at the first divergence or violation, printing the step.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from korvet.core import coordinator as core
+from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_from_json
 from korvet.core.coordinator.invariants import violations
 
@@ -42,6 +46,7 @@ class ReplayReport:
 def replay(lines: list[str], *, stop_at_first: bool = True) -> ReplayReport:
     report = ReplayReport()
     state: core.CoordinatorState | None = None
+    durable: dict[str, core.Group] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -52,14 +57,19 @@ def replay(lines: list[str], *, stop_at_first: bool = True) -> ReplayReport:
             break
         if "snapshot" in entry:
             state = core.from_snapshot(entry["snapshot"])
+            durable = {g: durability.snapshot_of(group) for g, group in state.groups.items()}
             report.segments += 1
+            continue
+        if "stop" in entry:
             continue
         if state is None:
             report.problems.append(f"line {number}: a step before any snapshot")
             break
         event = event_from_json(entry["event"])
         before = state
-        state, effects = core.step(state, event, int(entry["t"]))
+        now = int(entry["t"])
+        state, effects = core.step(state, event, now)
+        state, sent = _boundary(before, state, effects, durable, entry.get("persisted"), now)
         report.steps += 1
         kind = type(event).__name__
         report.events[kind] = report.events.get(kind, 0) + 1
@@ -69,11 +79,34 @@ def replay(lines: list[str], *, stop_at_first: bool = True) -> ReplayReport:
                 f"line {number}: {kind} produced different effects\n"
                 f"  logged:   {json.dumps(entry['effects'])[:2000]}\n"
                 f"  replayed: {json.dumps(replayed)[:2000]}")
+        replies = [effect_to_json(r) for r in sent]
+        if "sent" in entry and replies != entry["sent"]:
+            report.problems.append(
+                f"line {number}: {kind}: the broker sent other replies than the machine's\n"
+                f"  sent:     {json.dumps(entry['sent'])[:2000]}\n"
+                f"  replayed: {json.dumps(replies)[:2000]}")
         for violation in violations(before, state, effects):
             report.problems.append(f"line {number}: after {kind}: {violation}")
         if report.problems and stop_at_first:
             break
     return report
+
+
+def _boundary(before: core.CoordinatorState, after: core.CoordinatorState,
+              effects: tuple[core.Effect, ...], durable: dict[str, core.Group],
+              persisted: bool | None, now: int) -> tuple[core.CoordinatorState, list[core.Reply]]:
+    """What the adapter does after a step, given whether its write was taken: the state it
+    keeps and the replies it sends (``durable`` is updated in place)."""
+    ready = durability.ready(before, after, effects, durable)
+    if persisted is False:
+        state, parked = durability.restore(after, ready.touched, durable, now)
+        return state, [durability.unavailable(r) for r in ready.replies] + list(parked)
+    for group_id, snapshot in ready.snapshots.items():
+        if snapshot is None:
+            durable.pop(group_id, None)
+        else:
+            durable[group_id] = snapshot
+    return after, list(ready.replies)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,10 +4,12 @@
                                         (the committed offset of one partition for one group)
     {ks}:group-commits:{groupId}        set of the stream keys the group has offsets for
     {ks}:groups                         hash: group id -> coordinator snapshot (JSON)
+    {ks}:coordinator                    hash: bands, floor, redis-run-id, clean: what the
+                                        coordinator keeps about its loads (durability.py)
 
 The committed offset is the Kafka offset a consumer resumes from (the next record to
 read). Redis consumer groups are kept for observability only: created lazily at the
-group's first fetch of a partition, at the fetch offset (seed 000), and moved to the
+group's first fetch of a partition, at the fetch offset (docs/spec/stream-group.md), and moved to the
 committed position at each commit (XGROUP SETID), so ``XINFO GROUPS`` shows each
 group's progress. Fetching never reads through them: the client's fetch_offset decides
 what it gets (docs/spec/stream-group.md explains why XREADGROUP ``>`` would skip records).
@@ -15,14 +17,18 @@ what it gets (docs/spec/stream-group.md explains why XREADGROUP ``>`` would skip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from korvet.core.coordinator.durability import CoordinatorRecord
 from korvet.core.offsets import OffsetCodec
+
+log = logging.getLogger("korvet.groups")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,7 @@ class GroupStore:
         self.redis = client
         self.ks = keyspace
         self.snapshots_key = f"{keyspace}:groups"
+        self.record_key = f"{keyspace}:coordinator"
 
     def commit_key(self, stream_key: str, group: str) -> str:
         return f"{self.ks}:commit:{stream_key}:{group}"
@@ -100,8 +107,8 @@ class GroupStore:
 
     async def ensure_redis_group(self, stream_key: str, group: str, bits: int,
                                  fetch_offset: int) -> bool:
-        """XGROUP CREATE at the position before ``fetch_offset`` (seed 000: lazily, at the
-        first group fetch). An existing group (BUSYGROUP, e.g. after a broker restart)
+        """XGROUP CREATE at the position before ``fetch_offset``, lazily at the first group
+        fetch (docs/spec/stream-group.md). An existing group (BUSYGROUP, e.g. after a broker restart)
         keeps its position. A partition without a stream yet is left for a later fetch.
         Returns True when the Redis group exists afterwards."""
         try:
@@ -117,7 +124,7 @@ class GroupStore:
         return True
 
     async def destroy_redis_groups(self, group: str) -> int:
-        """XGROUP DESTROY the group on every partition stream (SCAN, pipelined: seed 001)."""
+        """XGROUP DESTROY the group on every partition stream (SCAN, pipelined)."""
         pattern = f"{_escape(self.ks)}:stream:*"
         destroyed = 0
         batch: list[str] = []
@@ -149,11 +156,81 @@ class GroupStore:
         await pipe.execute()
         await self.destroy_redis_groups(group)
 
-    # --- coordinator snapshots -------------------------------------------------------------
+    # --- coordinator snapshots and the load record -------------------------------------------
 
     async def load_snapshots(self) -> dict[str, str]:
         raw: dict[Any, Any] = await self.redis.hgetall(self.snapshots_key)
         return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def load_record(self) -> CoordinatorRecord | None:
+        raw: dict[Any, Any] = await self.redis.hgetall(self.record_key)
+        if not raw:
+            return None
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        try:
+            return CoordinatorRecord(bands=int(fields.get("bands", "0")),
+                                     floor=int(fields.get("floor", "0")),
+                                     redis_run_id=fields.get("redis-run-id", ""),
+                                     clean=fields.get("clean", "0") == "1")
+        except ValueError:
+            log.error("unreadable coordinator record %s; treating it as missing", fields)
+            return None
+
+    async def redis_identity(self) -> tuple[str, bool]:
+        """Redis' run id (new at every Redis start) and whether it fsyncs every write it
+        acknowledges (appendonly yes, appendfsync always). A Redis that will not say is
+        taken not to."""
+        info: dict[str, Any] = await self.redis.info("server")
+        run_id = str(info.get("run_id", ""))
+        try:
+            config: dict[Any, Any] = await self.redis.config_get("append*")
+        except Exception:  # CONFIG may be renamed or refused by an ACL
+            return run_id, False
+        values = {_text(k): _text(v) for k, v in config.items()}
+        return run_id, values.get("appendonly") == "yes" and values.get("appendfsync") == "always"
+
+    async def write_load(self, record: CoordinatorRecord, snapshots: dict[str, str],
+                         fsync_always: bool) -> bool:
+        """The load's record (and, after a raise, the raised snapshots) in one transaction,
+        made durable before the coordinator serves (spec: BrokerRestart writes it with an
+        fsync barrier). Returns False when no barrier was available: the write stands, but
+        a Redis crash within the next second could undo it."""
+        async def write() -> None:
+            pipe = self.redis.pipeline(transaction=True)
+            if snapshots:
+                pipe.hset(self.snapshots_key, mapping=snapshots)  # type: ignore[arg-type]
+            pipe.hset(self.record_key, mapping={
+                "bands": record.bands, "floor": record.floor,
+                "redis-run-id": record.redis_run_id, "clean": "1" if record.clean else "0"})
+            await pipe.execute()
+
+        if fsync_always:
+            await write()
+            return True
+        return await self._with_fsync_barrier(write)
+
+    async def _with_fsync_barrier(self, write: Callable[[], Awaitable[None]]) -> bool:
+        """Redis 7.0 has no per-write fsync (WAITAOF is 7.2): with ``appendfsync always``
+        set for the moment of the write, Redis fsyncs its file before it answers."""
+        try:
+            config: dict[Any, Any] = await self.redis.config_get("appendfsync")
+            previous = _text(next(iter(config.values())))
+            await self.redis.config_set("appendfsync", "always")
+        except Exception as exc:  # no CONFIG (renamed, ACL): the write is made plainly
+            log.warning("cannot make the coordinator's load record durable (CONFIG SET "
+                        "appendfsync refused: %s); a Redis crash within a second of this "
+                        "start could let a generation be handed out twice", exc)
+            await write()
+            return False
+        try:
+            await write()
+        finally:
+            await self.redis.config_set("appendfsync", previous)
+        return True
+
+    async def mark_clean(self) -> None:
+        """The clean-stop mark, written after the coordinator's last write."""
+        await self.redis.hset(self.record_key, "clean", "1")
 
 
 def _id_before(bits: int, offset: int) -> str:

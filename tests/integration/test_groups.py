@@ -218,7 +218,7 @@ def decode_assignment(data: bytes) -> set[tuple[str, int]]:
 
 
 def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str, set[Any]]]:
-    """For each generation, the partition set each member was given (SyncGroup replies).
+    """For each generation, the partition set each member was given (SyncGroup replies sent).
 
     A member may be answered more than once in one generation (it re-sends SyncGroup, or
     rejoins a Stable group unchanged and syncs again, as Kafka allows); it must then be
@@ -230,7 +230,7 @@ def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str
         event = entry.get("event") or {}
         if event.get("type") == "SyncGroup" and event.get("group_id") == group:
             synced_by[event["request_id"]] = (event["generation_id"], event["member_id"])
-        for effect in entry.get("effects", []):
+        for effect in entry.get("sent", []):  # the replies the broker actually sent
             if effect.get("type") == "SyncGroupReply" and effect["error"] == 0 and \
                     effect["request_id"] in synced_by:
                 generation, member = synced_by[effect["request_id"]]

@@ -54,7 +54,13 @@ from korvet.core.coordinator.queries import (
     list_groups,
     offset_fetch,
 )
-from korvet.core.coordinator.snapshot import SnapshotError, from_snapshot, group_snapshot, to_snapshot
+from korvet.core.coordinator.snapshot import (
+    SnapshotError,
+    from_snapshot,
+    group_snapshot,
+    read_group,
+    to_snapshot,
+)
 from korvet.core.coordinator.state import (
     CommittedOffset,
     Config,
@@ -83,5 +89,5 @@ __all__ = [
     "RebalanceTimeout", "Reply", "RequestEvent", "Restart", "SessionTimeout", "SnapshotError",
     "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicDeleted", "TopicPartition", "describe_group",
     "due_timeouts", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
-    "new_member_id", "next_deadline", "offset_fetch", "step", "to_snapshot",
+    "new_member_id", "next_deadline", "offset_fetch", "read_group", "step", "to_snapshot",
 ]

@@ -51,6 +51,7 @@ def to_snapshot(state: CoordinatorState) -> JsonObject:
         "version": SNAPSHOT_VERSION,
         "config": encode(state.config),
         "groups": [group_snapshot(g) for _, g in sorted(state.groups.items())],
+        "generation_floor": state.generation_floor,
     }
 
 
@@ -67,4 +68,8 @@ def from_snapshot(data: Mapping[str, object]) -> CoordinatorState:
     if not isinstance(groups_data, list):
         raise SnapshotError("groups: expected a list")
     groups = [read_group(g) for g in groups_data]
-    return CoordinatorState(config=config, groups={g.group_id: g for g in groups})
+    floor = data.get("generation_floor", 0)
+    if isinstance(floor, bool) or not isinstance(floor, int):
+        raise SnapshotError("generation_floor: expected an integer")
+    return CoordinatorState(config=config, groups={g.group_id: g for g in groups},
+                            generation_floor=floor)

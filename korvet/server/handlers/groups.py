@@ -265,11 +265,11 @@ def _fetched_offsets(coordinator: GroupCoordinator, group_id: str,
     """(topic, [(partition, committed or None)]) for the requested topics, or all committed."""
     if topics is None:
         by_topic: dict[str, list[tuple[int, core.CommittedOffset | None]]] = {}
-        for tp, committed in core.offset_fetch(coordinator.state, group_id):
+        for tp, committed in core.offset_fetch(coordinator.durable_view, group_id):
             by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
         return sorted(by_topic.items())
     wanted = [core.TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
-    found = dict(core.offset_fetch(coordinator.state, group_id, wanted))
+    found = dict(core.offset_fetch(coordinator.durable_view, group_id, wanted))
     return [(t.name, [(p, found.get(core.TopicPartition(t.name, p)))
                       for p in t.partition_indexes]) for t in topics]
 
@@ -348,7 +348,7 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
     include_ops = bool(getattr(request, "include_authorized_operations", False))
     groups = []
     for group_id in request.groups:
-        described = core.describe_group(coordinator.state, group_id)
+        described = core.describe_group(coordinator.durable_view, group_id)
         error = _error(described.error)
         message = None
         if error == ErrorCode.group_id_not_found:
@@ -373,7 +373,7 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
                       request: ListGroupsRequest) -> ListGroupsResponse:
     response_cls = response_type(type(request))
     group_cls = nested(response_cls, "ListedGroup")
-    listed = core.list_groups(coordinator.state, getattr(request, "states_filter", ()) or (),
+    listed = core.list_groups(coordinator.durable_view, getattr(request, "states_filter", ()) or (),
                               getattr(request, "types_filter", ()) or ())
     access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
     if not access.cluster_allowed(Operation.DESCRIBE):
