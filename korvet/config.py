@@ -174,22 +174,24 @@ SETTINGS: tuple[Setting, ...] = (
 # password are redis.username / redis.password above). The names
 # follow the original product's (korvet.broker.tls, cert-file, key-file, client-auth-required,
 # trust-cert-file, sasl.enabled, sasl.mechanisms: their KORVET_BROKER_* variables are these
-# settings' variables) and Kafka's (listeners, advertised.listeners, super.users, ...: the
-# YAML keys in KAFKA_STYLE_NAMES). ``list`` settings take a comma-separated string or, in
-# YAML, a list (or a mapping, for security.tenants).
+# settings' variables) and Kafka's (listeners, advertised.listeners, super.users, ...: in
+# ``also``, so each is a YAML key, a KORVET_ variable and a flag too). ``list`` settings
+# take a comma-separated string or, in YAML, a list (or a mapping, for security.tenants).
 SECURITY_SETTINGS: tuple[Setting, ...] = (
     Setting("broker.listeners", list, "",
             "listeners as NAME://host:port, comma-separated (Kafka's `listeners`; a NAME that is "
             "not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL takes its protocol from "
             "broker.listener-security-protocol-map); empty: one listener on broker.host:"
             "broker.port, PLAINTEXT unless broker.tls / broker.sasl.enabled say otherwise",
-            ("--listeners",)),
+            ("--listeners",), also=("listeners",)),
     Setting("broker.advertised-listeners", str, "",
             "NAME://host:port per listener: the address Metadata gives that listener's clients "
-            "(Kafka's `advertised.listeners`; default: the listener's own address)"),
+            "(Kafka's `advertised.listeners`; default: the listener's own address)",
+            also=("advertised.listeners",)),
     Setting("broker.listener-security-protocol-map", str, "",
             "NAME:PROTOCOL pairs, e.g. INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL "
-            "(Kafka's `listener.security.protocol.map`)"),
+            "(Kafka's `listener.security.protocol.map`)",
+            also=("listener.security.protocol.map",)),
     Setting("broker.listeners-file", str, "",
             "write {listener name: bound port} as JSON to this file once listening (scripts, tests)"),
     Setting("broker.tls", bool, False,
@@ -198,7 +200,7 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
     Setting("broker.cert-file", str, "", "PEM certificate chain of the broker (TLS listeners)"),
     Setting("broker.key-file", str, "", "PEM private key of broker.cert-file"),
     Setting("broker.key-password", str, "", "password of broker.key-file, if it is encrypted",
-            secret=True),
+            secret=True, also=("ssl.key.password",)),
     Setting("broker.trust-cert-file", str, "",
             "PEM CA certificates that sign client certificates (mTLS on TLS listeners)"),
     Setting("broker.client-auth-required", bool, False,
@@ -210,29 +212,35 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
             "listener.name.<name>.ssl.client.auth; default: broker.client-auth)"),
     Setting("broker.client-auth", str, "",
             "none, requested or required (Kafka's ssl.client.auth; required is also "
-            "broker.client-auth-required=true)"),
+            "broker.client-auth-required=true)",
+            also=("ssl.client.auth",)),
     Setting("broker.sasl.enabled", bool, False,
             "the default listener (no broker.listeners) requires SASL: SASL_PLAINTEXT, or "
             "SASL_SSL with broker.tls"),
     Setting("broker.sasl.mechanisms", list, "SCRAM-SHA-256,SCRAM-SHA-512",
             "SASL mechanisms SASL listeners accept: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
             "(Kafka's sasl.enabled.mechanisms); PLAIN checks the password against the user's "
-            "SCRAM credential"),
+            "SCRAM credential",
+            also=("sasl.enabled.mechanisms",)),
     Setting("broker.connections-max-reauth-ms", int, 0,
             "a SASL session lasts this long; the client re-authenticates on its connection "
-            "before it ends, or is disconnected (KIP-368; 0: sessions never end)"),
+            "before it ends, or is disconnected (KIP-368; 0: sessions never end)",
+            unit="ms", also=("connections.max.reauth.ms",)),
     Setting("broker.failed-authentication-delay-ms", int, 100,
             "answer a failed authentication this much later, then close "
-            "(Kafka's connections.failed.authentication.delay.ms)"),
+            "(Kafka's connections.failed.authentication.delay.ms)",
+            unit="ms", also=("connections.failed.authentication.delay.ms",)),
     Setting("authorizer.enabled", bool, False,
             "enforce ACLs (Kafka's StandardAuthorizer): a principal may do only what an ACL "
             "allows; manage them with kafka-acls (CreateAcls/DescribeAcls/DeleteAcls)"),
     Setting("authorizer.super-users", list, "",
             "principals allowed everything, ';'-separated as Kafka's super.users "
-            "(e.g. User:admin;User:CN=ops,O=acme)"),
+            "(e.g. User:admin;User:CN=ops,O=acme)",
+            also=("super.users",)),
     Setting("authorizer.allow-everyone-if-no-acl-found", bool, False,
             "with the authorizer on, allow a resource no ACL names "
-            "(Kafka's allow.everyone.if.no.acl.found)"),
+            "(Kafka's allow.everyone.if.no.acl.found)",
+            also=("allow.everyone.if.no.acl.found",)),
     Setting("security.tenants", list, "",
             "principal=keyspace pairs: each principal's topics and groups live in its own Redis "
             "keyspace, invisible to others (e.g. User:alice=acme,User:bob=globex; in YAML a "
@@ -242,19 +250,6 @@ SECURITY_SETTINGS: tuple[Setting, ...] = (
     Setting("redis.tls-cert-file", str, "", "PEM client certificate for Redis (rediss://, mTLS)"),
     Setting("redis.tls-key-file", str, "", "PEM private key of redis.tls-cert-file"),
 )
-
-# Kafka's own names, accepted as top-level YAML keys.
-KAFKA_STYLE_NAMES: dict[str, str] = {
-    "listeners": "broker.listeners",
-    "advertised.listeners": "broker.advertised-listeners",
-    "listener.security.protocol.map": "broker.listener-security-protocol-map",
-    "sasl.enabled.mechanisms": "broker.sasl.mechanisms",
-    "connections.max.reauth.ms": "broker.connections-max-reauth-ms",
-    "connections.failed.authentication.delay.ms": "broker.failed-authentication-delay-ms",
-    "ssl.client.auth": "broker.client-auth",
-    "super.users": "authorizer.super-users",
-    "allow.everyone.if.no.acl.found": "authorizer.allow-everyone-if-no-acl-found",
-}
 
 SETTINGS = (*SETTINGS, *SECURITY_SETTINGS)
 # --- end of security settings ---------------------------------------------------------------
@@ -546,10 +541,9 @@ def _read_yaml(path: Path, loading: _Loading) -> None:
             else:
                 loading.notes.append(f"{path} key {key}: not under korvet:, ignored")
         entries, prefix = _flatten(wrapped), "korvet."
-    known = [*_BY_ANY_NAME, *KAFKA_STYLE_NAMES, "topics[N]." + "|".join(TOPIC_FIELDS)]
-    for raw_key, value in entries.items():
-        origin = f"{path} key {prefix}{raw_key}"
-        key = KAFKA_STYLE_NAMES.get(raw_key, raw_key)
+    known = [*_BY_ANY_NAME, "topics[N]." + "|".join(TOPIC_FIELDS)]
+    for key, value in entries.items():
+        origin = f"{path} key {prefix}{key}"
         topic = _TOPIC_KEY.fullmatch(key)
         if topic is not None:
             loading.topic_field(int(topic.group(1)), topic.group(2), value, origin)

@@ -137,6 +137,31 @@ def test_list_settings_from_flags() -> None:
     assert s.sasl.mechanisms == ("PLAIN",)
 
 
+def test_kafkas_names_of_the_security_settings_are_variables_flags_and_yaml_keys(
+        tmp_path: Path) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    args = parser.parse_args(["--sasl-enabled-mechanisms", "PLAIN", "--connections-max-reauth-ms",
+                              "1m", "--allow-everyone-if-no-acl-found"])
+    overrides = {s.name: getattr(args, s.attr, None) for s in config.SETTINGS}
+    from_flags = SecuritySettings.from_config(config.load(
+        overrides=overrides, env={"KORVET_SUPER_USERS": "User:admin;User:ops"}))
+    assert from_flags.sasl.mechanisms == ("PLAIN",)
+    assert from_flags.sasl.max_reauth_ms == 60_000
+    assert from_flags.policy.super_users == {"User:admin", "User:ops"}
+    assert from_flags.policy.allow_everyone_if_no_acl_found
+    path = tmp_path / "korvet.yaml"
+    path.write_text("listeners: SASL_PLAINTEXT://127.0.0.1:0\nssl.client.auth: none\n")
+    loaded = config.load(yaml_path=path, env={})
+    assert loaded.warnings == ()
+    assert [spec.protocol for spec in SecuritySettings.from_config(loaded).listeners] == [
+        Protocol.SASL_PLAINTEXT]
+    with pytest.raises(config.ConfigError, match="super"):  # both names, different values
+        config.load(env={"KORVET_SUPER_USERS": "User:a", "KORVET_AUTHORIZER_SUPER_USERS": "User:b"})
+
+
 @pytest.mark.parametrize(("env", "fragment"), [
     ({"KORVET_BROKER_LISTENERS": "EXTERNAL://h:1"}, "no security protocol"),
     ({"KORVET_BROKER_LISTENERS": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "unique"),

@@ -43,14 +43,6 @@ own name wins when both are given.
 |---|---|---|---|---|
 """
 
-_KAFKA_NAMES = """
-Kafka's own names are accepted as top-level YAML keys for the security settings
-(see [security.md](security.md)):
-
-| Kafka's name | setting |
-|---|---|
-"""
-
 _TOPICS = """
 ## Topic configurations
 
@@ -152,9 +144,8 @@ def render() -> str:
         if d.read_only_after_create:
             effect += " (fixed at creation)"
         topic_rows.append(f"| `{d.name}` | `{d.default}` | {effect} |")
-    kafka_rows = [f"| `{kafka}` | `{name}` |" for kafka, name in config.KAFKA_STYLE_NAMES.items()]
-    return (_INTRO + "\n".join(rows) + "\n" + _KAFKA_NAMES + "\n".join(kafka_rows) + "\n"
-            + _compat() + _TOPICS + "\n".join(topic_rows) + "\n" + _OUTRO)
+    return (_INTRO + "\n".join(rows) + "\n" + _compat() + _TOPICS + "\n".join(topic_rows)
+            + "\n" + _OUTRO)
 
 
 def main() -> int:
