@@ -59,6 +59,7 @@ API_VERSIONS, METADATA, PRODUCE, FETCH, FIND_COORDINATOR, JOIN_GROUP = 18, 3, 0,
 OFFSET_COMMIT, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 8, 19, 22, 32
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_USERS, ALTER_USERS = 29, 30, 31, 50, 51
+DESCRIBE_TOPIC_PARTITIONS = 75
 NONE, UNKNOWN_TOPIC = 0, 3
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 UNSUPPORTED_MECHANISM, ILLEGAL_SASL_STATE, SASL_FAILED = 33, 34, 58
@@ -705,6 +706,48 @@ def metadata_hides(ctx: CheckContext) -> None:
         expect_error(answer.topics[0].error_code, TOPIC_DENIED, f"Metadata of {wanted}")
     admin_view = secure.ops().metadata([missing])
     expect_error(admin_view.topics[0].error_code, UNKNOWN_TOPIC, "the topic the user asked for")
+
+
+@check("security.authz.describe_topic_partitions_hides_undescribable_topics", api=AUTHZ_API,
+       requires=REQUIRES,
+       asserts="DescribeTopicPartitions of all topics leaves out those the principal may not DESCRIBE "
+               "and lists one it may; naming one it may not (or a topic that does not exist) answers "
+               "TOPIC_AUTHORIZATION_FAILED with no partitions.",
+       source="KIP-966 (DescribeTopicPartitions); Kafka DescribeTopicPartitionsRequestHandler")
+def describe_topic_partitions_hides(ctx: CheckContext) -> None:
+    secure = Secure(ctx)
+    hidden = secure.ops().create_topic().name
+    shown = secure.ops().create_topic().name
+    missing = ctx.name("t")
+    name = secure.new_user("pw")
+    secure.create_acls({"resource_type": TOPIC, "resource_name": shown, "principal": f"User:{name}",
+                        "operation": DESCRIBE})
+    conn = secure.session(name, "pw")
+    ops = secure.ops(conn)
+    deadline = time.monotonic() + GRANT_WAIT
+    while True:  # the new ACL may take a moment to reach the broker
+        listed: set[str] = set()
+        cursor = None
+        for _ in range(100):  # every page of the listing
+            answer = ops.call(DESCRIBE_TOPIC_PARTITIONS, topics=[], response_partition_limit=2000,
+                              cursor=cursor)
+            listed |= {str(t.name) for t in answer.topics}
+            if answer.next_cursor is None:
+                break
+            cursor = {"topic_name": answer.next_cursor.topic_name,
+                      "partition_index": answer.next_cursor.partition_index}
+        if shown in listed or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    expect(shown in listed, "the topic the principal may DESCRIBE is not listed")
+    expect(hidden not in listed, "the undescribable topic is listed")
+    named = ops.call(DESCRIBE_TOPIC_PARTITIONS, topics=[{"name": hidden}, {"name": missing}],
+                     response_partition_limit=2000, cursor=None)
+    answers = {str(t.name): t for t in named.topics}
+    for wanted in (hidden, missing):
+        expect(wanted in answers, f"{wanted} is not answered")
+        expect_error(answers[wanted].error_code, TOPIC_DENIED, f"DescribeTopicPartitions of {wanted}")
+        expect_eq(len(answers[wanted].partitions), 0, f"partitions given for {wanted}")
 
 
 @check("security.authz.group_rights", api=AUTHZ_API, requires=REQUIRES, timeout=60,
