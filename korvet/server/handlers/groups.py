@@ -19,6 +19,8 @@ from kio.schema.errors import ErrorCode
 from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
+from korvet.core.security.access import NOT_REQUESTED
+from korvet.core.security.acl import Operation, ResourceType
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
 from korvet.protocol.messages import (
     DeleteGroupsRequest,
@@ -67,9 +69,6 @@ DELETE_GROUPS_VERSIONS = range(0, 3)
 OFFSET_DELETE_VERSIONS = range(0, 1)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-NOT_REQUESTED = -(2**31)
-# AclOperation codes a group allows without an authorizer: READ 3, DELETE 6, DESCRIBE 8
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 def _error(code: core.ErrorCode | int) -> ErrorCode:
@@ -109,7 +108,8 @@ async def find_coordinator(services: Services, ctx: RequestContext,
         keys = [getattr(request, "key", "")]
     key_type = getattr(request, "key_type", GROUP_KEY)
 
-    owners = {k: await _group_owner(services, k) for k in keys} if key_type == GROUP_KEY else {}
+    owners = ({k: await _group_owner(services, ctx, k) for k in keys}
+              if key_type == GROUP_KEY else {})
 
     def answer(key: str) -> dict[str, Any]:
         if key_type == GROUP_KEY:
@@ -134,12 +134,13 @@ async def find_coordinator(services: Services, ctx: RequestContext,
                 coordinators=tuple(make(coordinator_cls, **answer(k)) for k in keys))
 
 
-async def _group_owner(services: Services, group_id: str) -> BrokerEntry | None:
+async def _group_owner(services: Services, ctx: RequestContext,
+                       group_id: str) -> BrokerEntry | None:
     """The broker coordinating the group: this one with one broker; with several, the
     holder of the group's lease, acquired here if it is free (None: the owner is not in
     the registry, or Redis did not answer; the client asks again)."""
-    me = BrokerEntry(services.node_id, services.advertised_host, services.advertised_port,
-                     services.rack)
+    host, port = services.endpoint(ctx)  # the listener the client came in on
+    me = BrokerEntry(services.node_id, host, port, services.rack)
     coordinator = services.coordinator
     if coordinator is None or coordinator.ownership is None or services.membership is None:
         return me
@@ -417,7 +418,8 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
                                group_instance_id=m.group_instance_id, client_id=m.client_id,
                                client_host=m.client_host, member_metadata=m.metadata,
                                member_assignment=m.assignment) for m in described.members),
-            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+            authorized_operations=(ctx.access.operations(ResourceType.GROUP, group_id)
+                                   if include_ops else NOT_REQUESTED)))
     return make(response_cls, throttle_time=0, groups=tuple(groups))
 
 
@@ -427,6 +429,10 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
     group_cls = nested(response_cls, "ListedGroup")
     listed = core.list_groups(coordinator.durable_view, getattr(request, "states_filter", ()) or (),
                               getattr(request, "types_filter", ()) or ())
+    access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
+    if not access.cluster_allowed(Operation.DESCRIBE):
+        listed = tuple(g for g in listed
+                       if access.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(
         make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type="classic") for g in listed))
