@@ -869,11 +869,12 @@ class Abstraction:
 
     def __post_init__(self) -> None:
         graph = self.graph.graph
+        cores = {node: core(state) for node, state in graph.states.items()}
         for node, state in graph.states.items():
-            key = core(state)
+            key = cores[node]
             self.states[key] = state["grp"]
             self.edges.setdefault(key, set()).update(
-                (action, core(graph.states[target])) for action, target in graph.successors(node))
+                (action, cores[target]) for action, target in graph.successors(node))
 
     def steps_from(self, key: CoreCanon) -> dict[Canon, StepResult]:
         if key not in self.steps:
