@@ -70,7 +70,8 @@ VARIABLES
     grp,     \* the group (a record; "Absent" when the coordinator does not know it)
     out,     \* the effects of the last step
     issued,  \* how many ids of MemberIds the broker has handed out (the adapter's UUIDs)
-    calm,    \* LiveSpec only: clients no longer perturb the group (FALSE in Spec)
+    calm,    \* unused, always FALSE (GroupCoordinatorDurable names it; the liveness
+             \* model, GroupCoordinatorLive.tla, counts perturbations instead)
     floor    \* the generation a new group starts from (0 here; see GroupCoordinatorDurable)
 
 vars == <<grp, out, issued, calm, floor>>
@@ -709,56 +710,7 @@ GenerationIncreases ==
            \/ /\ grp'.generation = grp.generation + 1
               /\ grp'.state \in {"CompletingRebalance", "Empty"}]_vars
 
-\* Liveness.  In LiveSpec the clients may perturb the group for as long as
-\* they like (every step of Next: new members, leaves, metadata changes,
-\* expiries, restarts, deletes, stale requests), and then may calm down for
-\* good: from then on members only do what well-behaved members do (rejoin
-\* during a rebalance, send SyncGroup for the current generation, heartbeat),
-\* the join phase's timer runs and the adapter finishes clean-ups.  Those steps
-\* are weakly fair.
-Rejoin(m) ==
-    /\ grp.state = "PreparingRebalance"
-    /\ IsMember(grp, m)
-    /\ ~grp.members[m].awaitingJoin
-    /\ JoinGroupReq(m, grp.members[m].instance, grp.members[m].protocols, TRUE, TRUE, FALSE)
-
-SyncCurrent(m) ==
-    /\ grp.state \in {"CompletingRebalance", "Stable"}
-    /\ m \in grp.pendingSync
-    /\ SyncGroupReq(m, grp.members[m].instance, grp.generation,
-                    [x \in DOMAIN grp.members |-> CHOOSE a \in Assignments : TRUE], NoName)
-
-\* The steps of a calm group (heartbeats change no group state, only `out`:
-\* they cannot hold a rebalance up, so they are left out).
-CalmRejoin == calm /\ \E m \in DOMAIN grp.members : Rejoin(m)
-CalmSync == calm /\ \E m \in DOMAIN grp.members : SyncCurrent(m)
-CalmTimer == calm /\ RebalanceTimeout
-CalmCleanup == calm /\ GroupDataDeleted
-CalmProgress == CalmRejoin \/ CalmSync \/ CalmTimer \/ CalmCleanup
-
-CalmDown == ~calm /\ calm' = TRUE /\ UNCHANGED <<grp, out, issued, floor>>
-
-LiveNext == (~calm /\ Next) \/ CalmDown \/ CalmProgress
-
-\* Each calm step is weakly fair: a member keeps rejoining, keeps syncing, the
-\* timer keeps running, the adapter finishes its clean-up.
-LiveSpec ==
-    /\ Init /\ [][LiveNext]_vars
-    /\ WF_vars(CalmRejoin) /\ WF_vars(CalmSync) /\ WF_vars(CalmTimer) /\ WF_vars(CalmCleanup)
-
-Settled ==
-    /\ grp.state \notin {"PreparingRebalance", "CompletingRebalance", "Dead"}
-    /\ grp.pendingSync = {}
-
-\* Members that keep heartbeating and rejoining see the rebalance complete:
-\* once the group is no longer perturbed, it gets Stable with every member
-\* synced (or Empty, or gone) ...
-RebalanceCompletes == calm ~> Settled
-
-\* ... and stays so.
-SettledStays == [][calm /\ Settled => Settled']_vars
-
-LiveView == <<grp, issued, calm>>
+\* Liveness, with a clock for every timer: GroupCoordinatorLive.tla.
 
 -----------------------------------------------------------------------------
 (* Values for the models (TLC's .cfg files cannot spell sequences; they    *)

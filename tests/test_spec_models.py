@@ -44,3 +44,25 @@ def test_model_has_expected_verdict(model: tlc.Model) -> None:
 
 def test_the_manifest_lists_ci_models() -> None:
     assert CI_MODELS, "spec/models.yaml lists no tier-ci model"
+
+
+def test_group_coordinator_descriptions_match_their_configs() -> None:
+    """What models.yaml says a model covers is what its config binds: the generations a
+    CONSTRAINT model explores (MaxGeneration), the perturbations a liveness model allows
+    (Budget) and the generations that bounds (GenerationBounded: 0..2*Budget+1)."""
+    models = [m for m in tlc.load_models(tlc.spec_dir())
+              if m.module in ("GroupCoordinator", "GroupCoordinatorLive")]
+    assert models
+    for model in models:
+        constants = tlc.read_constants(tlc.spec_dir() / model.config)
+        if model.module == "GroupCoordinatorLive":
+            budget = constants["Budget"]
+            assert isinstance(budget, int)
+            plural = "" if budget == 1 else "s"
+            wanted = [f"{budget} perturbation{plural}", f"generations 0..{2 * budget + 1}"]
+            if model.expect == "violation":
+                wanted = []
+        else:
+            wanted = [f"generations 0..{constants['MaxGeneration']}"]
+        for text in wanted:
+            assert text in model.description, (model.name, text, model.description)

@@ -21,6 +21,7 @@ fixed values; the spec's ``issued`` counts the member ids handed out.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -30,8 +31,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from korvet.core.coordinator import (
     CommittedOffset,
@@ -41,6 +45,7 @@ from korvet.core.coordinator import (
     DeleteGroups,
     DeleteGroupsReply,
     Effect,
+    ErrorCode,
     Event,
     Group,
     GroupDataDeleted,
@@ -71,9 +76,11 @@ from korvet.core.coordinator import (
     TopicPartition,
     machine,
     step,
+    timers,
 )
 from korvet.spec import tlc
 from korvet.spec.values import Function, Record, TlaValue, parse_state
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.tlc
 
@@ -641,3 +648,309 @@ def test_spec_states_read_back_as_themselves() -> None:
                         '/\\ out = {}\n/\\ issued = 0\n/\\ calm = FALSE')
     assert concretize(REPLAY, state["grp"]).groups == {}
     assert abstract(REPLAY, concretize(REPLAY, state["grp"])) == canon(state["grp"])
+
+
+# --- every (state, event) step compared by TLC: spec/GroupCoordinatorSteps.tla ------
+
+def tla(value: Canon) -> str:
+    """TLA+ text of a canonical value (string-keyed maps print as records, as TLC does)."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        assert '"' not in value and "\\" not in value, value
+        return f'"{value}"'
+    assert isinstance(value, tuple), value
+    kind, items = value
+    if kind == "map":
+        if not items:
+            return "<<>>"
+        return "[" + ", ".join(f"{k} |-> {tla(v)}" for k, v in items) + "]"
+    if kind == "seq":
+        return "<<" + ", ".join(tla(v) for v in items) + ">>"
+    assert kind == "set", value
+    return "{" + ", ".join(sorted(tla(v) for v in items)) + "}"
+
+
+def event_record(config: Config, event: Event) -> Canon:
+    """The spec's `ev` (GroupCoordinatorSteps.tla) for a Python event: its action and parameters."""
+    record: dict[str, object]
+    match event:
+        case JoinGroup():
+            record = {"api": "JoinGroup", "mid": event.member_id,
+                      "inst": event.group_instance_id or "",
+                      "protos": tuple((p.name, p.metadata.decode()) for p in event.protocols),
+                      "sessionOk": config.min_session_timeout_ms <= event.session_timeout_ms
+                      <= config.max_session_timeout_ms,
+                      "requireKnown": event.requires_known_member_id,
+                      "skipOk": event.supports_skip_assignment}
+        case SyncGroup():
+            record = {"api": "SyncGroup", "mid": event.member_id,
+                      "inst": event.group_instance_id or "", "gen": event.generation_id,
+                      "asg": {a.member_id: a.assignment.decode() for a in event.assignments},
+                      "pname": event.protocol_name or ""}
+        case Heartbeat():
+            record = {"api": "Heartbeat", "mid": event.member_id,
+                      "inst": event.group_instance_id or "", "gen": event.generation_id}
+        case LeaveGroup():
+            record = {"api": "LeaveGroup", "batch": tuple(
+                (m.member_id, m.group_instance_id or "") for m in event.members)}
+        case OffsetCommit():
+            record = {"api": "OffsetCommit", "mid": event.member_id,
+                      "inst": event.group_instance_id or "", "gen": event.generation_id,
+                      "offs": {f"p{o.partition}": o.offset for o in event.offsets},
+                      "v9": event.unknown_group_is_not_found}
+        case SessionTimeout() | PendingMemberTimeout():
+            record = {"api": type(event).__name__, "mid": event.member_id}
+        case _:
+            record = {"api": type(event).__name__}
+    return canon(record)
+
+
+CoreCanon = tuple[Canon, int]  # (grp, issued)
+StepResult = tuple[CoreCanon, Canon]  # (next state, effects)
+
+
+def machine_steps(c: Constants, grp: TlaValue, issued: int) -> dict[Canon, StepResult]:
+    """ev -> (next state, effects) of every step the machine takes from this spec state,
+    for every event of the spec's parameter domains (no-op timers are not steps)."""
+    state = concretize(c, grp)
+    here = abstract(c, state)
+    fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
+    steps: dict[Canon, StepResult] = {}
+    for event in events_for(c, grp, issued):
+        now = DEADLINE if isinstance(event, INTERNAL) else REQUEST_AT
+        after, effects = step(state, event, now)
+        there = here if after is state else abstract(c, after)
+        if isinstance(event, INTERNAL) and there == here and not effects:
+            continue  # a timer with nothing to do: no transition in the spec
+        group = after.groups.get(GROUP)
+        used = group is not None and fresh is not None and (
+            fresh in group.members or fresh in group.pending)
+        outs = ("set", frozenset(effect_canon(e) for e in effects))
+        steps[event_record(state.config, event)] = ((there, issued + 1 if used else issued), outs)
+    return steps
+
+
+@dataclass
+class StepCheck:
+    sources: int  # states of TLC's graph the steps start from
+    machine_steps: int  # (state, event) pairs the machine has a step for
+    tlc: tlc.TlcResult
+    seconds_python: float
+    violation: str = ""
+
+    @property
+    def tlc_steps(self) -> int:
+        return self.tlc.distinct - self.sources  # one depth-1 state per (source, event)
+
+
+def _intern(table: dict[Any, int], value: object) -> int:
+    if value not in table:
+        table[value] = len(table) + 1
+    return table[value]
+
+
+def check_steps(g: Graph, nodes: Iterable[str] | None = None) -> StepCheck:
+    """Write the machine's steps from every state (or ``nodes``) of the graph into a root
+    module over GroupCoordinatorSteps.tla and have TLC compare them with the spec's."""
+    c, graph = g.constants, g.graph
+    started = time.monotonic()
+    sources: dict[CoreCanon, int] = {}
+    grps: dict[CoreCanon, TlaValue] = {}
+    for node in graph.states if nodes is None else nodes:
+        state = graph.states[node]
+        if within_constraint(c, state):
+            key = core(state)
+            _intern(sources, key)
+            grps[key] = state["grp"]
+    count = len(sources)
+    events: dict[Canon, int] = {}
+    outs: dict[Canon, int] = {}
+    rows: list[str] = []
+    pairs = 0
+    for (grp_canon, issued) in list(sources):
+        entries = sorted((_intern(events, ev), _intern(sources, there), _intern(outs, effects))
+                         for ev, (there, effects) in
+                         machine_steps(c, grps[(grp_canon, issued)], issued).items())
+        pairs += len(entries)
+        rows.append("<<" + ", ".join(f"<<{e}, {s}, {o}>>" for e, s, o in entries) + ">>")
+    seq = ",\n    ".join
+    module = "\n".join([
+        "---- MODULE GroupCoordinatorStepsRun ----",
+        "EXTENDS GroupCoordinatorSteps",
+        "RunSources == <<\n    " + seq(f"<<{tla(s)}, {i}>>" for s, i in sources) + ">>",
+        "RunEvents == <<\n    " + seq(tla(e) for e in events) + ">>",
+        "RunOuts == <<\n    " + seq(tla(o) for o in outs) + ">>",
+        "RunTable == <<\n    " + seq(rows) + ">>",
+        f"RunInit == CheckInit(RunSources, {count})",
+        "RunAgrees == Agrees(RunSources, RunEvents, RunOuts, RunTable)",
+        "====", ""])
+    cfg = (tlc.spec_dir() / c.config_file).read_text()
+    constants = cfg[cfg.index("CONSTANTS"):cfg.index("MaxGeneration")]
+    config = "\n".join(["INIT RunInit", "NEXT CheckNext",
+                        constants + f"MaxGeneration = {c.max_generation}",
+                        "INVARIANT RunAgrees", ""])
+    python_seconds = time.monotonic() - started
+    with tempfile.TemporaryDirectory(prefix="korvet-steps-") as work:
+        directory = Path(work)
+        for name in ("GroupCoordinator.tla", "GroupCoordinatorSteps.tla"):
+            (directory / name).write_text((tlc.spec_dir() / name).read_text())
+        (directory / "GroupCoordinatorStepsRun.tla").write_text(module)
+        (directory / "GroupCoordinatorStepsRun.cfg").write_text(config)
+        model = tlc.Model(name=f"{c.model}-steps", module="GroupCoordinatorStepsRun",
+                          config="GroupCoordinatorStepsRun.cfg", extra_args=("-deadlock",))
+        result = tlc.run_model(model, directory, workers="1")
+    violation = ""
+    if result.outcome != "pass":
+        violation = "\n".join(result.errors[:3])
+        if result.trace:
+            last = result.trace[-1].state
+            source = list(sources)[int(str(last["src"])) - 1]
+            steps = machine_steps(c, grps[source], source[1])
+            violation += f"\nthe spec's step: {result.trace[-1].raw}\nthe machine's: " + \
+                repr(steps.get(canon(last["ev"]), "none"))
+    return StepCheck(count, pairs, result, python_seconds, violation)
+
+
+
+def test_every_step_of_the_spec_is_the_machines_step(graph: Graph) -> None:
+    """Every (state, event) of the model, self-loops and error replies included: TLC takes
+    each step of StepNext from each state of the graph and finds the machine's step for
+    the same event there, into the same state, with the same effects; and the machine has
+    no step the spec lacks (the counts agree)."""
+    check = check_steps(graph)
+    result = check.tlc
+    print(f"\n{graph.constants.model}: {check.machine_steps:,} (state, event) steps of the machine "
+          f"from {check.sources:,} states, compared by TLC with the spec's {check.tlc_steps:,} "
+          f"({result.generated:,} generated, {result.distinct:,} distinct, "
+          f"{result.wall_seconds:.1f}s; tables written in {check.seconds_python:.1f}s)")
+    assert result.outcome == "pass", check.violation or result.errors
+    assert check.sources == graph.graph.result.distinct
+    assert check.tlc_steps == check.machine_steps
+
+
+def test_the_step_check_catches_a_wrong_reply_that_changes_no_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: a heartbeat during a rebalance answered NONE instead of
+    REBALANCE_IN_PROGRESS leaves the state as it is (the old replay never saw it); the
+    step check finds it."""
+    graph = cached_graph(REPLAY)
+    preparing = [n for n, s in graph.graph.states.items()
+                 if field(s["grp"], "state") == "PreparingRebalance"
+                 and as_map(field(s["grp"], "members"))]
+    assert preparing
+    heartbeat = machine._heartbeat
+
+    def silent(state: CoordinatorState, event: Heartbeat, now: int) -> machine.Step:
+        after, effects = heartbeat(state, event, now)
+        return after, tuple(HeartbeatReply(e.request_id, e.member_id, ErrorCode.NONE)
+                            if isinstance(e, HeartbeatReply)
+                            and e.error is ErrorCode.REBALANCE_IN_PROGRESS else e
+                            for e in effects)
+
+    monkeypatch.setattr(machine, "_heartbeat", silent)
+    check = check_steps(graph, preparing[:40])
+    assert check.tlc.outcome == "violation" and "Agrees" in check.tlc.violated, check.tlc.errors
+    assert "Heartbeat" in check.violation
+
+
+# --- refinement: random runs of the machine are behaviours of the spec -------------
+
+@dataclass
+class Abstraction:
+    """TLC's graph by abstract state, and the machine's steps from each (cached)."""
+
+    graph: Graph
+    states: dict[CoreCanon, TlaValue] = dataclass_field(default_factory=dict)
+    edges: dict[CoreCanon, set[tuple[str, CoreCanon]]] = dataclass_field(default_factory=dict)
+    steps: dict[CoreCanon, dict[Canon, StepResult]] = dataclass_field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        graph = self.graph.graph
+        cores = {node: core(state) for node, state in graph.states.items()}
+        for node, state in graph.states.items():
+            key = cores[node]
+            self.states[key] = state["grp"]
+            self.edges.setdefault(key, set()).update(
+                (action, cores[target]) for action, target in graph.successors(node))
+
+    def steps_from(self, key: CoreCanon) -> dict[Canon, StepResult]:
+        if key not in self.steps:
+            self.steps[key] = machine_steps(self.graph.constants, self.states[key], key[1])
+        return self.steps[key]
+
+
+def concrete_events(c: Constants, a: Abstraction, key: CoreCanon, state: CoordinatorState,
+                    now: int, data: st.DataObject) -> Event:
+    """A request of the spec's parameter domains with concrete values the replay fixes
+    drawn freely (timeouts, request ids), a due timer, a clean-up, or a restart."""
+    due = timers.due_timeouts(state, now)
+    kind = data.draw(st.sampled_from(["request", "request", "request", "timer", "other"]))
+    if kind == "timer" and due:
+        return data.draw(st.sampled_from(due))
+    if kind == "other":
+        other: list[Event] = [Restart(), GroupDataDeleted(GROUP)]
+        return data.draw(st.sampled_from(other))
+    event = data.draw(st.sampled_from(list(events_for(c, a.states[key], key[1]))))
+    if isinstance(event, INTERNAL):
+        return event  # fired at `now`, due or not
+    request_id = data.draw(st.integers(1, 10_000))
+    if isinstance(event, JoinGroup):
+        config = state.config
+        session = event.session_timeout_ms
+        if session == SESSION_MS:
+            session = data.draw(st.integers(config.min_session_timeout_ms, 30_000))
+        return dataclasses.replace(event, request_id=request_id, session_timeout_ms=session,
+                                   rebalance_timeout_ms=data.draw(st.integers(1, 40_000)))
+    if isinstance(event, SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | DeleteGroups):
+        return dataclasses.replace(event, request_id=request_id)
+    return event
+
+
+def refinement_run(a: Abstraction, data: st.DataObject, length: int) -> int:
+    """Step the machine ``length`` times; every step, abstracted, must be a step of the
+    spec: a transition of TLC's graph with the effects TLC accepted for that (state,
+    event) in the step check, or a stutter (a timer not due: nothing changes, no effect)."""
+    c = a.graph.constants
+    state = CoordinatorState(config=Config(group_max_size=c.group_max_size), groups={})
+    issued, now, taken = 0, 0, 0
+    for _ in range(length):
+        now += data.draw(st.sampled_from([0, 0, 1, 1_000, 3_000, 10_000, 30_000, 400_000]))
+        key = (abstract(c, state), issued)
+        assert key in a.states, f"the machine reached a state outside TLC's graph: {key}"
+        event = concrete_events(c, a, key, state, now, data)
+        after, effects = step(state, event, now)
+        group = after.groups.get(GROUP)
+        fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
+        if group is not None and fresh is not None and (
+                fresh in group.members or fresh in group.pending):
+            issued += 1
+        there = (abstract(c, after), issued)
+        outs = ("set", frozenset(effect_canon(e) for e in effects))
+        state = after
+        if there == key and not effects:
+            continue  # a stutter: the spec allows it
+        name = type(event).__name__
+        if group is not None and group.generation > c.max_generation:
+            break  # beyond the model's bounds
+        assert (name, there) in a.edges[key], \
+            f"{name} from {key} to {there} is not a transition of TLC's graph ({event})"
+        expected = a.steps_from(key).get(event_record(state.config, event))
+        assert expected == (there, outs), \
+            f"{event} from {key}: effects {outs}, the spec's step {expected}"
+        taken += 1
+    return taken
+
+
+@pytest.fixture(scope="module")
+def abstraction() -> Abstraction:
+    return Abstraction(cached_graph(REPLAY))
+
+
+@settings(max_examples=examples(0.5), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_machine_runs_refine_the_spec(abstraction: Abstraction, data: st.DataObject) -> None:
+    refinement_run(abstraction, data, 40)
