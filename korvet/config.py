@@ -53,8 +53,10 @@ class Setting:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The short aliases first, then the full flag; each once."""
-        return tuple(dict.fromkeys((*self.aliases, self.flag)))
+        """The short aliases first, then the full flag, then one flag per other name of the
+        setting (Kafka's `socket.request.max.bytes` is `--socket-request-max-bytes`); each once."""
+        others = ("--" + n.replace(".", "-").replace("_", "-") for n in self.also)
+        return tuple(dict.fromkeys((*self.aliases, self.flag, *others)))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -82,8 +84,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.id", int, 0, "node id of this broker in Metadata responses"),
     Setting("broker.cluster-id", str, "korvet-cluster", "cluster id in Metadata responses"),
     Setting("broker.rack", str, "", "rack id in Metadata responses (empty: none)"),
+    # -- limits and backpressure (server/limits.py; Kafka's names accepted too) --------------
     Setting("broker.max-request-bytes", int, 100 * MiB,
-            "largest request frame accepted; larger frames close the connection", unit="bytes"),
+            "largest request frame accepted; larger frames close the connection", unit="bytes",
+            also=("socket.request.max.bytes",)),
+    Setting("broker.max-connections", int, 2**31 - 1,
+            "open client connections the broker accepts; more are closed at once",
+            also=("max.connections",)),
+    Setting("broker.max-connections-per-ip", int, 2**31 - 1,
+            "open client connections from one address; more are closed at once",
+            also=("max.connections.per.ip",)),
+    Setting("broker.max-pending-bytes", int, 64 * MiB,
+            "bytes of requests and responses in flight on one connection above which the "
+            "broker stops reading from it (the original's max-pending-bytes)", unit="bytes",
+            also=("server.max-pending-bytes",)),
+    Setting("broker.resume-pending-bytes", int, 32 * MiB,
+            "a connection stopped by max-pending-bytes is read again below this many bytes",
+            unit="bytes", also=("server.resume-pending-bytes",)),
+    Setting("broker.connections-max-idle-ms", int, 600_000,
+            "close a connection with no request and nothing in flight for this long (0: never)",
+            unit="ms", also=("connections.max.idle.ms",)),
+    Setting("fetch.max-sessions", int, 1000,
+            "incremental fetch sessions (KIP-227) the broker keeps; 0 turns sessions off",
+            also=("max.incremental.fetch.session.cache.slots",)),
     Setting("broker.port-file", str, "",
             "write the bound port to this file once listening (for scripts and tests)",
             ("--port-file",)),
@@ -562,8 +585,7 @@ def validate(config: Config) -> None:
         raise ConfigError("redis.appendfsync must be one of always, everysec, no, off")
     if config.get_int("redis.aof-rewrite-min-mb") < 1:
         raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
-    if config.get_int("broker.max-request-bytes") < 1024:
-        raise ConfigError("broker.max-request-bytes must be at least 1024")
+    _validate_limits(config)
     lo = config.get_int("groups.min-session-timeout-ms")
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
@@ -573,6 +595,20 @@ def validate(config: Config) -> None:
             f"redis.cluster is true ({config.source('redis.cluster')}), but Korvet (Python) does "
             "not support Redis Cluster yet: point redis.uri at a standalone Redis (>= 7), or at "
             "a Redis Enterprise database without the OSS Cluster API, and unset redis.cluster")
+
+
+def _validate_limits(config: Config) -> None:
+    if config.get_int("broker.max-request-bytes") < 1024:
+        raise ConfigError("broker.max-request-bytes (socket.request.max.bytes) must be at least 1024")
+    for name in ("broker.max-connections", "broker.max-connections-per-ip"):
+        if config.get_int(name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    high = config.get_int("broker.max-pending-bytes")
+    low = config.get_int("broker.resume-pending-bytes")
+    if not 0 <= low <= high:
+        raise ConfigError("broker.resume-pending-bytes must be within 0..broker.max-pending-bytes")
+    if config.get_int("fetch.max-sessions") < 0:
+        raise ConfigError("fetch.max-sessions must not be negative")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

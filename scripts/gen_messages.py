@@ -28,6 +28,8 @@ SERVED: dict[int, range] = {
     14: range(0, 6), 15: range(0, 7), 16: range(0, 6), 18: range(0, 5), 19: range(2, 8),
     20: range(1, 7), 22: range(0, 7), 23: range(2, 5), 32: range(1, 5), 33: range(0, 3),
     37: range(0, 4), 42: range(0, 3), 44: range(0, 2), 47: range(0, 1), 60: range(0, 3),
+    # the admin APIs operators' tools call (server/handlers/admin.py)
+    21: range(0, 3), 35: range(1, 6), 61: range(0, 1), 75: range(0, 1),
 }
 
 

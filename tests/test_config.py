@@ -156,3 +156,35 @@ def test_serve_rejects_a_bad_setting_with_exit_code_2() -> None:
                             capture_output=True, text=True, check=False, timeout=30)
     assert result.returncode == 2
     assert "topics.sequence-bits must be within 1..22" in result.stderr
+
+
+def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "korvet.yaml"
+    yaml_file.write_text("socket.request.max.bytes: 2048\nmax:\n  connections: 50\n")
+    loaded = config.load(yaml_path=yaml_file, env={
+        "KORVET_MAX_CONNECTIONS_PER_IP": "7", "KORVET_CONNECTIONS_MAX_IDLE_MS": "1234",
+        "KORVET_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS": "3"})
+    assert loaded.get_int("broker.max-request-bytes") == 2048
+    assert loaded.get_int("broker.max-connections") == 50
+    assert loaded.get_int("broker.max-connections-per-ip") == 7
+    assert loaded.get_int("broker.connections-max-idle-ms") == 1234
+    assert loaded.get_int("fetch.max-sessions") == 3
+    # Both names set to different values is an error naming both (one setting, two names).
+    with pytest.raises(config.ConfigError, match="KORVET_SOCKET_REQUEST_MAX_BYTES"):
+        config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+                         "KORVET_BROKER_MAX_REQUEST_BYTES": "8192"})
+    same = config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+                            "KORVET_BROKER_MAX_REQUEST_BYTES": "4096"})
+    assert same.get_int("broker.max-request-bytes") == 4096
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"KORVET_BROKER_MAX_CONNECTIONS": "0"}, "broker.max-connections must be at least 1"),
+    ({"KORVET_BROKER_RESUME_PENDING_BYTES": str(2**40)},
+     "resume-pending-bytes must be within 0..broker.max-pending-bytes"),
+    ({"KORVET_FETCH_MAX_SESSIONS": "-1"}, "fetch.max-sessions must not be negative"),
+    ({"KORVET_SOCKET_REQUEST_MAX_BYTES": "10"}, "socket.request.max.bytes"),
+])
+def test_bad_limits_are_clear_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(config.ConfigError, match=message):
+        config.load(env=env)

@@ -6,9 +6,7 @@ whether what it read answers the request. Tests: tests/properties/test_fetch_rul
 
 - Limits: ``max_bytes`` absent or not positive means no limit (Fetch v0-v2 had none);
   a negative ``partition_max_bytes`` reads nothing for that partition.
-- Sessions (KIP-227) are not kept: a request naming a session id gets
-  FETCH_SESSION_ID_NOT_FOUND, one with a positive session epoch INVALID_FETCH_SESSION_EPOCH;
-  every response carries session id 0, which tells clients to send full requests.
+- Sessions (KIP-227, incremental fetch) are korvet/core/fetch_session.py.
 - A partition is readable when its topic and index exist and the client's
   ``current_leader_epoch`` is not newer than the broker's (every partition keeps leader
   epoch 0: UNKNOWN_LEADER_EPOCH otherwise).
@@ -40,15 +38,6 @@ class FetchLimits:
     def of(cls, max_wait_ms: int, min_bytes: int, max_bytes: int | None) -> FetchLimits:
         return cls(max(0, max_wait_ms), min_bytes,
                    NO_LIMIT if max_bytes is None or max_bytes <= 0 else max_bytes)
-
-
-def session_error(session_id: int, session_epoch: int) -> ErrorCode | None:
-    """The top-level error of a request that asks for a fetch session."""
-    if session_id != 0:
-        return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    if session_epoch > 0:
-        return ErrorCode.INVALID_FETCH_SESSION_EPOCH
-    return None
 
 
 def partition_error(topic_known: bool, by_id: bool, partition: int, partitions: int,

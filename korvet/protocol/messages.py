@@ -51,6 +51,12 @@ if TYPE_CHECKING:
     import kio.schema.delete_groups.v1.response as delete_groups_v1_response
     import kio.schema.delete_groups.v2.request as delete_groups_v2_request
     import kio.schema.delete_groups.v2.response as delete_groups_v2_response
+    import kio.schema.delete_records.v0.request as delete_records_v0_request
+    import kio.schema.delete_records.v0.response as delete_records_v0_response
+    import kio.schema.delete_records.v1.request as delete_records_v1_request
+    import kio.schema.delete_records.v1.response as delete_records_v1_response
+    import kio.schema.delete_records.v2.request as delete_records_v2_request
+    import kio.schema.delete_records.v2.response as delete_records_v2_response
     import kio.schema.delete_topics.v1.request as delete_topics_v1_request
     import kio.schema.delete_topics.v1.response as delete_topics_v1_response
     import kio.schema.delete_topics.v2.request as delete_topics_v2_request
@@ -91,6 +97,20 @@ if TYPE_CHECKING:
     import kio.schema.describe_groups.v5.response as describe_groups_v5_response
     import kio.schema.describe_groups.v6.request as describe_groups_v6_request
     import kio.schema.describe_groups.v6.response as describe_groups_v6_response
+    import kio.schema.describe_log_dirs.v1.request as describe_log_dirs_v1_request
+    import kio.schema.describe_log_dirs.v1.response as describe_log_dirs_v1_response
+    import kio.schema.describe_log_dirs.v2.request as describe_log_dirs_v2_request
+    import kio.schema.describe_log_dirs.v2.response as describe_log_dirs_v2_response
+    import kio.schema.describe_log_dirs.v3.request as describe_log_dirs_v3_request
+    import kio.schema.describe_log_dirs.v3.response as describe_log_dirs_v3_response
+    import kio.schema.describe_log_dirs.v4.request as describe_log_dirs_v4_request
+    import kio.schema.describe_log_dirs.v4.response as describe_log_dirs_v4_response
+    import kio.schema.describe_log_dirs.v5.request as describe_log_dirs_v5_request
+    import kio.schema.describe_log_dirs.v5.response as describe_log_dirs_v5_response
+    import kio.schema.describe_producers.v0.request as describe_producers_v0_request
+    import kio.schema.describe_producers.v0.response as describe_producers_v0_response
+    import kio.schema.describe_topic_partitions.v0.request as describe_topic_partitions_v0_request
+    import kio.schema.describe_topic_partitions.v0.response as describe_topic_partitions_v0_response
     import kio.schema.fetch.v4.request as fetch_v4_request
     import kio.schema.fetch.v4.response as fetch_v4_response
     import kio.schema.fetch.v5.request as fetch_v5_request
@@ -694,6 +714,18 @@ if TYPE_CHECKING:
         | delete_topics_v6_response.DeleteTopicsResponse
     )
 
+    DeleteRecordsRequest: TypeAlias = (  # api key 21
+        delete_records_v0_request.DeleteRecordsRequest
+        | delete_records_v1_request.DeleteRecordsRequest
+        | delete_records_v2_request.DeleteRecordsRequest
+    )
+
+    DeleteRecordsResponse: TypeAlias = (  # api key 21
+        delete_records_v0_response.DeleteRecordsResponse
+        | delete_records_v1_response.DeleteRecordsResponse
+        | delete_records_v2_response.DeleteRecordsResponse
+    )
+
     InitProducerIdRequest: TypeAlias = (  # api key 22
         init_producer_id_v0_request.InitProducerIdRequest
         | init_producer_id_v1_request.InitProducerIdRequest
@@ -752,6 +784,22 @@ if TYPE_CHECKING:
         | alter_configs_v2_response.AlterConfigsResponse
     )
 
+    DescribeLogDirsRequest: TypeAlias = (  # api key 35
+        describe_log_dirs_v1_request.DescribeLogDirsRequest
+        | describe_log_dirs_v2_request.DescribeLogDirsRequest
+        | describe_log_dirs_v3_request.DescribeLogDirsRequest
+        | describe_log_dirs_v4_request.DescribeLogDirsRequest
+        | describe_log_dirs_v5_request.DescribeLogDirsRequest
+    )
+
+    DescribeLogDirsResponse: TypeAlias = (  # api key 35
+        describe_log_dirs_v1_response.DescribeLogDirsResponse
+        | describe_log_dirs_v2_response.DescribeLogDirsResponse
+        | describe_log_dirs_v3_response.DescribeLogDirsResponse
+        | describe_log_dirs_v4_response.DescribeLogDirsResponse
+        | describe_log_dirs_v5_response.DescribeLogDirsResponse
+    )
+
     CreatePartitionsRequest: TypeAlias = (  # api key 37
         create_partitions_v0_request.CreatePartitionsRequest
         | create_partitions_v1_request.CreatePartitionsRequest
@@ -807,6 +855,22 @@ if TYPE_CHECKING:
         | describe_cluster_v1_response.DescribeClusterResponse
         | describe_cluster_v2_response.DescribeClusterResponse
     )
+
+    DescribeProducersRequest: TypeAlias = (  # api key 61
+        describe_producers_v0_request.DescribeProducersRequest
+    )
+
+    DescribeProducersResponse: TypeAlias = (  # api key 61
+        describe_producers_v0_response.DescribeProducersResponse
+    )
+
+    DescribeTopicPartitionsRequest: TypeAlias = (  # api key 75
+        describe_topic_partitions_v0_request.DescribeTopicPartitionsRequest
+    )
+
+    DescribeTopicPartitionsResponse: TypeAlias = (  # api key 75
+        describe_topic_partitions_v0_response.DescribeTopicPartitionsResponse
+    )
 else:  # at run time the names exist for imports; nothing checks them
     ProduceRequest = Any
     ProduceResponse = Any
@@ -840,6 +904,8 @@ else:  # at run time the names exist for imports; nothing checks them
     CreateTopicsResponse = Any
     DeleteTopicsRequest = Any
     DeleteTopicsResponse = Any
+    DeleteRecordsRequest = Any
+    DeleteRecordsResponse = Any
     InitProducerIdRequest = Any
     InitProducerIdResponse = Any
     OffsetForLeaderEpochRequest = Any
@@ -848,6 +914,8 @@ else:  # at run time the names exist for imports; nothing checks them
     DescribeConfigsResponse = Any
     AlterConfigsRequest = Any
     AlterConfigsResponse = Any
+    DescribeLogDirsRequest = Any
+    DescribeLogDirsResponse = Any
     CreatePartitionsRequest = Any
     CreatePartitionsResponse = Any
     DeleteGroupsRequest = Any
@@ -858,3 +926,7 @@ else:  # at run time the names exist for imports; nothing checks them
     OffsetDeleteResponse = Any
     DescribeClusterRequest = Any
     DescribeClusterResponse = Any
+    DescribeProducersRequest = Any
+    DescribeProducersResponse = Any
+    DescribeTopicPartitionsRequest = Any
+    DescribeTopicPartitionsResponse = Any

@@ -16,9 +16,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from korvet.config import Config
+from korvet.core.limits import Limits
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.http import HttpServer
+from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
 
@@ -84,6 +86,18 @@ async def connect_redis(url: str) -> aioredis.Redis:
     return client
 
 
+def listener_limits(config: Config) -> ListenerLimits:
+    limits = Limits(
+        max_connections=config.get_int("broker.max-connections"),
+        max_connections_per_ip=config.get_int("broker.max-connections-per-ip"),
+        max_pending_bytes=config.get_int("broker.max-pending-bytes"),
+        resume_pending_bytes=config.get_int("broker.resume-pending-bytes"),
+        idle_ms=config.get_int("broker.connections-max-idle-ms"),
+    )
+    raise_open_files_limit(limits.max_connections)
+    return ListenerLimits(limits, max_request_bytes=config.get_int("broker.max-request-bytes"))
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")
@@ -114,8 +128,8 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
             broker.registry,
             host=config.get_str("broker.host"),
             port=config.get_int("broker.port"),
-            max_request_bytes=config.get_int("broker.max-request-bytes"),
             metrics=broker.metrics,
+            limits=listener_limits(config),
         )
         try:
             port = await listener.start()

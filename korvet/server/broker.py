@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
+from korvet.core.fetch_session import SessionConfig
 from korvet.core.topic_declarations import exact_names
 from korvet.protocol import api_versions
 from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
@@ -19,6 +20,7 @@ from korvet.protocol.registry import ApiRegistry
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers import (
+    admin,
     cluster,
     configs,
     fetch,
@@ -70,12 +72,25 @@ class Broker:
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(self.metrics.forget_topic)
         self.produce = produce.ProduceHandler(self.services)
-        self.fetch = fetch.FetchHandler(self.services)
+        self.fetch = fetch.FetchHandler(
+            self.services, SessionConfig(slots=config.get_int("fetch.max-sessions")))
         self.registry: ApiRegistry[Connection] = ApiRegistry()
         self.registry.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
                                self.handle_api_versions)
         self.registry.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
         self.registry.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
+        self.admin = admin.AdminHandler(self.services, redis_url, self.fetch.log_start_moved)
+        for key, name, versions, admin_handler in (
+            (admin.DELETE_RECORDS, "DeleteRecords", admin.DELETE_RECORDS_VERSIONS,
+             self.admin.delete_records),
+            (admin.DESCRIBE_LOG_DIRS, "DescribeLogDirs", admin.DESCRIBE_LOG_DIRS_VERSIONS,
+             self.admin.describe_log_dirs),
+            (admin.DESCRIBE_PRODUCERS, "DescribeProducers", admin.DESCRIBE_PRODUCERS_VERSIONS,
+             self.admin.describe_producers),
+            (admin.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions",
+             admin.DESCRIBE_TOPIC_PARTITIONS_VERSIONS, self.admin.describe_topic_partitions),
+        ):
+            self.registry.register(key, name, versions, admin_handler)
         for key, name, versions, handler in (
             (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
             (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),

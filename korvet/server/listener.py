@@ -11,6 +11,11 @@ frame size, a frame that does not decode, an API key we do not know, or a
 version we do not support (ApiVersions excepted: it answers version 0 with
 UNSUPPORTED_VERSION so the client can downgrade). Each such close is logged
 once, with the peer and the reason.
+
+Limits (server/limits.py, one ``ListenerLimits`` per listener): a connection over
+max.connections or max.connections.per.ip is closed when accepted; before reading each
+request the connection waits while its pending bytes (requests not answered, responses
+not yet written) are over max-pending-bytes; an idle connection is closed.
 """
 
 from __future__ import annotations
@@ -30,11 +35,17 @@ from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeErro
 from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
 from korvet.protocol.registry import ApiRegistry, Deferred
 from korvet.server.connection import Connection
+from korvet.server.limits import ConnectionSlot, ListenerLimits
 
 log = logging.getLogger("korvet.listener")
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
 _MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading stops
+_BACKLOG = 1024  # pending TCP connections the kernel queues before the broker accepts them
+
+# A response on its way out: ready bytes, or a Deferred one (encoded when it resolves), each
+# with the bytes it holds in the connection's pending count.
+_Outgoing = tuple[bytes | Awaitable[bytes | None], int] | None
 
 
 class _Close(Exception):
@@ -66,8 +77,8 @@ class KafkaListener:
     registry: ApiRegistry[Connection]
     host: str = "127.0.0.1"
     port: int = 9092
-    max_request_bytes: int = 100 * 1024 * 1024
     metrics: ListenerMetrics = field(default_factory=_NoMetrics)
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count, init=False)
@@ -86,8 +97,10 @@ class KafkaListener:
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, reuse_address=True, limit=1 << 20
+            self._on_connection, self.host, self.port, reuse_address=True, limit=1 << 20,
+            backlog=_BACKLOG,
         )
+        self.limits.start()
         return self.bound_port
 
     async def close(self) -> None:
@@ -95,16 +108,21 @@ class KafkaListener:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        await self.limits.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        slot = self.limits.admit(str(peer[0]), writer.transport.abort)
+        if slot is None:
+            writer.transport.abort()  # over a connection limit (logged, rate-limited)
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        peer = writer.get_extra_info("peername") or ("?", 0)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -112,7 +130,7 @@ class KafkaListener:
         conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]))
         self.metrics.connection_opened()
         try:
-            await self._serve(conn, reader, writer)
+            await self._serve(conn, slot, reader, writer)
         except _Close as reason:
             self.metrics.connection_refused()
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
@@ -127,67 +145,104 @@ class KafkaListener:
         finally:
             self.metrics.connection_closed()
             self._connections.discard(task)
+            self.limits.release(slot)
             conn.state.close()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader,
+    async def _serve(self, conn: Connection, slot: ConnectionSlot, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
         # Responses go out in request order through one queue; a Deferred response (a
         # Produce whose appends are in flight) lets the next requests be read meanwhile.
-        outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None] = asyncio.Queue(
-            maxsize=_MAX_IN_FLIGHT)
-        sender = asyncio.create_task(self._send(conn, outgoing, writer))
-        decoder = FrameDecoder(max_size=self.max_request_bytes, min_size=REQUEST_MIN_SIZE,
-                               what="request")
+        # Both made with the first response: an idle connection holds as little as it can.
+        outgoing: asyncio.Queue[_Outgoing] | None = None
+        sender: asyncio.Task[None] | None = None
+        max_bytes = self.limits.max_request_bytes
+        decoder = FrameDecoder(max_size=max_bytes, min_size=REQUEST_MIN_SIZE, what="request")
         try:
-            while not sender.done():
+            while sender is None or not sender.done():
+                await slot.gate.wait_to_read()
                 try:
                     frame = await read_frame(reader, decoder)
                 except FrameSizeError as exc:
-                    if exc.size > self.max_request_bytes:
+                    if exc.size > max_bytes:
                         raise _Close(f"frame of {exc.size} bytes exceeds broker.max-request-bytes "
-                                     f"({self.max_request_bytes})") from None
+                                     f"(socket.request.max.bytes, {max_bytes})") from None
                     raise _Close(str(exc)) from None
                 except TruncatedFrame:
                     return  # the client went away mid-request; nothing to answer
                 if frame is None:
                     return
-                response = await self._dispatch(conn, frame)
-                if response is not None:
-                    await outgoing.put(response)
+                slot.touch()
+                answer = await self._answer(conn, slot, frame)
+                if answer is None:
+                    continue
+                if outgoing is None or sender is None:
+                    outgoing = asyncio.Queue(maxsize=_MAX_IN_FLIGHT)
+                    sender = asyncio.create_task(self._send(conn, slot, outgoing, writer))
+                await outgoing.put(answer)
         finally:
-            if sender.done():
+            if sender is not None and sender.done():
                 sender.result()  # a failure in a deferred response closes the connection
-            else:
-                await outgoing.put(None)
+            elif sender is not None and outgoing is not None:
+                # Bounded: a sender that died (the client went away) leaves a full queue.
                 with contextlib.suppress(Exception):
+                    await asyncio.wait_for(outgoing.put(None), 10)
                     await asyncio.wait_for(sender, 10)
                 sender.cancel()
 
-    async def _send(self, conn: Connection,
-                    outgoing: asyncio.Queue[bytes | Awaitable[bytes | None] | None],
-                    writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, conn: Connection, slot: ConnectionSlot,
+                      frame: bytes) -> tuple[bytes | Awaitable[bytes | None], int] | None:
+        """Handle one request; its response with the bytes it holds in the pending count
+        (the request's until it is answered, then also the response's until it is sent)."""
+        held = len(frame) + 4
+        slot.gate.add(held)
+        slot.in_hand += 1
+        response: bytes | Awaitable[bytes | None] | None = None
+        try:
+            response = await self._dispatch(conn, frame)
+        finally:
+            if response is None or isinstance(response, bytes):  # a Deferred is in hand
+                slot.in_hand -= 1
+        if response is None:
+            slot.gate.release(held)
+            return None
+        if isinstance(response, bytes):
+            slot.gate.add(len(response))
+            held += len(response)
+        return response, held
+
+    async def _send(self, conn: Connection, slot: ConnectionSlot,
+                    outgoing: asyncio.Queue[_Outgoing], writer: asyncio.StreamWriter) -> None:
         """Write responses in request order; whatever is ready goes out in one write (each
         send is a system call, and on loopback it also pays for the receiver's side)."""
         while True:
             item = await outgoing.get()
             ready: list[bytes] = []
+            released = 0
             while item is not None:
-                if isinstance(item, bytes):
-                    ready.append(item)
+                response, held = item
+                released += held
+                if isinstance(response, bytes):
+                    ready.append(response)
                 else:
-                    response = await item  # a Deferred response, encoded when it is ready
-                    if response is not None:
-                        ready.append(response)
+                    try:
+                        answer = await response  # a Deferred one, encoded when it is ready
+                    finally:
+                        slot.in_hand -= 1
+                    if answer is not None:
+                        ready.append(answer)
                 if outgoing.empty():
                     break
                 item = outgoing.get_nowait()
             if ready:
                 writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
-                if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-                    await writer.drain()
+                slot.touch()
+            slot.gate.release(released)
+            if ready and writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                await writer.drain()
+                slot.touch()
             if item is None:
                 return
 

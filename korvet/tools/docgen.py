@@ -32,6 +32,11 @@ topics:
   default-partitions: 3
 ```
 
+Settings that Kafka has too also answer to Kafka's name (marked "Kafka:" below): as a YAML
+key (`socket.request.max.bytes: 1048576`), as `KORVET_` plus that name in capitals
+(`KORVET_SOCKET_REQUEST_MAX_BYTES`) and as a flag (`--socket-request-max-bytes`). Korvet's
+own name wins when both are given.
+
 `korvet serve --help` prints the same list. Every setting:
 
 | setting | flags | environment | default | meaning |

@@ -23,7 +23,7 @@ from korvet.conformance.brokers import BrokerError, ProcessBroker, kfake_binary,
 from korvet.conformance.profile import load
 from korvet.conformance.registry import load_checks
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.clients]  # starts kfake and drives real clients
 
 
 @pytest.fixture(scope="module")

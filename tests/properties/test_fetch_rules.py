@@ -22,17 +22,6 @@ def test_max_bytes_of_zero_or_less_or_absent_means_no_limit(max_bytes: int | Non
         assert limits.max_bytes == max_bytes
 
 
-@given(ints, ints)
-def test_sessions_are_refused_as_kafka_refuses_unknown_ones(session_id: int, epoch: int) -> None:
-    error = rules.session_error(session_id, epoch)
-    if session_id != 0:
-        assert error is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    elif epoch > 0:
-        assert error is ErrorCode.INVALID_FETCH_SESSION_EPOCH
-    else:
-        assert error is None
-
-
 @given(st.booleans(), st.booleans(), st.integers(min_value=-3, max_value=12),
        st.integers(min_value=1, max_value=10), st.integers(min_value=-1, max_value=3))
 def test_which_partitions_are_readable(known: bool, by_id: bool, partition: int, partitions: int,

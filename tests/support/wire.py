@@ -11,9 +11,10 @@ from korvet.protocol.framing import decode_response, encode_request, response_cl
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, source: str | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.correlation = 0
         self.decoder = FrameDecoder(min_size=4, what="response")
 

@@ -21,6 +21,7 @@ MODULES = (
     "group_admin",
     "consumer",
     "clients",
+    "operations",
     "history",
     "generated",
 )

@@ -3,25 +3,37 @@
 Each requested partition is an XRANGE from the entry id the offset decodes to
 (the first record at or after fetch_offset), all partitions in one pipeline,
 re-encoded as record batches within ``partition_max_bytes`` and ``max_bytes``.
-Kafka's rules (limits, sessions, which partition is readable, offset range, the
-KIP-74 first record) are in korvet/core/fetch.py; this module adapts:
+Kafka's rules (limits, which partition is readable, offset range, the KIP-74 first
+record) are in korvet/core/fetch.py, fetch sessions (KIP-227) in
+korvet/core/fetch_session.py; this module adapts:
 
-1. ``_plan``: the request's partitions as ``PartitionFetch`` values, each with the
-   error the rules give it (topic lookup is the only I/O);
+0. ``sessions.on_request``: which context the request runs in (sessionless, a new
+   session, an incremental one, or a session error) and which partitions it reads: an
+   incremental request reads every partition of its session;
+1. ``_plan``: those partitions as ``PartitionFetch`` values, each with the error the
+   rules give it (topic lookup is the only I/O);
 2. ``_note_group_fetch``: a group member's fetch creates the group's Redis consumer
    groups on its streams, in the background (docs/implementers/groups.md);
 3. ``_read`` (or the connection's read-ahead, server/read_ahead.py): Redis to batches;
 4. ``_wait_for_data``: the long poll; while fewer than ``min_bytes`` are available
    the request waits, up to ``max_wait_ms``, for an append notification on one of its
    streams (storage/notifier.py), no polling loop;
-5. ``_response``: the version's kio response.
+5. ``sessions.on_response``: which partitions the response carries (an incremental
+   response leaves out those with no news) and the session's new state; a full request
+   with epoch 0 gets its new session here;
+6. ``_response``: the version's kio response.
+
+The session table belongs to the broker (sessions outlive connections, as in Kafka),
+bounded by ``fetch.max-sessions`` (Kafka's max.incremental.fetch.session.cache.slots).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
+import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +41,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from korvet.core import fetch as rules
+from korvet.core import fetch_session as sessions
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
@@ -53,6 +66,7 @@ class PartitionFetch:
     """One requested partition: what was asked, and what the response will say."""
 
     topic_key: Any  # the request's topic name or id, echoed in the response
+    session_key: sessions.PartitionKey  # (topic name or id text, partition)
     topic: TopicInfo | None
     partition: int
     offset: int
@@ -77,10 +91,17 @@ class FetchHandler:
     tasks that create Redis consumer groups; per-connection read-ahead lives in the
     connection's state."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, session_config: sessions.SessionConfig) -> None:
         self.services = services
         self.estimates = rules.SizeEstimate()
+        self.session_config = session_config
+        self.sessions: dict[int, sessions.Session] = {}
+        # Bumped when DeleteRecords moves a log start: read-ahead prepared before is not used.
+        self.log_start_moves = 0
         self._background: set[asyncio.Task[None]] = set()
+
+    def log_start_moved(self) -> None:
+        self.log_start_moves += 1
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -93,24 +114,42 @@ class FetchHandler:
         started = time.monotonic()
         limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
                                       getattr(request, "max_bytes", None))
-        session = rules.session_error(getattr(request, "session_id", 0),
-                                      getattr(request, "session_epoch", -1))
-        if session is not None:
-            return make(response_cls, throttle_time=0, error_code=session, session_id=0,
+        asked = _session_request(ctx.api_version, request)
+        edit, plan = sessions.on_request(self.sessions, asked, self.services.now_ms())
+        sessions.apply_edit(self.sessions, edit)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("fetch session %d epoch %d: %s %s, %d partitions named, %d forgotten, "
+                      "%d to read", asked.session_id, asked.epoch, plan.context.value,
+                      plan.error.name, len(asked.partitions), len(asked.forgotten),
+                      len(plan.partitions))
+        if plan.context is sessions.Context.ERROR:
+            return make(response_cls, throttle_time=0, error_code=plan.error, session_id=0,
                         responses=())
-        wanted = await self._plan(ctx.api_version, request)
+        wanted = await self._plan(ctx.api_version, plan.partitions)
         self._note_group_fetch(ctx, wanted)
         try:
             wanted, used = await self._read_or_take_prepared(ctx, wanted, limits)
             used = await self._wait_for_data(wanted, used, limits, started)
-            self._read_ahead(ctx, wanted, limits)
         except (RedisError, OSError) as exc:
             log.warning("fetch failed: %s", exc)
             for w in wanted:
                 if w.error is ErrorCode.NONE:
                     w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
         self._count(wanted, started)
-        return _response(response_cls, ctx.api_version, wanted)
+        edit, answer = sessions.on_response(
+            self.sessions, self.session_config, plan,
+            [sessions.PartitionResult(w.session_key, w.error, w.high_watermark,
+                                      w.log_start_offset, bool(w.records)) for w in wanted],
+            self.services.now_ms(), self._new_session_id())
+        sessions.apply_edit(self.sessions, edit)
+        if plan.context is sessions.Context.FULL:
+            self._log_new_session(answer.session_id, len(plan.partitions), len(edit.remove))
+        if answer.error is not ErrorCode.NONE:
+            return make(response_cls, throttle_time=0, error_code=answer.error,
+                        session_id=answer.session_id, responses=())
+        self._read_ahead(ctx, self._next_order(answer.session_id, wanted), limits)
+        carried = [w for w, keep in zip(wanted, answer.included, strict=True) if keep]
+        return _response(response_cls, ctx.api_version, carried, answer.session_id)
 
     def _count(self, answered: list[PartitionFetch], started: float) -> None:
         """Metrics: the request's latency under each of its topics, records and errors."""
@@ -129,31 +168,53 @@ class FetchHandler:
                 seen.add(w.topic.name)
                 series.fetch_seconds.observe(elapsed)
 
-    async def _plan(self, version: int, request: FetchRequest) -> list[PartitionFetch]:
+    def _log_new_session(self, session_id: int, partitions: int, evicted: int) -> None:
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        if session_id:
+            log.debug("fetch session %d opened (%d partitions; %d sessions held, %d evicted)",
+                      session_id, partitions, len(self.sessions), evicted)
+        else:
+            log.debug("no fetch session slot free (%d sessions held)", len(self.sessions))
+
+    def _new_session_id(self) -> int:
+        while True:
+            candidate = secrets.randbelow(sessions.MAX_EPOCH) + 1
+            if candidate not in self.sessions:
+                return candidate
+
+    def _next_order(self, session_id: int, wanted: list[PartitionFetch]) -> list[PartitionFetch]:
+        """The partitions in the order the next request will read them: the session's
+        (partitions that returned records move to its end), or this request's."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return wanted
+        by_key = {w.session_key: w for w in wanted}
+        ordered = [by_key[key] for key in session.partitions if key in by_key]
+        return ordered if len(ordered) == len(wanted) else wanted
+
+    async def _plan(self, version: int,
+                    partitions: tuple[sessions.PartitionRequest, ...]) -> list[PartitionFetch]:
+        by_id = version >= 13
+        topics: dict[str, TopicInfo | None] = {}
         wanted: list[PartitionFetch] = []
-        for topic_entry in request.topics:
-            topic_id = getattr(topic_entry, "topic_id", None)
-            by_id = version >= 13 and topic_id is not None
-            if by_id:
-                topic = await self.services.topics.by_id(str(topic_id))
-                echo: Any = topic_id
-            else:
-                name = getattr(topic_entry, "topic", None)
-                topic = await self.services.topics.get(name) if name else None
-                echo = name
-            for partition in topic_entry.partitions:
-                wanted.append(PartitionFetch(
-                    echo, topic, partition.partition, partition.fetch_offset,
-                    max(partition.partition_max_bytes, 0),
-                    error=rules.partition_error(
-                        topic is not None, by_id, partition.partition,
-                        topic.partitions if topic is not None else 0,
-                        getattr(partition, "current_leader_epoch", -1))))
+        for p in partitions:
+            if p.topic not in topics:
+                topics[p.topic] = await (self.services.topics.by_id(p.topic) if by_id
+                                         else self.services.topics.get(p.topic))
+            topic = topics[p.topic]
+            echo: Any = uuid.UUID(p.topic) if by_id else p.topic
+            wanted.append(PartitionFetch(
+                echo, p.key, topic, p.partition, p.fetch_offset, max(p.max_bytes, 0),
+                error=rules.partition_error(topic is not None, by_id, p.partition,
+                                            topic.partitions if topic is not None else 0,
+                                            p.leader_epoch)))
         return wanted
 
     async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
                                      limits: rules.FetchLimits) -> PreparedFetch:
-        prepared = ctx.state.read_ahead.take(_signature(wanted, limits.max_bytes))
+        prepared = ctx.state.read_ahead.take(
+            _signature(wanted, limits.max_bytes, self.log_start_moves))
         if prepared is not None:
             try:
                 done, done_used = await prepared
@@ -235,11 +296,11 @@ class FetchHandler:
             return  # caught up (or nothing readable): the next fetch waits for new records
         if sum(len(w.records or b"") for w in answered) > PREDICTION_MAX_BYTES:
             return
-        following = [PartitionFetch(w.topic_key, w.topic, w.partition,
+        following = [PartitionFetch(w.topic_key, w.session_key, w.topic, w.partition,
                                     w.next_offset if w.next_offset >= 0 else w.offset,
                                     w.max_bytes)
                      for w in answered]
-        signature = _signature(following, limits.max_bytes)
+        signature = _signature(following, limits.max_bytes, self.log_start_moves)
         if signature is None:
             return
 
@@ -273,17 +334,40 @@ class FetchHandler:
             task.add_done_callback(self._background.discard)
 
 
-def _signature(wanted: list[PartitionFetch], max_bytes: int) -> Hashable | None:
-    """What a request asks for, to match a prepared response (None: not preparable)."""
+def _signature(wanted: list[PartitionFetch], max_bytes: int,
+               log_start_moves: int) -> Hashable | None:
+    """What a request asks for, to match a prepared response (None: not preparable); a
+    DeleteRecords in between (``log_start_moves``) makes the prepared one stale."""
     parts = []
     for w in wanted:
         if w.topic is None or not w.readable:
             return None
         parts.append((w.topic.topic_id, w.partition, w.offset, w.max_bytes))
-    return max_bytes, tuple(parts)
+    return log_start_moves, max_bytes, tuple(parts)
 
 
-def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch]) -> Any:
+def _session_request(version: int, request: FetchRequest) -> sessions.FetchRequested:
+    """What the request says about fetch sessions, its partitions keyed by topic name (v < 13)
+    or topic id text (v13+). Versions below 7 have no session fields: sessionless."""
+    by_id = version >= 13
+    partitions = []
+    for topic_entry in request.topics:
+        key = str(getattr(topic_entry, "topic_id", "")) if by_id else getattr(topic_entry,
+                                                                                "topic", "")
+        for p in topic_entry.partitions:
+            partitions.append(sessions.PartitionRequest(
+                key, p.partition, p.fetch_offset, p.partition_max_bytes,
+                getattr(p, "current_leader_epoch", -1)))
+    forgotten = tuple(
+        (str(t.topic_id) if by_id else t.topic, index)
+        for t in getattr(request, "forgotten_topics_data", None) or () for index in t.partitions)
+    return sessions.FetchRequested(getattr(request, "session_id", sessions.INVALID_SESSION_ID),
+                                   getattr(request, "session_epoch", sessions.FINAL_EPOCH),
+                                   by_id, tuple(partitions), forgotten)
+
+
+def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch],
+              session_id: int) -> Any:
     topic_cls = nested(response_cls, "FetchableTopicResponse")
     partition_cls = nested(response_cls, "PartitionData")
     grouped: dict[Any, list[Any]] = {}  # topic name or id -> partitions, in request order
@@ -297,5 +381,5 @@ def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch
     key_field = "topic_id" if version >= 13 else "topic"
     topics = [make(topic_cls, **{key_field: key}, partitions=tuple(partitions))
               for key, partitions in grouped.items()]
-    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, session_id=0,
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, session_id=session_id,
                 responses=tuple(topics))

@@ -1,0 +1,131 @@
+"""Kafka's rules for the admin APIs operators' tools call, as pure functions.
+
+- DeleteRecords (21): ``delete_records`` says what a requested offset does to a partition's
+  log start. -1 means the high watermark; any other negative offset, or one above the high
+  watermark, is OFFSET_OUT_OF_RANGE; otherwise the log start becomes the larger of itself
+  and the offset (it never moves back), and the response's low watermark is the new log
+  start. A partition named twice in one request counts once, with the last offset
+  (``unique_partitions``). Korvet topics only have cleanup.policy=delete, so Kafka's
+  POLICY_VIOLATION for compacted topics never applies.
+- DescribeTopicPartitions (75): ``describe_topic_partitions`` pages through topics in name
+  order, at most ``min(response_partition_limit, 2000)`` partitions a response, with a
+  cursor (topic, first partition) to continue from. With no topics named, every topic is
+  described and none is an error; named topics that do not exist are
+  UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an invalid name); a cursor must
+  name one of the named topics (INVALID_REQUEST).
+- DescribeLogDirs (35): ``log_dir_partitions`` picks the partitions to describe: every
+  partition of every topic when the request names none (null), else the named ones that
+  exist (unknown topics and partitions are left out, as Kafka leaves out what it has not).
+
+Tests: tests/properties/test_admin_rules.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from korvet.core.errors import ErrorCode
+from korvet.core.topics import TopicNameError, validate_topic_name
+
+HIGH_WATERMARK = -1  # DeleteRecords: delete everything below the high watermark
+NO_LOW_WATERMARK = -1
+MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit default
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    error: ErrorCode
+    low_watermark: int  # the log start after the request; -1 with an error
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+
+def delete_records(requested: int, log_start: int, high_watermark: int) -> Deletion:
+    """What DeleteRecords to ``requested`` does to a log [log_start, high_watermark)."""
+    target = high_watermark if requested == HIGH_WATERMARK else requested
+    if target < 0 or target > high_watermark:
+        return Deletion(ErrorCode.OFFSET_OUT_OF_RANGE, NO_LOW_WATERMARK)
+    return Deletion(ErrorCode.NONE, max(log_start, target))
+
+
+def unique_partitions(entries: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(partition, offset) pairs with each partition once: the last offset, the first place."""
+    chosen: dict[int, int] = {}
+    for partition, offset in entries:
+        chosen[partition] = offset
+    return list(chosen.items())
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """One topic of a DescribeTopicPartitions response."""
+
+    name: str
+    error: ErrorCode
+    partitions: range  # the partition indexes this response describes
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsPage:
+    error: ErrorCode  # INVALID_REQUEST answers every named topic with it and nothing else
+    topics: tuple[TopicPartitions, ...]
+    next_cursor: tuple[str, int] | None
+
+
+def describe_topic_partitions(requested: Sequence[str], topics: Mapping[str, int],
+                              cursor: tuple[str, int] | None, limit: int) -> PartitionsPage:
+    """One page of DescribeTopicPartitions. ``topics`` maps every existing topic to its
+    partition count; ``requested`` is empty to describe all of them."""
+    describe_all = not requested
+    if cursor is not None and cursor[1] < 0:
+        return PartitionsPage(ErrorCode.INVALID_REQUEST, (), None)
+    if describe_all:
+        names = set(topics)
+        if cursor is not None:
+            names = {n for n in names if n > cursor[0]} | {cursor[0]}
+    else:
+        names = {n for n in requested if cursor is None or n >= cursor[0]}
+        if cursor is not None and cursor[0] not in names:
+            return PartitionsPage(ErrorCode.INVALID_REQUEST, (), None)
+    remaining = min(MAX_PARTITIONS_PER_DESCRIBE, limit)
+    page: list[TopicPartitions] = []
+    for name in sorted(names):
+        if remaining <= 0:
+            return PartitionsPage(ErrorCode.NONE, tuple(page), (name, 0))
+        count = topics.get(name)
+        if count is None:
+            if not describe_all:
+                page.append(TopicPartitions(name, _missing_topic_error(name), range(0)))
+            continue
+        first = cursor[1] if cursor is not None and name == cursor[0] else 0
+        upper = min(count, first + remaining)
+        page.append(TopicPartitions(name, ErrorCode.NONE, range(first, upper)))
+        if upper < count:
+            return PartitionsPage(ErrorCode.NONE, tuple(page), (name, upper))
+        remaining -= max(0, upper - first)
+    return PartitionsPage(ErrorCode.NONE, tuple(page), None)
+
+
+def _missing_topic_error(name: str) -> ErrorCode:
+    try:
+        validate_topic_name(name)
+    except TopicNameError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def log_dir_partitions(requested: Sequence[tuple[str, Sequence[int]]] | None,
+                       topics: Mapping[str, int]) -> dict[str, list[int]]:
+    """The partitions DescribeLogDirs describes, per topic, in name then index order."""
+    if requested is None:
+        return {name: list(range(topics[name])) for name in sorted(topics)}
+    chosen: dict[str, set[int]] = {}
+    for name, partitions in requested:
+        count = topics.get(name)
+        if count is None:
+            continue
+        chosen.setdefault(name, set()).update(p for p in partitions if 0 <= p < count)
+    return {name: sorted(chosen[name]) for name in sorted(chosen) if chosen[name]}

@@ -1,0 +1,231 @@
+"""The admin APIs operators' tools call: DeleteRecords (21), DescribeLogDirs (35),
+DescribeProducers (61), DescribeTopicPartitions (75).
+
+Kafka's rules are in korvet/core/admin.py; Redis access in korvet/storage/admin_store.py.
+
+- DeleteRecords (``kafka-delete-records``, ``Admin.deleteRecords``): the partition's log
+  start moves up to the requested offset (-1: the high watermark) and the entries below it
+  leave the stream (XTRIM MINID), so ListOffsets EARLIEST, Fetch's log start and
+  OFFSET_OUT_OF_RANGE below it agree at once. ``timeout_ms`` is not waited on: there are no
+  replicas to catch up.
+- DescribeLogDirs (``kafka-log-dirs --describe``): one "log dir", the Redis the broker
+  writes to (its address without credentials, and the keyspace), each partition's size the
+  stream's ``MEMORY USAGE`` (an estimate Redis makes by sampling), offset lag 0 (no future
+  replicas), and Redis' memory limit as the volume's total and usable bytes (v4+).
+- DescribeTopicPartitions (Kafka 4's ``kafka-topics --describe`` and Admin.describeTopics):
+  paged by the core rule; one replica, this broker, leads every partition at epoch 0.
+- DescribeProducers (``kafka-transactions describe-producers``): the idempotent producers
+  the append script remembers for the partition: id, epoch, last sequence and the broker's
+  clock at their last append (Kafka reports the batch's max timestamp there). No
+  transactions: coordinator epoch and transaction start offset are -1.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kio.schema.errors import ErrorCode
+from redis.exceptions import RedisError
+
+from korvet.core import admin as rules
+from korvet.core.errors import ErrorCode as CoreError
+from korvet.core.topics import TopicInfo, is_internal
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
+from korvet.protocol.registry import RequestContext
+from korvet.server.handlers.metadata import TOPIC_OPERATIONS
+from korvet.server.services import Services
+from korvet.storage.admin_store import AdminStore, LogStartOutcome
+
+log = logging.getLogger("korvet.admin")
+
+DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 21, 35, 61, 75
+DELETE_RECORDS_VERSIONS = range(0, 3)
+DESCRIBE_LOG_DIRS_VERSIONS = range(1, 6)
+DESCRIBE_PRODUCERS_VERSIONS = range(0, 1)
+DESCRIBE_TOPIC_PARTITIONS_VERSIONS = range(0, 1)
+
+
+def log_dir_name(redis_url: str, keyspace: str) -> str:
+    """The Redis the data lives in, as DescribeLogDirs names it: no user or password."""
+    parts = urlsplit(redis_url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, f"keyspace={keyspace}", ""))
+
+
+class AdminHandler:
+    """The four admin APIs of one broker."""
+
+    def __init__(self, services: Services, redis_url: str,
+                 log_start_moved: Callable[[], None] = lambda: None) -> None:
+        self.services = services
+        self.store = AdminStore(services.store)
+        self.log_start_moved = log_start_moved  # the Fetch handler drops its read-ahead
+        self.log_dir = log_dir_name(redis_url, services.config.get_str("redis.keyspace"))
+
+    # -- DeleteRecords -------------------------------------------------------------------
+
+    async def delete_records(self, ctx: RequestContext,
+                             request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        response_cls = response_type(type(request))
+        topic_cls = nested(response_cls, "DeleteRecordsTopicResult")
+        partition_cls = nested(response_cls, "DeleteRecordsPartitionResult")
+        topics = []
+        for entry in request.topics:
+            topic = await self.services.topics.get(entry.name)
+            results = []
+            for index, offset in rules.unique_partitions(
+                    (p.partition_index, p.offset) for p in entry.partitions):
+                error, low = await self._delete(topic, index, offset)
+                results.append(make(partition_cls, partition_index=index, low_watermark=low,
+                                    error_code=error))
+            topics.append(make(topic_cls, name=entry.name, partitions=tuple(results)))
+        return make(response_cls, throttle_time=0, topics=tuple(topics))
+
+    async def _delete(self, topic: TopicInfo | None, partition: int,
+                      offset: int) -> tuple[int, int]:
+        if topic is None or not 0 <= partition < topic.partitions:
+            return CoreError.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
+        try:
+            start, high_watermark = await self.services.store.offsets(topic, partition)
+            outcome = rules.delete_records(offset, start, high_watermark)
+            if not outcome.ok or outcome.low_watermark <= start:
+                return outcome.error, outcome.low_watermark
+            done, low = await self.store.raise_log_start(topic, partition, outcome.low_watermark)
+            self.log_start_moved()
+        except (RedisError, OSError) as exc:
+            log.warning("DeleteRecords on %s-%d failed: %s", topic.name, partition, exc)
+            return CoreError.KAFKA_STORAGE_ERROR, rules.NO_LOW_WATERMARK
+        if done in (LogStartOutcome.NO_TOPIC, LogStartOutcome.NO_PARTITION):
+            self.services.topics.invalidate(topic.name)
+            return CoreError.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
+        log.info("DeleteRecords: %s-%d starts at offset %d", topic.name, partition, low)
+        return CoreError.NONE, low
+
+    # -- DescribeLogDirs -----------------------------------------------------------------
+
+    async def describe_log_dirs(self, ctx: RequestContext,
+                                request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+        response_cls = response_type(type(request))
+        result_cls = nested(response_cls, "DescribeLogDirsResult")
+        topic_cls = nested(response_cls, "DescribeLogDirsTopic")
+        partition_cls = nested(response_cls, "DescribeLogDirsPartition")
+        existing = {t.name: t.partitions for t in await self.services.topics.all()}
+        requested = (None if request.topics is None else
+                     [(t.topic, tuple(t.partitions)) for t in request.topics])
+        chosen = rules.log_dir_partitions(requested, existing)
+        pairs = [(name, p) for name, partitions in chosen.items() for p in partitions]
+        try:
+            sizes = dict(zip(pairs, await self.store.partition_sizes(pairs), strict=True))
+            total, usable = await self.store.memory()
+        except (RedisError, OSError) as exc:
+            log.warning("DescribeLogDirs failed: %s", exc)
+            failed = make(result_cls, error_code=ErrorCode.kafka_storage_error,
+                          log_dir=self.log_dir, topics=(), total_bytes=-1, usable_bytes=-1,
+                          is_cordoned=False)
+            return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                        results=(failed,))
+        topics = tuple(
+            make(topic_cls, name=name, partitions=tuple(
+                make(partition_cls, partition_index=p, partition_size=sizes[(name, p)],
+                     offset_lag=0, is_future_key=False) for p in partitions))
+            for name, partitions in chosen.items())
+        result = make(result_cls, error_code=ErrorCode.none, log_dir=self.log_dir, topics=topics,
+                      total_bytes=total, usable_bytes=usable, is_cordoned=False)
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.none, results=(result,))
+
+    # -- DescribeTopicPartitions ---------------------------------------------------------
+
+    async def describe_topic_partitions(
+            self, ctx: RequestContext,
+            request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
+        response_cls = response_type(type(request))
+        topic_cls = nested(response_cls, "DescribeTopicPartitionsResponseTopic")
+        partition_cls = nested(response_cls, "DescribeTopicPartitionsResponsePartition")
+        cursor_cls = nested(response_cls, "Cursor")
+        known = {t.name: t for t in await self.services.topics.all()}
+        requested = [t.name for t in request.topics]
+        cursor = ((request.cursor.topic_name, request.cursor.partition_index)
+                  if request.cursor is not None else None)
+        page = rules.describe_topic_partitions(
+            requested, {name: t.partitions for name, t in known.items()}, cursor,
+            request.response_partition_limit)
+        node = self.services.node_id
+
+        def topic_entry(entry: rules.TopicPartitions) -> Any:
+            info = known.get(entry.name)
+            partitions = tuple(
+                make(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node,
+                     leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
+                     eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
+                for p in entry.partitions)
+            return make(topic_cls, error_code=entry.error, name=entry.name,
+                        topic_id=uuid.UUID(info.topic_id) if info else uuid.UUID(int=0),
+                        is_internal=is_internal(entry.name), partitions=partitions,
+                        topic_authorized_operations=TOPIC_OPERATIONS)
+
+        if page.error is not CoreError.NONE:
+            refused = tuple(make(topic_cls, error_code=page.error, name=name,
+                                 topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
+                                 topic_authorized_operations=-(2**31))
+                            for name in dict.fromkeys(requested))
+            return make(response_cls, throttle_time=0, topics=refused, next_cursor=None)
+        next_cursor = (make(cursor_cls, topic_name=page.next_cursor[0],
+                            partition_index=page.next_cursor[1])
+                       if page.next_cursor is not None else None)
+        return make(response_cls, throttle_time=0,
+                    topics=tuple(topic_entry(t) for t in page.topics), next_cursor=next_cursor)
+
+    # -- DescribeProducers ---------------------------------------------------------------
+
+    async def describe_producers(self, ctx: RequestContext,
+                                 request: DescribeProducersRequest) -> DescribeProducersResponse:
+        response_cls = response_type(type(request))
+        topic_cls = nested(response_cls, "TopicResponse")
+        partition_cls = nested(response_cls, "PartitionResponse")
+        state_cls = nested(response_cls, "ProducerState")
+        topics = []
+        for entry in request.topics:
+            topic = await self.services.topics.get(entry.name)
+            partitions = []
+            for index in dict.fromkeys(entry.partition_indexes):
+                if topic is None or not 0 <= index < topic.partitions:
+                    partitions.append(make(
+                        partition_cls, partition_index=index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message="This server does not host this topic-partition.",
+                        active_producers=()))
+                    continue
+                try:
+                    states = await self.store.producers(topic, index)
+                except (RedisError, OSError) as exc:
+                    log.warning("DescribeProducers on %s-%d failed: %s", topic.name, index, exc)
+                    partitions.append(make(partition_cls, partition_index=index,
+                                           error_code=ErrorCode.kafka_storage_error,
+                                           error_message=str(exc), active_producers=()))
+                    continue
+                partitions.append(make(partition_cls, partition_index=index,
+                                       error_code=ErrorCode.none, error_message=None,
+                                       active_producers=tuple(
+                    make(state_cls, producer_id=s.producer_id, producer_epoch=s.epoch,
+                         last_sequence=s.last_sequence, last_timestamp=s.last_append_ms,
+                         coordinator_epoch=-1, current_txn_start_offset=-1)
+                    for s in states)))
+            topics.append(make(topic_cls, name=entry.name, partitions=tuple(partitions)))
+        return make(response_cls, throttle_time=0, topics=tuple(topics))

@@ -1,0 +1,37 @@
+-- DeleteRecords: raise a partition's log start and remove the entries below it, atomically.
+-- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic hash
+-- ARGV[1] topic id  ARGV[2] partition index  ARGV[3] new start ms  ARGV[4] new start seq
+--
+-- The broker checked the offset against Kafka's rules first (korvet/core/admin.py: not above
+-- the high watermark, which only grows, so the check still holds here). This script only moves
+-- the log start forward: XTRIM MINID removes every entry whose id is below the new start's id,
+-- and the meta hash's `start` (the field append.lua and bounds.lua keep) becomes that id. A
+-- start already past it is left alone (retention or another DeleteRecords got there first).
+-- A stream without a meta hash (written by something other than Korvet) has no `start`: the
+-- trim alone moves its log start, which is then its first entry.
+-- Returns {'OK', start ms, start seq} with the log start after the call, 'TRIMMED' (no meta
+-- hash), or 'NO_TOPIC' / 'NO_PARTITION' (nothing done).
+local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
+if topic[1] == false or topic[1] ~= ARGV[1] then
+  return {'NO_TOPIC'}
+end
+if tonumber(ARGV[2]) >= tonumber(topic[2]) then
+  return {'NO_PARTITION'}
+end
+local new_ms, new_seq = tonumber(ARGV[3]), tonumber(ARGV[4])
+local new_id = string.format('%d-%d', new_ms, new_seq)
+local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
+if not meta[1] and not meta[2] then
+  redis.call('XTRIM', KEYS[1], 'MINID', new_id)
+  return {'TRIMMED'}
+end
+if meta[2] then
+  local dash = string.find(meta[2], '-', 1, true)
+  local ms, seq = tonumber(string.sub(meta[2], 1, dash - 1)), tonumber(string.sub(meta[2], dash + 1))
+  if ms > new_ms or (ms == new_ms and seq >= new_seq) then
+    return {'OK', ms, seq}
+  end
+end
+redis.call('XTRIM', KEYS[1], 'MINID', new_id)
+redis.call('HSET', KEYS[2], 'start', new_id)
+return {'OK', new_ms, new_seq}

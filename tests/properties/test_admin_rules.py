@@ -1,0 +1,126 @@
+"""Kafka's rules for DeleteRecords, DescribeTopicPartitions and DescribeLogDirs
+(korvet/core/admin.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from korvet.core import admin
+from korvet.core.errors import ErrorCode
+from tests.support.examples import examples
+
+offsets = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+names = st.text(alphabet="abc._-", min_size=1, max_size=4)
+topic_tables = st.dictionaries(names, st.integers(min_value=1, max_value=7), max_size=6)
+
+
+@given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=0, max_value=10**6),
+       offsets | st.integers(min_value=-3, max_value=10**6 + 5))
+def test_delete_records_accepts_offsets_up_to_the_high_watermark(start: int, length: int,
+                                                                 requested: int) -> None:
+    high_watermark = start + length
+    outcome = admin.delete_records(requested, start, high_watermark)
+    target = high_watermark if requested == -1 else requested
+    if 0 <= target <= high_watermark:
+        assert outcome == admin.Deletion(ErrorCode.NONE, max(start, target))
+        # the log start never moves back and never passes the high watermark
+        assert start <= outcome.low_watermark <= high_watermark
+    else:
+        assert outcome == admin.Deletion(ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+
+
+def test_delete_records_examples() -> None:
+    assert admin.delete_records(-1, 3, 10) == admin.Deletion(ErrorCode.NONE, 10)
+    assert admin.delete_records(5, 3, 10).low_watermark == 5
+    assert admin.delete_records(2, 3, 10).low_watermark == 3  # below the log start: no-op
+    assert admin.delete_records(10, 3, 10).ok  # at the high watermark: everything
+    assert admin.delete_records(11, 3, 10).error is ErrorCode.OFFSET_OUT_OF_RANGE
+    assert admin.delete_records(-2, 3, 10).error is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), offsets), max_size=12))
+def test_a_partition_named_twice_counts_once_with_its_last_offset(
+        entries: list[tuple[int, int]]) -> None:
+    unique = admin.unique_partitions(entries)
+    assert [p for p, _ in unique] == list(dict.fromkeys(p for p, _ in entries))
+    for partition, offset in unique:
+        assert offset == [o for p, o in entries if p == partition][-1]
+
+
+def _pages(requested: list[str], topics: dict[str, int],
+           limit: int) -> list[admin.PartitionsPage]:
+    pages = [admin.describe_topic_partitions(requested, topics, None, limit)]
+    while pages[-1].next_cursor is not None:
+        assert len(pages) < 200, "the cursor does not make progress"
+        pages.append(admin.describe_topic_partitions(requested, topics, pages[-1].next_cursor,
+                                                     limit))
+    return pages
+
+
+@settings(max_examples=examples(2))
+@given(topic_tables, st.integers(min_value=1, max_value=9))
+def test_paging_through_all_topics_describes_every_partition_once_in_order(
+        topics: dict[str, int], limit: int) -> None:
+    pages = _pages([], topics, limit)
+    seen = [(t.name, p) for page in pages for t in page.topics for p in t.partitions]
+    assert seen == [(n, p) for n in sorted(topics) for p in range(topics[n])]
+    for page in pages:
+        assert page.error is ErrorCode.NONE
+        assert sum(len(t.partitions) for t in page.topics) <= limit
+        assert all(t.error is ErrorCode.NONE for t in page.topics), "describe-all reports no errors"
+    if sum(topics.values()) <= limit:
+        assert len(pages) == 1
+
+
+@settings(max_examples=examples(2))
+@given(topic_tables, st.lists(names | st.sampled_from(["", "bad name", "x" * 250]), min_size=1,
+                             max_size=6),
+       st.integers(min_value=1, max_value=9))
+def test_named_topics_page_too_and_missing_ones_are_errors(topics: dict[str, int],
+                                                           requested: list[str],
+                                                           limit: int) -> None:
+    pages = _pages(requested, topics, limit)
+    described = [(t.name, p) for page in pages for t in page.topics for p in t.partitions]
+    wanted = sorted(set(requested))
+    assert described == [(n, p) for n in wanted if n in topics for p in range(topics[n])]
+    errors = {t.name: t.error for page in pages for t in page.topics
+              if t.error is not ErrorCode.NONE}
+    for name in wanted:
+        if name in topics:
+            assert name not in errors
+        elif name in ("", ".", "..", "bad name", "x" * 250):
+            assert errors[name] is ErrorCode.INVALID_TOPIC_EXCEPTION
+        else:
+            assert errors[name] is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_cursor_rules() -> None:
+    topics = {"a": 3, "b": 2}
+    page = admin.describe_topic_partitions(["a", "b"], topics, ("a", 2), 2)
+    assert [(t.name, t.partitions) for t in page.topics] == [("a", range(2, 3)), ("b", range(0, 1))]
+    assert page.next_cursor == ("b", 1)
+    refused = admin.describe_topic_partitions(["b"], topics, ("a", 0), 10)
+    assert refused.error is ErrorCode.INVALID_REQUEST
+    assert admin.describe_topic_partitions([], topics, ("a", -1), 10).error is ErrorCode.INVALID_REQUEST
+    # A limit of zero returns nothing and points at the first topic (Kafka does the same).
+    empty = admin.describe_topic_partitions([], topics, None, 0)
+    assert empty.topics == () and empty.next_cursor == ("a", 0)
+    # The limit is capped at Kafka's 2000 partitions a response.
+    big = admin.describe_topic_partitions([], {"t": 5000}, None, 10**6)
+    assert big.topics[0].partitions == range(0, 2000) and big.next_cursor == ("t", 2000)
+
+
+@given(topic_tables, st.none() | st.lists(st.tuples(names, st.lists(st.integers(-2, 9),
+                                                                     max_size=4)), max_size=5))
+def test_log_dirs_describe_existing_partitions_only(
+        topics: dict[str, int], requested: list[tuple[str, list[int]]] | None) -> None:
+    chosen = admin.log_dir_partitions(requested, topics)
+    if requested is None:
+        assert chosen == {n: list(range(topics[n])) for n in sorted(topics)}
+        return
+    expected: dict[str, set[int]] = {}
+    for name, partitions in requested:
+        if name in topics:
+            expected.setdefault(name, set()).update(p for p in partitions if 0 <= p < topics[name])
+    assert chosen == {n: sorted(ps) for n, ps in sorted(expected.items()) if ps}
