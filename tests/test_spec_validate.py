@@ -127,8 +127,8 @@ def test_a_sync_reply_with_another_assignment_than_the_leaders_fails() -> None:
 
 
 def test_a_reply_sent_although_its_write_failed_fails() -> None:
-    """Hand-edited: the log says the write of a new generation failed, yet the JoinGroup
-    reply revealing it was sent."""
+    """Hand-edited: the log says the write of a new generation failed (or that there was
+    nothing to write), yet the JoinGroup reply revealing it was sent."""
     log = SyntheticLog()
     formed_group(log)
     number = line_of(log, "RebalanceTimeout")
@@ -137,10 +137,54 @@ def test_a_reply_sent_although_its_write_failed_fails() -> None:
     assert entry["sent"][0]["generation_id"] == 1
 
     result = validate(_edit(log.lines, number, {"persisted": False}))
+    unwritten = validate(_edit(log.lines, number, {"persisted": None}), explain=False)
 
     (check,) = result.groups
     assert check.failed_lines == [number]
     assert "with the write failed" in check.segments[0].problem
+    # ... or the log says there was nothing to write: the spec's step changed the snapshot
+    assert unwritten.groups[0].failed_lines == [number]
+
+
+def test_a_changed_generation_fails() -> None:
+    """Hand-edited: the JoinGroup reply that formed the group announces generation 2 (in
+    the machine's effects and on the wire) where the spec's rebalance makes generation 1."""
+    log = SyntheticLog()
+    formed_group(log)
+    number = line_of(log, "RebalanceTimeout")
+    entry = json.loads(log.lines[number - 1])
+    for reply in entry["effects"] + entry["sent"]:
+        assert reply["generation_id"] == 1
+        reply["generation_id"] = 2
+
+    result = validate(_edit(log.lines, number, {"effects": entry["effects"],
+                                                "sent": entry["sent"]}))
+
+    (check,) = result.groups
+    assert check.failed_lines == [number]
+    problem = check.segments[0].problem
+    assert problem.startswith(f"line {number}: RebalanceTimeout"), problem
+    assert "only the broker's" in problem and "gen |-> 2" in problem, problem
+
+
+def test_reordered_lines_fail_at_the_first_line_out_of_place() -> None:
+    """Hand-edited: the follower's SyncGroup is moved before the JoinGroup that completed
+    the rebalance. At that point the group is still rebalancing, where the spec answers a
+    SyncGroup at once (REBALANCE_IN_PROGRESS) instead of holding it back: the moved line
+    is the first that does not fit."""
+    log = SyntheticLog()
+    two_members(log)
+    sync = next(n for n, line in enumerate(log.lines, start=1)
+                if json.loads(line).get("event", {}).get("type") == "SyncGroup"
+                and json.loads(line)["event"]["generation_id"] == 2)
+    edited = list(log.lines)
+    edited[sync - 2], edited[sync - 1] = edited[sync - 1], edited[sync - 2]
+
+    result = validate(edited, explain=False)
+
+    (check,) = result.groups
+    assert check.failed_lines == [sync - 1]
+    assert check.segments[0].problem.startswith(f"line {sync - 1}: SyncGroup"), check.segments
 
 
 def test_a_reply_the_machine_never_gave_fails_without_explanation_run() -> None:

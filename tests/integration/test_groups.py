@@ -335,16 +335,17 @@ def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, uniqu
         report = replay(lines)
         assert report.ok, "\n".join(report.problems)
         assert report.segments == 2 and report.steps > 50
-        _validate_under_tlc(lines, scenario.group)
+        _validate_under_tlc(lines, scenario.group, tamper=client == "confluent-kafka")
     finally:
         scenario.stop_all()
         broker.stop()
 
 
-def _validate_under_tlc(lines: list[str], group: str) -> None:
+def _validate_under_tlc(lines: list[str], group: str, *, tamper: bool) -> None:
     """TLC: the log is a behaviour of spec/GroupCoordinatorDurable.tla (korvet spec validate),
-    and hand-edited copies are not: a member told another assignment than the leader gave
-    it, and a commit acknowledged although its write failed."""
+    and (with ``tamper``: for one client, each edit costs a TLC run) hand-edited copies are
+    not: a member told another assignment than the leader gave it, and a commit
+    acknowledged although its write failed."""
     started = time.monotonic()
     validation = validate(lines)
     checks = {g.group_id: g for g in validation.groups}
@@ -355,6 +356,8 @@ def _validate_under_tlc(lines: list[str], group: str) -> None:
     print("\n" + "\n".join(summary(check)) + f"\n(validated in {time.monotonic() - started:.1f}s)")
     assert not check.uncovered, check.uncovered
     assert sum(s.kinds.get("load", 0) for s in check.segments) == 1  # the broker's restart
+    if not tamper:
+        return
     for edited, number in (tamper_sync_assignment(lines),
                            tamper_persisted(lines, "OffsetCommit")):
         refused = validate(edited, group, explain=False)
