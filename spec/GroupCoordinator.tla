@@ -103,6 +103,10 @@ KnownIds == {MemberIds[k] : k \in 1..issued}
 FreshId  == MemberIds[issued + 1]
 CanIssue == issued < Len(MemberIds)
 
+\* The order of member ids: Python compares the id strings (min()).  The models'
+\* ids are handed out in that order ("m1" < "m2" < ...), so their rank is their
+\* position in MemberIds; real ids (client id + UUID) are not: trace validation
+\* (GroupCoordinatorTrace) binds Rank to the order of the logged ids' strings.
 Rank(id) == CHOOSE k \in 1..Len(MemberIds) : MemberIds[k] = id
 MinId(S) == CHOOSE m \in S : \A o \in S : Rank(m) <= Rank(o)
 

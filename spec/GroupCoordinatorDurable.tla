@@ -84,13 +84,17 @@ MachineNext ==
     \/ DeleteGroups \/ GroupDataDeleted
     \/ SessionTimeout \/ PendingMemberTimeout \/ RebalanceTimeout \/ PendingSyncTimeout
 
-Step ==
+\* A step of the machine by action A (Step: any of them; trace validation,
+\* spec/GroupCoordinatorTrace.tla, names the one a log line records).
+StepOf(A) ==
     /\ phase = "idle"
-    /\ MachineNext
+    /\ A
     /\ phase' = "persist"
     /\ wire' = {}
     /\ UNCHANGED <<saved, dur, disk, bands, loadLife, redisLife, seenGen, seenAsg, durMark,
                    diskMark, behind, rolledBack, crashes>>
+
+Step == StepOf(MachineNext)
 
 \* A group's life ends when Redis stops holding it (DeleteGroups, then the clean-up):
 \* what was revealed in it no longer constrains anything.
@@ -118,12 +122,17 @@ Persist ==
     /\ UNCHANGED <<grp, issued, calm, floor, bands, loadLife, redisLife, durMark, diskMark,
                    rolledBack, crashes>>
 
+\* The step has something to write: the group's snapshot changed, or it stored committed
+\* offsets (the adapter writes every commit it acknowledges, also offsets the group held
+\* already: a consumer's auto-commit sends the same ones every interval).
+Writes == Snapshot(grp) # saved \/ \E e \in out : e.api = "PersistOffsets"
+
 \* Redis did not take the write (or took it, and its answer was lost): the group goes
 \* back to the adapter's last snapshot; everyone waiting is told to retry.
 PersistFails ==
     /\ WriteMayFail
     /\ phase = "persist"
-    /\ Snapshot(grp) # saved
+    /\ Writes
     /\ \E landed \in BOOLEAN :
           /\ dur' = IF landed THEN Snapshot(grp) ELSE dur
           /\ disk' = IF landed /\ FsyncEveryWrite THEN Snapshot(grp) ELSE disk

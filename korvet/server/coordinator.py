@@ -163,7 +163,8 @@ class GroupCoordinator:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._event_log = path.open("a", buffering=1)
             self._log({"t": now, "load": {"lossy": plan.lossy, "floor": plan.record.floor,
-                                          "durable": durable, "fsync_always": fsync_always},
+                                          "durable": durable, "fsync_always": fsync_always,
+                                          "redis_run_id": run_id},
                        "snapshot": core.to_snapshot(self.state)})
         self._index_members()
         self._tasks = [asyncio.create_task(self._run(), name="korvet-coordinator"),

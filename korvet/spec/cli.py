@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from korvet.spec import replay, tlc
+from korvet.spec import replay, tlc, validate
 from korvet.spec.values import format_value
 
 
@@ -33,6 +33,7 @@ def add_parser(commands: Any) -> None:
                        help="print the counterexamples of expected violations too")
     check.set_defaults(func=run_check)
     replay.add_parser(spec_commands)
+    validate.add_parser(spec_commands)
 
 
 def format_trace(result: tlc.TlcResult) -> str:

@@ -69,7 +69,7 @@ def replay(lines: list[str], *, stop_at_first: bool = True) -> ReplayReport:
         before = state
         now = int(entry["t"])
         state, effects = core.step(state, event, now)
-        state, sent = _boundary(before, state, effects, durable, entry.get("persisted"), now)
+        state, sent = boundary(before, state, effects, durable, entry.get("persisted"), now)
         report.steps += 1
         kind = type(event).__name__
         report.events[kind] = report.events.get(kind, 0) + 1
@@ -92,7 +92,7 @@ def replay(lines: list[str], *, stop_at_first: bool = True) -> ReplayReport:
     return report
 
 
-def _boundary(before: core.CoordinatorState, after: core.CoordinatorState,
+def boundary(before: core.CoordinatorState, after: core.CoordinatorState,
               effects: tuple[core.Effect, ...], durable: dict[str, core.Group],
               persisted: bool | None, now: int) -> tuple[core.CoordinatorState, list[core.Reply]]:
     """What the adapter does after a step, given whether its write was taken: the state it

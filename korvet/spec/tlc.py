@@ -71,6 +71,7 @@ class TlcResult:
     errors: list[str] = field(default_factory=list)
     version: str = ""
     exit_code: int = 0
+    printed: str = ""  # what the spec printed (Print, PrintT): the text outside TLC's messages
 
     @property
     def as_expected(self) -> bool:
@@ -190,7 +191,8 @@ def parse_step(text: str) -> TraceStep:
 
 
 def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResult:  # noqa: C901, PLR0912 -- one branch per kind of TLC outcome
-    result = TlcResult(model=model, wall_seconds=wall, exit_code=exit_code)
+    result = TlcResult(model=model, wall_seconds=wall, exit_code=exit_code,
+                       printed=_MESSAGE.sub("", output).strip())
     success = False
     for message in parse_messages(output):
         code, text = message.code, message.text

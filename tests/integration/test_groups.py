@@ -7,7 +7,9 @@ rebalance after its session timeout), and two replacements join; every record is
 consumed. From the broker's event log, no partition is owned by two members in one
 generation. ``kafka-consumer-groups --describe`` shows the members and lag 0.
 Then all consumers stop and start again, and separately the broker restarts: both
-times the group resumes exactly at its committed offsets.
+times the group resumes exactly at its committed offsets. The broker's event log
+replays through the machine, and TLC finds it to be a behaviour of the spec
+(``korvet spec validate``), while hand-edited copies of it are not.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pytest
 from korvet.core.offsets import OffsetCodec
 from korvet.process import stop_process
 from korvet.spec.replay import replay
+from korvet.spec.validate import summary, validate
 from korvet.tools.java_clients import (
     CONSOLE_CONSUMER_MAIN,
     RECORD_SEPARATOR,
@@ -40,6 +43,7 @@ from korvet.tools.java_clients import (
 from tests.conftest import ROOT, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic
+from tests.support.event_logs import tamper_persisted, tamper_sync_assignment
 
 pytestmark = [pytest.mark.clients, pytest.mark.slow]
 
@@ -327,12 +331,37 @@ def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, uniqu
 
         # The broker's own record of every coordinator step replays through the machine with
         # the same effects, and every spec invariant held throughout (korvet spec replay).
-        report = replay(event_log.read_text().splitlines())
+        lines = event_log.read_text().splitlines()
+        report = replay(lines)
         assert report.ok, "\n".join(report.problems)
         assert report.segments == 2 and report.steps > 50
+        _validate_under_tlc(lines, scenario.group, tamper=client == "confluent-kafka")
     finally:
         scenario.stop_all()
         broker.stop()
+
+
+def _validate_under_tlc(lines: list[str], group: str, *, tamper: bool) -> None:
+    """TLC: the log is a behaviour of spec/GroupCoordinatorDurable.tla (korvet spec validate),
+    and (with ``tamper``: for one client, each edit costs a TLC run) hand-edited copies are
+    not: a member told another assignment than the leader gave it, and a commit
+    acknowledged although its write failed."""
+    started = time.monotonic()
+    validation = validate(lines)
+    checks = {g.group_id: g for g in validation.groups}
+    assert group in checks, sorted(checks)
+    for check in validation.groups:
+        assert check.ok, "\n".join(summary(check))
+    check = checks[group]
+    print("\n" + "\n".join(summary(check)) + f"\n(validated in {time.monotonic() - started:.1f}s)")
+    assert not check.uncovered, check.uncovered
+    assert sum(s.kinds.get("load", 0) for s in check.segments) == 1  # the broker's restart
+    if not tamper:
+        return
+    for edited, number in (tamper_sync_assignment(lines),
+                           tamper_persisted(lines, "OffsetCommit")):
+        refused = validate(edited, group, explain=False)
+        assert refused.groups[0].failed_lines == [number], summary(refused.groups[0])
 
 
 def _resume_and_check(scenario: Scenario, before: dict[int, int], prefix: str) -> None:
