@@ -402,6 +402,35 @@ def test_a_check_that_kills_the_broker_is_named_and_the_run_goes_on() -> None:
     assert broker.restarts == 2  # once to find the killer, once after it killed the broker again
 
 
+def test_a_check_run_again_after_the_broker_died_uses_names_of_its_own() -> None:
+    """A client of the first attempt may still be retrying when the broker comes back and recreate
+    that attempt's topic there: the rerun must not ask for the same name (TOPIC_ALREADY_EXISTS)."""
+    broker = DyingBroker("unit.killer")
+    created: dict[str, list[str]] = {}
+    taken: set[str] = set()
+
+    def creates_a_topic(name: str) -> Any:
+        def fn(ctx: CheckContext) -> None:
+            topic = ctx.name()
+            created.setdefault(name, []).append(topic)
+            if name == broker.killer:
+                broker.up = False
+            if topic in taken:
+                raise CheckFailed(f"CreateTopics {topic}: TOPIC_ALREADY_EXISTS (36)")
+            taken.add(topic)  # the "broker" keeps it across restarts, as a retrying client would
+            time.sleep(0.05)
+        return fn
+
+    names = ["unit.a", "unit.killer", "unit.b"]
+    state = runner._Run(broker, "unit", ApiTable({}), KAFKA, None, None)
+    state.batch([_fake(n, creates_a_topic(n)) for n in names], 3)
+    assert [state.results[n].status for n in ("unit.a", "unit.b")] == [runner.PASS] * 2, state.results
+    assert all(len(set(topics)) == len(topics) for topics in created.values()), created
+    assert any(len(topics) > 1 for topics in created.values()), "no check was run again"
+    assert created["unit.a"][0] == "kc-unit-unit-a-t1"
+    assert all("-a2-" in topics[1] for topics in created.values() if len(topics) > 1), created
+
+
 def test_a_broker_the_suite_did_not_start_stops_the_run_with_the_suspects() -> None:
     names = [f"unit.c{i:02d}" for i in range(8)]
     state = _run_with(DyingBroker("unit.c02", restartable=False), names, jobs=1)
