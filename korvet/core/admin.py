@@ -5,8 +5,9 @@
   watermark, is OFFSET_OUT_OF_RANGE; otherwise the log start becomes the larger of itself
   and the offset (it never moves back), and the response's low watermark is the new log
   start. A partition named twice in one request counts once, with the last offset
-  (``unique_partitions``). Korvet topics only have cleanup.policy=delete, so Kafka's
-  POLICY_VIOLATION for compacted topics never applies.
+  (``unique_partitions``); a topic named twice is one entry and one named with no partition is
+  left out of the response (``delete_records_targets``). Korvet topics only have
+  cleanup.policy=delete, so Kafka's POLICY_VIOLATION for compacted topics never applies.
 - DescribeTopicPartitions (75): ``describe_topic_partitions`` pages through topics in name
   order, at most ``min(response_partition_limit, 2000)`` partitions a response, with a
   cursor (topic, first partition) to continue from. With no topics named, every topic is
@@ -63,6 +64,17 @@ def unique_partitions(entries: Iterable[tuple[int, int]]) -> list[tuple[int, int
     for partition, offset in entries:
         chosen[partition] = offset
     return list(chosen.items())
+
+
+def delete_records_targets(topics: Iterable[tuple[str, Iterable[tuple[int, int]]]]
+                           ) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The topics a DeleteRecords response lists, each once, with its ``unique_partitions``: Kafka
+    builds the response from one result per partition grouped by topic, so a topic named twice
+    is one entry and a topic named with no partition is not in the response at all."""
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for name, partitions in topics:
+        by_topic.setdefault(name, []).extend(partitions)
+    return [(name, unique_partitions(entries)) for name, entries in by_topic.items() if entries]
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,3 +149,18 @@ def test_a_config_topic_name_is_validated_before_it_is_looked_up(name: str, exis
         assert error is ErrorCode.INVALID_TOPIC_EXCEPTION
     else:
         assert error is (ErrorCode.NONE if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+@given(st.lists(st.tuples(names, st.lists(st.tuples(st.integers(0, 3), offsets), max_size=4)), max_size=6))
+def test_delete_records_lists_each_named_topic_once_and_none_without_partitions(
+        request: list[tuple[str, list[tuple[int, int]]]]) -> None:
+    """Found by the differential mode: Kafka answers a DeleteRecords topic named with no partition
+    by leaving it out of the response (its response is built per partition, grouped by topic)."""
+    targets = admin.delete_records_targets(request)
+    names_with_partitions = [name for name, parts in request if parts]
+    listed = [name for name, _ in targets]
+    assert sorted(listed) == sorted(set(names_with_partitions))  # each once (Kafka: in any order)
+    for name, partitions in targets:
+        merged = [pair for n, parts in request if n == name for pair in parts]
+        assert partitions == admin.unique_partitions(merged)
+        assert partitions, "a topic in the response has a partition"

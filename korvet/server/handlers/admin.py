@@ -87,15 +87,15 @@ class AdminHandler:
         topic_cls = nested(response_cls, "DeleteRecordsTopicResult")
         partition_cls = nested(response_cls, "DeleteRecordsPartitionResult")
         topics = []
-        for entry in request.topics:
-            topic = await self.services.topics.get(entry.name)
+        for name, partitions in rules.delete_records_targets(
+                (t.name, [(p.partition_index, p.offset) for p in t.partitions]) for t in request.topics):
+            topic = await self.services.topics.get(name)
             results = []
-            for index, offset in rules.unique_partitions(
-                    (p.partition_index, p.offset) for p in entry.partitions):
+            for index, offset in partitions:
                 error, low = await self._delete(topic, index, offset)
                 results.append(make(partition_cls, partition_index=index, low_watermark=low,
                                     error_code=error))
-            topics.append(make(topic_cls, name=entry.name, partitions=tuple(results)))
+            topics.append(make(topic_cls, name=name, partitions=tuple(results)))
         return make(response_cls, throttle_time=0, topics=tuple(topics))
 
     async def _delete(self, topic: TopicInfo | None, partition: int,
