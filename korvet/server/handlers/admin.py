@@ -204,7 +204,8 @@ class AdminHandler:
         for entry in request.topics:
             topic = await self.services.topics.get(entry.name)
             partitions = []
-            for index in dict.fromkeys(entry.partition_indexes):
+            # Kafka answers one entry per requested index, a partition named twice twice.
+            for index in entry.partition_indexes:
                 if topic is None or not 0 <= index < topic.partitions:
                     partitions.append(make(
                         partition_cls, partition_index=index,
