@@ -207,9 +207,12 @@ class AdminHandler:
             # Kafka answers one entry per requested index, a partition named twice twice.
             for index in entry.partition_indexes:
                 if topic is None or not 0 <= index < topic.partitions:
+                    # Kafka validates the name first: INVALID_TOPIC_EXCEPTION for an invalid one.
+                    missing = rules.config_topic_error(entry.name, exists=False)
                     partitions.append(make(
                         partition_cls, partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=(ErrorCode(int(missing)) if topic is None
+                                    else ErrorCode.unknown_topic_or_partition),
                         error_message="This server does not host this topic-partition.",
                         active_producers=()))
                     continue
