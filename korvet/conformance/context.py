@@ -1,10 +1,12 @@
 """What a check gets: the broker's address and API table, fresh names, connections, notes.
 
 Every check runs with its own ``CheckContext``. Names it makes (``ctx.name()``)
-hold the run id and the check's name, so checks never share a topic or group
-and a rerun never meets the leftovers of an earlier one. Connections and clients
-opened through the context are closed when the check ends, also when it fails
-or times out (closing them is how a stuck check is stopped).
+hold the run id and the check's name, so checks never share a topic or group,
+and, from the second attempt on, the attempt number: a check the harness runs
+again (after the broker died) never meets the leftovers of its earlier attempt,
+such as a topic a client of that attempt recreated on the restarted broker.
+Connections and clients opened through the context are closed when the check ends, also
+when it fails or times out (closing them is how a stuck check is stopped).
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ class ApiTable:
 
 class CheckContext:
     def __init__(self, check: Check, bootstrap: str, run_id: str, apis: ApiTable,
-                 *, request_timeout: float = 30.0, security: Any = None) -> None:
+                 *, request_timeout: float = 30.0, security: Any = None,
+                 attempt: int = 1) -> None:
         self.check = check
         self.security = security  # the secured listener of the security.* checks (--security FILE)
+        self.attempt = attempt
         self.bootstrap = bootstrap
         self.host, self.port = parse_bootstrap(bootstrap)
         self.run_id = run_id
@@ -85,14 +89,15 @@ class CheckContext:
     # -- names ---------------------------------------------------------------
 
     def name(self, kind: str = "t") -> str:
-        """A topic or group name no other check and no other run uses."""
+        """A topic or group name no other check, no other run and no other attempt of this check uses."""
         with self._lock:
             self._names += 1
             n = self._names
         slug = self.check.name.replace(".", "-").replace("_", "-")
         if len(slug) > 60:
             slug = slug[:60]
-        return f"kc-{self.run_id}-{slug}-{kind}{n}"
+        again = f"a{self.attempt}-" if self.attempt > 1 else ""
+        return f"kc-{self.run_id}-{slug}-{again}{kind}{n}"
 
     # -- resources -----------------------------------------------------------
 

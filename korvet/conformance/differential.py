@@ -45,7 +45,7 @@ from korvet.conformance.context import ApiTable, CheckContext
 from korvet.conformance.messages import build, to_plain
 from korvet.conformance.profile import Profile
 from korvet.conformance.registry import Check, CheckFailed
-from korvet.conformance.schemas import JsonSchema, api_name, narrow, request_schema
+from korvet.conformance.schemas import UUID_PATTERN, JsonSchema, api_name, narrow, request_schema
 from korvet.conformance.wire import ConnectionClosed, DecodeError, ResponseTimeout, WireClient, encode_request
 
 # -- what legitimately differs ------------------------------------------------------
@@ -59,7 +59,7 @@ NORMALISED: dict[str, str] = {
                      "current_leader", "node_endpoints", "coordinator_epoch", "partition_leader_epoch",
                      "committed_leader_epoch", "last_fetched_epoch", "rack"), "broker ids"),
     **dict.fromkeys(("host", "port", "client_host"), "host/port"),
-    **dict.fromkeys(("cluster_id", "topic_id", "member_id", "producer_id", "producer_epoch", "session_id",
+    **dict.fromkeys(("cluster_id", "topic_id", "member_id", "producer_id", "producer_epoch",
                      "leader", "client_id", "member_epoch", "epoch"), "ids"),
     **dict.fromkeys(("base_offset", "offset", "high_watermark", "last_stable_offset", "log_start_offset",
                      "end_offset", "old_style_offsets", "log_append_time", "log_append_time_ms",
@@ -69,6 +69,7 @@ NORMALISED: dict[str, str] = {
     **dict.fromkeys(("api_keys", "supported_features", "finalized_features", "finalized_features_epoch",
                      "zk_migration_ready"), "the broker's own API table"),
     **dict.fromkeys(("configs", "synonyms"), "the broker's config listing"),
+    **dict.fromkeys(("log_dir", "partition_size", "total_bytes", "usable_bytes"), "the broker's own storage"),
     **dict.fromkeys(("cluster_authorized_operations", "topic_authorized_operations",
                      "authorized_operations"), "authorizer"),
 }
@@ -150,6 +151,21 @@ def _kind(value: Any) -> str:
 
 SYMBOLS = {-7_000_001: "first", -7_000_002: "second", -7_000_003: "third", -7_000_004: "end",
            -7_000_005: "past end"}
+# DeleteRecords gets a topic of its own (one partition, three records), so that what it deletes
+# never changes what the other APIs see; its offsets have symbols of their own. Both brokers get
+# the same requests in the same order, so their log starts move alike.
+DELETE_SYMBOLS = {-7_100_001: "first", -7_100_002: "second", -7_100_003: "third", -7_100_004: "end",
+                  -7_100_005: "past end"}
+# Fetch sessions (KIP-227): a request's session id may be "the session id this broker gave in an
+# earlier response of the same sequence" (0 when it gave none), translated when it is sent.
+SESSION_SYMBOL = -9_000_001
+# Topic ids (Fetch v13+): this one stands for the fixture topic's id on each broker.
+FIXTURE_TOPIC_ID = "00000000-0000-4000-8000-0000000f1f1e"
+
+
+def delete_topic(topic: str) -> str:
+    """The DeleteRecords fixture topic that goes with fixture topic ``topic``."""
+    return f"{topic}-del"
 # The fixture's records carry the same timestamps on both brokers: the start of the current
 # minute minus 10 minutes, then 1 s apart (recent, so that no time-based retention removes them).
 # In requests they are symbols, translated like offsets: the three timestamps, just before the
@@ -169,23 +185,35 @@ _OFFSET_CHOICES: JsonSchema = {"anyOf": [
     {"enum": [-1, -2]},
     {"type": "integer", "minimum": 2**60, "maximum": 2**63 - 1},
 ]}
+_DELETE_OFFSET_CHOICES: JsonSchema = {"anyOf": [
+    {"enum": sorted(DELETE_SYMBOLS)},
+    {"enum": [-1, -2]},
+    {"type": "integer", "minimum": 2**60, "maximum": 2**63 - 1},
+]}
 _TIMESTAMP_CHOICES: JsonSchema = {"enum": [-1, -2, -3, *TIMESTAMP_SYMBOLS, 4_000_000_000_000]}
 # Request fields holding a log position of the broker's choosing, per API.
 OFFSET_PATHS: dict[int, tuple[str, ...]] = {
     1: ("topics.*.partitions.*.fetch_offset", "topics.*.partitions.*.log_start_offset"),
     8: ("topics.*.partitions.*.committed_offset",),
 }
+DELETE_OFFSET_PATHS: dict[int, tuple[str, ...]] = {21: ("topics.*.partitions.*.offset",)}
 TIMESTAMP_PATHS: dict[int, tuple[str, ...]] = {2: ("topics.*.partitions.*.timestamp",)}
 
 
 @dataclass
 class Side:
-    """One broker of the comparison, with its fixture's offsets."""
+    """One broker of the comparison, with its fixture's offsets (and topic id)."""
 
     name: str
     bootstrap: str
     apis: ApiTable
     symbols: dict[int, int] = field(default_factory=dict)
+    ids: dict[str, str] = field(default_factory=dict)  # symbolic topic id -> this broker's
+
+    def labels(self) -> dict[int, str]:
+        """This broker's offsets of the DeleteRecords fixture -> their symbols' names, so that a low
+        watermark in an answer compares as "the second record" rather than as a number."""
+        return {self.symbols[k]: f"<{name}>" for k, name in DELETE_SYMBOLS.items() if k in self.symbols}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -203,39 +231,82 @@ def prepare_fixture(side: Side, check: Check, run_id: str, topic: str,
     ctx = CheckContext(check, side.bootstrap, run_id, side.apis)
     try:
         ops = Ops(ctx)
+        producer = _warm_up(ops)
         created = ops.create_topic(partitions=2, name=topic)
+        # Written by an idempotent producer, which DescribeProducers then lists.
         base = ops.produce_ok(created, 0, [Rec(f"v{i}".encode(), key=f"k{i}".encode(), timestamp=ts)
-                                           for i, ts in enumerate(stamps)])
+                                           for i, ts in enumerate(stamps)],
+                              producer_id=int(producer.producer_id),
+                              producer_epoch=int(producer.producer_epoch), base_sequence=0)
         end = ops.offset_of(created, 0, -1)
-        _warm_up(ops)
+        topic_id = created.topic_id or ops.topic_id_of(topic)
+        doomed = ops.create_topic(partitions=1, name=delete_topic(topic))
+        doomed_base = ops.produce_ok(doomed, 0, [Rec(f"d{i}".encode(), timestamp=ts)
+                                                 for i, ts in enumerate(stamps)])
+        doomed_end = ops.offset_of(doomed, 0, -1)
     finally:
         ctx.close()
     side.symbols = dict(zip(sorted(SYMBOLS, reverse=True), [base, base + 1, base + 2, end, end + 5],
                             strict=True))
+    side.symbols.update(zip(sorted(DELETE_SYMBOLS, reverse=True),
+                            [doomed_base, doomed_base + 1, doomed_base + 2, doomed_end, doomed_end + 5],
+                            strict=True))
     side.symbols.update(timestamp_symbols(stamps))
+    side.ids = {FIXTURE_TOPIC_ID: str(topic_id)}
 
 
-def _warm_up(ops: Any) -> None:
+def _warm_up(ops: Any) -> Any:
     """Bring up what a fresh broker creates on first use (Kafka's __consumer_offsets, its producer id
-    block), so that answers do not depend on which request happened to come first."""
+    block), so that answers do not depend on which request happened to come first. Returns the
+    InitProducerId answer (the fixture's idempotent producer)."""
     from korvet.conformance.groups import find_coordinator
 
     find_coordinator(ops, "kc-fuzz-warm-up")
-    ops.init_producer_id(None)
+    return ops.init_producer_id(None)
 
 
-_OFFSET_KEYS = frozenset(path.rsplit(".", 1)[-1]
-                         for paths in (*OFFSET_PATHS.values(), *TIMESTAMP_PATHS.values()) for path in paths)
+# Request fields whose symbolic values are translated for each broker (only there: Hypothesis may
+# copy a value into another field, where it is only a number).
+_SYMBOL_KEYS = frozenset([*(path.rsplit(".", 1)[-1] for paths in (*OFFSET_PATHS.values(),
+                                                                   *DELETE_OFFSET_PATHS.values(),
+                                                                   *TIMESTAMP_PATHS.values())
+                            for path in paths), "session_id"])
 
 
-def translate(value: Any, symbols: dict[int, int]) -> Any:
-    """``value`` with every symbolic offset (in an offset field: Hypothesis may copy a value into
-    another field, where it is only a number) replaced by this broker's offset."""
+def translate(value: Any, symbols: dict[int, int], ids: dict[str, str] | None = None) -> Any:
+    """``value`` with every symbolic offset, timestamp or session id replaced by this broker's, and
+    (with ``ids``) every symbolic topic id by this broker's topic id."""
     if isinstance(value, dict):
-        return {k: symbols.get(v, v) if k in _OFFSET_KEYS and isinstance(v, int) else translate(v, symbols)
-                for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k in _SYMBOL_KEYS and isinstance(v, int):
+                out[k] = symbols.get(v, v)
+            elif k == "topic_id" and ids and isinstance(v, str):
+                out[k] = ids.get(v, v)
+            else:
+                out[k] = translate(v, symbols, ids)
+        return out
     if isinstance(value, list):
-        return [translate(v, symbols) for v in value]
+        return [translate(v, symbols, ids) for v in value]
+    return value
+
+
+def symbolise(value: Any, labels: dict[int, str]) -> Any:
+    """An answer with what the broker chose put in terms both brokers share: a session id is
+    ``<a session>`` (or 0: none), a low watermark of the DeleteRecords fixture the name of its
+    symbol."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k == "session_id" and isinstance(v, int):
+                out[k] = v if v == 0 else "<a session>"
+            elif k == "low_watermark" and isinstance(v, int):
+                out[k] = labels.get(v, v)
+            else:
+                out[k] = symbolise(v, labels)
+        return out
+    if isinstance(value, list):
+        return [symbolise(v, labels) for v in value]
     return value
 
 
@@ -280,21 +351,28 @@ def _frame(step: Step, document: dict[str, Any], correlation: int) -> bytes:
 
 
 def send_sequence(side: Side, steps: Sequence[Step], timeout: float = 5.0) -> list[Any]:
-    """Outcomes of a sequence on a new connection: plain responses, or "closed"/"timeout"/"no response"."""
+    """Outcomes of a sequence on a new connection: plain responses (``symbolise``d), or
+    "closed"/"timeout"/"no response"."""
     host, port = side.address
     outcomes: list[Any] = []
     conn = WireClient(host, port, client_id="korvet-differential", timeout=timeout)
+    labels = side.labels()
+    session = 0  # the last fetch session id this broker gave in the sequence
     try:
         for step in steps:
             correlation = conn.allocate_correlation_id()
-            frame = _frame(step, translate(step.document, side.symbols), correlation)
+            symbols = {**side.symbols, SESSION_SYMBOL: session}
+            frame = _frame(step, translate(step.document, symbols, side.ids), correlation)
             try:
                 if not step.expect_response:
                     conn.send_bytes(frame)
                     outcomes.append("no response expected")
                     continue
                 conn.send_frame(frame, api_key=step.api_key, version=step.version, correlation_id=correlation)
-                outcomes.append(to_plain(conn.receive(timeout)))
+                response = conn.receive(timeout)
+                if step.api_key == FETCH and int(getattr(response, "session_id", 0)):
+                    session = int(response.session_id)
+                outcomes.append(symbolise(to_plain(response), labels))
             except ConnectionClosed:
                 outcomes.append("closed")
                 break
@@ -378,6 +456,15 @@ def diff_outcomes(steps: Sequence[Step], subject: list[Any], oracle: list[Any]) 
 
 # -- generation ----------------------------------------------------------------------
 
+FETCH, DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 1, 21, 35, 61, 75
+_INT32 = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
+# Partition indexes: mostly the fixture's (0, 1) and just past them, sometimes anything.
+_PARTITION = {"anyOf": [{"enum": [0, 1, 2, -1]}, _INT32]}
+
+
+def _names(*names: str) -> JsonSchema:
+    return {"anyOf": [{"enum": list(names)}, {"type": "string", "maxLength": 24}]}
+
 
 def _delete_topics(schema: JsonSchema, topic: str) -> JsonSchema:
     # Only names no one uses (and random topic ids, which name no topic): deleting nothing.
@@ -386,11 +473,60 @@ def _delete_topics(schema: JsonSchema, topic: str) -> JsonSchema:
     return narrow(schema, "topics.*.name", {"anyOf": [{"type": "null"}, names]})
 
 
+def _delete_records(schema: JsonSchema, topic: str) -> JsonSchema:
+    # Only the DeleteRecords fixture (or names no one uses): what it deletes, it deletes alike on
+    # both brokers. Its offsets are symbols (DELETE_OFFSET_PATHS).
+    names = {"anyOf": [{"const": delete_topic(topic)},
+                       {"type": "string", "pattern": "^kc-fuzz-[a-z0-9]{0,10}$"}]}
+    schema = narrow(schema, "topics.*.name", names)
+    return narrow(schema, "topics.*.partitions.*.partition_index", _PARTITION)
+
+
+def _describe_log_dirs(schema: JsonSchema, topic: str) -> JsonSchema:
+    schema = narrow(schema, "topics.*.topic", _names(topic, delete_topic(topic)))
+    return narrow(schema, "topics.*.partitions", {"type": "array", "items": _PARTITION, "maxItems": 3})
+
+
+def _describe_producers(schema: JsonSchema, topic: str) -> JsonSchema:
+    schema = narrow(schema, "topics.*.name", _names(topic, delete_topic(topic)))
+    return narrow(schema, "topics.*.partition_indexes",
+                  {"type": "array", "items": _PARTITION, "maxItems": 3})
+
+
+def _describe_topic_partitions(schema: JsonSchema, topic: str) -> JsonSchema:
+    # Topics named (never "every topic": the two brokers hold other clients' topics, which a listing
+    # and its cursor would show), the fixtures or not.
+    names = _names(topic, delete_topic(topic))
+    entry = {"type": "object", "properties": {"name": names}, "required": ["name"]}
+    schema = narrow(schema, "topics", {"type": "array", "minItems": 1, "maxItems": 3, "items": entry})
+    schema = narrow(schema, "response_partition_limit", _PARTITION)
+    schema = narrow(schema, "cursor.topic_name", names)
+    return narrow(schema, "cursor.partition_index", _PARTITION)
+
+
+def _fetch_sessions(schema: JsonSchema, topic: str) -> JsonSchema:
+    """Fetch with sessions that mean something: the fixture topic by name or id, its partitions,
+    the session id the broker gave earlier in the sequence, the epochs that open, continue and
+    close a session."""
+    schema = narrow(schema, "session_id", {"anyOf": [{"enum": [SESSION_SYMBOL, 0]}, _INT32]})
+    schema = narrow(schema, "session_epoch", {"anyOf": [{"enum": [-1, 0, 1, 2]}, _INT32]})
+    topic_id = {"anyOf": [{"const": FIXTURE_TOPIC_ID}, {"type": "string", "pattern": UUID_PATTERN}]}
+    for path in ("topics.*.topic_id", "forgotten_topics_data.*.topic_id"):
+        schema = narrow(schema, path, topic_id)
+    schema = narrow(schema, "topics.*.partitions.*.partition", _PARTITION)
+    schema = narrow(schema, "forgotten_topics_data.*.topic", _names(topic))
+    return narrow(schema, "forgotten_topics_data.*.partitions",
+                  {"type": "array", "items": _PARTITION, "maxItems": 3})
+
+
 def _targets() -> dict[int, tuple[Any, Callable[[dict[str, Any]], bool] | None]]:
-    """The generated checks' narrowings, and two more that only the comparison needs."""
+    """The generated checks' narrowings, and those that only the comparison needs."""
     from korvet.conformance.checks.generated import TARGETS, _validate_only
 
-    return {**TARGETS, 33: (_validate_only, None), 20: (_delete_topics, None)}
+    return {**TARGETS, 33: (_validate_only, None), 20: (_delete_topics, None),
+            DELETE_RECORDS: (_delete_records, None), DESCRIBE_LOG_DIRS: (_describe_log_dirs, None),
+            DESCRIBE_PRODUCERS: (_describe_producers, None),
+            DESCRIBE_TOPIC_PARTITIONS: (_describe_topic_partitions, None)}
 
 
 def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Callable[[dict[str, Any]], bool]]:
@@ -411,11 +547,59 @@ def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Calla
         # Apache Kafka 4.3.1 does not look topics up by id in Metadata (KIP-516 left it out): it
         # answers such a request with errors and no brokers. There is nothing to compare.
         schema = narrow(schema, "topics.*.topic_id", {"const": "00000000-0000-0000-0000-000000000000"})
+    if api_key == FETCH:
+        schema = _fetch_sessions(schema, topic)
     for path in OFFSET_PATHS.get(api_key, ()):
         schema = narrow(schema, path, _OFFSET_CHOICES)
+    for path in DELETE_OFFSET_PATHS.get(api_key, ()):
+        schema = narrow(schema, path, _DELETE_OFFSET_CHOICES)
     for path in TIMESTAMP_PATHS.get(api_key, ()):
         schema = narrow(schema, path, _TIMESTAMP_CHOICES)
     return schema, wants or (lambda _: True)
+
+
+def _fetch_document(topic: str, session_id: int, epoch: int, offsets: Sequence[tuple[int, int]],
+                    forgotten: Sequence[int] = ()) -> dict[str, Any]:
+    """A Fetch of the fixture topic (by name and by symbolic id: each version keeps the field it
+    has) at symbolic offsets, in session ``session_id`` at ``epoch``."""
+    partitions = [{"partition": p, "current_leader_epoch": -1, "fetch_offset": offset,
+                   "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+                  for p, offset in offsets]
+    named = {"topic": topic, "topic_id": FIXTURE_TOPIC_ID}
+    return {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": session_id, "session_epoch": epoch,
+            "topics": [{**named, "partitions": partitions}] if offsets else [],
+            "forgotten_topics_data": [{**named, "partitions": list(forgotten)}] if forgotten else [],
+            "rack_id": ""}
+
+
+def session_scenarios(versions: Sequence[int], topic: str) -> list[list[Step]]:
+    """Fetch sessions as consumers use them (KIP-227), sent to both brokers before the generated
+    sequences: open a session, continue it, forget a partition, repeat or skip an epoch, close it and
+    use it again, open one without partitions, mix topic ids and names; in the newest version with
+    topic ids and the newest with names."""
+    by_name = [v for v in versions if 7 <= v <= 12]
+    by_id = [v for v in versions if v >= 13]
+    first, end = -7_000_001, -7_000_004
+    out: list[list[Step]] = []
+
+    def step(version: int, session: int, epoch: int, offsets: Sequence[tuple[int, int]] = (),
+             forgotten: Sequence[int] = ()) -> Step:
+        return Step(FETCH, version, _fetch_document(topic, session, epoch, offsets, forgotten))
+
+    for version in [*by_name[-1:], *by_id[-1:]]:
+        out += [
+            [step(version, 0, 0, [(0, first)]), step(version, SESSION_SYMBOL, 1),
+             step(version, SESSION_SYMBOL, 2, forgotten=[0])],
+            [step(version, 0, 0, [(0, end)]), step(version, SESSION_SYMBOL, 1, [(0, end)]),
+             step(version, SESSION_SYMBOL, 1)],
+            [step(version, 0, 0, [(0, first)]), step(version, SESSION_SYMBOL, -1, [(0, first)]),
+             step(version, SESSION_SYMBOL, 1)],
+            [step(version, 0, 0), step(version, SESSION_SYMBOL, 1)],
+        ]
+    if by_name and by_id:
+        out.append([step(by_id[-1], 0, 0, [(0, first)]), step(by_name[-1], SESSION_SYMBOL, 1)])
+    return out
 
 
 def explained(differences: list[Difference], profile: Profile) -> tuple[list[Difference], dict[str, str]]:
@@ -457,9 +641,10 @@ class ApiOutcome:
 
 
 def explore(subject: Side, oracle: Side, api_key: int, versions: list[int], topic: str, profile: Profile,
-            *, examples: int) -> ApiOutcome:
-    """Generate sequences for every version; on an unexplained difference, shrink it to a counterexample."""
-    from hypothesis import HealthCheck, Phase, given, settings
+            *, examples: int, explicit: Sequence[list[Step]] = ()) -> ApiOutcome:
+    """Send the ``explicit`` sequences, then generate sequences for every version; on an unexplained
+    difference, shrink it to a counterexample."""
+    from hypothesis import HealthCheck, Phase, example, given, settings
     from hypothesis import strategies as st
 
     from korvet.conformance.fuzz import request_strategy
@@ -495,6 +680,8 @@ def explore(subject: Side, oracle: Side, api_key: int, versions: list[int], topi
             found.append((steps, unexplained))
             raise AssertionError(unexplained[0].describe())
 
+    for steps in reversed(explicit):
+        one = example(steps)(one)
     try:
         one()
     except Exception:  # AssertionError, or Hypothesis' FlakyFailure when a broker answers unsteadily
@@ -543,8 +730,9 @@ def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: s
         def run(ctx: CheckContext, api_key: int = api_key, versions: list[int] = versions) -> None:
             ensure_fixture(ctx.check)
             started = time.monotonic()
+            explicit = session_scenarios(versions, topic) if api_key == FETCH else []
             result = explore(subject, oracle, api_key, versions, topic, profile,
-                             examples=max(examples, 4 * len(versions)))
+                             examples=max(examples, 4 * len(versions)), explicit=explicit)
             ctx.note("versions", versions)
             ctx.note("sequences", result.sequences)
             ctx.note("requests", result.requests)

@@ -43,7 +43,8 @@ def request_strategy(schema: JsonSchema) -> st.SearchStrategy[Any]:
                       if name not in required},
         )
     if kind == "array" and isinstance(schema.get("items"), dict) and schema["items"].get("type") == "object":
-        return st.lists(request_strategy(schema["items"]), max_size=int(schema.get("maxItems", 4)))
+        return st.lists(request_strategy(schema["items"]), min_size=int(schema.get("minItems", 0)),
+                        max_size=int(schema.get("maxItems", 4)))
     leaf = {k: v for k, v in schema.items() if k not in ("description", "title")}
     return from_schema(leaf)
 

@@ -416,7 +416,7 @@ def form_group(ctx: CheckContext, n: int = 1, *, group: str | None = None, ops: 
 def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *, metadata: str | None = "",
                    generation: int = -1, member_id: str = "", instance_id: str | None = None,
                    conn: WireClient | None = None, version: int | None = None,
-                   leader_epoch: int = -1) -> dict[tuple[str, int], int]:
+                   leader_epoch: int = -1, retention_ms: int = -1) -> dict[tuple[str, int], int]:
     ver = ops.v(OFFSET_COMMIT, version, hi=None if version is not None else 9)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in offsets.items():
@@ -428,7 +428,7 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
     while True:
         response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
                             generation_id_or_member_epoch=generation, member_id=member_id,
-                            group_instance_id=instance_id, retention_time=-1,
+                            group_instance_id=instance_id, retention_time=retention_ms,
                             topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
         errors = {(t.name, int(p.partition_index)): int(p.error_code)
                   for t in response.topics for p in t.partitions}

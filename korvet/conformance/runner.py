@@ -199,9 +199,15 @@ class _Run:
         self.spans: list[tuple[str, float, float]] = []  # (check, started, ended) of finished checks
         self.last_alive = time.monotonic()
         self.began = time.monotonic()
+        self.attempts: dict[str, int] = {}  # check -> how often it started (reruns after a death)
 
     def execute(self, check: Check) -> CheckResult:
-        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis, security=self.security)
+        with self.lock:
+            attempt = self.attempts[check.name] = self.attempts.get(check.name, 0) + 1
+        # A rerun gets names of its own: a client of the earlier attempt may still be retrying
+        # against the restarted broker and recreate that attempt's topics there.
+        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis,
+                           security=self.security, attempt=attempt)
         began = time.monotonic()
         with self.lock:
             self.running[check.name] = (ctx, began)

@@ -5,8 +5,9 @@
   watermark, is OFFSET_OUT_OF_RANGE; otherwise the log start becomes the larger of itself
   and the offset (it never moves back), and the response's low watermark is the new log
   start. A partition named twice in one request counts once, with the last offset
-  (``unique_partitions``). Korvet topics only have cleanup.policy=delete, so Kafka's
-  POLICY_VIOLATION for compacted topics never applies.
+  (``unique_partitions``); a topic named twice is one entry and one named with no partition is
+  left out of the response (``delete_records_targets``). Korvet topics only have
+  cleanup.policy=delete, so Kafka's POLICY_VIOLATION for compacted topics never applies.
 - DescribeTopicPartitions (75): ``describe_topic_partitions`` pages through topics in name
   order, at most ``min(response_partition_limit, 2000)`` partitions a response, with a
   cursor (topic, first partition) to continue from. With no topics named, every topic is
@@ -16,6 +17,12 @@
 - DescribeLogDirs (35): ``log_dir_partitions`` picks the partitions to describe: every
   partition of every topic when the request names none (null), else the named ones that
   exist (unknown topics and partitions are left out, as Kafka leaves out what it has not).
+- DescribeConfigs (32): ``describe_configs_request_error``: a resource type Kafka does not know
+  (ConfigResource.Type: 2 topic, 4 broker, 8 broker logger, 16 client metrics, 32 group) makes
+  the whole request INVALID_REQUEST, every resource answered with it (Kafka's KafkaApis throws
+  while authorizing, before any resource is looked at). ``config_topic_error``: a topic resource
+  is validated as a topic name first (INVALID_TOPIC_EXCEPTION), then looked up
+  (UNKNOWN_TOPIC_OR_PARTITION).
 
 Tests: tests/properties/test_admin_rules.py.
 """
@@ -57,6 +64,17 @@ def unique_partitions(entries: Iterable[tuple[int, int]]) -> list[tuple[int, int
     for partition, offset in entries:
         chosen[partition] = offset
     return list(chosen.items())
+
+
+def delete_records_targets(topics: Iterable[tuple[str, Iterable[tuple[int, int]]]]
+                           ) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The topics a DeleteRecords response lists, each once, with its ``unique_partitions``: Kafka
+    builds the response from one result per partition grouped by topic, so a topic named twice
+    is one entry and a topic named with no partition is not in the response at all."""
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for name, partitions in topics:
+        by_topic.setdefault(name, []).extend(partitions)
+    return [(name, unique_partitions(entries)) for name, entries in by_topic.items() if entries]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +125,32 @@ def describe_topic_partitions(requested: Sequence[str], topics: Mapping[str, int
             return PartitionsPage(ErrorCode.NONE, tuple(page), (name, upper))
         remaining -= max(0, upper - first)
     return PartitionsPage(ErrorCode.NONE, tuple(page), None)
+
+
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = (
+    2, 4, 8, 16, 32)
+CONFIG_RESOURCE_TYPES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE,
+                                   CLIENT_METRICS_RESOURCE, GROUP_RESOURCE})
+
+
+def describe_configs_request_error(resource_types: Iterable[int]) -> ErrorCode:
+    """INVALID_REQUEST when any resource's type is not one Kafka knows: the whole request fails,
+    every resource (also the valid ones) answered with it. Kafka: KafkaApis
+    handleDescribeConfigsRequest ('Unexpected resource type') -> DescribeConfigsRequest
+    getErrorResponse."""
+    if any(t not in CONFIG_RESOURCE_TYPES for t in resource_types):
+        return ErrorCode.INVALID_REQUEST
+    return ErrorCode.NONE
+
+
+def config_topic_error(name: str, exists: bool) -> ErrorCode:
+    """A DescribeConfigs topic resource: Kafka's ConfigHelper runs Topic.validate on the name
+    before it looks the topic up."""
+    try:
+        validate_topic_name(name)
+    except TopicNameError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.NONE if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _missing_topic_error(name: str) -> ErrorCode:

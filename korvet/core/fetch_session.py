@@ -18,11 +18,14 @@ news. The rules follow Kafka's FetchSession/FetchSessionCache (facts, not code):
   empty is closed and the request answered sessionless. Otherwise the session expects
   the next epoch (after 2^31-1 comes 1) and the broker reads *every* partition of the
   session, in the session's order.
-- A full request with epoch 0 and at least one partition gets a new session (a random
-  non-zero id) once its response is known, if the table has a free slot or one can be evicted: first the
-  least recently used session if it was unused for ``eviction_ms``; else the session
-  with the fewest partitions among those created more than ``eviction_ms`` ago, if the
-  new one has more. Otherwise the response carries session id 0 (sessionless).
+- A full request with epoch 0 gets a new session (a random non-zero id) once its response
+  is known, if the table has a free slot or one can be evicted: first the least recently
+  used session if it was unused for ``eviction_ms``; else the session with the fewest
+  partitions among those created more than ``eviction_ms`` ago, if the new one has more.
+  Otherwise the response carries session id 0 (sessionless). A full request naming no
+  partition gets a session too, an empty one, as on Kafka (seen by the differential mode
+  against Kafka 4.3.1): the client's next incremental request either adds partitions or,
+  leaving it empty, closes it.
 - Incremental responses carry a partition only when it has records, an error, or a high
   watermark or log start offset different from what this session last sent; a partition
   that answered an error is resent when the error clears. Partitions that returned records
@@ -276,8 +279,6 @@ def _create(sessions: Mapping[int, Session], config: SessionConfig, plan: FetchP
             results: Sequence[PartitionResult], now_ms: int,
             new_session_id: int) -> tuple[CacheEdit, FetchAnswer]:
     everything = tuple(True for _ in results)
-    if not plan.partitions:  # nothing to remember: an empty session is never kept
-        return NO_EDIT, FetchAnswer(ErrorCode.NONE, INVALID_SESSION_ID, everything)
     if new_session_id == INVALID_SESSION_ID or new_session_id in sessions or config.slots <= 0:
         return NO_EDIT, FetchAnswer(ErrorCode.NONE, INVALID_SESSION_ID, everything)
     evicted: tuple[int, ...] = ()

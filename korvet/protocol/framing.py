@@ -9,6 +9,7 @@ module never hard-codes the flexible-version table.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from kio._kio_native import get_field_reader
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
@@ -23,6 +25,12 @@ from kio.static.constants import EntityType
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+# kio reads an int64 duration (OffsetCommit v2-v4's retention_time, the delegation token
+# periods) as a datetime.timedelta through its microseconds in an int64: about +-292,000 years,
+# narrower than int64 milliseconds. Kafka takes any int64 there.
+DURATION_MAX_MS = (2**63 - 1) // 1000
+DURATION_MIN_MS = -DURATION_MAX_MS
 
 
 class FrameError(ValueError):
@@ -74,7 +82,14 @@ def parse_request(frame: bytes | memoryview) -> RequestFrame:
     view = memoryview(frame)
     try:
         header, header_size = header_reader(view, 0)
-        body, body_size = body_reader(view, header_size)
+        try:
+            body, body_size = body_reader(view, header_size)
+        except ValueError:  # kio: "timedelta milliseconds overflow", among others
+            # An int64 duration beyond timedelta's range: read it as the longest timedelta holds.
+            saturated = saturate_durations(load_request_schema(api_key, api_version), view, header_size)
+            if saturated is None:
+                raise
+            body, body_size = body_reader(memoryview(saturated), header_size)
     except Exception as exc:  # kio raises several decode error types
         raise FrameError(
             f"malformed api key {api_key} v{api_version} request "
@@ -92,6 +107,41 @@ def parse_request(frame: bytes | memoryview) -> RequestFrame:
         body_bytes=body_size,
         trailing=trailing,
     )
+
+
+def saturate_duration_ms(ms: int) -> int:
+    """An int64 duration in milliseconds clamped to what a timedelta holds (Kafka accepts any
+    int64; a duration of millions of years means "forever" either way, and Korvet uses none of
+    these fields to decide anything)."""
+    return min(max(ms, DURATION_MIN_MS), DURATION_MAX_MS)
+
+
+def saturate_durations(schema: type[Any], frame: memoryview, offset: int) -> bytes | None:
+    """A copy of ``frame`` whose top-level int64 durations of the ``schema`` body starting at
+    ``offset`` are ``saturate_duration_ms``'d, or None when none lies beyond that range (or the
+    body does not read up to them)."""
+    fields = [f for f in dataclasses.fields(schema) if "tag" not in f.metadata]
+    kinds = [f.metadata.get("kafka_type") for f in fields]
+    if "timedelta_i64" not in kinds:
+        return None
+    last = len(kinds) - 1 - kinds[::-1].index("timedelta_i64")
+    patched = bytearray(frame)
+    position = offset
+    changed = False
+    try:
+        for f, kind in zip(fields[:last + 1], kinds, strict=False):
+            if kind == "timedelta_i64":
+                (ms,) = _INT64.unpack_from(patched, position)
+                if saturate_duration_ms(ms) != ms:
+                    _INT64.pack_into(patched, position, saturate_duration_ms(ms))
+                    changed = True
+                position += _INT64.size
+            else:
+                _, size = get_field_reader(schema, f, False, False)(frame, position)
+                position += size
+    except Exception:  # the body is malformed before the durations: the caller's error stands
+        return None
+    return bytes(patched) if changed else None
 
 
 _WRITERS: dict[type[Any], tuple[Callable[..., Any], Callable[..., Any], type[Any]]] = {}

@@ -402,6 +402,35 @@ def test_a_check_that_kills_the_broker_is_named_and_the_run_goes_on() -> None:
     assert broker.restarts == 2  # once to find the killer, once after it killed the broker again
 
 
+def test_a_check_run_again_after_the_broker_died_uses_names_of_its_own() -> None:
+    """A client of the first attempt may still be retrying when the broker comes back and recreate
+    that attempt's topic there: the rerun must not ask for the same name (TOPIC_ALREADY_EXISTS)."""
+    broker = DyingBroker("unit.killer")
+    created: dict[str, list[str]] = {}
+    taken: set[str] = set()
+
+    def creates_a_topic(name: str) -> Any:
+        def fn(ctx: CheckContext) -> None:
+            topic = ctx.name()
+            created.setdefault(name, []).append(topic)
+            if name == broker.killer:
+                broker.up = False
+            if topic in taken:
+                raise CheckFailed(f"CreateTopics {topic}: TOPIC_ALREADY_EXISTS (36)")
+            taken.add(topic)  # the "broker" keeps it across restarts, as a retrying client would
+            time.sleep(0.05)
+        return fn
+
+    names = ["unit.a", "unit.killer", "unit.b"]
+    state = runner._Run(broker, "unit", ApiTable({}), KAFKA, None, None)
+    state.batch([_fake(n, creates_a_topic(n)) for n in names], 3)
+    assert [state.results[n].status for n in ("unit.a", "unit.b")] == [runner.PASS] * 2, state.results
+    assert all(len(set(topics)) == len(topics) for topics in created.values()), created
+    assert any(len(topics) > 1 for topics in created.values()), "no check was run again"
+    assert created["unit.a"][0] == "kc-unit-unit-a-t1"
+    assert all("-a2-" in topics[1] for topics in created.values() if len(topics) > 1), created
+
+
 def test_a_broker_the_suite_did_not_start_stops_the_run_with_the_suspects() -> None:
     names = [f"unit.c{i:02d}" for i in range(8)]
     state = _run_with(DyingBroker("unit.c02", restartable=False), names, jobs=1)
@@ -538,6 +567,54 @@ def test_differential_translates_symbols_only_in_offset_fields_and_filters_listi
         {"partition": -7_000_001, "fetch_offset": 1024, "timestamp": 1_700_000_000_000}]}]}
     listing = {"topics": [{"name": "asked"}, {"name": "__consumer_offsets"}], "groups": [{"group_id": "g"}]}
     assert only_mentioned(listing, {"asked"}) == {"topics": [{"name": "asked"}], "groups": []}
+
+
+def test_differential_sessions_topic_ids_and_low_watermarks_compare_as_symbols() -> None:
+    """A fetch session id or a DeleteRecords low watermark is each broker's own number: requests name
+    them by symbol (translated for each broker), answers are compared through the same symbols."""
+    from korvet.conformance.differential import (
+        DELETE_SYMBOLS,
+        FIXTURE_TOPIC_ID,
+        SESSION_SYMBOL,
+        Side,
+        symbolise,
+        translate,
+    )
+
+    request = {"session_id": SESSION_SYMBOL, "session_epoch": SESSION_SYMBOL,
+               "topics": [{"topic_id": FIXTURE_TOPIC_ID, "partitions": [{"offset": -7_100_002}]}]}
+    real_id = "6f1e0000-0000-4000-8000-000000000001"
+    sent = translate(request, {SESSION_SYMBOL: 4711, -7_100_002: 2049}, {FIXTURE_TOPIC_ID: real_id})
+    assert sent == {"session_id": 4711, "session_epoch": SESSION_SYMBOL,
+                    "topics": [{"topic_id": real_id, "partitions": [{"offset": 2049}]}]}
+    korvet_side = Side("subject", "127.0.0.1:1", ApiTable({}), {**dict.fromkeys(DELETE_SYMBOLS, 0),
+                                                                -7_100_002: 2049})
+    kafka_side = Side("oracle", "127.0.0.1:2", ApiTable({}), {**dict.fromkeys(DELETE_SYMBOLS, 0),
+                                                              -7_100_002: 1})
+    korvet = {"session_id": 4711,
+              "topics": [{"partitions": [{"low_watermark": 2049}, {"low_watermark": -1}]}]}
+    kafka = {"session_id": 123, "topics": [{"partitions": [{"low_watermark": 1}, {"low_watermark": -1}]}]}
+    assert symbolise(korvet, korvet_side.labels()) == symbolise(kafka, kafka_side.labels()) == {
+        "session_id": "<a session>", "topics": [{"partitions": [{"low_watermark": "<second>"},
+                                                                {"low_watermark": -1}]}]}
+    assert symbolise({"session_id": 0}, {}) != symbolise({"session_id": 9}, {}), "no session is not a session"
+
+
+def test_differential_session_scenarios_build_for_every_fetch_version_with_sessions() -> None:
+    from kio.index import load_request_schema
+
+    from korvet.conformance.differential import FIXTURE_TOPIC_ID, session_scenarios, translate
+    from korvet.conformance.messages import build
+
+    scenarios = session_scenarios(list(range(4, 19)), "kc-diff-x")
+    versions = {step.version for steps in scenarios for step in steps}
+    assert versions == {12, 18}, "the newest version with topic names and the newest with topic ids"
+    assert any(len({s.version for s in steps}) == 2 for steps in scenarios), "ids and names mixed"
+    for steps in scenarios:
+        for step in steps:
+            ids = {FIXTURE_TOPIC_ID: "6f1e0000-0000-4000-8000-000000000001"}
+            request = build(load_request_schema(1, step.version), translate(step.document, {}, ids))
+            assert request.topics == () or request.topics[0].partitions[0].partition == 0
 
 
 def test_differential_excuses_match_field_paths_segment_by_segment() -> None:

@@ -1,5 +1,5 @@
-"""Kafka's rules for DeleteRecords, DescribeTopicPartitions and DescribeLogDirs
-(korvet/core/admin.py)."""
+"""Kafka's rules for DeleteRecords, DescribeTopicPartitions, DescribeLogDirs and DescribeConfigs'
+resources (korvet/core/admin.py)."""
 
 from __future__ import annotations
 
@@ -124,3 +124,43 @@ def test_log_dirs_describe_existing_partitions_only(
         if name in topics:
             expected.setdefault(name, set()).update(p for p in partitions if 0 <= p < topics[name])
     assert chosen == {n: sorted(ps) for n, ps in sorted(expected.items()) if ps}
+
+
+@given(st.lists(st.integers(min_value=-128, max_value=127), max_size=5))
+def test_an_unknown_config_resource_type_fails_the_whole_describe(types: list[int]) -> None:
+    """Found by the differential mode: Kafka answers INVALID_REQUEST for every resource of a
+    DescribeConfigs that names a type it does not know (0, or anything but 2, 4, 8, 16, 32)."""
+    unknown = [t for t in types if t not in (2, 4, 8, 16, 32)]
+    expected = ErrorCode.INVALID_REQUEST if unknown else ErrorCode.NONE
+    assert admin.describe_configs_request_error(types) is expected
+    assert admin.describe_configs_request_error([*types, 0]) is ErrorCode.INVALID_REQUEST
+
+
+@settings(max_examples=examples(2))
+@given(st.text(max_size=8) | st.sampled_from(["", ".", "..", "x" * 249, "x" * 250, "a b", "__c"]),
+       st.booleans())
+def test_a_config_topic_name_is_validated_before_it_is_looked_up(name: str, exists: bool) -> None:
+    """Found by the differential mode: an empty or illegal topic name is INVALID_TOPIC_EXCEPTION
+    (17) on Kafka, not UNKNOWN_TOPIC_OR_PARTITION (3)."""
+    legal = (0 < len(name) <= 249 and name not in (".", "..")
+             and all(c.isascii() and (c.isalnum() or c in "._-") for c in name))
+    error = admin.config_topic_error(name, exists)
+    if not legal:
+        assert error is ErrorCode.INVALID_TOPIC_EXCEPTION
+    else:
+        assert error is (ErrorCode.NONE if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+@given(st.lists(st.tuples(names, st.lists(st.tuples(st.integers(0, 3), offsets), max_size=4)), max_size=6))
+def test_delete_records_lists_each_named_topic_once_and_none_without_partitions(
+        request: list[tuple[str, list[tuple[int, int]]]]) -> None:
+    """Found by the differential mode: Kafka answers a DeleteRecords topic named with no partition
+    by leaving it out of the response (its response is built per partition, grouped by topic)."""
+    targets = admin.delete_records_targets(request)
+    names_with_partitions = [name for name, parts in request if parts]
+    listed = [name for name, _ in targets]
+    assert sorted(listed) == sorted(set(names_with_partitions))  # each once (Kafka: in any order)
+    for name, partitions in targets:
+        merged = [pair for n, parts in request if n == name for pair in parts]
+        assert partitions == admin.unique_partitions(merged)
+        assert partitions, "a topic in the response has a partition"

@@ -1,14 +1,16 @@
-"""OffsetDelete and topic deletion in the coordinator (outside the TLA+ spec)."""
+"""OffsetDelete, topic deletion and commits naming no partition in the coordinator (outside the
+TLA+ spec)."""
 
 from __future__ import annotations
 
 import struct
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from korvet.core import coordinator as core
 from korvet.core.coordinator.consumer_protocol import subscribed_topics
+from tests.support.examples import examples
 
 
 def subscription(*topics: str) -> bytes:
@@ -94,3 +96,25 @@ def test_topic_deletion_drops_every_groups_offsets_for_it() -> None:
     state, effects = core.step(state, core.TopicDeleted("t"), 5)
     assert effects == ()
     assert list(state.groups["g"].offsets) == [core.TopicPartition("u", 0)]
+
+
+@settings(max_examples=examples(1))
+@given(existing=st.booleans(), member=st.sampled_from(["", "c-1", "stranger"]),
+       generation=st.integers(-1, 3), v9=st.booleans())
+def test_a_commit_naming_no_partition_changes_nothing(existing: bool, member: str, generation: int,
+                                                      v9: bool) -> None:
+    """Kafka's broker answers an OffsetCommit with no partition before its coordinator sees it: no
+    "simple" group is created (a DeleteGroups of it then answers GROUP_ID_NOT_FOUND, as on Kafka),
+    no member's session is kept alive, nothing is persisted. Found by the differential mode."""
+    state = join_stable(commit(core.initial_state(), ("t", 0)), subscription("t")) if existing \
+        else core.initial_state()
+    after, effects = core.step(state, core.OffsetCommit(
+        request_id=5, group_id="g", member_id=member, group_instance_id=None,
+        generation_id=generation, offsets=(), unknown_group_is_not_found=v9), 100_000)
+    assert after == state
+    assert effects == (core.OffsetCommitReply(5, member, ()),)
+    _, deleted = core.step(after, core.DeleteGroups(request_id=6, group_ids=("g",)), 100_001)
+    reply = deleted[-1]
+    assert isinstance(reply, core.DeleteGroupsReply)
+    assert reply.results[0].error is (core.ErrorCode.NON_EMPTY_GROUP if existing
+                                      else core.ErrorCode.GROUP_ID_NOT_FOUND)

@@ -13,6 +13,7 @@ from korvet.conformance.ops import (
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
     Ops,
 )
@@ -295,6 +296,33 @@ def topic_defaults(ctx: CheckContext) -> None:
 def describe_unknown(ctx: CheckContext) -> None:
     result = Ops(ctx).describe_topic_configs(ctx.name("missing"), None)
     expect_error(result.error_code, UNKNOWN_TOPIC_OR_PARTITION, "DescribeConfigs of a missing topic")
+
+
+@check("describe_configs.invalid_topic_names", api=CONFIGS,
+       asserts="DescribeConfigs of a topic whose name is empty, '..', or holds an illegal character "
+               "answers INVALID_TOPIC_EXCEPTION (17): the name is validated before it is looked up.",
+       source="Kafka ConfigHelper.describeConfigs (Topic.validate on topic resources)")
+def describe_invalid_name(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    for name in ("", "..", "no spaces allowed"):
+        result = ops.describe_topic_configs(name, None)
+        expect_error(result.error_code, INVALID_TOPIC, f"DescribeConfigs of topic {name!r}")
+
+
+@check("describe_configs.unknown_resource_type_fails_request", api=CONFIGS,
+       asserts="A DescribeConfigs naming a resource type Kafka does not know (0, 99) beside a valid "
+               "broker resource answers INVALID_REQUEST (42) for every resource, the valid one too.",
+       source="Kafka KafkaApis.handleDescribeConfigsRequest ('Unexpected resource type') -> "
+              "DescribeConfigsRequest.getErrorResponse; ConfigResource.Type")
+def describe_unknown_type(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    for unknown in (0, 99):
+        response = ops.call(DESCRIBE_CONFIGS, None, include_synonyms=False, include_documentation=False,
+                            resources=[{"resource_type": 4, "resource_name": "", "configuration_keys": None},
+                                       {"resource_type": unknown, "resource_name": "x",
+                                        "configuration_keys": None}])
+        expect_eq([int(r.error_code) for r in response.results], [INVALID_REQUEST] * 2,
+                  f"DescribeConfigs of the broker and of resource type {unknown}: error codes")
 
 
 def _incremental(ops: Ops, name: str, key: str, value: str | None, op: int = 0,

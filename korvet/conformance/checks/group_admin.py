@@ -8,6 +8,7 @@ from korvet.conformance.context import CheckContext, expect, expect_eq, expect_e
 from korvet.conformance.groups import (
     Member,
     commit_offset,
+    commit_offsets,
     committed,
     delete_groups,
     describe_group,
@@ -195,6 +196,18 @@ def delete_active(ctx: CheckContext) -> None:
 def delete_absent(ctx: CheckContext) -> None:
     group = ctx.name("g")
     expect_eq(delete_groups(Ops(ctx), [group]), {group: GROUP_ID_NOT_FOUND}, "DeleteGroups result")
+
+
+@check("delete_groups.empty_commit_creates_no_group", api=DELETE,
+       asserts="An OffsetCommit (generation -1) naming no partition answers with no topics and creates "
+               "no group: a DeleteGroups of it then answers GROUP_ID_NOT_FOUND (69).",
+       source="Kafka KafkaApis.handleOffsetCommitRequest (a commit with no partition to commit is "
+              "answered before the group coordinator sees it); KIP-229")
+def empty_commit_no_group(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    group = ctx.name("g")
+    expect_eq(commit_offsets(ops, group, {}), {}, "OffsetCommit with no partition: partitions answered")
+    expect_eq(delete_groups(ops, [group]), {group: GROUP_ID_NOT_FOUND}, "DeleteGroups result")
 
 
 @check("delete_groups.batch_mixed_results", api=DELETE, group_protocol=True,

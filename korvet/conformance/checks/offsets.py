@@ -69,6 +69,24 @@ def leader_epoch(ctx: CheckContext) -> None:
     expect_eq((got.offset, got.leader_epoch), (offsets[1], 0), "(offset, leader epoch) fetched")
 
 
+@check("offset_commit.any_retention_accepted", api=COMMIT,
+       asserts="OffsetCommit v2-v4 takes any int64 retention_time: one of 2.7 million years commits "
+               "NONE on the same connection (the connection stays open) and OffsetFetch returns the offset.",
+       source="OffsetCommitRequest.json (RetentionTimeMs int64, versions 2-4); "
+              f"{OMM} (any retention other than -1 sets an expiry)")
+def any_retention(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _topic_with_records(ops)
+    group = ctx.name("g")
+    version = ops.v(OFFSET_COMMIT, lo=2, hi=4)
+    # Beyond what a timedelta of microseconds in an int64 holds (~292,000 years); the longest
+    # duration Python's timedelta (which builds the request) holds.
+    errors = commit_offsets(ops, group, {(topic, 0): offsets[2]}, version=version,
+                            retention_ms=86_399_999_913_599_999)
+    expect_eq(errors, {(topic, 0): 0}, f"OffsetCommit v{version} with a 2.7-million-year retention")
+    expect_eq(committed(ops, group, topic, 0).offset, offsets[2], "offset fetched")
+
+
 # -- refused commits, one table ----------------------------------------------------
 #
 # Each row: how a commit is refused, and that the refusal stores nothing (OffsetFetch still

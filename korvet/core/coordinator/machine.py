@@ -572,6 +572,12 @@ def _offset_commit(state: CoordinatorState, event: OffsetCommit, now: int) -> St
         return state, (OffsetCommitReply(event.request_id, event.member_id, tuple(
             PartitionResult(o.topic, o.partition, code) for o in event.offsets)),)
 
+    if not event.offsets:
+        # KORVET: outside the spec (its commits carry at least one offset). Kafka's broker answers
+        # a commit with no partition (or only unknown ones) before its coordinator sees it
+        # (KafkaApis.handleOffsetCommitRequest): no "simple" group is created, no session is
+        # kept alive, and there is no partition to carry an error.
+        return state, (OffsetCommitReply(event.request_id, event.member_id, ()),)
     group = state.groups.get(event.group_id)
     effects: list[Effect] = []
     if group is None:

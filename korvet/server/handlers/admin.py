@@ -87,15 +87,15 @@ class AdminHandler:
         topic_cls = nested(response_cls, "DeleteRecordsTopicResult")
         partition_cls = nested(response_cls, "DeleteRecordsPartitionResult")
         topics = []
-        for entry in request.topics:
-            topic = await self.services.topics.get(entry.name)
+        for name, partitions in rules.delete_records_targets(
+                (t.name, [(p.partition_index, p.offset) for p in t.partitions]) for t in request.topics):
+            topic = await self.services.topics.get(name)
             results = []
-            for index, offset in rules.unique_partitions(
-                    (p.partition_index, p.offset) for p in entry.partitions):
+            for index, offset in partitions:
                 error, low = await self._delete(topic, index, offset)
                 results.append(make(partition_cls, partition_index=index, low_watermark=low,
                                     error_code=error))
-            topics.append(make(topic_cls, name=entry.name, partitions=tuple(results)))
+            topics.append(make(topic_cls, name=name, partitions=tuple(results)))
         return make(response_cls, throttle_time=0, topics=tuple(topics))
 
     async def _delete(self, topic: TopicInfo | None, partition: int,
@@ -215,11 +215,15 @@ class AdminHandler:
         for entry in request.topics:
             topic = await self.services.topics.get(entry.name)
             partitions = []
-            for index in dict.fromkeys(entry.partition_indexes):
+            # Kafka answers one entry per requested index, a partition named twice twice.
+            for index in entry.partition_indexes:
                 if topic is None or not 0 <= index < topic.partitions:
+                    # Kafka validates the name first: INVALID_TOPIC_EXCEPTION for an invalid one.
+                    missing = rules.config_topic_error(entry.name, exists=False)
                     partitions.append(make(
                         partition_cls, partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=(ErrorCode(int(missing)) if topic is None
+                                    else ErrorCode.unknown_topic_or_partition),
                         error_message="This server does not host this topic-partition.",
                         active_producers=()))
                     continue

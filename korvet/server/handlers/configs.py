@@ -15,7 +15,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from korvet.core import admin
 from korvet.core import topics as rules
+from korvet.core.errors import ErrorCode as CoreError
 from korvet.core.topics import TopicConfig
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -101,47 +103,58 @@ async def describe_configs(services: Services, ctx: RequestContext,
                            request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DescribeConfigsResult")
-    entry_cls = nested(response_cls, "DescribeConfigsResourceResult")
-    synonym_cls = nested(response_cls, "DescribeConfigsSynonym")
-    synonyms_wanted = bool(getattr(request, "include_synonyms", False))
-    docs_wanted = bool(getattr(request, "include_documentation", False))
+    refused = admin.describe_configs_request_error(r.resource_type for r in request.resources)
+    if refused is not CoreError.NONE:
+        code = ErrorCode(int(refused))
+        return make(response_cls, throttle_time=0, results=tuple(
+            make(result_cls, error_code=code, error_message="Unknown resource type in the request.",
+                 resource_type=r.resource_type, resource_name=r.resource_name, configs=())
+            for r in request.resources))
     results = []
     for resource in request.resources:
-        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        entries: list[Any] = []
-        error, message = ErrorCode.none, None
-        if resource.resource_type == TOPIC:
-            topic = await services.topics.get(resource.resource_name)
-            if topic is None:
-                error = ErrorCode.unknown_topic_or_partition
-                message = f"Topic '{resource.resource_name}' does not exist."
-            else:
-                for definition in rules.CONFIG_DEFS:
-                    if keys is not None and definition.name not in keys:
-                        continue
-                    entries.append(_topic_entry(entry_cls, synonym_cls, definition, topic.config,
-                                                synonyms_wanted, docs_wanted))
-        elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(services.node_id)):
-                error = ErrorCode.invalid_request
-                message = f"Unknown broker id {resource.resource_name!r}."
-            else:
-                for name, value, doc in broker_configs(services):
-                    if keys is not None and name not in keys:
-                        continue
-                    synonyms = ((make(synonym_cls, name=name, value=value, source=4),)
-                                if synonyms_wanted else ())
-                    entries.append(make(entry_cls, name=name, value=value, read_only=True,
-                                        config_source=4, is_default=False, is_sensitive=False,
-                                        synonyms=synonyms, config_type=STRING,
-                                        documentation=doc if docs_wanted else None))
-        else:
-            error = ErrorCode.invalid_request
-            message = f"Resource type {resource.resource_type} is not supported by Korvet."
+        entries, error, message = await _describe_resource(services, response_cls, request, resource)
         results.append(make(result_cls, error_code=error, error_message=message,
                             resource_type=resource.resource_type,
                             resource_name=resource.resource_name, configs=tuple(entries)))
     return make(response_cls, throttle_time=0, results=tuple(results))
+
+
+async def _describe_resource(services: Services, response_cls: type[Any], request: Any,
+                             resource: Any) -> tuple[list[Any], ErrorCode, str | None]:
+    entry_cls = nested(response_cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested(response_cls, "DescribeConfigsSynonym")
+    synonyms_wanted = bool(getattr(request, "include_synonyms", False))
+    docs_wanted = bool(getattr(request, "include_documentation", False))
+    keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+    entries: list[Any] = []
+    if resource.resource_type == TOPIC:
+        topic = await services.topics.get(resource.resource_name)
+        found = admin.config_topic_error(resource.resource_name, topic is not None)
+        if topic is None or found is not CoreError.NONE:
+            message = (f"Topic '{resource.resource_name}' does not exist."
+                       if found is CoreError.UNKNOWN_TOPIC_OR_PARTITION
+                       else f"Invalid topic name {resource.resource_name!r}.")
+            return entries, ErrorCode(int(found)), message
+        for definition in rules.CONFIG_DEFS:
+            if keys is None or definition.name in keys:
+                entries.append(_topic_entry(entry_cls, synonym_cls, definition, topic.config,
+                                            synonyms_wanted, docs_wanted))
+        return entries, ErrorCode.none, None
+    if resource.resource_type == BROKER:
+        if resource.resource_name not in ("", str(services.node_id)):
+            return entries, ErrorCode.invalid_request, f"Unknown broker id {resource.resource_name!r}."
+        for name, value, doc in broker_configs(services):
+            if keys is not None and name not in keys:
+                continue
+            synonyms = ((make(synonym_cls, name=name, value=value, source=4),)
+                        if synonyms_wanted else ())
+            entries.append(make(entry_cls, name=name, value=value, read_only=True,
+                                config_source=4, is_default=False, is_sensitive=False,
+                                synonyms=synonyms, config_type=STRING,
+                                documentation=doc if docs_wanted else None))
+        return entries, ErrorCode.none, None
+    return (entries, ErrorCode.invalid_request,
+            f"Resource type {resource.resource_type} is not supported by Korvet.")
 
 
 def _topic_entry(entry_cls: type[Any], synonym_cls: type[Any], definition: rules.ConfigDef,
