@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewTopic,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
@@ -36,6 +39,7 @@ from tests.integration.test_broker_behaviour import (
     xlen,
 )
 from tests.integration.test_clients import assert_round_trip
+from tests.support.examples import examples
 from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.clients
@@ -187,11 +191,13 @@ def test_retention_removes_whole_batches(korvet: KorvetProcess, unique_name: str
     timed = unique_name + "-ms"
     create(korvet, timed, configs={"retention.ms": "1000"})
     with WireClient(korvet.bootstrap) as client:
-        produce(client, timed, build_batch(stamped(10, now)))
+        _, expired = produce(client, timed, build_batch(stamped(10, now)))
         time.sleep(1.5)
         _, kept = produce(client, timed, build_batch(stamped(3, int(time.time() * 1000))))
         assert xlen(korvet, timed) == 1
-        assert list_offsets(client, timed, 0, -2)[0] == kept
+        assert list_offsets(client, timed, 0, -2)[0] == expired + 10
+        assert [m.offset() for m in consume_from(korvet, timed, expired + 10, 3)] == [
+            kept, kept + 1, kept + 2]
 
 
 def _init_producer_id(client: WireClient) -> tuple[int, int]:
@@ -299,3 +305,64 @@ def test_log_append_time_topic_stamps_the_stored_batch(korvet: KorvetProcess,
     assert len(stamps) == 1
     kind, stamp = stamps.pop()
     assert kind == 2 and before <= stamp <= int(time.time() * 1000)  # 2: LogAppendTime
+
+
+# --- the two formats side by side ------------------------------------------------------------
+
+def _fetched(client: WireClient, topic: str, offset: int, max_bytes: int
+             ) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of the records a fetch returns at or after ``offset``
+    (a client drops those before it), decoded by kafka-python's own codec."""
+    from kafka.record import MemoryRecords
+
+    response = client.request(fetch_request(topic, 0, offset, partition_max_bytes=max_bytes))
+    part = response.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none
+    records = MemoryRecords(bytes(part.records or b""))
+    got = []
+    while (batch := records.next_batch()) is not None:
+        for r in batch:
+            if r.offset >= offset:
+                got.append((r.offset, r.timestamp, r.key, r.value))
+    return got
+
+
+produces = st.lists(st.tuples(st.integers(1, 30), st.sampled_from([0, 1, 2, 3, 4])),
+                    min_size=1, max_size=6)
+
+
+@given(produces, st.data())
+@settings(max_examples=examples(0.1), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_both_formats_return_the_same_records(korvet: KorvetProcess, unique_name: str,
+                                              plan: list[tuple[int, int]],
+                                              data: st.DataObject) -> None:
+    """Any produces (sizes, codecs) into a records topic and a batches topic; a fetch from
+    the n-th record with any byte budget returns, after the client's skipping, the same
+    records (keys, values, timestamps) from the same position in both, offsets in step."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {"records": f"{unique_name}-r-{suffix}", "batches": f"{unique_name}-b-{suffix}"}
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    for fmt, name in names.items():
+        admin.create_topics([NewTopic(name, 1, config={"korvet.storage.format": fmt})])[
+            name].result(30)
+    now = int(time.time() * 1000)
+    offsets: dict[str, list[int]] = {fmt: [] for fmt in names}
+    with WireClient(korvet.bootstrap) as client:
+        for n, (size, codec) in enumerate(plan):
+            payload = build_batch(stamped(size, now - 1000 + n * 37, 3, f"p{n}-"),
+                                  compression=codec)
+            for fmt, name in names.items():
+                error, base = produce(client, name, payload)
+                assert error is ErrorCode.none
+                offsets[fmt] += [base + i for i in range(size)]
+        total = len(offsets["records"])
+        start = data.draw(st.integers(0, total - 1), label="from record")
+        budget = data.draw(st.integers(1, 4000), label="partition max bytes")
+        seen = {fmt: _fetched(client, names[fmt], offsets[fmt][start], budget)
+                for fmt in names}
+    for fmt in names:
+        assert seen[fmt], f"{fmt}: nothing returned (KIP-74: something must come)"
+        assert [o for o, *_ in seen[fmt]] == offsets[fmt][start:start + len(seen[fmt])]
+    common = min(len(seen["records"]), len(seen["batches"]))
+    assert [r[1:] for r in seen["records"][:common]] == [r[1:] for r in seen["batches"][:common]]
