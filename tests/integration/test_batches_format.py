@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -366,3 +367,27 @@ def test_both_formats_return_the_same_records(korvet: KorvetProcess, unique_name
         assert [o for o, *_ in seen[fmt]] == offsets[fmt][start:start + len(seen[fmt])]
     common = min(len(seen["records"]), len(seen["batches"]))
     assert [r[1:] for r in seen["records"][:common]] == [r[1:] for r in seen["batches"][:common]]
+
+
+def test_the_broker_default_format_applies_to_new_topics_only(tmp_path: Path,
+                                                              unique_name: str) -> None:
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--topics-storage-format", "batches"])
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        plain = unique_name + "-default"
+        kept = unique_name + "-records"
+        for future in admin.create_topics([NewTopic(plain, 1), NewTopic(kept, 1, config={
+                "korvet.storage.format": "records"})]).values():
+            future.result(30)
+        now = int(time.time() * 1000)
+        with WireClient(broker.bootstrap) as client:
+            for name in (plain, kept):
+                assert produce(client, name, build_batch(stamped(10, now)))[0] is ErrorCode.none
+        assert xlen(broker, plain) == 1 and xlen(broker, kept) == 10
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in (plain, kept)]
+        described = [f.result(30)["korvet.storage.format"].value
+                     for f in admin.describe_configs(resources).values()]
+        assert sorted(described) == ["batches", "records"]
+    finally:
+        broker.stop()
