@@ -156,6 +156,20 @@ SETTINGS: tuple[Setting, ...] = (
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
+    # --- several brokers on one Redis (korvet/server/ownership.py) ------------------------------
+    Setting("cluster.multi-broker", bool, False,
+            "several brokers share this Redis: register in it, list the live brokers in "
+            "Metadata, and coordinate a group only while holding its lease in Redis",
+            ("--multi-broker",)),
+    Setting("cluster.broker-ttl-ms", int, 6000,
+            "a broker not heard from for this long leaves Metadata (heartbeat every third)",
+            unit="ms"),
+    Setting("cluster.lease-ms", int, 10000,
+            "a group's coordinator lease: another broker takes the group this long after its "
+            "owner stopped renewing (renewed every third)", unit="ms"),
+    Setting("cluster.lease-margin-ms", int, 1000,
+            "the owner stops acting this long before its lease ends (covers clock drift)",
+            unit="ms"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",
             ("--log-level",)),
     # --- operations (issue 15): the HTTP endpoint for probes and metrics ---------------------
