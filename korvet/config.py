@@ -138,6 +138,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("topics.default-partitions", int, 1, "partitions of an auto-created topic"),
     Setting("topics.sequence-bits", int, 10,
             "default offset sequence bits (1..22) for new topics: entries per ms = 2^bits"),
+    Setting("topics.storage-format", str, "records",
+            "storage format of new topics (their korvet.storage.format): 'records', one stream "
+            "entry per record, or 'batches', one entry per produced record batch as the "
+            "producer sent it; a topic keeps the format it was created with"),
     Setting("topics.retention-ms", int, 604_800_000,
             "default retention.ms of new topics (-1: keep forever)", unit="ms"),
     Setting("topics.timestamp-after-max-ms", int, 3_600_000,
@@ -321,6 +325,7 @@ TOPIC_FIELDS: Mapping[str, tuple[str, str]] = {
     "log-append-timestamp-header": ("log.append.timestamp.header", "bool"),
     "timestamp-type": ("message.timestamp.type", "str"),
     "sequence-bits": ("korvet.sequence.bits", "int"),
+    "storage-format": ("korvet.storage.format", "str"),
     "retention-records": ("korvet.retention.records", "int"),
 }
 TOPIC_INERT_FIELDS: Mapping[str, str] = {
@@ -690,6 +695,10 @@ def validate(config: Config) -> None:
     bits = config.get_int("topics.sequence-bits")
     if not 1 <= bits <= 22:
         raise ConfigError(f"topics.sequence-bits must be within 1..22, got {bits}")
+    storage_format = config.get_str("topics.storage-format")
+    if storage_format not in topic_rules.STORAGE_FORMATS:
+        raise ConfigError("topics.storage-format must be one of "
+                          f"{', '.join(topic_rules.STORAGE_FORMATS)}, got {storage_format!r}")
     for name in ("broker.port", "http.port"):
         port = config.get_int(name)
         if not 0 <= port <= 65535:

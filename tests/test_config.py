@@ -28,6 +28,8 @@ def test_precedence_defaults_yaml_env_flags(tmp_path: Path) -> None:
     ({"KORVET_TOPICS_SEQUENCE_BITS": "23"}, "topics.sequence-bits must be within 1..22"),
     ({"KORVET_TOPICS_AUTO_CREATE": "maybe"}, "expected true or false"),
     ({"KORVET_REDIS_APPENDFSYNC": "sometimes"}, "redis.appendfsync must be one of"),
+    ({"KORVET_TOPICS_STORAGE_FORMAT": "pages"},
+     "topics.storage-format must be one of records, batches, got 'pages'"),
 ])
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(config.ConfigError, match=message):

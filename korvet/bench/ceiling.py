@@ -3,7 +3,8 @@
 The same records a client run sent (``record-size`` random uppercase letters, no key,
 no headers, the batch's clock as timestamp), in batches of the size that client
 run's batches had, go through exactly what the Produce handler does per batch, and
-nothing of the Kafka protocol: ``entries.pack_records``, ``trim_policy`` of the
+nothing of the Kafka protocol: ``entries.pack_records`` (for a topic configured with
+``korvet.storage.format=batches``: the batch built once and ``entries.pack_batch``), ``trim_policy`` of the
 topic and one append (the atomic append script) per batch, sent on the store's one
 pipe with up to ``--in-flight`` appends unanswered (default 5, a Kafka producer's
 ``max.in.flight.requests.per.connection``), as the broker handles one connection's
@@ -39,6 +40,7 @@ import redis.asyncio as aioredis
 from korvet import config as korvet_config
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TopicInfo, trim_policy
+from korvet.protocol.records import build_batch
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.server.services import topic_defaults
 from korvet.storage import entries
@@ -91,9 +93,13 @@ async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: 
         now = time.time_ns() // 1_000_000
         records: list[tuple[int, bytes | None, bytes | None, list[entries.Header]]] = [
             (now, None, value, [])] * count
-        packed = entries.pack_records(records)
-        pending.append(await store.append_send(topic, partition, packed, count, now,
-                                               trim_policy(config, now, packed.size, count),
+        if config.stores_batches:  # one entry per batch, as the broker stores it
+            packed = entries.pack_batch(count, now, build_batch(records))
+            trim = trim_policy(config, now, packed.size, count, entries=1)
+        else:
+            packed = entries.pack_records(records)
+            trim = trim_policy(config, now, packed.size, count)
+        pending.append(await store.append_send(topic, partition, packed, count, now, trim,
                                                no_producer))
         if len(pending) >= in_flight:
             await settle(pending.popleft())
@@ -112,8 +118,15 @@ async def _read_all(store: RedisStore, topic: TopicInfo, read_count: int) -> int
             result = (await store.read([(topic, partition, offset, read_count)]))[0]
             if not result.raw:
                 break
-            read += len(result.raw)
-            offset = codec.encode_id(EntryId.parse(result.raw[-1][0])) + 1
+            if topic.config.stores_batches:  # one entry per batch: its records count
+                stored = [entries.batch_fields(fields) for _, fields in result.raw]
+                read += sum(s[0] for s in stored if s is not None)
+                last = stored[-1]
+                offset = (codec.encode_id(EntryId.parse(result.raw[-1][0]))
+                          + (last[0] if last is not None else 1))
+            else:
+                read += len(result.raw)
+                offset = codec.encode_id(EntryId.parse(result.raw[-1][0])) + 1
     return read
 
 
@@ -141,7 +154,10 @@ async def run(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
             redis_mid = await _redis_cpu(client)
             cpu_before = _own_cpu()
             started = time.perf_counter()
-            read = await _read_all(store, topic, args.read_count)
+            # A read of 1 MiB is read_count records: that many entries, or as many batches.
+            read = await _read_all(store, topic, args.read_count
+                                   if not topic.config.stores_batches
+                                   else max(1, args.read_count // args.batch_records))
             read_seconds = time.perf_counter() - started
             read_cpu = _minus(_own_cpu(), cpu_before)
             redis_after = await _redis_cpu(client)

@@ -244,9 +244,11 @@ class BenchRunner:
 
     def _topic(self, broker: Broker, client: str, size: int) -> str | None:
         name = f"bench-{client}-{size}-{uuid.uuid4().hex[:8]}"
+        configs = self.params.topic_config_map
+        if isinstance(broker, brokers.KafkaBroker):  # Kafka refuses Korvet's own settings
+            configs = {k: v for k, v in configs.items() if not k.startswith("korvet.")}
         try:
-            brokers.create_topic(broker.bootstrap, name, self.params.partitions,
-                                 self.params.topic_config_map)
+            brokers.create_topic(broker.bootstrap, name, self.params.partitions, configs)
         except brokers.BrokerError as exc:
             self._log(f"[red]{escape(str(exc))}[/red]")
             return None

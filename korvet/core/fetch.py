@@ -14,10 +14,13 @@ whether what it read answers the request. Tests: tests/properties/test_fetch_rul
   (at the high watermark is fine: the consumer is caught up and waits).
 - The response's byte budget is shared in request order; the first partition with data
   always returns at least one record (KIP-74), so a consumer can always progress.
+- Storage format ``batches``: stored batches go whole (``batches_that_fit``), and a fetch
+  from an offset inside a batch returns that batch (``batch_holds``), as Kafka does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from korvet.core.errors import ErrorCode
@@ -26,6 +29,7 @@ NO_LIMIT = 2**31 - 1
 LEADER_EPOCH = 0  # one leader per partition, never replaced
 MAX_ENTRIES_PER_READ = 10_000
 INITIAL_ENTRY_BYTES = 256
+INITIAL_BATCH_BYTES = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,28 @@ def partition_budget(partition_max_bytes: int, max_bytes: int, used: int) -> int
     return min(max(partition_max_bytes, 0), max_bytes - used)
 
 
+def batches_that_fit(sizes: Sequence[int], max_bytes: int, force_first: bool) -> int:
+    """Storage format ``batches``: how many of the stored batches of these sizes (in offset
+    order) a partition's response carries. Batches go whole, as Kafka sends them; the
+    response stops before the first that would pass ``max_bytes``, except that with
+    ``force_first`` (the first partition with data, KIP-74) the first batch always goes."""
+    used = 0
+    taken = 0
+    for size in sizes:
+        if used + size > max_bytes and not (force_first and taken == 0):
+            break
+        used += size
+        taken += 1
+    return taken
+
+
+def batch_holds(first_offset: int, count: int, offset: int) -> bool:
+    """Whether a stored batch of ``count`` records from ``first_offset`` holds ``offset``:
+    a fetch from there returns that whole batch (Kafka's rule), its records below the offset
+    included; the client skips them."""
+    return first_offset <= offset < first_offset + count
+
+
 def answered(used: int, limits: FetchLimits, any_error: bool) -> bool:
     """Whether a response can go now (else it waits for appends, up to max_wait_ms)."""
     return any_error or used >= limits.min_bytes
@@ -75,8 +101,10 @@ class SizeEstimate:
 
     averages: dict[str, float] = field(default_factory=dict)
 
-    def count_for(self, key: str, budget: int) -> int:
-        average = self.averages.get(key, INITIAL_ENTRY_BYTES)
+    def count_for(self, key: str, budget: int, batches: bool = False) -> int:
+        """Entries to read for ``budget`` bytes; ``batches``: the stream holds one entry per
+        batch, first guessed at a producer's default batch.size."""
+        average = self.averages.get(key, INITIAL_BATCH_BYTES if batches else INITIAL_ENTRY_BYTES)
         return max(1, min(MAX_ENTRIES_PER_READ, int(budget / average) + 1))
 
     def observe(self, key: str, entries_read: int, total_bytes: int) -> None:

@@ -68,8 +68,7 @@ class BatchFacts(Protocol):
     def control(self) -> bool: ...
 
     @property
-    def records(self) -> Sequence[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]]:
-        ...
+    def timestamps(self) -> Sequence[int]: ...
 
 
 def check_request(acks: int, transactional_id: str | None) -> Refusal | None:
@@ -118,11 +117,14 @@ def check_batch(batch: BatchFacts, config: TopicConfig, now_ms: int) -> Refusal 
     before = config.get_int("message.timestamp.before.max.ms")
     latest = now_ms + after
     earliest = now_ms - before if before < now_ms else MIN_TIMESTAMP
+    stamps = batch.timestamps
+    if not stamps or (earliest <= min(stamps) and max(stamps) <= latest):
+        return None
     bad = tuple(
-        (index, f"timestamp {record[0]} is out of range "
+        (index, f"timestamp {stamp} is out of range "
                 f"(broker time {now_ms}, allowed -{before} / +{after} ms)")
-        for index, record in enumerate(batch.records)
-        if not earliest <= record[0] <= latest)
+        for index, stamp in enumerate(stamps)
+        if not earliest <= stamp <= latest)
     if bad:
         return Refusal(ErrorCode.INVALID_TIMESTAMP,
                        "one or more records have a timestamp outside the topic's bounds", bad)

@@ -16,6 +16,9 @@ from korvet.core.offsets import DEFAULT_SEQUENCE_BITS, MAX_SEQUENCE_BITS, MIN_SE
 MAX_TOPIC_NAME_LENGTH = 249
 APPEND_TIMESTAMP_HEADER = "korvet.log.append.timestamp.ms"
 MAX_PARTITIONS = 10_000  # a sanity bound: every partition is a Redis stream key
+STORAGE_FORMAT = "korvet.storage.format"
+RECORDS, BATCHES = "records", "batches"
+STORAGE_FORMATS = (RECORDS, BATCHES)
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -151,8 +154,15 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("korvet.sequence.bits", str(DEFAULT_SEQUENCE_BITS), _sequence_bits,
               "offset = ms * 2^bits + seq: at most 2^bits offsets per millisecond per partition",
               read_only_after_create=True),
+    ConfigDef(STORAGE_FORMAT, RECORDS, _choice(*STORAGE_FORMATS),
+              "how records sit in a partition's stream: 'records', one entry per record (readable "
+              "by any Redis client), or 'batches', one entry per produced record batch, stored as "
+              "the producer sent it (fixed at creation; default from topics.storage-format)",
+              read_only_after_create=True),
     ConfigDef("korvet.retention.records", "-1", _long(-1),
-              "keep at most this many entries per partition (exact XTRIM MAXLEN); -1: no bound"),
+              "keep at most this many records per partition (exact XTRIM MAXLEN; with "
+              "korvet.storage.format=batches whole batches, counted from the appended batch's "
+              "size); -1: no bound"),
     ConfigDef("korvet.trim.approximate", "false", _boolean,
               "trim with '~' (whole listpack nodes, cheaper) instead of exactly"),
     ConfigDef("log.append.timestamp.header", "false", _boolean,
@@ -209,7 +219,18 @@ def validate_config(name: str, value: str | None) -> str:
 
 
 def validate_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    return {name: validate_config(name, value) for name, value in configs.items()}
+    validated = {name: validate_config(name, value) for name, value in configs.items()}
+    check_combination(TopicConfig(explicit=validated))
+    return validated
+
+
+def check_combination(config: TopicConfig) -> None:
+    """Settings that are valid alone but not together."""
+    if config.stores_batches and config.append_timestamp_header:
+        raise TopicConfigError(
+            "log.append.timestamp.header=true needs korvet.storage.format=records: a topic "
+            "with korvet.storage.format=batches stores each batch as the producer sent it "
+            "and adds no header to its records")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +243,11 @@ class TopicConfig:
     def get(self, name: str) -> str:
         if name in self.explicit:
             return self.explicit[name]
-        if name in self.defaults:
+        if name in self.defaults and not CONFIGS[name].read_only_after_create:
             return self.defaults[name]
+        # A setting fixed at creation is stored with every topic (Services.create_topic); a
+        # topic without it predates the setting and has the built-in default, whatever the
+        # broker's default for new topics says now.
         return CONFIGS[name].default
 
     def get_int(self, name: str) -> int:
@@ -233,13 +257,21 @@ class TopicConfig:
         """'topic', 'broker' or 'default' (DescribeConfigs' config source)."""
         if name in self.explicit:
             return "topic"
-        if name in self.defaults:
+        if name in self.defaults and not CONFIGS[name].read_only_after_create:
             return "broker"
         return "default"
 
     @property
     def sequence_bits(self) -> int:
         return self.get_int("korvet.sequence.bits")
+
+    @property
+    def storage_format(self) -> str:
+        return self.get(STORAGE_FORMAT)
+
+    @property
+    def stores_batches(self) -> bool:
+        return self.get(STORAGE_FORMAT) == BATCHES
 
     @property
     def log_append_time(self) -> bool:
@@ -267,17 +299,28 @@ class TrimPolicy:
     approximate: bool
 
 
-def trim_policy(config: TopicConfig, now_ms: int, batch_bytes: int, batch_records: int) -> TrimPolicy:
-    """Retention at write time: retention.ms -> MINID, size/count -> MAXLEN."""
+def trim_policy(config: TopicConfig, now_ms: int, batch_bytes: int, batch_records: int, *,
+                entries: int | None = None) -> TrimPolicy:
+    """Retention at write time: retention.ms -> MINID, size/count -> MAXLEN.
+
+    ``batch_bytes`` is what the appended batch stores, ``batch_records`` its records and
+    ``entries`` the stream entries it becomes (default: one per record). MAXLEN counts
+    entries: with one entry per batch (the ``batches`` format) the record and byte bounds are
+    turned into entries by this batch's records per entry and bytes per entry."""
     retention_ms = config.get_int("retention.ms")
     min_id = now_ms - retention_ms if retention_ms >= 0 else -1
+    stored = batch_records if entries is None else entries
     bounds: list[int] = []
     records = config.get_int("korvet.retention.records")
     if records >= 0:
-        bounds.append(records)
+        if stored and stored != batch_records:
+            per_entry = max(1, batch_records // stored)
+            bounds.append(-(-records // per_entry))  # enough whole entries to hold them
+        else:
+            bounds.append(records)
     retention_bytes = config.get_int("retention.bytes")
-    if retention_bytes >= 0 and batch_records > 0:
-        average = max(1, batch_bytes // batch_records)
+    if retention_bytes >= 0 and stored > 0:
+        average = max(1, batch_bytes // stored)
         bounds.append(max(1, retention_bytes // average))
     max_len = min(bounds) if bounds else -1
     return TrimPolicy(max(-1, min_id), max_len, config.get("korvet.trim.approximate") == "true")

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder
+from crc32c import crc32c
 
 Header = tuple[str, bytes | None]
 
@@ -31,6 +32,7 @@ Header = tuple[str, bytes | None]
 # recordCount 57-61.
 BATCH_OVERHEAD = 61
 _LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 _INT32_MAX = 2**31 - 1
 
 TRANSACTIONAL_FLAG = 0x10
@@ -79,18 +81,69 @@ class Batch:
 
     @property
     def last_sequence(self) -> int:
-        if self.base_sequence < 0:
-            return -1
-        # Kafka's sequence numbers wrap from 2^31-1 to 0.
-        return (self.base_sequence + len(self.records) - 1) % (_INT32_MAX + 1)
+        return _last_sequence(self.base_sequence, len(self.records))
+
+    @property
+    def timestamps(self) -> list[int]:
+        return [record[0] for record in self.records]
+
+
+def _last_sequence(base_sequence: int, count: int) -> int:
+    if base_sequence < 0:
+        return -1
+    # Kafka's sequence numbers wrap from 2^31-1 to 0.
+    return (base_sequence + count - 1) % (_INT32_MAX + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A produced batch validated for the ``batches`` storage format: its bytes are stored as
+    they came (a compressed batch stays compressed), with the facts the rules and the stored
+    entry need beside them."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+    transactional: bool
+    control: bool
+    log_append_time: bool
+    first_timestamp: int
+    max_timestamp: int  # of the records themselves (not the header's claim)
+    compression: int
+    timestamps: list[int]
+    raw: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.raw)
+
+    @property
+    def last_sequence(self) -> int:
+        return _last_sequence(self.base_sequence, self.count)
 
 
 def decode_batches(data: bytes | memoryview | None) -> list[Batch]:
     """Split and validate every batch of a produce request's records field."""
+    return [_decode_one(raw) for raw in split_batches(data)]
+
+
+def scan_batches(data: bytes | memoryview | None) -> list[StoredBatch]:
+    """``decode_batches`` for the ``batches`` storage format: the same checks (a batch one
+    refuses the other refuses too), keeping each batch's bytes and its records' timestamps
+    instead of the records. The CRC is checked once, here; the records are walked once (the
+    compiled codec decompresses them) to check their offsets and count and to read their
+    timestamps, and are not kept."""
+    return [_scan_one(raw) for raw in split_batches(data)]
+
+
+def split_batches(data: bytes | memoryview | None) -> list[bytes]:
+    """The record batches of a produce request's records field, each as its own bytes (framing
+    checked: lengths, truncation, magic 2)."""
     if not data:
         raise RecordBatchError(INVALID_RECORD, "produce request with no records")
     view = memoryview(data)
-    batches: list[Batch] = []
+    batches: list[bytes] = []
     position = 0
     while position < len(view):
         if len(view) - position < BATCH_OVERHEAD:
@@ -104,25 +157,26 @@ def decode_batches(data: bytes | memoryview | None) -> list[Batch]:
             raise RecordBatchError(
                 INVALID_RECORD, f"record batch magic {magic} is not supported (only magic 2)"
             )
-        batches.append(_decode_one(bytes(view[position:position + size])))
+        whole = position == 0 and size == len(view) and isinstance(data, bytes)
+        batches.append(data if whole else bytes(view[position:position + size]))  # type: ignore[arg-type]
         position += size
     return batches
 
 
-def _decode_one(raw: bytes) -> Batch:
-    batch = DefaultRecordBatch(raw)
-    if not batch.validate_crc():
-        raise RecordBatchError(CORRUPT_MESSAGE, "record batch CRC does not match its content")
-    (declared,) = _LENGTH.unpack_from(raw, 57)
+def _walk(batch: DefaultRecordBatch, stamps: bool) -> tuple[list[RecordTuple], list[int]]:
+    """The records (or only their timestamps), checking that offset deltas are 0..n-1."""
     records: list[RecordTuple] = []
-    append = records.append
+    timestamps: list[int] = []
     try:
         for index, record in enumerate(batch):
             if record.offset != index:  # base offset is 0 on produce; deltas must be 0..n-1
                 raise RecordBatchError(
                     INVALID_RECORD, f"record {index} has offset delta {record.offset}"
                 )
-            append((record.timestamp, record.key, record.value, record.headers))
+            if stamps:
+                timestamps.append(record.timestamp)
+            else:
+                records.append((record.timestamp, record.key, record.value, record.headers))
     except RecordBatchError:
         raise
     except UnsupportedCodecError as exc:
@@ -131,15 +185,57 @@ def _decode_one(raw: bytes) -> Batch:
         raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
     except Exception as exc:  # compression libraries raise their own error types
         raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
-    if len(records) != declared or not records:
+    return records, timestamps
+
+
+def _check_count(raw: bytes, batch: DefaultRecordBatch, count: int) -> None:
+    (declared,) = _LENGTH.unpack_from(raw, 57)
+    if count != declared or not count:
         raise RecordBatchError(
-            INVALID_RECORD, f"record batch declares {declared} records but holds {len(records)}"
+            INVALID_RECORD, f"record batch declares {declared} records but holds {count}"
         )
-    if batch.last_offset_delta != len(records) - 1:
+    if batch.last_offset_delta != count - 1:
         raise RecordBatchError(
             INVALID_RECORD,
-            f"lastOffsetDelta {batch.last_offset_delta} does not match {len(records)} records",
+            f"lastOffsetDelta {batch.last_offset_delta} does not match {count} records",
         )
+
+
+def _check_crc(raw: bytes) -> None:
+    """The CRC-32C of a v2 batch covers everything from its attributes (byte 21) to its end
+    (the crc32c package: several times faster than the codec's own check)."""
+    (crc,) = _CRC.unpack_from(raw, 17)
+    if crc32c(memoryview(raw)[21:]) != crc:
+        raise RecordBatchError(CORRUPT_MESSAGE, "record batch CRC does not match its content")
+
+
+def _scan_one(raw: bytes) -> StoredBatch:
+    _check_crc(raw)
+    batch = DefaultRecordBatch(raw)
+    _, stamps = _walk(batch, True)
+    _check_count(raw, batch, len(stamps))
+    attributes = batch.attributes
+    return StoredBatch(
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        count=len(stamps),
+        transactional=bool(attributes & TRANSACTIONAL_FLAG),
+        control=bool(attributes & CONTROL_FLAG),
+        log_append_time=batch.timestamp_type == 1,
+        first_timestamp=stamps[0],
+        max_timestamp=max(stamps),
+        compression=batch.compression_type,
+        timestamps=stamps,
+        raw=raw,
+    )
+
+
+def _decode_one(raw: bytes) -> Batch:
+    _check_crc(raw)
+    batch = DefaultRecordBatch(raw)
+    records, _ = _walk(batch, False)
+    _check_count(raw, batch, len(records))
     attributes = batch.attributes
     return Batch(
         producer_id=batch.producer_id,
@@ -168,3 +264,29 @@ def build_batch(records: Sequence[RecordTuple], *, compression: int = 0, produce
     for delta, (timestamp, key, value, headers) in enumerate(records):
         builder.append(delta, timestamp, key, value, headers)
     return bytes(builder.build())
+
+
+_MAX_TIMESTAMP = struct.Struct(">q")
+_ATTRIBUTES = struct.Struct(">h")
+LOG_APPEND_TIME_FLAG = 0x08
+
+
+def stamp_log_append_time(raw: bytes, now_ms: int) -> bytes:
+    """A batch of a LogAppendTime topic as Kafka stores it: the timestamp type in its
+    attributes says LogAppendTime and its max timestamp is the broker's clock (clients then
+    report that as every record's timestamp); the CRC is computed again (it covers both)."""
+    batch = bytearray(raw)
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, 21)
+    _ATTRIBUTES.pack_into(batch, 21, attributes | LOG_APPEND_TIME_FLAG)
+    _MAX_TIMESTAMP.pack_into(batch, 35, now_ms)
+    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)
+
+
+def stored_timestamps(raw: bytes) -> list[int]:
+    """The timestamp of each record of a stored batch, as a client reads them: with
+    LogAppendTime, the batch's max timestamp for every record."""
+    batch = DefaultRecordBatch(raw)
+    if batch.timestamp_type == 1:
+        return [batch.max_timestamp] * (batch.last_offset_delta + 1)
+    return [record.timestamp for record in batch]

@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from crc32c import crc32c
 
+from korvet.core.fetch import batches_that_fit
 from korvet.protocol.records import BATCH_OVERHEAD
 from korvet.storage import entries
 
@@ -119,3 +120,37 @@ def _mark_log_append_time(batch: bytearray) -> None:
     (attributes,) = _ATTRIBUTES.unpack_from(batch, 21)
     _ATTRIBUTES.pack_into(batch, 21, attributes | _LOG_APPEND_TIME_FLAG)
     _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))
+
+
+def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
+                   force_first: bool) -> tuple[bytes, int, int, int]:
+    """The response of a partition whose topic stores batches (``korvet.storage.format``):
+    its raw XRANGE entries (the batch holding the fetch offset first, when one starts below it)
+    as the stored batches, whole, each with its base offset set to its entry's offset and its
+    leader epoch to 0 (neither is covered by the CRC). No record is looked at. Entries that are
+    no batch entries (written by something else) and ids wider than ``bits`` are skipped.
+    Returns the bytes, the records in them, the offset after the last (-1 when none) and the
+    number of batches."""
+    limit = 1 << bits
+    found: list[tuple[int, int, bytes]] = []  # (offset, records, batch)
+    for entry_id, fields in raw:
+        stored = entries.batch_fields(fields)
+        if stored is None:
+            continue
+        ms, _, seq_text = entry_id.partition(b"-")
+        seq = int(seq_text)
+        if seq < limit:
+            found.append(((int(ms) << bits) | seq, stored[0], stored[2]))
+    taken = batches_that_fit([len(b) for _, _, b in found], max_bytes, force_first)
+    if not taken:
+        return b"", 0, -1, 0
+    out = bytearray(b"".join(b for _, _, b in found[:taken]))
+    position = 0
+    records = 0
+    for offset, count, batch in found[:taken]:
+        _BASE_OFFSET.pack_into(out, position, offset)
+        _LEADER_EPOCH.pack_into(out, position + 12, 0)
+        position += len(batch)
+        records += count
+    offset, count, _ = found[taken - 1]
+    return bytes(out), records, offset + count, taken

@@ -34,6 +34,7 @@ from korvet.core.fetch_session import SessionConfig
 from korvet.core.security import rules, sasl
 from korvet.core.security.acl import ANONYMOUS
 from korvet.core.topic_declarations import exact_names
+from korvet.core.topics import TopicConfigError
 from korvet.protocol import api_versions
 from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from korvet.protocol.registry import ApiRegistry, CloseConnection, Handler
@@ -233,7 +234,11 @@ class Tenant:
         left as it is."""
         for name in exact_names(self.config.topics):
             partitions = self.services.default_partitions(name)
-            outcome, _ = await self.services.create_topic(name, partitions, {})
+            try:
+                outcome, _ = await self.services.create_topic(name, partitions, {})
+            except TopicConfigError as exc:
+                log.error("declared topic %r is not created: %s", name, exc)
+                continue
             if outcome is CreateOutcome.CREATED:
                 log.info("created declared topic %r with %d partitions (keyspace %r)", name,
                          partitions, self.keyspace)

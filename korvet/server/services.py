@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from korvet.storage.topic_cache import TopicCache
 if TYPE_CHECKING:
     from korvet.server.coordinator import GroupCoordinator
     from korvet.server.ownership import Membership
+
+log = logging.getLogger("korvet.topics")
 
 
 def now_ms() -> int:
@@ -97,6 +100,17 @@ class Services:
         declared = self.config.declared(name).configs.get("korvet.sequence.bits")
         return declared or str(self.config.get_int("topics.sequence-bits"))
 
+    def storage_format(self, name: str) -> str:
+        declared = self.config.declared(name).configs.get(topic_rules.STORAGE_FORMAT)
+        return declared or self.config.get_str("topics.storage-format")
+
+    def fixed_at_creation(self, name: str) -> dict[str, str]:
+        """The settings stored with every new topic, from its declaration or the broker's
+        defaults: they fix what its stored entries mean, so a later change of the broker's
+        default must not reach existing topics."""
+        return {"korvet.sequence.bits": self.sequence_bits(name),
+                topic_rules.STORAGE_FORMAT: self.storage_format(name)}
+
     async def auto_create(self, name: str) -> TopicInfo | None:
         """Create a topic a client asked for, if auto-creation is on for it (its declaration's
         auto-create, else topics.auto-create) and the name is valid."""
@@ -104,17 +118,22 @@ class Services:
         if not (declared if declared is not None else self.config.get_bool("topics.auto-create")):
             return None
         topic_rules.validate_topic_name(name)
-        outcome, _ = await self.create_topic(name, self.default_partitions(name), {})
+        try:
+            outcome, _ = await self.create_topic(name, self.default_partitions(name), {})
+        except topic_rules.TopicConfigError as exc:
+            log.warning("topic %s is not created: %s", name, exc)
+            return None
         if outcome is CreateOutcome.COLLIDES:
             return None
         return await self.topics.get(name)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
                            validate_only: bool = False) -> tuple[CreateOutcome, str]:
-        """Create a topic. The sequence width is always stored with the topic: offsets of
-        existing topics must never change meaning when the broker default changes."""
-        explicit = dict(configs)
-        explicit.setdefault("korvet.sequence.bits", self.sequence_bits(name))
+        """Create a topic. The sequence width and the storage format are always stored with the
+        topic: offsets and entries of existing topics must never change meaning when the
+        broker default changes."""
+        explicit = {**self.fixed_at_creation(name), **configs}
+        topic_rules.check_combination(topic_rules.TopicConfig(explicit, self.topics.defaults_for(name)))
         result = await self.store.create_topic(name, partitions, explicit, self.now_ms(),
                                                validate_only=validate_only)
         self.topics.invalidate(name)

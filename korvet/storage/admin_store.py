@@ -59,7 +59,8 @@ class AdminStore:
         reply = await self._delete(
             keys=[self.store.stream_key(topic.name, partition),
                   self.store.meta_key(topic.name, partition), self.store.topic_key(topic.name)],
-            args=[topic.topic_id, partition, target.ms, target.seq])
+            args=[topic.topic_id, partition, target.ms, target.seq,
+                  1 if topic.config.stores_batches else 0, codec.bits])
         outcome = LogStartOutcome(_text(reply[0]))
         if outcome is LogStartOutcome.OK:
             return outcome, codec.encode(int(reply[1]), int(reply[2]))

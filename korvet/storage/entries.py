@@ -1,4 +1,6 @@
-"""One Redis stream entry per Kafka record: the field layout.
+"""The stream entries of both storage formats (topic config ``korvet.storage.format``).
+
+``records`` (the default): one Redis stream entry per Kafka record, at the record's offset.
 
     timestamp          the record's timestamp in ms, decimal ASCII (always present)
     key                the key bytes, exactly as produced (absent when the key is null)
@@ -9,6 +11,18 @@
 Redis keeps a stream entry's fields as an ordered list, so repeated header names
 survive, and absent fields distinguish null from empty. ``redis-cli XRANGE`` on a
 partition stream shows the records readably.
+
+``batches``: one entry per produced record batch, at the batch's first offset; its n records
+have the n consecutive offsets from there (the append script reserves them as for n entries):
+
+    records            n, decimal ASCII (first: the append script reads it to find where a
+                       batch it trims ends)
+    max-timestamp      the largest record timestamp in ms, decimal ASCII (ListOffsets by time
+                       looks inside only the batches that can hold the answer)
+    batch              the record batch (magic 2) exactly as the producer sent it, compressed
+                       or not; of a LogAppendTime topic with the broker's time in its header
+                       (protocol/records.py, stamp_log_append_time). Its base offset and leader
+                       epoch, which its CRC does not cover, are set when it is fetched.
 """
 
 from __future__ import annotations
@@ -138,3 +152,32 @@ def decode_fields(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | N
         elif name.startswith(NULL_HEADER):
             headers.append((name[_NULL_HEADER_LEN:].decode(errors="replace"), None))
     return timestamp, key, value, headers
+
+
+BATCH_COUNT = b"records"
+BATCH_MAX_TIMESTAMP = b"max-timestamp"
+BATCH = b"batch"
+_BATCH_HEAD = _bulk(b"batch") + _bulk(b"3") + _bulk(BATCH_COUNT)
+_BATCH_MAX_TIMESTAMP_BULK = _bulk(BATCH_MAX_TIMESTAMP)
+_BATCH_BULK = _bulk(BATCH)
+
+
+def pack_batch(count: int, max_timestamp: int, batch: bytes) -> PackedRecords:
+    """The append script's arguments for one batch entry (``batches`` format): the marker
+    'batch', the number of field/value pairs, then the pairs; ``size`` is the batch's bytes."""
+    body = b"".join((_BATCH_HEAD, _bulk(b"%d" % count), _BATCH_MAX_TIMESTAMP_BULK,
+                     _bulk(b"%d" % max_timestamp), _BATCH_BULK,
+                     b"$%d\r\n" % len(batch), batch, b"\r\n"))
+    return PackedRecords(body, 8, len(batch))
+
+
+def batch_fields(fields: Sequence[bytes]) -> tuple[int, int, bytes] | None:
+    """(record count, max timestamp, batch bytes) of a batch entry's fields; None for an entry
+    that is not one (written by something other than the broker)."""
+    if len(fields) != 6 or fields[0] != BATCH_COUNT or fields[2] != BATCH_MAX_TIMESTAMP \
+            or fields[4] != BATCH:
+        return None
+    try:
+        return int(fields[1]), int(fields[3]), fields[5]
+    except ValueError:
+        return None

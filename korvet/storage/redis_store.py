@@ -29,6 +29,7 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.produce import AppendStatus
@@ -98,6 +99,8 @@ class RedisStore:
         self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
+        self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
+        self._holder_loaded = False
         self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
         self.topics_key = f"{keyspace}:topics"
         self.topic_ids_key = f"{keyspace}:topic-ids"
@@ -259,23 +262,43 @@ class RedisStore:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
 
         One pipeline for all partitions. The bounds are read after the entries, so the
-        high watermark is never below the last entry returned.
+        high watermark is never below the last entry returned. A topic that stores batches
+        also gets the batch entry holding the offset when one starts below it.
         """
+        try:
+            return await self._read(reads)
+        except NoScriptError:  # Redis restarted (or flushed its scripts) since they were loaded
+            self._holder_loaded = False
+            return await self._read(reads)
+
+    async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
+        if not self._holder_loaded and any(t.config.stores_batches for t, *_ in reads):
+            # EVALSHA in a pipeline: redis-py's own script objects would check every pipeline's
+            # scripts with SCRIPT EXISTS first, a round trip per fetch.
+            await self.redis.script_load(self._batch_holder.script)
+            self._holder_loaded = True
         pipe = self.redis.pipeline(transaction=False)
         for topic, partition, offset, count in reads:
             codec = OffsetCodec(topic.config.sequence_bits)
+            stream = self.stream_key(topic.name, partition)
             # Past the last offset there is nothing to read: from the first id after it (only
             # ids wider than bits, which have no offset, can be there). Clamping the offset
             # instead returned the last record for a fetch one past it (spec/PartitionLog.tla).
             first = (str(codec.decode(offset)) if offset <= codec.max_offset
                      else f"({codec.decode(codec.max_offset)}")
-            pipe.xrange(self.stream_key(topic.name, partition), min=first, max="+", count=count)
+            if topic.config.stores_batches:
+                # The batch holding the offset starts below it (a fetch from inside a batch).
+                pipe.evalsha(self._batch_holder.sha, 1, stream, first, codec.bits)
+            pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
-        replies = await pipe.execute()
+        replies = iter(await pipe.execute())
         results: list[PartitionRead] = []
-        for index, (topic, partition, _offset, _count) in enumerate(reads):
+        for topic, partition, _offset, _count in reads:
             codec = OffsetCodec(topic.config.sequence_bits)
-            raw_entries, meta = replies[2 * index], replies[2 * index + 1]
+            holder = next(replies) if topic.config.stores_batches else None
+            raw_entries, meta = next(replies), next(replies)
+            if holder:
+                raw_entries = [holder, *raw_entries]
             if meta[0] is None and meta[1] is None:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Header = tuple[str, bytes | None]
 
@@ -62,11 +63,12 @@ def _header(pair: Sequence[object]) -> Header:
 
 # --- confluent-kafka (librdkafka) ---------------------------------------------------
 
-def confluent_produce(bootstrap: str, topic: str, records: Sequence[Rec]) -> list[tuple[int, int]]:
+def confluent_produce(bootstrap: str, topic: str, records: Sequence[Rec], *,
+                      extra: dict[str, Any] | None = None) -> list[tuple[int, int]]:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                         "enable.idempotence": True})
+                         "enable.idempotence": True, **(extra or {})})
     told: list[tuple[int, int]] = [(-1, -1)] * len(records)
     errors: list[str] = []
 
@@ -119,10 +121,12 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, expected: int
 
 # --- kafka-python ---------------------------------------------------------------------
 
-def kafka_python_produce(bootstrap: str, topic: str, records: Sequence[Rec]) -> list[tuple[int, int]]:
+def kafka_python_produce(bootstrap: str, topic: str, records: Sequence[Rec], *,
+                         extra: dict[str, Any] | None = None) -> list[tuple[int, int]]:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+                             **(extra or {}))
     futures = [producer.send(topic, key=r.key, value=r.value, partition=r.partition,
                              headers=list(r.headers), timestamp_ms=r.timestamp) for r in records]
     producer.flush(60)

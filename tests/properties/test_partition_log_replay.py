@@ -393,7 +393,7 @@ def test_every_transition_replays_through_the_scripts(redis_url: str, name: str)
     ("bounds.lua", "redis.call('HSET', KEYS[2], 'start', start)",
      "redis.call('HSET', KEYS[2], 'start', start, 'last', start)"),
     # Exact MAXLEN trimming forgets to raise the log start.
-    ("append.lua", "      raise_start(after(removed[#removed][1]))", "      local _ = removed"),
+    ("append.lua", "      raise_start(after(entry_last(removed[#removed])))", "      local _ = removed"),
     # After a refused first XADD the script keeps the stale meta last (fails, as it did).
     ("append.lua", "  last_ms, last_seq_id = stream_last_id()\n  ms, seq = first_after",
      "  ms, seq = first_after"),

@@ -23,6 +23,10 @@ class FakeBatch:
     control: bool
     records: list[tuple[int, bytes | None, bytes | None, list[Header]]]
 
+    @property
+    def timestamps(self) -> list[int]:
+        return [record[0] for record in self.records]
+
 
 def batch(stamps: list[int], size: int = 100, transactional: bool = False,
           control: bool = False) -> FakeBatch:

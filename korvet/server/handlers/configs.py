@@ -3,10 +3,10 @@
 Topics (resource type 2) support every config in korvet.core.topics.CONFIG_DEFS:
 those that act (retention, timestamps, max message size, sequence bits ...) and
 those accepted only for compatibility (segment.*, min.insync.replicas ...),
-which DescribeConfigs documents as having no effect. ``korvet.sequence.bits`` is
-read-only after creation: changing it would change the meaning of every stored
-offset. The broker (resource type 4) can be described; its settings are static
-(``korvet serve`` flags/env/YAML), so altering them is refused.
+which DescribeConfigs documents as having no effect. ``korvet.sequence.bits`` and
+``korvet.storage.format`` are read-only after creation: changing them would change the
+meaning of every stored offset or entry. The broker (resource type 4) can be described;
+its settings are static (``korvet serve`` flags/env/YAML), so altering them is refused.
 """
 
 from __future__ import annotations
@@ -186,6 +186,13 @@ class _Refused(Exception):
         self.code = code
 
 
+_FIXED_WHY = {
+    rules.STORAGE_FORMAT: "every stored entry of its partitions has that format; to change it, "
+                          "create a topic with the other format and copy the records",
+    "": "it fixes the meaning of every stored offset",
+}
+
+
 def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
     for definition in rules.CONFIG_DEFS:
         if not definition.read_only_after_create or definition.name not in wanted:
@@ -193,7 +200,8 @@ def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
         if wanted[definition.name] != current.get(definition.name):
             raise _Refused(ErrorCode.invalid_config,
                            f"{definition.name} cannot change after the topic is created "
-                           "(it fixes the meaning of every stored offset)")
+                           f"({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); it is "
+                           f"{current.get(definition.name)!r}")
 
 
 async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, in Kafka's order
@@ -236,6 +244,10 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
             except rules.TopicConfigError as exc:
                 raise _Refused(ErrorCode.invalid_config, str(exc)) from None
             _check_read_only(topic.config, validated)
+            try:
+                rules.check_combination(TopicConfig(validated, topic.config.defaults))
+            except rules.TopicConfigError as exc:
+                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
             if not request.validate_only:
                 removed = [name for name in current if name not in validated]
                 await services.store.update_topic_configs(topic.name, validated, removed)

@@ -2,7 +2,9 @@
 
 Each requested partition is an XRANGE from the entry id the offset decodes to
 (the first record at or after fetch_offset), all partitions in one pipeline,
-re-encoded as record batches within ``partition_max_bytes`` and ``max_bytes``.
+re-encoded as record batches within ``partition_max_bytes`` and ``max_bytes``; a topic
+that stores batches (``korvet.storage.format``) returns its stored batches whole, the one
+holding the fetch offset first (server/batching.py, ``stored_batches``).
 Kafka's rules (limits, which partition is readable, offset range, the KIP-74 first
 record) are in korvet/core/fetch.py, fetch sessions (KIP-227) in
 korvet/core/fetch_session.py; this module adapts:
@@ -49,7 +51,7 @@ from korvet.protocol.messages import (
     FetchRequest,
     FetchResponse,
 )
-from korvet.server.batching import entries_to_batches
+from korvet.server.batching import entries_to_batches, stored_batches
 from korvet.server.connection import Connection
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
 from korvet.server.services import Services
@@ -265,7 +267,8 @@ class FetchHandler:
         for w in readable:
             assert w.topic is not None
             stream = store.stream_key(w.topic.name, w.partition)
-            count = self.estimates.count_for(stream, min(w.max_bytes, max_bytes))
+            count = self.estimates.count_for(stream, min(w.max_bytes, max_bytes),
+                                             w.topic.config.stores_batches)
             reads.append((w.topic, w.partition, max(w.offset, 0), count))  # past the end: nothing
         if not reads:
             return 0
@@ -278,12 +281,17 @@ class FetchHandler:
             if w.error is not ErrorCode.NONE or not result.raw:
                 w.records, w.taken = None, 0
                 continue
-            data, taken, w.next_offset = entries_to_batches(
-                result.raw, w.topic.config.sequence_bits,
-                rules.partition_budget(w.max_bytes, max_bytes, used), force_first=used == 0,
-                log_append_time=w.topic.config.log_append_time)
-            if taken:
-                self.estimates.observe(store.stream_key(w.topic.name, w.partition), taken,
+            budget = rules.partition_budget(w.max_bytes, max_bytes, used)
+            if w.topic.config.stores_batches:
+                data, taken, w.next_offset, stored = stored_batches(
+                    result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0)
+            else:
+                data, taken, w.next_offset = entries_to_batches(
+                    result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0,
+                    log_append_time=w.topic.config.log_append_time)
+                stored = taken
+            if stored:  # the size estimate is per stored entry: a record, or a whole batch
+                self.estimates.observe(store.stream_key(w.topic.name, w.partition), stored,
                                        len(data))
             w.records, w.taken = (data or None), taken
             used += len(data)

@@ -13,7 +13,9 @@ record count"; lag computed as LATEST - committed counts offsets, not records.
 
 The timestamp search starts at the records appended T - message.timestamp.after.max.ms
 (a record's CreateTime may be ahead of its append time by at most that much, which
-Produce enforces) and scans forward in chunks.
+Produce enforces) and scans forward in chunks. A topic that stores batches keeps each
+batch's max timestamp beside it (storage/entries.py): only the batches that can hold the
+answer are decoded, and the answer is the same record's.
 
 OffsetForLeaderEpoch: every partition has leader epoch 0, whose end offset is the
 high watermark.
@@ -21,7 +23,7 @@ high watermark.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +36,7 @@ from korvet.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from korvet.protocol.records import stored_timestamps
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 from korvet.storage import entries
@@ -44,20 +47,37 @@ LEADER_EPOCH_VERSIONS = range(2, 5)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _SCAN_CHUNK = 1000
+_BATCH_SCAN_CHUNK = 64  # entries of a topic that stores batches: up to 64 batches
 
 
-async def _stamps(services: Services, topic: TopicInfo, partition: int,
-                  start: int) -> AsyncIterator[tuple[int, int]]:
-    """(offset, timestamp) of every record from ``start`` to the high watermark, in chunks."""
+async def _stamps(services: Services, topic: TopicInfo, partition: int, start: int,
+                  wanted: Callable[[int], bool]) -> AsyncIterator[tuple[int, int]]:
+    """(offset, timestamp) of the records from ``start`` to the high watermark, in chunks. A
+    topic that stores batches yields only the records of batches whose max timestamp
+    ``wanted`` accepts (the others are not decoded); the records format yields every one."""
     _, end = await services.store.offsets(topic, partition)
     offset = start
+    batches = topic.config.stores_batches
     while offset < end:
-        chunk = await services.store.scan_from(topic, partition, offset, _SCAN_CHUNK)
+        chunk = await services.store.scan_from(topic, partition, offset,
+                                               _BATCH_SCAN_CHUNK if batches else _SCAN_CHUNK)
         if not chunk:
             return
         for entry_offset, fields in chunk:
-            yield entry_offset, entries.decode_fields(fields)[0]
-        offset = chunk[-1][0] + 1
+            if not batches:
+                yield entry_offset, entries.decode_fields(fields)[0]
+                offset = entry_offset + 1
+                continue
+            stored = entries.batch_fields(fields)
+            if stored is None:
+                continue
+            count, max_timestamp, raw = stored
+            offset = entry_offset + count
+            if not wanted(max_timestamp):
+                continue
+            for index, stamp in enumerate(stored_timestamps(raw)):
+                if entry_offset + index >= start:  # DeleteRecords may start the log mid-batch
+                    yield entry_offset + index, stamp
 
 
 async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
@@ -67,7 +87,8 @@ async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
     lead = topic.config.get_int("message.timestamp.after.max.ms")
     floor_ms = max(0, min(timestamp - lead, codec.max_ms))
     async for offset, stamp in _stamps(services, topic, partition,
-                                       max(start, codec.encode(floor_ms, 0))):
+                                       max(start, codec.encode(floor_ms, 0)),
+                                       lambda most: most >= timestamp):
         if stamp >= timestamp:
             return offset, stamp
     return -1, -1
@@ -75,11 +96,12 @@ async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
 
 async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:
     start, _ = await services.store.offsets(topic, partition)
-    best = (-1, -1)
-    async for offset, stamp in _stamps(services, topic, partition, start):
+    best = [-1, -1]  # offset, timestamp: a batch whose max is not above it is not decoded
+    async for offset, stamp in _stamps(services, topic, partition, start,
+                                       lambda most: most > best[1]):
         if stamp > best[1]:
-            best = (offset, stamp)
-    return best
+            best[:] = offset, stamp
+    return best[0], best[1]
 
 
 async def _lookup(services: Services, topic: TopicInfo, partition: int,

@@ -1,4 +1,5 @@
-"""Produce (key 0), versions 3..13: record batch v2 in, one stream entry per record.
+"""Produce (key 0), versions 3..13: record batch v2 in; one stream entry per record, or per
+batch for a topic whose ``korvet.storage.format`` is ``batches`` (the batch stored as it came).
 
 Per partition: look the topic up, decode and validate every batch (CRC, magic,
 counts, size, timestamps) before writing anything, then append each batch with
@@ -36,7 +37,14 @@ from korvet.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
-from korvet.protocol.records import Batch, RecordBatchError, decode_batches
+from korvet.protocol.records import (
+    Batch,
+    RecordBatchError,
+    StoredBatch,
+    decode_batches,
+    scan_batches,
+    stamp_log_append_time,
+)
 from korvet.protocol.registry import Deferred, RequestContext
 from korvet.server.services import Services
 from korvet.storage import entries
@@ -130,8 +138,9 @@ class ProduceHandler:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
+        batches: Sequence[Batch | StoredBatch]
         try:
-            batches = decode_batches(data)
+            batches = scan_batches(data) if topic.config.stores_batches else decode_batches(data)
         except RecordBatchError as exc:
             return PartitionOutcome(index, ErrorCode(exc.code), message=str(exc))
         refusal = produce_rules.check_batch_count(len(batches))
@@ -142,24 +151,25 @@ class ProduceHandler:
         refusal = produce_rules.check_batch(batch, topic.config, now)
         if refusal is not None:
             return PartitionOutcome.refused(index, refusal)
-        records: Sequence[entries.Record] = batch.records
-        if topic.config.append_timestamp_header:
-            stamp = b"%d" % now
-            records = [(s, k, v, [*h, (APPEND_TIMESTAMP_HEADER, stamp)]) for s, k, v, h in records]
-        packed = entries.pack_records(records, now if topic.config.log_append_time else None)
+        if isinstance(batch, StoredBatch):
+            count, packed = batch.count, _pack_stored(batch, topic, now)
+            trim = trim_policy(topic.config, now, packed.size, count, entries=1)
+        else:
+            count, packed = len(batch.records), _pack_records(batch, topic, now)
+            trim = trim_policy(topic.config, now, packed.size, count)
         producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                   batch.last_sequence)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
-        trim = trim_policy(topic.config, now, packed.size, len(batch.records))
         try:
-            sent = await services.store.append_send(topic, index, packed, len(batch.records), now,
-                                                    trim, producer)
+            sent = await services.store.append_send(topic, index, packed, count, now, trim,
+                                                    producer)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
-        return self._appended(topic, index, batch, now, sent, started)
+        return self._appended(topic, index, batch, count, now, sent, started)
 
-    async def _appended(self, topic: TopicInfo, index: int, batch: Batch, now: int,
-                        sent: asyncio.Future[Any], started: float) -> PartitionOutcome:
+    async def _appended(self, topic: TopicInfo, index: int, batch: Batch | StoredBatch,
+                        count: int, now: int, sent: asyncio.Future[Any],
+                        started: float) -> PartitionOutcome:
         try:
             result = await self.services.store.append_result(topic, sent)
         except (RedisError, OSError) as exc:
@@ -172,10 +182,27 @@ class ProduceHandler:
         if refusal is not None:
             self.metrics.produce_error(refusal.code)
             return PartitionOutcome.refused(index, refusal)
-        self.metrics.produced(topic.name, len(batch.records), started)
+        self.metrics.produced(topic.name, count, started)
         return PartitionOutcome(index, base_offset=result.base_offset,
                                 log_append_time=now if topic.config.log_append_time else -1,
                                 log_start_offset=result.log_start_offset)
+
+
+def _pack_records(batch: Batch, topic: TopicInfo, now: int) -> entries.PackedRecords:
+    """Storage format ``records``: one entry per record."""
+    records: Sequence[entries.Record] = batch.records
+    if topic.config.append_timestamp_header:
+        stamp = b"%d" % now
+        records = [(s, k, v, [*h, (APPEND_TIMESTAMP_HEADER, stamp)]) for s, k, v, h in records]
+    return entries.pack_records(records, now if topic.config.log_append_time else None)
+
+
+def _pack_stored(batch: StoredBatch, topic: TopicInfo, now: int) -> entries.PackedRecords:
+    """Storage format ``batches``: the batch as it came, in one entry (a LogAppendTime topic's
+    batch with the broker's time in its header, as Kafka stores it)."""
+    if topic.config.log_append_time:
+        return entries.pack_batch(batch.count, now, stamp_log_append_time(batch.raw, now))
+    return entries.pack_batch(batch.count, batch.max_timestamp, batch.raw)
 
 
 def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOutcome:

@@ -118,8 +118,11 @@ async def create_topics(services: Services, ctx: RequestContext,
                 raise _Refused(ErrorCode.invalid_topic_exception, str(exc)) from None
             partitions = _partition_count(services, topic)
             configs = _configs(topic)
-            outcome, detail = await services.create_topic(name, partitions, configs,
-                                                          validate_only=request.validate_only)
+            try:
+                outcome, detail = await services.create_topic(name, partitions, configs,
+                                                              validate_only=request.validate_only)
+            except rules.TopicConfigError as exc:
+                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
             if outcome is CreateOutcome.EXISTS:
                 raise _Refused(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
             if outcome is CreateOutcome.COLLIDES:
@@ -133,8 +136,7 @@ async def create_topics(services: Services, ctx: RequestContext,
             continue
         described = None
         if config_cls is not None:
-            full = dict(configs)
-            full.setdefault("korvet.sequence.bits", services.sequence_bits(name))
+            full = {**services.fixed_at_creation(name), **configs}
             described = _described_configs(config_cls, services, TopicConfig(
                 explicit=full, defaults=services.topics.defaults_for(name)))
         results.append(make(

@@ -19,7 +19,12 @@
 --       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)
 --       8 producer id (-1)  9 producer epoch   10 base sequence (-1) 11 last sequence
 --      12 record count n   13 notify channel ("" = none)
---      14.. per record: k (number of field/value pairs), then 2k field/value arguments
+--      14.. the entries, by the topic's korvet.storage.format:
+--           records: per record, k (number of field/value pairs), then 2k field/value
+--                    arguments; one entry per offset (storage/entries.py)
+--           batches: 'batch', then k and the 2k field/value arguments of the one entry that
+--                    holds the whole batch at its first offset; its first field is 'records',
+--                    the count n (storage/entries.py, pack_batch)
 --
 -- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
 --   'OK'   a = first id, b = last id of the batch
@@ -53,6 +58,7 @@ local base_seq = tonumber(ARGV[10])
 local last_seq = tonumber(ARGV[11])
 local n = tonumber(ARGV[12])
 local channel = ARGV[13]
+local batch_entry = ARGV[14] == 'batch'
 
 local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
 if topic[1] == false or topic[1] ~= topic_id then
@@ -69,6 +75,12 @@ end
 
 local function fmt(ms, seq)
   return string.format('%d-%d', ms, seq)
+end
+
+-- The id `count` offsets after (ms, seq), carrying into the next milliseconds.
+local function advance(ms, seq, count)
+  local s = seq + count
+  return ms + math.floor(s / limit), s % limit
 end
 
 local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
@@ -174,6 +186,7 @@ if ms + math.floor((seq + n - 1) / limit) >= ms_end then
   return full_reply(start_ms or ms, start_seq or seq)
 end
 local j = 14
+if batch_entry then j = 15 end
 local k = tonumber(ARGV[j])
 local added = redis.pcall('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
 if type(added) == 'table' and added.err then
@@ -192,16 +205,21 @@ if start_ms == nil then
   start_ms, start_seq = first_ms, first_seq
 end
 last_ms, last_seq_id = ms, seq
-for i = 1, n do
-  if i > 1 then
-    k = tonumber(ARGV[j])
-    redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
-  end
-  j = j + 1 + 2 * k
-  last_ms, last_seq_id = ms, seq
-  seq = seq + 1
-  if seq >= limit then
-    ms, seq = ms + 1, 0
+if batch_entry then
+  -- One entry holds the batch: its n offsets are reserved all the same, the last is n - 1 on.
+  last_ms, last_seq_id = advance(ms, seq, n - 1)
+else
+  for i = 1, n do
+    if i > 1 then
+      k = tonumber(ARGV[j])
+      redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+    end
+    j = j + 1 + 2 * k
+    last_ms, last_seq_id = ms, seq
+    seq = seq + 1
+    if seq >= limit then
+      ms, seq = ms + 1, 0
+    end
   end
 end
 local last_id = fmt(last_ms, last_seq_id)
@@ -209,10 +227,20 @@ local last_id = fmt(last_ms, last_seq_id)
 -- Retention at write time. Exact trimming records the first offset not removed
 -- (one past the last removed entry), so a consumer positioned in the gap after the
 -- removed entries is not told its offset is out of range.
-local function after(id)
-  local a, b = split_id(id)
+local function after(a, b)
   b = b + 1
   if b >= limit then a, b = a + 1, 0 end
+  return a, b
+end
+
+-- The id of an entry's last offset: its own id, or for a batch entry (a first field
+-- 'records' with the count) the id count - 1 offsets on.
+local function entry_last(entry)
+  local a, b = split_id(entry[1])
+  local fields = entry[2]
+  if batch_entry and fields[1] == 'records' then
+    return advance(a, b, tonumber(fields[2]) - 1)
+  end
   return a, b
 end
 
@@ -236,7 +264,7 @@ if min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
   if id_less(last_ms, last_seq_id, min_id_ms, 0) then
     -- every entry expired: the log starts after the last offset handed out
     redis.call('XTRIM', KEYS[1], 'MINID', min_id)
-    raise_start(after(last_id))
+    raise_start(after(last_ms, last_seq_id))
   elseif approximate then
     trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id) > 0 or trimmed
   else
@@ -247,8 +275,17 @@ if min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
     end
     if first_ms ~= nil and id_less(first_ms, first_seq, min_id_ms, 0) then
       local below = redis.call('XREVRANGE', KEYS[1], '(' .. min_id, '-', 'COUNT', 1)
-      redis.call('XTRIM', KEYS[1], 'MINID', min_id)
-      raise_start(after(below[1][1]))
+      local b_ms, b_seq = entry_last(below[1])
+      if id_less(b_ms, b_seq, min_id_ms, 0) then
+        redis.call('XTRIM', KEYS[1], 'MINID', min_id)
+        raise_start(after(b_ms, b_seq))
+      elseif below[1][1] ~= first[1][1] then
+        -- A batch entry that starts below the bound and ends at or past it stays whole (its
+        -- records at or past the bound are not expired); the entries before it go.
+        local before = redis.call('XREVRANGE', KEYS[1], '(' .. below[1][1], '-', 'COUNT', 1)
+        redis.call('XTRIM', KEYS[1], 'MINID', below[1][1])
+        raise_start(after(entry_last(before[1])))
+      end
     end
   end
 end
@@ -260,7 +297,7 @@ if max_len >= 0 then
     if excess > 0 then
       local removed = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess)
       redis.call('XTRIM', KEYS[1], 'MAXLEN', max_len)
-      raise_start(after(removed[#removed][1]))
+      raise_start(after(entry_last(removed[#removed])))
     end
   end
 end
@@ -269,7 +306,7 @@ if trimmed then
   if #first > 0 then
     raise_start(norm(split_id(first[1][1])))
   else
-    raise_start(after(last_id))
+    raise_start(after(last_ms, last_seq_id))
   end
 end
 
