@@ -32,6 +32,7 @@ from korvet.server.handlers import (
 )
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.services import Services, topic_defaults_for
+from korvet.server.test_clock import TestClock
 from korvet.storage.groups import GroupStore
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
@@ -55,6 +56,8 @@ class Broker:
                                   waiting_key=store.waiting_key)
         self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
                                  bound_port=config.get_int("broker.port"), metrics=self.metrics)
+        # TEST ONLY (groups.test-clock): the coordinator's clock moves when a test says so.
+        self.test_clock = TestClock() if config.get_bool("groups.test-clock") else None
         self.coordinator = GroupCoordinator(
             GroupStore(client, config.get_str("redis.keyspace")),
             core.Config(
@@ -65,6 +68,7 @@ class Broker:
             ),
             self.services.partition_ref,
             event_log=config.get_str("groups.event-log"),
+            clock=self.test_clock,
             on_step=self.metrics.coordinator_stepped,
         )
         self.services.coordinator = self.coordinator

@@ -51,7 +51,9 @@ log = logging.getLogger("korvet.coordinator")
 
 @dataclass(frozen=True, slots=True)
 class _Tick:
-    """Time to step whatever timeouts are due."""
+    """Time to step whatever timeouts are due (``done``: told when they have been)."""
+
+    done: asyncio.Future[None] | None = None
 
 
 _REQUESTS = (core.JoinGroup, core.SyncGroup, core.Heartbeat, core.LeaveGroup, core.OffsetCommit,
@@ -210,7 +212,16 @@ class GroupCoordinator:
                     future = self._waiting.get(item.request_id)
                     if future is not None and not future.done():
                         future.set_exception(CoordinatorUnavailable("coordinator error"))
+            if isinstance(item, _Tick) and item.done is not None and not item.done.done():
+                item.done.set_result(None)
             self._wakeup.set()
+
+    async def run_due_timers(self) -> None:
+        """Step every timeout due on the clock now, and return once that is done (the
+        test clock moved: groups.test-clock, korvet/server/test_clock.py)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Tick(done))
+        await done
 
     async def _apply(self, event: core.Event) -> None:
         """Step, persist, then reply (spec: Step, then Persist or PersistFails)."""
