@@ -266,6 +266,8 @@ class GroupRun:
             "type": ("connect", sim.protocol_name), "omit": (None, None)}[a.protocol]
         if version < 5:
             protocol_type = protocol_name = None
+        if version >= 5 and (protocol_type is None or protocol_name is None):
+            return self._refused_sync(sim, version, group_id, member_id, generation)
         event = core.SyncGroup(
             self._request_id(), group_id, member_id,
             self._instance(sim, a.instance) if version >= 3 else None, generation,
@@ -273,6 +275,29 @@ class GroupRun:
             tuple(core.MemberAssignment(m, f"g{generation}p{i}".encode())
                   for i, m in enumerate(listing)))
         self._exchange(sim, wg.SYNC_GROUP, version, wg.sync_request(version, event), event)
+        return True
+
+    def _refused_sync(self, sim: Sim, version: int, group_id: str, member_id: str,
+                      generation: int) -> bool:
+        """From v5 SyncGroup must carry the protocol type and name: without them the
+        broker refuses it before its coordinator sees it (Kafka: KafkaApis); the machine
+        is not stepped."""
+        conn = self._connection(sim)
+        request = build_request(wg.SYNC_GROUP, version, group_id=group_id,
+                                generation_id=generation, member_id=member_id,
+                                group_instance_id=None, protocol_type=None, protocol_name=None,
+                                assignments=[])
+        try:
+            conn.send(request)
+            response = conn.receive(self.env.reply_timeout)
+        except WireError as exc:
+            raise Divergence(f"SyncGroup v{version} without protocol fields: {exc}") from exc
+        self.env.stats.requests += 1
+        self._check(f"SyncGroup v{version} from member {sim.index} without protocol fields",
+                    wg.sync_view(version, response),
+                    {"error": int(core.ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+                     "assignment": "", "protocol_type": None, "protocol_name": None})
+        self.env.stats.note_error("INCONSISTENT_GROUP_PROTOCOL (23)")
         return True
 
     def _leader_unknown(self, group_id: str, member_id: str) -> bool:

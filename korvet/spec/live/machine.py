@@ -156,6 +156,7 @@ def run_machine(machine: type[Any], recorder: Recorder, replay: Callable[[act.Sc
     replaying it (``shrink.shrink``, within ``shrink_seconds``) and raise ``LiveFailure``."""
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis import seed as use_seed
+    from hypothesis.errors import Flaky
     from hypothesis.stateful import get_state_machine_test
 
     chosen = settings(max_examples=examples, stateful_step_count=steps, deadline=None,
@@ -166,9 +167,15 @@ def run_machine(machine: type[Any], recorder: Recorder, replay: Callable[[act.Sc
         test = use_seed(seed)(test)
     try:
         test()
-    except AssertionError as exc:
+    except (AssertionError, Flaky) as exc:
+        # Flaky: the difference did not show again when Hypothesis re-ran the sequence (a
+        # broker that answers differently each time is a finding too); its first failure
+        # is the message
+        first: BaseException = exc
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            first = exc.exceptions[0]
         found = recorder.script()
-        result = shrink.shrink(found, str(exc), replay, shrink_seconds)
+        result = shrink.shrink(found, str(first), replay, shrink_seconds)
         note = (f"\n\n(shrunk from {len(found.actions)} to {len(result.script.actions)} "
                 f"actions by {result.replays} replays in {result.seconds:.1f} s"
                 f"{'' if result.complete else '; the shrink budget ran out'})")

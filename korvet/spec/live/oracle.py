@@ -222,17 +222,35 @@ class GroupOracle:
     def bind_listed(self, model_ids: Iterable[str], wire_ids: Iterable[str]) -> None:
         """A member list the broker sent (a leader's JoinGroup reply, DescribeGroups) may
         name a member whose own reply went to a closed connection: bind its placeholder to
-        the one id in the list no placeholder has and that carries its prefix (the client
-        or instance id). Where two placeholders share a prefix, nothing is bound (the
-        comparison then shows the difference)."""
+        an id in the list that no placeholder has and that carries its prefix (the client
+        or instance id). Placeholders sharing a prefix are bound in any order only when
+        their members look the same in everything a reply shows (the order cannot then
+        change a reply); otherwise they stay unbound and the comparison shows it."""
         unbound = [m for m in model_ids if is_placeholder(m) and m not in self.wire_of]
-        unknown = [w for w in wire_ids if w not in self.placeholder_of
-                   and w not in self.wire_of.values() and not self._known_id(w)]
-        prefixes = [m.split(PLACEHOLDER_MARK, 1)[0] + "-" for m in unbound]
-        for placeholder, prefix in zip(unbound, prefixes, strict=True):
+        unknown = sorted(w for w in wire_ids if w not in self.placeholder_of
+                         and w not in self.wire_of.values() and not self._known_id(w))
+        by_prefix: dict[str, list[str]] = {}
+        for placeholder in sorted(unbound):
+            by_prefix.setdefault(placeholder.split(PLACEHOLDER_MARK, 1)[0] + "-", []).append(
+                placeholder)
+        for prefix, placeholders in by_prefix.items():
             matches = [w for w in unknown if w.startswith(prefix)]
-            if prefixes.count(prefix) == 1 and len(matches) == 1:
-                self.bind(placeholder, matches[0])
+            if len(matches) != len(placeholders):
+                continue
+            if len(placeholders) > 1 and len({self._looks(p) for p in placeholders}) != 1:
+                continue
+            for placeholder, wire_id in zip(placeholders, matches, strict=True):
+                self.bind(placeholder, wire_id)
+
+    def _looks(self, member_id: str) -> tuple[Any, ...] | None:
+        """What replies show of a member (all but its id and held-back requests)."""
+        for group in self.state.groups.values():
+            m = group.members.get(member_id)
+            if m is not None:
+                return (m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                        m.rebalance_timeout_ms, m.protocol_type, m.protocols, m.assignment,
+                        m.is_new, m.awaiting_join, m.awaiting_sync, group.leader == member_id)
+        return None
 
     def _known_id(self, member_id: str) -> bool:
         return any(member_id in g.members or member_id in g.pending

@@ -47,6 +47,7 @@ CACHE_SIZE = 5  # ProducerState CacheSize: append.lua CACHED_BATCHES, Kafka's NU
 OK, DUP, BAD_EPOCH, OUT_OF_ORDER = "OK", "DUP", "BAD_EPOCH", "OUT_OF_ORDER"
 ERRORS = {OK: 0, DUP: 0, BAD_EPOCH: 47, OUT_OF_ORDER: 45}
 OFFSET_OUT_OF_RANGE = 1
+RETRIABLE = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 EARLIEST, LATEST = -2, -1
 PRODUCERS = 2  # idempotent producer slots; slot PRODUCERS is a plain producer
 KORVET_RETENTION_RECORDS = 6  # Korvet's run keeps the last 6 records (korvet.retention.records)
@@ -245,9 +246,15 @@ class StorageRun:
 
     def _new_producer(self, slot: Slot) -> None:
         version = self._version(INIT_PRODUCER_ID, 4, 4)
-        response = self._call(build_request(INIT_PRODUCER_ID, version, transactional_id=None,
-                                            transaction_timeout=60_000, producer_id=-1,
-                                            producer_epoch=-1))
+        deadline = time.monotonic() + 30
+        while True:
+            response = self._call(build_request(INIT_PRODUCER_ID, version,
+                                                transactional_id=None, transaction_timeout=60_000,
+                                                producer_id=-1, producer_epoch=-1))
+            # Kafka: retriable while its transaction coordinator loads (a fresh broker)
+            if int(response.error_code) not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if int(response.error_code) != 0:
             raise Divergence(f"InitProducerId: {error_name(int(response.error_code))}")
         slot.pid, slot.epoch, slot.next_seq, slot.sent = (int(response.producer_id),
