@@ -54,8 +54,10 @@ class Setting:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The short aliases first, then the full flag; each once."""
-        return tuple(dict.fromkeys((*self.aliases, self.flag)))
+        """The short aliases first, then the full flag, then one flag per other name of the
+        setting (Kafka's `socket.request.max.bytes` is `--socket-request-max-bytes`); each once."""
+        others = ("--" + n.replace(".", "-").replace("_", "-") for n in self.also)
+        return tuple(dict.fromkeys((*self.aliases, self.flag, *others)))
 
     @property
     def names(self) -> tuple[str, ...]:
