@@ -87,11 +87,26 @@ def group_machine(env: Environment, members: int, recorder: Recorder) -> type[An
         def join(self, **kw: Any) -> None:
             self.do(act.Join(**kw))
 
-        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
-              heartbeat=versions(wg.HEARTBEAT))
-        def follow(self, sim: int, join: int, sync: int, heartbeat: int) -> None:
+        # A well-behaved client's next step, three rules (three times as likely as any
+        # other), so that sequences reach rebalances, held-back joins and several members.
+        def follow_step(self, sim: int, join: int, sync: int, heartbeat: int) -> None:
             assert self.run is not None
             self.do(self.run.next_step(sim, join, sync, heartbeat))
+
+        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
+              heartbeat=versions(wg.HEARTBEAT))
+        def follow(self, **kw: Any) -> None:
+            self.follow_step(**kw)
+
+        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
+              heartbeat=versions(wg.HEARTBEAT))
+        def follow_again(self, **kw: Any) -> None:
+            self.follow_step(**kw)
+
+        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
+              heartbeat=versions(wg.HEARTBEAT))
+        def follow_once_more(self, **kw: Any) -> None:
+            self.follow_step(**kw)
 
         @rule(sim=sims, version=versions(wg.SYNC_GROUP), member=member, instance=instance,
               generation=generation, assign=st.sampled_from(_weighted(("all", 6), ("first", 1),

@@ -27,8 +27,8 @@ Nondeterminism the protocol allows is abstracted, not ignored:
 Where Korvet deliberately differs from Kafka (docs/spec/group-coordinator.md §6), the
 oracle for Kafka uses Kafka's rule (``Flavour.KAFKA``): a removed member's held-back
 SyncGroup may stay unanswered, DescribeGroups shows the last assignment during a
-rebalance that started from Stable, LeaveGroup to an absent group fails as a whole, and a
-JoinGroup with a pending member id and an instance id is Kafka's UNKNOWN_SERVER_ERROR.
+rebalance that started from Stable, and a JoinGroup with a pending member id and an
+instance id is Kafka's UNKNOWN_SERVER_ERROR.
 """
 
 from __future__ import annotations
@@ -308,10 +308,6 @@ class GroupOracle:
                 and reply.error is core.ErrorCode.UNKNOWN_MEMBER_ID):
             # Kafka leaves a removed member's held-back SyncGroup unanswered (KORVET answers).
             optional.add(reply.request_id)
-        elif isinstance(event, core.LeaveGroup) and event.group_id not in before.groups \
-                and isinstance(reply, core.LeaveGroupReply) and event.group_id:
-            # Kafka 4: classicGroupLeave fails the whole request for an unknown group.
-            return core.LeaveGroupReply(reply.request_id, core.ErrorCode.UNKNOWN_MEMBER_ID, ())
         elif isinstance(event, core.JoinGroup) and isinstance(reply, core.JoinGroupReply) \
                 and _pending_with_instance(before, event) and reply.error in (
                     core.ErrorCode.UNKNOWN_MEMBER_ID, core.ErrorCode.FENCED_INSTANCE_ID):

@@ -47,6 +47,7 @@ CACHE_SIZE = 5  # ProducerState CacheSize: append.lua CACHED_BATCHES, Kafka's NU
 OK, DUP, BAD_EPOCH, OUT_OF_ORDER = "OK", "DUP", "BAD_EPOCH", "OUT_OF_ORDER"
 ERRORS = {OK: 0, DUP: 0, BAD_EPOCH: 47, OUT_OF_ORDER: 45}
 OFFSET_OUT_OF_RANGE = 1
+MIN_PRODUCE = 3  # record batches (magic 2): v3+; Kafka 4 advertises older versions it refuses
 RETRIABLE = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 EARLIEST, LATEST = -2, -1
 PRODUCERS = 2  # idempotent producer slots; slot PRODUCERS is a plain producer
@@ -284,7 +285,7 @@ class StorageRun:
         return batch
 
     def _produce(self, a: act.Produce) -> None:
-        version = self._version(PRODUCE, a.version, 12)
+        version = max(self._version(PRODUCE, a.version, 12), MIN_PRODUCE)
         batch = self._batch(a)
         records = build_batch([Rec(k, k, (), t) for k, t in zip(batch.keys, batch.timestamps,
                                                                  strict=True)],
@@ -419,7 +420,7 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
             recorder.actions.append(action)
             self.run.perform(action)
 
-        @rule(producer=slots, version=versions(PRODUCE, 12), records=st.integers(1, 3),
+        @rule(producer=slots, version=versions(PRODUCE, 12, MIN_PRODUCE), records=st.integers(1, 3),
               kind=st.sampled_from(["next"] * 5 + ["retry"] * 3 + ["gap", "old-epoch"]),
               which=index)
         def produce(self, **kw: Any) -> None:
