@@ -158,6 +158,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("groups.test-clock", bool, False,
             "TEST ONLY: the group coordinator's clock stands still until POST "
             "/test/groups-clock?advance_ms=N moves it (korvet spec test-live)", hidden=True),
+    # --- several brokers on one Redis (korvet/server/ownership.py) ------------------------------
+    Setting("cluster.multi-broker", bool, False,
+            "several brokers share this Redis: register in it, list the live brokers in "
+            "Metadata, and coordinate a group only while holding its lease in Redis",
+            ("--multi-broker",)),
+    Setting("cluster.broker-ttl-ms", int, 6000,
+            "a broker not heard from for this long leaves Metadata (heartbeat every third)",
+            unit="ms"),
+    Setting("cluster.lease-ms", int, 10000,
+            "a group's coordinator lease: another broker takes the group this long after its "
+            "owner stopped renewing (renewed every third)", unit="ms"),
+    Setting("cluster.lease-margin-ms", int, 1000,
+            "the owner stops acting this long before its lease ends (covers clock drift)",
+            unit="ms"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",
             ("--log-level",)),
     # --- operations (issue 15): the HTTP endpoint for probes and metrics ---------------------

@@ -31,9 +31,11 @@ from korvet.server.handlers import (
     topics,
 )
 from korvet.server.metrics import BrokerMetrics
+from korvet.server.ownership import Membership, Ownership
 from korvet.server.services import Services, topic_defaults_for
 from korvet.server.test_clock import TestClock
 from korvet.storage.groups import GroupStore
+from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
@@ -72,6 +74,9 @@ class Broker:
             on_step=self.metrics.coordinator_stepped,
         )
         self.services.coordinator = self.coordinator
+        self.membership: Membership | None = None
+        if config.get_bool("cluster.multi-broker"):
+            self._share_redis(client, config)
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(self.metrics.forget_topic)
@@ -136,6 +141,22 @@ class Broker:
             self.registry.register(key, name, versions,
                                    partial(group_handler, self.services, self.coordinator))
 
+    def _share_redis(self, client: aioredis.Redis, config: Config) -> None:
+        """Several brokers on this Redis: the registry and the groups' leases."""
+        keyspace = config.get_str("redis.keyspace")
+        self.membership = Membership(
+            BrokerRegistry(client, keyspace),
+            lambda: BrokerEntry(self.services.node_id, self.services.advertised_host,
+                                self.services.advertised_port, self.services.rack),
+            config.get_int("cluster.broker-ttl-ms"))
+        self.services.membership = self.membership
+        leases = LeaseStore(self.coordinator.store)
+        self.coordinator.leases = leases
+        self.coordinator.ownership = Ownership(
+            leases, str(self.services.node_id), config.get_int("cluster.lease-ms"),
+            config.get_int("cluster.lease-margin-ms"), self.coordinator.adopt,
+            self.coordinator.forget)
+
     def register(self, key: int, name: str, versions: range, handler: ServiceHandler) -> None:
         self.registry.register(key, name, versions, partial(handler, self.services))
 
@@ -146,10 +167,14 @@ class Broker:
     @bound_port.setter
     def bound_port(self, port: int) -> None:
         self.services.bound_port = port
+        if self.membership is not None:
+            self.membership.begin()
 
     async def start(self) -> None:
         await self.services.notifier.start()
         await self.coordinator.start()
+        if self.coordinator.ownership is not None:
+            self.coordinator.ownership.start()
         await self._create_declared_topics()
         self.metrics.name_apis((api.key, api.name) for api in self.registry)
 
@@ -168,6 +193,10 @@ class Broker:
         await self.produce.close()
         await self.fetch.close()
         await self.coordinator.close()
+        if self.coordinator.ownership is not None:
+            await self.coordinator.ownership.close()
+        if self.membership is not None:
+            await self.membership.close()
         await self.services.notifier.close()
         await self.services.store.close()
         await self.redis.aclose()

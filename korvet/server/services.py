@@ -18,6 +18,7 @@ from korvet.storage.topic_cache import TopicCache
 
 if TYPE_CHECKING:
     from korvet.server.coordinator import GroupCoordinator
+    from korvet.server.ownership import Membership
 
 
 def now_ms() -> int:
@@ -32,6 +33,8 @@ class Services:
     notifier: AppendNotifier
     bound_port: int = 0
     coordinator: GroupCoordinator | None = None
+    # Several brokers on one Redis (cluster.multi-broker): the live brokers
+    membership: Membership | None = None
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)

@@ -6,6 +6,8 @@
     {ks}:groups                         hash: group id -> coordinator snapshot (JSON)
     {ks}:coordinator                    hash: bands, floor, redis-run-id, clean: what the
                                         coordinator keeps about its loads (durability.py)
+    {ks}:group-lease:{groupId}          hash: owner, token, expires: the broker coordinating
+                                        the group when several share Redis (leases.py)
 
 The committed offset is the Kafka offset a consumer resumes from (the next record to
 read). Redis consumer groups are kept for observability only: created lazily at the
@@ -58,6 +60,10 @@ class GroupStore:
     def index_key(self, group: str) -> str:
         return f"{self.ks}:group-commits:{group}"
 
+    def lease_key(self, group: str) -> str:
+        """The group's coordinator lease (korvet/storage/leases.py), next to its other keys."""
+        return f"{self.ks}:group-lease:{group}"
+
     # --- committed offsets ---------------------------------------------------------------
 
     async def save_state(self, snapshots: dict[str, str], deleted: Sequence[str],
@@ -74,26 +80,45 @@ class GroupStore:
         so their failures (no stream yet, no Redis group yet) are ignored.
         """
         pipe = self.redis.pipeline(transaction=True)
+        for command, key, args in self.state_ops(snapshots, deleted, commits, now_ms, removals):
+            pipe.execute_command(command, key, *args)
+        await pipe.execute()
+        await self.move_redis_groups(commits)
+
+    def state_ops(self, snapshots: dict[str, str], deleted: Sequence[str],
+                  commits: Sequence[tuple[str, Sequence[tuple[PartitionRef, int,
+                                                                str | None, int]]]],
+                  now_ms: int, removals: Sequence[tuple[str, Sequence[str]]] = ()
+                  ) -> list[tuple[str, str, list[str]]]:
+        """The writes of ``save_state`` as (command, key, arguments), all text."""
+        ops: list[tuple[str, str, list[str]]] = []
         if snapshots:
-            pipe.hset(self.snapshots_key, mapping=snapshots)  # type: ignore[arg-type]
+            ops.append(("HSET", self.snapshots_key,
+                        [x for g, text in snapshots.items() for x in (g, text)]))
         if deleted:
-            pipe.hdel(self.snapshots_key, *deleted)
+            ops.append(("HDEL", self.snapshots_key, list(deleted)))
         for group, offsets in commits:
             for ref, offset, metadata, epoch in offsets:
                 key = self.commit_key(ref.stream_key, group)
-                mapping: dict[str, str | int] = {"offset": offset, "leader-epoch": epoch,
-                                                 "committed": now_ms}
+                fields = ["offset", str(offset), "leader-epoch", str(epoch),
+                          "committed", str(now_ms)]
                 if metadata is None:
-                    pipe.hdel(key, "metadata")
+                    ops.append(("HDEL", key, ["metadata"]))
                 else:
-                    mapping["metadata"] = metadata
-                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-                pipe.sadd(self.index_key(group), ref.stream_key)
+                    fields += ["metadata", metadata]
+                ops.append(("HSET", key, fields))
+                ops.append(("SADD", self.index_key(group), [ref.stream_key]))
         for group, stream_keys in removals:
+            for stream_key in stream_keys:
+                ops.append(("UNLINK", self.commit_key(stream_key, group), []))
             if stream_keys:
-                pipe.unlink(*[self.commit_key(k, group) for k in stream_keys])
-                pipe.srem(self.index_key(group), *stream_keys)
-        await pipe.execute()
+                ops.append(("SREM", self.index_key(group), list(stream_keys)))
+        return ops
+
+    async def move_redis_groups(self, commits: Sequence[tuple[str, Sequence[tuple[
+            PartitionRef, int, str | None, int]]]]) -> None:
+        """After committed offsets are stored: move the Redis consumer groups along
+        (observability only; failures are ignored)."""
         if not commits:
             return
         progress = self.redis.pipeline(transaction=False)

@@ -21,6 +21,7 @@ from korvet.protocol.messages import (
     InitProducerIdResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
 
 INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
@@ -52,8 +53,8 @@ async def describe_cluster(services: Services, ctx: RequestContext,
     response_cls = response_type(type(request))
     broker_cls = nested(response_cls, "DescribeClusterBroker")
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
-    broker = make(broker_cls, broker_id=services.node_id, host=services.advertised_host,
-                  port=services.advertised_port, rack=services.rack, is_fenced=False)
+    brokers = tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port,
+                         rack=b.rack, is_fenced=False) for b in live_brokers(services))
     operations = -(2**31)
     if request.include_cluster_authorized_operations:
         operations = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
@@ -65,5 +66,5 @@ async def describe_cluster(services: Services, ctx: RequestContext,
                     cluster_authorized_operations=operations)
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
                 endpoint_type=endpoint, cluster_id=services.cluster_id,
-                controller_id=services.node_id, brokers=(broker,),
+                controller_id=services.node_id, brokers=brokers,
                 cluster_authorized_operations=operations)

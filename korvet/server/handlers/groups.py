@@ -11,10 +11,12 @@ every group (FindCoordinator names this broker).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
@@ -43,8 +45,11 @@ from korvet.protocol.messages import (
     SyncGroupResponse,
 )
 from korvet.protocol.registry import RequestContext
-from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator
+from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator, NotCoordinator
 from korvet.server.services import Services
+from korvet.storage.leases import BrokerEntry
+
+log = logging.getLogger("korvet.groups")
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 OFFSET_DELETE = 47
@@ -71,11 +76,26 @@ def _error(code: core.ErrorCode | int) -> ErrorCode:
     return ErrorCode(int(code))
 
 
-async def _ask(coordinator: GroupCoordinator, event: core.RequestEvent) -> core.Reply | None:
+async def _ask(coordinator: GroupCoordinator,
+               event: core.RequestEvent) -> core.Reply | ErrorCode:
+    """The machine's reply, or the error a request gets without one: NOT_COORDINATOR when
+    several brokers share Redis and this one does not hold the group's lease (clients
+    look the coordinator up again), else COORDINATOR_NOT_AVAILABLE (they retry)."""
     try:
         return await coordinator.request(event)
+    except NotCoordinator:
+        return ErrorCode.not_coordinator
     except CoordinatorUnavailable:
-        return None
+        return ErrorCode.coordinator_not_available
+
+
+def _failure(reply: object) -> ErrorCode:
+    return reply if isinstance(reply, ErrorCode) else ErrorCode.coordinator_not_available
+
+
+def _owner_error(coordinator: GroupCoordinator, group_id: str) -> ErrorCode:
+    """Queries answer from this broker's copy only for the groups it coordinates."""
+    return ErrorCode.none if coordinator.owns(group_id) else ErrorCode.not_coordinator
 
 
 # --- FindCoordinator ----------------------------------------------------------------------
@@ -89,11 +109,17 @@ async def find_coordinator(services: Services, ctx: RequestContext,
         keys = [getattr(request, "key", "")]
     key_type = getattr(request, "key_type", GROUP_KEY)
 
+    owners = {k: await _group_owner(services, k) for k in keys} if key_type == GROUP_KEY else {}
+
     def answer(key: str) -> dict[str, Any]:
         if key_type == GROUP_KEY:
-            return {"key": key, "node_id": services.node_id, "host": services.advertised_host,
-                    "port": services.advertised_port, "error_code": ErrorCode.none,
-                    "error_message": None}
+            owner = owners[key]
+            if owner is None:
+                return {"key": key, "node_id": -1, "host": "", "port": -1,
+                        "error_code": ErrorCode.coordinator_not_available,
+                        "error_message": "the group's coordinator is not known yet"}
+            return {"key": key, "node_id": owner.node_id, "host": owner.host,
+                    "port": owner.port, "error_code": ErrorCode.none, "error_message": None}
         message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
                    else f"coordinator key type {key_type} is not supported")
         code = (ErrorCode.transactional_id_authorization_failed if key_type == TRANSACTION_KEY
@@ -106,6 +132,28 @@ async def find_coordinator(services: Services, ctx: RequestContext,
     coordinator_cls = nested(response_cls, "Coordinator")
     return make(response_cls, throttle_time=0,
                 coordinators=tuple(make(coordinator_cls, **answer(k)) for k in keys))
+
+
+async def _group_owner(services: Services, group_id: str) -> BrokerEntry | None:
+    """The broker coordinating the group: this one with one broker; with several, the
+    holder of the group's lease, acquired here if it is free (None: the owner is not in
+    the registry, or Redis did not answer; the client asks again)."""
+    me = BrokerEntry(services.node_id, services.advertised_host, services.advertised_port,
+                     services.rack)
+    coordinator = services.coordinator
+    if coordinator is None or coordinator.ownership is None or services.membership is None:
+        return me
+    try:
+        mine, owner = await coordinator.ownership.acquire(group_id)
+    except (RedisError, OSError) as exc:
+        log.warning("FindCoordinator for group %r: %s", group_id, exc)
+        return None
+    if mine:
+        return me
+    try:
+        return services.membership.entry(int(owner))
+    except ValueError:
+        return None
 
 
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
@@ -131,7 +179,7 @@ async def join_group(services: Services, coordinator: GroupCoordinator, ctx: Req
     )
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.JoinGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     generation_id=-1, protocol_type=None, protocol_name=None, leader="",
                     skip_assignment=False, member_id=request.member_id, members=())
     member_cls = nested(response_cls, "JoinGroupResponseMember")
@@ -172,7 +220,7 @@ async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: Req
     )
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.SyncGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     protocol_type=None, protocol_name=None, assignment=b"")
     return make(response_cls, throttle_time=0, error_code=_error(reply.error),
                 protocol_type=reply.protocol_type, protocol_name=reply.protocol_name,
@@ -190,7 +238,7 @@ async def heartbeat(services: Services, coordinator: GroupCoordinator, ctx: Requ
     )
     reply = await _ask(coordinator, event)
     error = (_error(reply.error) if isinstance(reply, core.HeartbeatReply)
-             else ErrorCode.coordinator_not_available)
+             else _failure(reply))
     return make(response_cls, throttle_time=0, error_code=error)
 
 
@@ -207,7 +255,7 @@ async def leave_group(services: Services, coordinator: GroupCoordinator, ctx: Re
     reply = await _ask(coordinator, core.LeaveGroup(
         request_id=coordinator.next_request_id(), group_id=request.group_id, members=members))
     if not isinstance(reply, core.LeaveGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     members=())
     if not batch:
         error = reply.error
@@ -257,7 +305,7 @@ async def offset_commit(services: Services, coordinator: GroupCoordinator, ctx: 
                 errors[(result.topic, result.partition)] = _error(result.error)
         else:
             for item in known:
-                errors[(item.topic, item.partition)] = ErrorCode.coordinator_not_available
+                errors[(item.topic, item.partition)] = _failure(reply)
     topics = []
     for topic in request.topics:
         topics.append(make(topic_cls, name=topic.name, partitions=tuple(
@@ -302,13 +350,17 @@ async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: R
 
     if not grouped:
         single: Any = request  # v1-v7: one group, at the top level
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
-                    topics=topics_of(single.group_id, single.topics))
+        error = _owner_error(coordinator, single.group_id)
+        return make(response_cls, throttle_time=0, error_code=error,
+                    topics=topics_of(single.group_id, single.topics)
+                    if error == ErrorCode.none else ())
     group_cls = nested(response_cls, "OffsetFetchResponseGroup")
     batch: Any = request  # v8+: a list of groups
     return make(response_cls, throttle_time=0, groups=tuple(
-        make(group_cls, group_id=g.group_id, topics=topics_of(g.group_id, g.topics),
-             error_code=ErrorCode.none) for g in batch.groups))
+        make(group_cls, group_id=g.group_id,
+             topics=topics_of(g.group_id, g.topics)
+             if coordinator.owns(g.group_id) else (),
+             error_code=_owner_error(coordinator, g.group_id)) for g in batch.groups))
 
 
 async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
@@ -329,7 +381,7 @@ async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: 
         request_id=coordinator.next_request_id(), group_id=request.group_id,
         partitions=tuple(known)))
     if not isinstance(reply, core.OffsetDeleteReply):
-        top = ErrorCode.coordinator_not_available
+        top = _failure(reply)
     else:
         top = _error(reply.error)
         for result in reply.partitions:
@@ -357,6 +409,8 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
     for group_id in request.groups:
         described = core.describe_group(coordinator.durable_view, group_id)
         error = _error(described.error)
+        if not coordinator.owns(group_id):
+            error = ErrorCode.not_coordinator
         message = None
         if error == ErrorCode.group_id_not_found:
             if version >= 6:
@@ -398,5 +452,5 @@ async def delete_groups(services: Services, coordinator: GroupCoordinator, ctx: 
         results = {}
     return make(response_cls, throttle_time=0, results=tuple(
         make(result_cls, group_id=g,
-             error_code=results.get(g, ErrorCode.coordinator_not_available))
+             error_code=results.get(g, _failure(reply)))
         for g in request.groups_names))

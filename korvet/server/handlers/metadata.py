@@ -1,9 +1,12 @@
 """Metadata (key 3): brokers, topics, partitions; auto-creates topics clients ask for.
 
-One broker leads every partition (replicas = ISR = [this node], leader epoch 0):
+One broker leads every partition (replicas = ISR = [the leader], leader epoch 0):
 Redis holds the data and its durability, so there is no replication to report.
-Several brokers sharing one Redis each answer with themselves as leader; any of
-them can serve any partition.
+With several brokers on one Redis (cluster.multi-broker) the brokers are the live
+ones of the registry and each partition's leader is picked among them by rendezvous
+hashing (korvet/core/placement.py). Any broker serves any partition (the append
+script is atomic in Redis), so a non-leader answers Produce and Fetch as the leader
+would: a client with stale metadata is only less spread out, never wrong.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from korvet.core import placement
 from korvet.core.topics import TopicInfo, TopicNameError, is_internal, validate_topic_name
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -21,6 +25,7 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
+from korvet.storage.leases import BrokerEntry
 
 API_KEY = 3
 VERSIONS = range(0, 14)
@@ -34,14 +39,25 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def partition_entries(response_type: type[Any], services: Services, count: int) -> tuple[Any, ...]:
+def live_brokers(services: Services) -> list[BrokerEntry]:
+    """This broker alone, or the registry's live brokers with several on one Redis."""
+    if services.membership is not None:
+        return services.membership.brokers()
+    return [BrokerEntry(services.node_id, services.advertised_host, services.advertised_port,
+                        services.rack)]
+
+
+def partition_entries(response_type: type[Any], services: Services, count: int,
+                      topic: str = "") -> tuple[Any, ...]:
     partition_type = nested(response_type, "MetadataResponsePartition")
-    node = services.node_id
-    return tuple(
-        make(partition_type, error_code=ErrorCode.none, partition_index=index, leader_id=node,
-             leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
-        for index in range(count)
-    )
+    ids = [b.node_id for b in live_brokers(services)]
+    entries = []
+    for index in range(count):
+        node = placement.leader(ids, topic, index) if len(ids) > 1 else services.node_id
+        entries.append(make(partition_type, error_code=ErrorCode.none, partition_index=index,
+                            leader_id=node, leader_epoch=0, replica_nodes=(node,),
+                            isr_nodes=(node,), offline_replicas=()))
+    return tuple(entries)
 
 
 async def handle(services: Services, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
@@ -60,7 +76,8 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
             name=name,
             topic_id=uuid.UUID(topic.topic_id) if topic else (topic_id or uuid.UUID(int=0)),
             is_internal=bool(name and is_internal(name)),
-            partitions=partition_entries(response_cls, services, topic.partitions) if topic else (),
+            partitions=partition_entries(response_cls, services, topic.partitions,
+                                         topic.name) if topic else (),
             topic_authorized_operations=TOPIC_OPERATIONS if include_ops and topic else NOT_REQUESTED,
         )
 
@@ -96,12 +113,12 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
             else:
                 entries.append(topic_entry(ErrorCode.none, name, known))
 
-    broker = make(broker_cls, node_id=services.node_id, host=services.advertised_host,
-                  port=services.advertised_port, rack=services.rack)
+    brokers = tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in live_brokers(services))
     return make(
         response_cls,
         throttle_time=0,
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=services.cluster_id,
         controller_id=services.node_id,
         topics=tuple(entries),
