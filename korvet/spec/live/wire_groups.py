@@ -8,7 +8,7 @@ compares the two (ids in the machine's reply translated to the broker's first).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from korvet.conformance.messages import build_request
@@ -25,6 +25,13 @@ API_NAMES = {OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch", JOIN_GR
 
 View = dict[str, Any]
 Wire = Callable[[str], str]  # the machine's member id -> the broker's
+
+
+def rows_in_order(rows: Iterable[list[Any]]) -> list[list[Any]]:
+    """Rows a broker may send in any order, in one order (None, as an absent instance id,
+    sorts before every string)."""
+    return sorted(rows, key=lambda row: [(x is not None, x if x is not None else "")
+                                         for x in row])
 
 
 def _hex(data: bytes | None) -> str:
@@ -116,7 +123,7 @@ def join_view(version: int, response: Any) -> View:
         "error": _code(response.error_code), "generation": int(response.generation_id),
         "protocol_name": response.protocol_name, "leader": response.leader,
         "member_id": response.member_id,
-        "members": sorted([m.member_id, getattr(m, "group_instance_id", None), _hex(m.metadata)]
+        "members": rows_in_order([m.member_id, getattr(m, "group_instance_id", None), _hex(m.metadata)]
                           for m in response.members)}
     if version >= 7:
         view["protocol_type"] = response.protocol_type
@@ -140,7 +147,7 @@ def heartbeat_view(version: int, response: Any) -> View:
 def leave_view(version: int, response: Any) -> View:
     if version < 3:
         return {"error": _code(response.error_code)}
-    return {"error": _code(response.error_code), "members": sorted(
+    return {"error": _code(response.error_code), "members": rows_in_order(
         [m.member_id, m.group_instance_id, _code(m.error_code)] for m in response.members)}
 
 
@@ -175,7 +182,7 @@ def describe_view(version: int, response: Any) -> list[View]:
         groups.append({
             "group_id": g.group_id, "error": _code(g.error_code), "state": g.group_state,
             "protocol_type": g.protocol_type, "protocol_data": g.protocol_data,
-            "members": sorted([m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+            "members": rows_in_order([m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                m.client_host.lstrip("/"), _hex(m.member_metadata),
                                _hex(m.member_assignment)] for m in g.members)})
     return groups
@@ -197,7 +204,7 @@ def expected_join(version: int, reply: core.JoinGroupReply, wire: Wire) -> View:
         "error": int(reply.error), "generation": reply.generation_id,
         "protocol_name": protocol_name, "leader": wire(reply.leader) if reply.leader else "",
         "member_id": wire(reply.member_id) if reply.member_id else "",
-        "members": sorted([wire(m.member_id), m.group_instance_id if version >= 5 else None,
+        "members": rows_in_order([wire(m.member_id), m.group_instance_id if version >= 5 else None,
                            _hex(m.metadata)] for m in reply.members)}
     if version >= 7:
         view["protocol_type"] = reply.protocol_type
@@ -224,7 +231,7 @@ def expected_leave(version: int, reply: core.LeaveGroupReply, wire: Wire) -> Vie
         if error is core.ErrorCode.NONE and reply.members:
             error = reply.members[0].error
         return {"error": int(error)}
-    return {"error": int(reply.error), "members": sorted(
+    return {"error": int(reply.error), "members": rows_in_order(
         [wire(m.member_id) if m.member_id else "", m.group_instance_id, int(m.error)]
         for m in reply.members)}
 
@@ -272,5 +279,5 @@ def expected_describe(version: int, described: GroupDescription, members: Sequen
         error = 0  # v0-v5 describe an unknown group as Dead without an error
     return {"group_id": described.group_id, "error": error, "state": described.state,
             "protocol_type": described.protocol_type, "protocol_data": described.protocol_data,
-            "members": sorted([row[0], row[1] if version >= 4 else None, *row[2:]]
+            "members": rows_in_order([row[0], row[1] if version >= 4 else None, *row[2:]]
                               for row in members)}
