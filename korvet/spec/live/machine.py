@@ -15,7 +15,7 @@ from typing import Any
 from korvet.spec.live import actions as act
 from korvet.spec.live import shrink
 from korvet.spec.live import wire_groups as wg
-from korvet.spec.live.env import Environment, Stats
+from korvet.spec.live.env import HARNESS_MAX, Environment, Stats
 from korvet.spec.live.groups import GroupRun
 
 
@@ -51,7 +51,7 @@ def group_machine(env: Environment, members: int, recorder: Recorder) -> type[An
 
     def versions(api: int) -> Any:
         lo, hi = env.versions[api]
-        return st.integers(lo, hi)
+        return st.integers(lo, max(lo, min(hi, HARNESS_MAX.get(api, hi))))
 
     sims = st.integers(0, members - 1)
     member = st.sampled_from(_weighted(("own", 8), ("none", 1), ("stale", 1), ("other", 1),
