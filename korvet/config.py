@@ -38,6 +38,7 @@ class Setting:
     also: tuple[str, ...] = ()  # other dotted names (the original product's): YAML keys and variables
     unit: str = ""  # "bytes" or "ms": also accepts 1MB, 7d ... (the original's Spring notation)
     secret: bool = False  # never printed
+    hidden: bool = False  # test-only: left out of --help and the configuration page
 
     @property
     def attr(self) -> str:
@@ -156,6 +157,11 @@ SETTINGS: tuple[Setting, ...] = (
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
+    # Test-only (korvet spec test-live): the coordinator's clock stands still and moves only
+    # when POST /test/groups-clock on the HTTP endpoint says so. Never set in production.
+    Setting("groups.test-clock", bool, False,
+            "TEST ONLY: the group coordinator's clock stands still until POST "
+            "/test/groups-clock?advance_ms=N moves it (korvet spec test-live)", hidden=True),
     # --- several brokers on one Redis (korvet/server/ownership.py) ------------------------------
     Setting("cluster.multi-broker", bool, False,
             "several brokers share this Redis: register in it, list the live brokers in "
@@ -754,6 +760,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default_text = repr(setting.default) if setting.default != "" else "unset"
         also = "".join(f", {env}" for env in setting.envs[1:])
         help_text = f"{setting.help} [default: {default_text}; env {setting.env}{also}]"
+        if setting.hidden:
+            help_text = argparse.SUPPRESS
         if setting.kind is bool:
             parser.add_argument(
                 *flags, dest=setting.attr, default=None,

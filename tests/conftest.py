@@ -53,6 +53,7 @@ class KorvetProcess:
 
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=lambda: list(KORVET))  # what runs `serve`
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
@@ -76,7 +77,7 @@ class KorvetProcess:
         port_args = ["--port", str(self.port)] if self.port else ["--port", "0"]
         http_port_file = self.data_dir / "http.port"
         http_port_file.unlink(missing_ok=True)
-        command = [*KORVET, "serve", *port_args, "--port-file", str(port_file),
+        command = [*self.command, "serve", *port_args, "--port-file", str(port_file),
                    "--data-dir", str(self.data_dir), "--redis-appendfsync", "everysec",
                    "--http-port", "0", "--http-port-file", str(http_port_file),
                    *self.extra_args]

@@ -127,3 +127,37 @@ def test_redis_credentials_go_into_the_url_and_never_into_what_is_printed() -> N
     assert chosen == ("Redis at redis://u:****@db:6379/0 "
                       "(from environment variable KORVET_REDIS_URI)")
     assert redis_choice(config.load(env={})).startswith("embedded Redis (the default")
+
+
+def test_the_test_clock_moves_only_when_posted_to_and_steps_the_due_timers() -> None:
+    from korvet.server import test_clock
+
+    clock = test_clock.TestClock(start_ms=1_000)
+    stepped: list[int] = []
+
+    async def run_due_timers() -> None:
+        stepped.append(clock())
+
+    async def run() -> list[bytes]:
+        get_routes, post_routes = test_clock.routes(clock, run_due_timers)
+        server = HttpServer(get_routes, port=0, post_routes=post_routes)
+        port = await server.start()
+        try:
+            return [await _exchange(port, raw) for raw in (
+                b"GET /test/groups-clock HTTP/1.1\r\n\r\n",
+                b"POST /test/groups-clock?advance_ms=250 HTTP/1.1\r\n\r\n",
+                b"POST /test/groups-clock?advance_ms=-5 HTTP/1.1\r\n\r\n",
+                b"POST /test/groups-clock?advance_ms=soon HTTP/1.1\r\n\r\n",
+                b"POST /test/groups-clock HTTP/1.1\r\n\r\n",
+                b"GET /test/groups-clock HTTP/1.1\r\n\r\n",
+            )]
+        finally:
+            await server.close()
+
+    before, moved, negative, word, missing, after = asyncio.run(run())
+    assert before.endswith(b'{"now_ms": 1000}\n')
+    assert moved.startswith(b"HTTP/1.1 200 ") and moved.endswith(b'{"now_ms": 1250}\n')
+    assert stepped == [1250], "the coordinator's due timers ran once, at the new time"
+    for refused in (negative, word, missing):
+        assert refused.startswith(b"HTTP/1.1 400 ") and b"advance_ms" in refused
+    assert after.endswith(b'{"now_ms": 1250}\n'), "a refused move leaves the clock alone"

@@ -21,9 +21,10 @@ from korvet.config import Config
 from korvet.core.limits import Limits
 from korvet.core.security.listeners import Protocol
 from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
+from korvet.server import test_clock
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
-from korvet.server.http import HttpServer
+from korvet.server.http import HttpServer, Route
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
@@ -223,8 +224,16 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
 async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:
     host = config.get_str("http.host") or config.get_str("broker.host")
     health = Health(broker.services, live)
-    server = HttpServer(routes(health, Scraper(broker.services, broker.metrics, health),
-                               broker.metrics), host=host, port=config.get_int("http.port"))
+    table = routes(health, Scraper(broker.services, broker.metrics, health), broker.metrics)
+    post_table: dict[str, Route] = {}
+    if broker.test_clock is not None:
+        log.warning("groups.test-clock is on: the group coordinator's clock stands still until "
+                    "POST %s moves it (for tests only)", test_clock.PATH)
+        clock_get, post_table = test_clock.routes(broker.test_clock,
+                                                  broker.coordinator.run_due_timers)
+        table = {**table, **clock_get}
+    server = HttpServer(table, host=host, port=config.get_int("http.port"),
+                        post_routes=post_table)
     try:
         port = await server.start()
     except OSError as exc:

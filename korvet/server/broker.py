@@ -58,6 +58,7 @@ from korvet.server.metrics import BrokerMetrics
 from korvet.server.ownership import Membership, Ownership
 from korvet.server.security import Security
 from korvet.server.services import Services, topic_defaults_for
+from korvet.server.test_clock import TestClock
 from korvet.server.tls import peer_principal
 from korvet.storage.groups import GroupStore
 from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
@@ -88,6 +89,9 @@ class Tenant:
         event_log = config.get_str("groups.event-log")
         if event_log and keyspace != config.get_str("redis.keyspace"):
             event_log = f"{event_log}.{keyspace}"
+        # TEST ONLY (groups.test-clock): the coordinator's clock moves when a test says so;
+        # one clock for the broker, read by every tenant's coordinator.
+        self.test_clock = broker.test_clock
         self.coordinator = GroupCoordinator(
             GroupStore(client, keyspace),
             core.Config(
@@ -98,6 +102,7 @@ class Tenant:
             ),
             self.services.partition_ref,
             event_log=event_log,
+            clock=self.test_clock,
             on_step=broker.metrics.coordinator_stepped,
         )
         self.services.coordinator = self.coordinator
@@ -265,6 +270,7 @@ class Broker:
         self.redis = client
         self.redis_url = redis_url
         self.metrics = BrokerMetrics()  # one for the broker: every tenant and listener reports here
+        self.test_clock = TestClock() if config.get_bool("groups.test-clock") else None
         self.settings = security or SecuritySettings.from_config(config)
         self.base_keyspace = config.get_str("redis.keyspace")
         self.security = Security(self.settings, client, self.base_keyspace)

@@ -58,7 +58,9 @@ log = logging.getLogger("korvet.coordinator")
 
 @dataclass(frozen=True, slots=True)
 class _Tick:
-    """Time to step whatever timeouts are due."""
+    """Time to step whatever timeouts are due (``done``: told when they have been)."""
+
+    done: asyncio.Future[None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +276,16 @@ class GroupCoordinator:
                     future = self._waiting.get(item.request_id)
                     if future is not None and not future.done():
                         future.set_exception(CoordinatorUnavailable("coordinator error"))
+            if isinstance(item, _Tick) and item.done is not None and not item.done.done():
+                item.done.set_result(None)
             self._wakeup.set()
+
+    async def run_due_timers(self) -> None:
+        """Step every timeout due on the clock now, and return once that is done (the
+        test clock moved: groups.test-clock, korvet/server/test_clock.py)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Tick(done))
+        await done
 
     def _take_or_drop(self, item: _Adopt | _Forget) -> None:
         groups = dict(self.state.groups)

@@ -1,6 +1,7 @@
 """A small asyncio HTTP/1.1 server for the operations endpoint (probes and /metrics).
 
-GET and HEAD only, one request per connection (``Connection: close``), a few routes.
+GET and HEAD, one request per connection (``Connection: close``), a few routes; POST only
+for the routes registered as such (the test-only clock, korvet/server/test_clock.py).
 It runs on the broker's event loop so that a probe sees what the broker sees (a
 readiness check awaits Redis on the same loop the Kafka handlers use) and costs no
 thread. Bad or slow requests are answered 400/408 and closed; nothing a client sends
@@ -30,6 +31,7 @@ class Request:
     method: str
     path: str
     headers: Mapping[str, str]
+    query: str = ""  # the part after "?", undecoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class _BadRequest(Exception):
 class HttpServer:
     routes: Mapping[str, Route]
     host: str = "127.0.0.1"
+    post_routes: Mapping[str, Route] = field(default_factory=dict)
     port: int = 8080
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
     _clients: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -98,9 +101,13 @@ class HttpServer:
                 await writer.wait_closed()
 
     async def _respond(self, request: Request) -> Response:
-        if request.method not in ("GET", "HEAD"):
+        path = request.path.rstrip("/") or "/"
+        if request.method == "POST" and path in self.post_routes:
+            route: Route | None = self.post_routes[path]
+        elif request.method not in ("GET", "HEAD"):
             return Response(405, b"only GET and HEAD\n")
-        route = self.routes.get(request.path.rstrip("/") or "/")
+        else:
+            route = self.routes.get(path)
         if route is None:
             known = "\n".join(sorted(self.routes))
             return Response(404, f"no such path; try one of:\n{known}\n".encode())
@@ -122,7 +129,8 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
     for _ in range(_MAX_HEADER_LINES):
         raw = await reader.readline()
         if raw in (b"\r\n", b"\n", b""):
-            return Request(parts[0].upper(), urlsplit(parts[1]).path, headers)
+            target = urlsplit(parts[1])
+            return Request(parts[0].upper(), target.path, headers, target.query)
         name, _, value = raw.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     raise _BadRequest("too many header lines")

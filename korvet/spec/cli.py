@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from korvet.spec import replay, tlc, validate
+from korvet.spec.live import cli as live_cli
 from korvet.spec.values import format_value
 
 
@@ -34,6 +35,7 @@ def add_parser(commands: Any) -> None:
     check.set_defaults(func=run_check)
     replay.add_parser(spec_commands)
     validate.add_parser(spec_commands)
+    live_cli.add_parser(spec_commands)
 
 
 def format_trace(result: tlc.TlcResult) -> str:

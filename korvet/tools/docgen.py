@@ -133,6 +133,8 @@ def _compat() -> str:
 def render() -> str:
     rows = []
     for s in config.SETTINGS:
+        if s.hidden:
+            continue
         default = repr(s.default) if s.default != "" and not s.secret else "(unset)"
         flags = ", ".join(f"`{f}`" for f in s.flags)
         names = f"`{s.name}`" + "".join(f"<br>also `{n}`" for n in s.also)

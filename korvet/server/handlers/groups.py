@@ -201,13 +201,21 @@ async def join_group(services: Services, coordinator: GroupCoordinator, ctx: Req
 async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
                      request: SyncGroupRequest) -> SyncGroupResponse:
     response_cls = response_type(type(request))
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
+        # Kafka (KafkaApis.handleSyncGroupRequest): from v5 both fields are mandatory; a
+        # request without them is refused before the coordinator sees it (found by
+        # korvet spec test-live against Apache Kafka)
+        return make(response_cls, throttle_time=0,
+                    error_code=ErrorCode.inconsistent_group_protocol,
+                    protocol_type=None, protocol_name=None, assignment=b"")
     event = core.SyncGroup(
         request_id=coordinator.next_request_id(), group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
         generation_id=request.generation_id,
-        protocol_type=getattr(request, "protocol_type", None),
-        protocol_name=getattr(request, "protocol_name", None),
+        protocol_type=protocol_type, protocol_name=protocol_name,
         assignments=tuple(core.MemberAssignment(a.member_id, a.assignment)
                           for a in request.assignments),
     )

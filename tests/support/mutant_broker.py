@@ -1,0 +1,62 @@
+"""A Korvet broker with one rule of its coordinator machine deliberately broken.
+
+``python -m tests.support.mutant_broker MUTATION serve [korvet serve flags]`` patches the
+machine (korvet/core/coordinator/machine.py) in this process only, then runs
+``korvet serve``: the live run (``korvet spec test-live``), whose oracle is the intact
+machine in the test's process, must find the difference.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+
+from korvet.core import coordinator as core
+from korvet.core.coordinator import machine
+
+
+def _heartbeat_ignores_rebalance() -> None:
+    """Heartbeat answers NONE while the group is PreparingRebalance (the rule: 27)."""
+    original = machine._heartbeat
+
+    def broken(state: core.CoordinatorState, event: core.Heartbeat, now: int) -> machine.Step:
+        after, effects = original(state, event, now)
+        return after, tuple(
+            replace(e, error=core.ErrorCode.NONE) if isinstance(e, core.HeartbeatReply)
+            and e.error is core.ErrorCode.REBALANCE_IN_PROGRESS else e for e in effects)
+
+    machine._heartbeat = broken
+
+
+def _stale_commit_accepted() -> None:
+    """OffsetCommit of a member skips the generation check (the rule: ILLEGAL_GENERATION)."""
+    original = machine._offset_commit
+
+    def broken(state: core.CoordinatorState, event: core.OffsetCommit, now: int) -> machine.Step:
+        group = state.groups.get(event.group_id)
+        if group is not None and event.generation_id >= 0 and event.member_id in group.members:
+            event = replace(event, generation_id=group.generation)
+        return original(state, event, now)
+
+    machine._offset_commit = broken
+
+
+MUTATIONS: dict[str, Callable[[], None]] = {
+    "heartbeat-ignores-rebalance": _heartbeat_ignores_rebalance,
+    "stale-commit-accepted": _stale_commit_accepted,
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in MUTATIONS:
+        print(f"usage: mutant_broker {{{','.join(MUTATIONS)}}} serve [flags]", file=sys.stderr)
+        return 2
+    MUTATIONS[argv[0]]()
+    from korvet.cli import main as korvet_main
+
+    return korvet_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
