@@ -10,9 +10,11 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from korvet.config import Config
@@ -23,6 +25,7 @@ from korvet.server.http import HttpServer
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
+from korvet.storage.redis_store import OldLayoutError
 
 log = logging.getLogger("korvet")
 
@@ -67,8 +70,16 @@ def redis_choice(config: Config) -> str:
             "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
 
 
-async def connect_redis(url: str) -> aioredis.Redis:
-    client: aioredis.Redis = aioredis.from_url(url, decode_responses=False)
+async def connect_redis(url: str, *, cluster: bool = False) -> aioredis.Redis:
+    """A client of the Redis at ``url``; with ``cluster``, of the Redis Cluster that ``url``
+    is one node of (redis-py's RedisCluster: it reads the slot table from that node and
+    follows MOVED redirects and failovers). RedisCluster has the same command methods; the
+    storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs (per
+    node pipes for appends, one transaction per group, SCAN on every master)."""
+    if cluster:
+        client = cast(aioredis.Redis, RedisCluster.from_url(url, decode_responses=False))
+    else:
+        client = aioredis.from_url(url, decode_responses=False)
     try:
         info = await client.info("server")
     except (RedisError, OSError) as exc:
@@ -121,9 +132,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     broker: Broker | None = None
     http: HttpServer | None = None
     try:
-        client = await connect_redis(url)
+        client = await connect_redis(url, cluster=config.get_bool("redis.cluster"))
         broker = Broker(config, client, redis_url=url)
-        await broker.start()
+        await _start_broker(broker)
         listener = KafkaListener(
             broker.registry,
             host=config.get_str("broker.host"),
@@ -163,6 +174,15 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
             log.info("embedded Redis stopped")
+
+
+async def _start_broker(broker: Broker) -> None:
+    """Start the broker, unless Redis holds data in a key layout this version cannot read."""
+    try:
+        await broker.services.store.check_layout()
+    except OldLayoutError as exc:
+        raise StartupError(str(exc)) from exc
+    await broker.start()
 
 
 async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:

@@ -1,0 +1,235 @@
+"""Korvet on a real Redis Cluster: three masters with a replica each, from Debian's
+redis-server (tests/support/redis_cluster.py), one broker started with ``--redis-cluster``.
+
+- Real clients through a failover: a confluent-kafka producer (acks=all, idempotent)
+  produces while a consumer group reads and commits; midway one master is failed over to
+  its replica (``CLUSTER FAILOVER``). Every acknowledged record is consumed; the committed
+  offsets survive a broker restart (they are read back from the cluster). The test prints
+  how long the failover interrupted produce.
+- Topic-level operations across slots: a topic's partitions land on several masters;
+  create, list, DeleteRecords on every partition, delete, and no key of the topic (streams,
+  partition hashes, committed offsets) is left on any master.
+
+One cluster and one broker for the module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.cluster
+
+from tests.conftest import KorvetProcess
+from tests.integration.test_clients import create_topic
+from tests.support.redis_cluster import RedisCluster
+
+pytestmark = pytest.mark.clients
+
+PARTITIONS = 6
+
+
+@dataclass
+class OnCluster:
+    cluster: RedisCluster
+    broker: KorvetProcess
+
+    def client(self) -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.cluster.ports[0])
+
+    def master_of(self, key: str) -> int:
+        node = self.client().get_node_from_key(key)  # type: ignore[no-untyped-call]
+        assert node is not None
+        return int(node.port)
+
+    def keys_everywhere(self, pattern: str) -> list[bytes]:
+        """SCAN every master (a key lives on exactly one)."""
+        found: list[bytes] = []
+        for port in self.cluster.masters():
+            found.extend(self.cluster.client(port).scan_iter(match=pattern, count=1000))
+        return found
+
+
+@pytest.fixture(scope="module")
+def on_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnCluster]:
+    folder: Path = tmp_path_factory.mktemp("redis-cluster")
+    cluster = RedisCluster(folder / "redis")
+    broker: KorvetProcess | None = None
+    try:
+        cluster.start()
+        broker = KorvetProcess(folder / "korvet",
+                               extra_args=["--redis-url", cluster.url, "--redis-cluster"])
+        broker.start()
+        yield OnCluster(cluster, broker)
+    finally:
+        if broker is not None:
+            broker.stop()
+        cluster.stop()
+
+
+@dataclass
+class Produced:
+    acked: dict[bytes, float] = field(default_factory=dict)  # value -> when acknowledged
+    sent: dict[bytes, float] = field(default_factory=dict)  # value -> when produced
+    failed: list[str] = field(default_factory=list)
+
+
+def _produce_until(bootstrap: str, topic: str, stop: threading.Event, out: Produced) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 2,
+                         "message.timeout.ms": 60_000})
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            out.failed.append(str(err))
+        else:
+            out.acked[msg.value()] = time.monotonic()
+
+    i = 0
+    while not stop.is_set():
+        value = b"v%06d" % i
+        out.sent[value] = time.monotonic()
+        producer.produce(topic, key=b"k%d" % i, value=value, on_delivery=delivered)
+        producer.poll(0)
+        i += 1
+        time.sleep(0.002)
+    assert producer.flush(60) == 0, "records still unacknowledged a minute after the end"
+
+
+def _consumer(bootstrap: str, group: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": 10_000})
+
+
+def _consume_until(consumer: Any, stop: threading.Event, got: set[bytes]) -> None:
+    while not stop.is_set():
+        batch = consumer.consume(500, 0.2)
+        for msg in batch:
+            if msg.error() is None:
+                got.add(msg.value())
+        if batch:
+            consumer.commit(asynchronous=False)
+
+
+def _committed(consumer: Any, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    parts = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    return {tp.partition: tp.offset for tp in parts}
+
+
+def test_every_acknowledged_record_is_consumed_through_a_master_failover(
+        on_cluster: OnCluster) -> None:
+    topic, group = f"failover-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = on_cluster.broker.bootstrap
+    create_topic(bootstrap, topic, PARTITIONS)
+    stream0 = f"korvet:{{{topic}:0}}:stream"
+    victim = on_cluster.master_of(stream0)
+
+    produced, got = Produced(), set[bytes]()
+    stop_producing, stop_consuming = threading.Event(), threading.Event()
+    consumer = _consumer(bootstrap, group)
+    consumer.subscribe([topic])
+    producing = threading.Thread(target=_produce_until,
+                                 args=(bootstrap, topic, stop_producing, produced))
+    consuming = threading.Thread(target=_consume_until, args=(consumer, stop_consuming, got))
+    producing.start()
+    consuming.start()
+    try:
+        time.sleep(2.0)
+        before = len(produced.acked)
+        started = time.monotonic()
+        promoted = on_cluster.cluster.failover(victim)
+        failover_s = time.monotonic() - started
+        time.sleep(2.0)
+    finally:
+        stop_producing.set()
+        producing.join(90)
+    assert on_cluster.master_of(stream0) == promoted, "partition 0's slot did not move"
+    assert before > 0 and len(produced.acked) > before, "produce did not go on after the failover"
+    assert not produced.failed, f"deliveries failed: {produced.failed[:3]}"
+
+    deadline = time.monotonic() + 60
+    while not set(produced.acked) <= got and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_consuming.set()
+    consuming.join(30)
+    missing = set(produced.acked) - got
+    assert not missing, f"{len(missing)} acknowledged records never consumed, e.g. {sorted(missing)[:3]}"
+    committed = _committed(consumer, topic)
+    consumer.close()
+    assert all(offset > 0 for offset in committed.values()), committed
+
+    # The committed offsets are in the cluster: a restarted broker serves them unchanged.
+    on_cluster.broker.restart()
+    again = _consumer(bootstrap, group)
+    try:
+        assert _committed(again, topic) == committed
+    finally:
+        again.close()
+
+    # How long the failover held produce up: the longest an acknowledged record waited.
+    waits = sorted(produced.acked[v] - produced.sent[v] for v in produced.acked)
+    print(f"\nfailover of {victim} to {promoted}: {failover_s:.2f} s until settled; "
+          f"{len(produced.acked)} records acknowledged; produce-to-ack wait max "
+          f"{waits[-1] * 1000:.0f} ms, p99 {waits[int(len(waits) * 0.99)] * 1000:.0f} ms, "
+          f"median {waits[len(waits) // 2] * 1000:.1f} ms")
+
+
+def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = f"span-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = on_cluster.broker.bootstrap
+    partitions = 8
+    create_topic(bootstrap, topic, partitions)
+    masters = {on_cluster.master_of(f"korvet:{{{topic}:{p}}}:stream") for p in range(partitions)}
+    assert len(masters) >= 2, "all partitions hashed to one master: the test shows nothing"
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert topic in admin.list_topics(timeout=10).topics
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p in range(partitions):
+        for i in range(3):
+            producer.produce(topic, value=b"%d-%d" % (p, i), partition=p)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 3 * partitions and time.monotonic() < deadline:
+        seen += sum(1 for m in consumer.consume(100, 0.5) if m.error() is None)
+    assert seen == 3 * partitions
+    consumer.commit(asynchronous=False)
+    assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*")
+
+    # DeleteRecords up to each partition's high watermark: every partition empties.
+    highs = [consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
+    deleted = admin.delete_records([TopicPartition(topic, p, highs[p]) for p in range(partitions)])
+    for future in deleted.values():
+        future.result(30)
+    for p, tp in enumerate(tps):
+        assert consumer.get_watermark_offsets(tp, timeout=10) == (highs[p], highs[p])
+    consumer.close()
+
+    admin.delete_topics([topic])[topic].result(30)
+    assert topic not in admin.list_topics(timeout=10).topics
+    assert on_cluster.keys_everywhere(f"korvet:{{{topic}:*") == []
+    assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*") == []
