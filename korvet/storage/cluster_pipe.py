@@ -39,6 +39,7 @@ class ClusterPipes:
         self._scripts = scripts
         self._pipes: dict[str, tuple[aioredis.Redis, RedisPipe]] = {}
         self._refreshing: asyncio.Task[None] | None = None
+        self._resend = asyncio.Lock()
 
     def _pipe_for(self, key: str) -> RedisPipe:
         node = self.cluster.get_node_from_key(key)
@@ -69,9 +70,13 @@ class ClusterPipes:
                     raise
                 log.info("append to %s redirected (%s); reading the cluster's topology", key,
                          str(exc).split(" ", 1)[0])
+                if attempt:  # the slot table was read already: give the cluster a moment
+                    await asyncio.sleep(min(0.5, 0.02 * 2 ** attempt))
+                # Redirected appends wake in the order their replies came (the shared read's
+                # waiters, then the lock's, are FIFO), so they are resent in their first order.
                 await self.refresh()
-                await asyncio.sleep(min(0.5, 0.02 * 2 ** attempt))
-                sent = await self._pipe_for(key).send(packed)
+                async with self._resend:
+                    sent = await self._pipe_for(key).send(packed)
             except RedisConnectionError:
                 self._refresh_soon()
                 raise

@@ -123,7 +123,7 @@ class GroupStore:
         if snapshot is not None:
             pipe.set(self.snapshot_key(group), snapshot)
         if deleted:
-            pipe.unlink(self.snapshot_key(group))
+            pipe.execute_command("UNLINK", self.snapshot_key(group))
         for ref, offset, metadata, epoch in offsets:
             key = self.commit_key(ref.stream_key, group)
             mapping: dict[str, str | int] = {"offset": offset, "leader-epoch": epoch,
@@ -136,7 +136,7 @@ class GroupStore:
             pipe.sadd(self.index_key(group), ref.stream_key)
         if removed:
             for stream_key in removed:
-                pipe.unlink(self.commit_key(stream_key, group))
+                pipe.execute_command("UNLINK", self.commit_key(stream_key, group))
             pipe.srem(self.index_key(group), *removed)
 
     async def _per_group(self, groups: Sequence[str], queue: Callable[[Any, str], None], *,
@@ -145,7 +145,9 @@ class GroupStore:
         """Run ``queue``'s commands for every group transactionally: one MULTI for all on
         one Redis, one MULTI per group (its slot) on a cluster, with ``group-ids`` grown
         before and shrunk after. ``extra`` queues commands outside any group (the cluster
-        runs them last, in their own transaction)."""
+        runs them last, in their own transaction). Keys are removed with
+        ``execute_command("UNLINK", ...)``: a cluster pipeline's ``unlink`` is a coroutine
+        of its own (split by slot), not a queued command."""
         if not self.cluster:
             pipe = self.redis.pipeline(transaction=True)
             if added:
@@ -222,8 +224,8 @@ class GroupStore:
 
         def queue(pipe: Any, group: str) -> None:
             for key in keys:
-                pipe.unlink(self.commit_key(key, group))
-            pipe.unlink(self.index_key(group), self.snapshot_key(group))
+                pipe.execute_command("UNLINK", self.commit_key(key, group))
+            pipe.execute_command("UNLINK", self.index_key(group), self.snapshot_key(group))
 
         await self._per_group([group], queue, gone=[group])
         await self.destroy_redis_groups(group)
