@@ -77,13 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     from korvet.bench import cli as bench_cli
+    from korvet.conformance import cli as conformance_cli
     from korvet.pipelines import cli as pipeline_cli
     from korvet.spec import cli as spec_cli
 
     spec_cli.add_parser(commands)
     pipeline_cli.add_parser(commands)
     bench_cli.add_parser(commands)
-    __import__("korvet.conformance.cli", fromlist=["add_parser"]).add_parser(commands)  # in progress
+    conformance_cli.add_parser(commands)
 
     jars = commands.add_parser("jars", help="pinned JVM jars, resolved by Maven (mvn)")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

@@ -87,7 +87,8 @@ class GroupCoordinator:
         self._event_log: Any = None
         # (client id, host) -> groups with a member of that client: who is a group fetcher
         self._members_by_client: dict[tuple[str, str], frozenset[str]] = {}
-        # Redis consumer groups known to exist (seed 000's in-memory set; empty after a restart)
+        # Redis consumer groups known to exist: an in-memory set, empty after a restart
+        # (docs/implementers/groups.md)
         self.redis_groups: set[tuple[str, str]] = set()
 
     # --- life cycle ----------------------------------------------------------------------

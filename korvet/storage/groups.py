@@ -18,7 +18,7 @@ transaction and a deleted one leaves it after, so a load never misses a stored s
 
 The committed offset is the Kafka offset a consumer resumes from (the next record to
 read). Redis consumer groups are kept for observability only: created lazily at the
-group's first fetch of a partition, at the fetch offset (seed 000), and moved to the
+group's first fetch of a partition, at the fetch offset (docs/spec/stream-group.md), and moved to the
 committed position at each commit (XGROUP SETID), so ``XINFO GROUPS`` shows each
 group's progress. Fetching never reads through them: the client's fetch_offset decides
 what it gets (docs/spec/stream-group.md explains why XREADGROUP ``>`` would skip records).
@@ -180,8 +180,8 @@ class GroupStore:
 
     async def ensure_redis_group(self, stream_key: str, group: str, bits: int,
                                  fetch_offset: int) -> bool:
-        """XGROUP CREATE at the position before ``fetch_offset`` (seed 000: lazily, at the
-        first group fetch). An existing group (BUSYGROUP, e.g. after a broker restart)
+        """XGROUP CREATE at the position before ``fetch_offset``, lazily at the first group
+        fetch (docs/spec/stream-group.md). An existing group (BUSYGROUP, e.g. after a broker restart)
         keeps its position. A partition without a stream yet is left for a later fetch.
         Returns True when the Redis group exists afterwards."""
         try:
@@ -197,7 +197,8 @@ class GroupStore:
         return True
 
     async def destroy_redis_groups(self, group: str) -> int:
-        """XGROUP DESTROY the group on every partition stream (SCAN, pipelined: seed 001)."""
+        """XGROUP DESTROY the group on every partition stream (SCAN on every master,
+        pipelined)."""
         pattern = f"{_escape(self.ks)}:{{*}}:stream"
         destroyed = 0
         batch: list[str] = []

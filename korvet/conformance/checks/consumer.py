@@ -1,4 +1,4 @@
-"""Consumer behaviour through real clients: positions, commits, resets (seed 004)."""
+"""Consumer behaviour through real clients: positions, commits, resets."""
 
 from __future__ import annotations
 

@@ -258,7 +258,7 @@ def confluent_group(ctx: CheckContext) -> None:  # noqa: C901, PLR0915 -- one sc
                "then crashes without committing is replaced by a new consumer in the same group that "
                "starts exactly at the last committed offset: records after the commit are read again, "
                "none is lost.",
-       source=f"{JEPSEN}; seed 004 (the committed offset is for the next owner of the partition)")
+       source=f"{JEPSEN} (the committed offset is for the next owner of the partition)")
 def crash_resume(ctx: CheckContext) -> None:
     from kafka import TopicPartition
     from kafka.structs import OffsetAndMetadata
