@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -233,3 +233,62 @@ def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
     assert topic not in admin.list_topics(timeout=10).topics
     assert on_cluster.keys_everywhere(f"korvet:{{{topic}:*") == []
     assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*") == []
+
+
+def test_the_storage_layer_on_the_cluster(on_cluster: OnCluster) -> None:
+    """RedisStore and GroupStore on a RedisCluster client, without the broker: a topic's
+    appends, reads and stamps across masters, a recreated topic starting empty, a group's
+    snapshot and offsets written, loaded and deleted in its slot."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.groups import GroupStore, PartitionRef
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        # The broker's way (korvet/server/app.py): a RedisCluster where a Redis is typed.
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        store, groups = RedisStore(client, "unit"), GroupStore(client, "unit")
+        await store.check_layout()
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await store.create_topic("s", 6, {}, now)
+        old = await store.get_topic("s", {})
+        assert old is not None
+        packed = entries.pack_records([(now, None, b"v", [])] * 3)
+        for p in range(6):
+            result = await store.append(old, p, packed, 3, now, no_trim, ProducerBatch())
+            assert result.status is AppendStatus.OK
+        reads = await store.read([(old, p, 0, 10) for p in range(6)])
+        assert [len(r.raw) for r in reads] == [3] * 6
+        assert all(r.high_watermark == r.log_start_offset + 3 for r in reads)
+
+        ref = PartitionRef("s", 2, store.stream_key("s", 2), 10)
+        await groups.save_state({"g": '{"v": 1}'}, [], [("g", [(ref, reads[2].high_watermark,
+                                                               None, -1)])], now)
+        assert await groups.load_snapshots() == {"g": '{"v": 1}'}
+        assert await client.hget(groups.commit_key(ref.stream_key, "g"), "offset") == \
+            str(reads[2].high_watermark).encode()
+        run_id, _ = await groups.redis_identity()
+        assert len(run_id.split(",")) == 3, "the identity is the three masters' run ids"
+
+        assert await store.delete_topic("s")
+        assert not await client.exists(groups.commit_key(ref.stream_key, "g"))
+        await store.create_topic("s", 6, {}, now)
+        new = await store.get_topic("s", {})
+        assert new is not None
+        stale = await store.append(old, 0, packed, 3, now, no_trim, ProducerBatch())
+        assert stale.status is AppendStatus.NO_TOPIC
+        assert all(r.raw == [] for r in await store.read([(new, p, 0, 10) for p in range(6)]))
+
+        await groups.delete_group("g")
+        assert await groups.load_snapshots() == {}
+        await store.delete_topic("s")
+        assert [k async for k in client.scan_iter(match="unit:*")] == []
+        await store.close()
+        await client.aclose()
+
+    asyncio.run(scenario())
