@@ -13,8 +13,7 @@
 -- KEYS[2] partition meta hash  {ks}:{topic:partition}:partition
 --         fields: last (id of the last offset handed out), start (log start id),
 --                 p:<producer id> (idempotent producer state)
--- KEYS[3] topic stamp          the meta hash again (its `id` and `partitions` fields, written
---                              by stamp_partition.lua; the replays pass a separate hash)
+-- KEYS[3] topic stamp          the meta hash again: `id`, `partitions` (stamp_partition.lua)
 -- KEYS[4] waiting mark         {ks}:{topic:partition}:waiting (set while a fetch waits for this stream)
 -- ARGV  1 now (ms)          2 sequence bits     3 partition index   4 topic id
 --       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)

@@ -1,6 +1,5 @@
 -- DeleteRecords: raise a partition's log start and remove the entries below it, atomically.
--- KEYS[1] partition stream  KEYS[2] partition meta hash
--- KEYS[3] the topic's stamp (the meta hash: `id`, `partitions`; stamp_partition.lua)
+-- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic stamp (meta again)
 -- ARGV[1] topic id  ARGV[2] partition index  ARGV[3] new start ms  ARGV[4] new start seq
 --
 -- The broker checked the offset against Kafka's rules first (korvet/core/admin.py: not above
