@@ -113,14 +113,31 @@ def _consumer(bootstrap: str, group: str) -> Any:
                      "session.timeout.ms": 10_000})
 
 
-def _consume_until(consumer: Any, stop: threading.Event, got: set[bytes]) -> None:
+def _consume_until(consumer: Any, stop: threading.Event, got: set[bytes],
+                   commit_errors: list[str]) -> None:
+    from confluent_kafka import KafkaException
+
+    def commit() -> None:
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:  # retriable during the failover: the next commit
+            commit_errors.append(str(exc))  # covers these records too
+
     while not stop.is_set():
         batch = consumer.consume(500, 0.2)
         for msg in batch:
             if msg.error() is None:
                 got.add(msg.value())
         if batch:
-            consumer.commit(asynchronous=False)
+            commit()
+    commit()  # whatever a refused commit left behind ("no offset" when nothing is)
+
+
+def _positions(consumer: Any, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    parts = consumer.position([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    return {tp.partition: tp.offset for tp in parts}
 
 
 def _committed(consumer: Any, topic: str) -> dict[int, int]:
@@ -138,13 +155,13 @@ def test_every_acknowledged_record_is_consumed_through_a_master_failover(
     stream0 = f"korvet:{{{topic}:0}}:stream"
     victim = on_cluster.master_of(stream0)
 
-    produced, got = Produced(), set[bytes]()
+    produced, got, commit_errors = Produced(), set[bytes](), list[str]()
     stop_producing, stop_consuming = threading.Event(), threading.Event()
     consumer = _consumer(bootstrap, group)
     consumer.subscribe([topic])
     producing = threading.Thread(target=_produce_until,
                                  args=(bootstrap, topic, stop_producing, produced))
-    consuming = threading.Thread(target=_consume_until, args=(consumer, stop_consuming, got))
+    consuming = threading.Thread(target=_consume_until, args=(consumer, stop_consuming, got, commit_errors))
     producing.start()
     consuming.start()
     try:
@@ -169,6 +186,7 @@ def test_every_acknowledged_record_is_consumed_through_a_master_failover(
     missing = set(produced.acked) - got
     assert not missing, f"{len(missing)} acknowledged records never consumed, e.g. {sorted(missing)[:3]}"
     committed = _committed(consumer, topic)
+    assert committed == _positions(consumer, topic), "the committed offsets are not where it read"
     consumer.close()
     assert all(offset > 0 for offset in committed.values()), committed
 
@@ -185,7 +203,8 @@ def test_every_acknowledged_record_is_consumed_through_a_master_failover(
     print(f"\nfailover of {victim} to {promoted}: {failover_s:.2f} s until settled; "
           f"{len(produced.acked)} records acknowledged; produce-to-ack wait max "
           f"{waits[-1] * 1000:.0f} ms, p99 {waits[int(len(waits) * 0.99)] * 1000:.0f} ms, "
-          f"median {waits[len(waits) // 2] * 1000:.1f} ms")
+          f"median {waits[len(waits) // 2] * 1000:.1f} ms; {len(commit_errors)} commits refused "
+          f"meanwhile {commit_errors[:2]}")
 
 
 def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
