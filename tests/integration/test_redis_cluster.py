@@ -200,10 +200,17 @@ def test_every_acknowledged_record_is_consumed_through_a_master_failover(
 
     # How long the failover held produce up: the longest an acknowledged record waited.
     waits = sorted(produced.acked[v] - produced.sent[v] for v in produced.acked)
+    calm = sorted(produced.acked[v] - produced.sent[v] for v in produced.acked
+                  if produced.acked[v] < started)
+    paused = max((produced.acked[v] for v in produced.acked if produced.sent[v] < started + 0.1),
+                 default=started) - started
     print(f"\nfailover of {victim} to {promoted}: {failover_s:.2f} s until settled; "
           f"{len(produced.acked)} records acknowledged; produce-to-ack wait max "
           f"{waits[-1] * 1000:.0f} ms, p99 {waits[int(len(waits) * 0.99)] * 1000:.0f} ms, "
-          f"median {waits[len(waits) // 2] * 1000:.1f} ms; {len(commit_errors)} commits refused "
+          f"median {waits[len(waits) // 2] * 1000:.1f} ms (before the failover: median "
+          f"{calm[len(calm) // 2] * 1000:.1f} ms, max {calm[-1] * 1000:.0f} ms); the records "
+          f"sent by its start were all acknowledged {paused * 1000:.0f} ms after it; "
+          f"{len(commit_errors)} commits refused "
           f"meanwhile {commit_errors[:2]}")
 
 
