@@ -4,7 +4,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-.venv/bin/python -m pytest "$@"
+# Two workers (KORVET_TEST_WORKERS; 0 runs in this process): most integration tests wait on
+# brokers and timers, so a second worker fills the idle core. `--dist loadfile` keeps a test
+# file on one worker, so module-scoped brokers are started once.
+workers="${KORVET_TEST_WORKERS:-2}"
+.venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
 code=$?
 echo "test suite wall time: $(( $(date +%s) - start )) s" >&2
 if [ "$code" -eq 5 ]; then
