@@ -5,6 +5,7 @@
     korvet conformance --bootstrap H:P  the conformance suite against any Kafka-compatible broker
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
     korvet jars fetch|list|classpath  the pinned JVM jars, resolved by Maven
+    korvet users add|list|delete      SASL/SCRAM users (docs/users/security.md)
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
+    from korvet import users
     from korvet.bench import cli as bench_cli
     from korvet.conformance import cli as conformance_cli
     from korvet.pipelines import cli as pipeline_cli
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_cli.add_parser(commands)
     bench_cli.add_parser(commands)
     conformance_cli.add_parser(commands)
+    users.add_parser(commands)
 
     jars = commands.add_parser("jars", help="pinned JVM jars, resolved by Maven (mvn)")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str  # dotted, e.g. "broker.port"
-    kind: type  # int, str, bool or float
+    kind: type  # int, str, bool, float or list (a string or a YAML list/mapping, kept as given)
     default: object
     help: str
     aliases: tuple[str, ...] = ()  # short command-line flags
@@ -152,6 +152,20 @@ SETTINGS: tuple[Setting, ...] = (
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
+    # --- several brokers on one Redis (korvet/server/ownership.py) ------------------------------
+    Setting("cluster.multi-broker", bool, False,
+            "several brokers share this Redis: register in it, list the live brokers in "
+            "Metadata, and coordinate a group only while holding its lease in Redis",
+            ("--multi-broker",)),
+    Setting("cluster.broker-ttl-ms", int, 6000,
+            "a broker not heard from for this long leaves Metadata (heartbeat every third)",
+            unit="ms"),
+    Setting("cluster.lease-ms", int, 10000,
+            "a group's coordinator lease: another broker takes the group this long after its "
+            "owner stopped renewing (renewed every third)", unit="ms"),
+    Setting("cluster.lease-margin-ms", int, 1000,
+            "the owner stops acting this long before its lease ends (covers clock drift)",
+            unit="ms"),
     Setting("log.level", str, "INFO", "log level (DEBUG, INFO, WARNING, ERROR)",
             ("--log-level",)),
     # --- operations (issue 15): the HTTP endpoint for probes and metrics ---------------------
@@ -166,7 +180,93 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("config.strict", bool, False,
             "refuse to start on an unknown KORVET_* variable or YAML key (default: a warning)",
             ("--strict-config",)),
+    # the security settings follow (SECURITY_SETTINGS)
 )
+
+# --- security (docs/users/security.md) ------------------------------------------------------
+# Listeners, TLS, SASL, ACLs, tenants and the Redis connection's TLS files (its user and
+# password are redis.username / redis.password above). The names
+# follow the original product's (korvet.broker.tls, cert-file, key-file, client-auth-required,
+# trust-cert-file, sasl.enabled, sasl.mechanisms: their KORVET_BROKER_* variables are these
+# settings' variables) and Kafka's (listeners, advertised.listeners, super.users, ...: in
+# ``also``, so each is a YAML key, a KORVET_ variable and a flag too). ``list`` settings
+# take a comma-separated string or, in YAML, a list (or a mapping, for security.tenants).
+SECURITY_SETTINGS: tuple[Setting, ...] = (
+    Setting("broker.listeners", list, "",
+            "listeners as NAME://host:port, comma-separated (Kafka's `listeners`; a NAME that is "
+            "not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL takes its protocol from "
+            "broker.listener-security-protocol-map); empty: one listener on broker.host:"
+            "broker.port, PLAINTEXT unless broker.tls / broker.sasl.enabled say otherwise",
+            ("--listeners",), also=("listeners",)),
+    Setting("broker.advertised-listeners", str, "",
+            "NAME://host:port per listener: the address Metadata gives that listener's clients "
+            "(Kafka's `advertised.listeners`; default: the listener's own address)",
+            also=("advertised.listeners",)),
+    Setting("broker.listener-security-protocol-map", str, "",
+            "NAME:PROTOCOL pairs, e.g. INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL "
+            "(Kafka's `listener.security.protocol.map`)",
+            also=("listener.security.protocol.map",)),
+    Setting("broker.listeners-file", str, "",
+            "write {listener name: bound port} as JSON to this file once listening (scripts, tests)"),
+    Setting("broker.tls", bool, False,
+            "the default listener (no broker.listeners) speaks TLS: SSL, or SASL_SSL with "
+            "broker.sasl.enabled"),
+    Setting("broker.cert-file", str, "", "PEM certificate chain of the broker (TLS listeners)"),
+    Setting("broker.key-file", str, "", "PEM private key of broker.cert-file"),
+    Setting("broker.key-password", str, "", "password of broker.key-file, if it is encrypted",
+            secret=True, also=("ssl.key.password",)),
+    Setting("broker.trust-cert-file", str, "",
+            "PEM CA certificates that sign client certificates (mTLS on TLS listeners)"),
+    Setting("broker.client-auth-required", bool, False,
+            "TLS listeners require a client certificate signed by broker.trust-cert-file "
+            "(Kafka's ssl.client.auth=required); an SSL listener's principal is then the "
+            "certificate's subject, User:CN=...,O=..."),
+    Setting("broker.listener-client-auth", str, "",
+            "client authentication per TLS listener, e.g. MTLS:required,EXTERNAL:none (Kafka's "
+            "listener.name.<name>.ssl.client.auth; default: broker.client-auth)"),
+    Setting("broker.client-auth", str, "",
+            "none, requested or required (Kafka's ssl.client.auth; required is also "
+            "broker.client-auth-required=true)",
+            also=("ssl.client.auth",)),
+    Setting("broker.sasl.enabled", bool, False,
+            "the default listener (no broker.listeners) requires SASL: SASL_PLAINTEXT, or "
+            "SASL_SSL with broker.tls"),
+    Setting("broker.sasl.mechanisms", list, "SCRAM-SHA-256,SCRAM-SHA-512",
+            "SASL mechanisms SASL listeners accept: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+            "(Kafka's sasl.enabled.mechanisms); PLAIN checks the password against the user's "
+            "SCRAM credential",
+            also=("sasl.enabled.mechanisms",)),
+    Setting("broker.connections-max-reauth-ms", int, 0,
+            "a SASL session lasts this long; the client re-authenticates on its connection "
+            "before it ends, or is disconnected (KIP-368; 0: sessions never end)",
+            unit="ms", also=("connections.max.reauth.ms",)),
+    Setting("broker.failed-authentication-delay-ms", int, 100,
+            "answer a failed authentication this much later, then close "
+            "(Kafka's connections.failed.authentication.delay.ms)",
+            unit="ms", also=("connections.failed.authentication.delay.ms",)),
+    Setting("authorizer.enabled", bool, False,
+            "enforce ACLs (Kafka's StandardAuthorizer): a principal may do only what an ACL "
+            "allows; manage them with kafka-acls (CreateAcls/DescribeAcls/DeleteAcls)"),
+    Setting("authorizer.super-users", list, "",
+            "principals allowed everything, ';'-separated as Kafka's super.users "
+            "(e.g. User:admin;User:CN=ops,O=acme)",
+            also=("super.users",)),
+    Setting("authorizer.allow-everyone-if-no-acl-found", bool, False,
+            "with the authorizer on, allow a resource no ACL names "
+            "(Kafka's allow.everyone.if.no.acl.found)",
+            also=("allow.everyone.if.no.acl.found",)),
+    Setting("security.tenants", list, "",
+            "principal=keyspace pairs: each principal's topics and groups live in its own Redis "
+            "keyspace, invisible to others (e.g. User:alice=acme,User:bob=globex; in YAML a "
+            "mapping, needed for certificate principals); other principals use redis.keyspace"),
+    Setting("redis.tls-ca-file", str, "",
+            "PEM CA certificates that sign the Redis server's certificate (rediss:// URLs)"),
+    Setting("redis.tls-cert-file", str, "", "PEM client certificate for Redis (rediss://, mTLS)"),
+    Setting("redis.tls-key-file", str, "", "PEM private key of redis.tls-cert-file"),
+)
+
+SETTINGS = (*SETTINGS, *SECURITY_SETTINGS)
+# --- end of security settings ---------------------------------------------------------------
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 _BY_ANY_NAME = {n: s for s in SETTINGS for n in s.names}
@@ -312,17 +412,32 @@ def parse_duration_ms(text: str) -> int:
     raise ValueError(f"expected a duration such as 60000, 30s, 1h, 7d or PT1H, got {text!r}")
 
 
+def _coerce_bool(setting: Setting, value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{setting.name}: expected true or false, got {value!r}{where}")
+
+
+def _coerce_list(value: object) -> object:
+    """Kept as given: a string, or a YAML list or mapping (security_config.py reads them)."""
+    if value is None:
+        return ""
+    if isinstance(value, str | list | tuple | Mapping):
+        return value
+    return str(value)
+
+
 def _coerce(setting: Setting, value: object, origin: str = "") -> object:
     where = f" ({origin})" if origin else ""
     if setting.kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{setting.name}: expected true or false, got {value!r}{where}")
+        return _coerce_bool(setting, value, where)
+    if setting.kind is list:
+        return _coerce_list(value)
     if setting.kind is int:
         if isinstance(value, bool):
             raise ConfigError(f"{setting.name}: expected an integer, got {value!r}{where}")
@@ -352,7 +467,7 @@ def _flatten(tree: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{_kebab(str(key))}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and name not in _BY_ANY_NAME:  # a list setting may be one
             if name.endswith("configs") and _TOPIC_KEY.fullmatch(name):
                 flat.update({f"{name}.{k}": v for k, v in value.items()})  # Kafka names as-is
             else:
@@ -595,6 +710,17 @@ def validate(config: Config) -> None:
             f"redis.cluster is true ({config.source('redis.cluster')}) but no redis.url names a "
             "node of the cluster (the embedded Redis is a single server): set redis.url "
             "(--redis-url, KORVET_REDIS_URI) to one of its nodes")
+    validate_security(config)
+
+
+def validate_security(config: Config) -> None:
+    """Parse what the broker will parse again at start, so a bad value fails here, named."""
+    from korvet.security_config import SecuritySettings, SecuritySettingsError
+
+    try:
+        SecuritySettings.from_config(config)
+    except SecuritySettingsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _validate_limits(config: Config) -> None:
@@ -625,9 +751,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action=argparse.BooleanOptionalAction, help=help_text,
             )
         else:
+            kind = str if setting.kind is list else setting.kind
             parser.add_argument(
-                *flags, dest=setting.attr, default=None, metavar=setting.kind.__name__.upper(),
-                type=str if setting.unit else setting.kind, help=help_text,
+                *flags, dest=setting.attr, default=None, metavar=kind.__name__.upper(),
+                type=str if setting.unit else kind, help=help_text,
             )
 
 

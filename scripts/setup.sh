@@ -60,6 +60,7 @@ ensure_redis() {
 ensure_test_packages() {
     local missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # certificates of the security tests
     command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
     # `korvet jars fetch` resolves the pinned jars with Maven (settings.xml and ~/.m2 apply)
     command -v mvn >/dev/null 2>&1 || missing+=(maven)

@@ -56,9 +56,24 @@ def add_parser(commands: Any) -> None:
                         help="checks run at the same time (most wait on the broker; default 8)")
     parser.add_argument("--cleanup", action="store_true",
                         help="delete the topics this run created (kc-<run id>-*) when it is done")
+    parser.add_argument("--security", type=Path, metavar="FILE",
+                        help="YAML naming the broker's SASL_SSL listener, its CA file and an admin user: "
+                             "runs the security.* checks (skipped without it; docs/users/security.md)")
     parser.add_argument("--failures-only", action="store_true",
                         help="the terminal table shows only checks that did not pass")
     parser.set_defaults(func=run)
+
+
+def _security_target(path: Path | None) -> Any:
+    if path is None:
+        return None
+    from korvet.conformance.checks.security import SecurityTarget
+
+    try:
+        return SecurityTarget.load(path)
+    except ValueError as exc:
+        print(f"korvet conformance: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _patterns(values: list[str] | None) -> list[str]:
@@ -151,6 +166,7 @@ def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile:
     from korvet.conformance import runner
     from korvet.conformance.wire import WireError
 
+    security = _security_target(args.security)
     running: set[str] = set()
     lock = threading.Lock()
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -175,7 +191,7 @@ def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile:
 
         try:
             result = runner.run(bootstrap, checks, profile=profile, jobs=args.jobs, on_event=on_event,
-                                broker=broker, on_note=on_note)
+                                broker=broker, on_note=on_note, security=security)
         except (OSError, WireError) as exc:
             print(f"korvet conformance: cannot reach {bootstrap}: {exc}", file=sys.stderr)
             return 2

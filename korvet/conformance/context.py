@@ -64,8 +64,9 @@ class ApiTable:
 
 class CheckContext:
     def __init__(self, check: Check, bootstrap: str, run_id: str, apis: ApiTable,
-                 *, request_timeout: float = 30.0) -> None:
+                 *, request_timeout: float = 30.0, security: Any = None) -> None:
         self.check = check
+        self.security = security  # the secured listener of the security.* checks (--security FILE)
         self.bootstrap = bootstrap
         self.host, self.port = parse_bootstrap(bootstrap)
         self.run_id = run_id

@@ -11,6 +11,9 @@ gives CI a JUnit file with one test case per check.
 
     pytest --pyargs korvet.conformance --bootstrap 127.0.0.1:9092 \\
         --conformance-profile mybroker.yaml --conformance-only 'produce.*' --junitxml conformance.xml
+
+``--conformance-security FILE`` (as ``korvet conformance --security FILE``) runs the
+``security.*`` checks against the broker's secured listener; without it they are skipped.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-only", action="append", default=[], metavar="GLOB",
                     help="run only the checks whose name matches (repeatable)")
     group.addoption("--conformance-jobs", type=int, default=8, help="checks running at the same time")
+    group.addoption("--conformance-security", metavar="FILE",
+                    help="YAML naming the broker's SASL_SSL listener, its CA file and an admin user: "
+                         "runs the security.* checks (skipped without it; docs/users/security.md)")
 
 
 def _selected(config: pytest.Config) -> list[Any]:
@@ -53,8 +59,17 @@ def conformance_results(request: pytest.FixtureRequest) -> dict[str, Any]:
     if not bootstrap:
         pytest.skip("no broker to check: give --bootstrap HOST:PORT")
     checks = _selected(request.config)
+    security = None
+    target = request.config.getoption("--conformance-security")
+    if target:
+        from korvet.conformance.checks.security import SecurityTarget
+
+        try:
+            security = SecurityTarget.load(target)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     report = runner.run(bootstrap, checks, profile=load(request.config.getoption("--conformance-profile")),
-                        jobs=request.config.getoption("--conformance-jobs"))
+                        jobs=request.config.getoption("--conformance-jobs"), security=security)
     return {r.name: r for r in report.results}
 
 

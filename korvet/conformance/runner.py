@@ -182,8 +182,10 @@ class _Run:
     """One run's scheduling: the pool, the watch on the broker, and what happens when it dies."""
 
     def __init__(self, broker: Broker, run_id: str, apis: ApiTable, profile: Profile,
-                 on_event: Event | None, on_note: Callable[[str], None] | None) -> None:
+                 on_event: Event | None, on_note: Callable[[str], None] | None,
+                 security: Any = None) -> None:
         self.broker = broker
+        self.security = security  # the secured listener of the security.* checks (--security FILE)
         self.run_id = run_id
         self.apis = apis
         self.profile = profile
@@ -199,7 +201,7 @@ class _Run:
         self.began = time.monotonic()
 
     def execute(self, check: Check) -> CheckResult:
-        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis)
+        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis, security=self.security)
         began = time.monotonic()
         with self.lock:
             self.running[check.name] = (ctx, began)
@@ -359,6 +361,7 @@ def run(
     on_event: Event | None = None,
     broker: Broker | None = None,
     on_note: Callable[[str], None] | None = None,
+    security: Any = None,  # a checks.security.SecurityTarget: the secured listener the security.* checks use
 ) -> RunReport:
     """Run ``checks`` against the broker at ``bootstrap``. ``broker``: one the caller started (the
     runner restarts it if it dies); ``on_note`` hears when the broker died and what was done."""
@@ -369,7 +372,7 @@ def run(
     started = time.monotonic()
     advertised = read_api_versions(watched.bootstrap)
     drivers.preload()
-    state = _Run(watched, run_id, ApiTable(advertised), chosen, on_event, on_note)
+    state = _Run(watched, run_id, ApiTable(advertised), chosen, on_event, on_note, security)
     stop_watchdog = threading.Event()
     guard = threading.Thread(target=state.watchdog, args=(stop_watchdog,), name="conformance-watchdog",
                              daemon=True)

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v1.response as alter_configs_v1_response
     import kio.schema.alter_configs.v2.request as alter_configs_v2_request
     import kio.schema.alter_configs.v2.response as alter_configs_v2_response
+    import kio.schema.alter_user_scram_credentials.v0.request as alter_user_scram_credentials_v0_request
+    import kio.schema.alter_user_scram_credentials.v0.response as alter_user_scram_credentials_v0_response
     import kio.schema.api_versions.v0.request as api_versions_v0_request
     import kio.schema.api_versions.v0.response as api_versions_v0_response
     import kio.schema.api_versions.v1.request as api_versions_v1_request
@@ -25,6 +27,12 @@ if TYPE_CHECKING:
     import kio.schema.api_versions.v3.response as api_versions_v3_response
     import kio.schema.api_versions.v4.request as api_versions_v4_request
     import kio.schema.api_versions.v4.response as api_versions_v4_response
+    import kio.schema.create_acls.v1.request as create_acls_v1_request
+    import kio.schema.create_acls.v1.response as create_acls_v1_response
+    import kio.schema.create_acls.v2.request as create_acls_v2_request
+    import kio.schema.create_acls.v2.response as create_acls_v2_response
+    import kio.schema.create_acls.v3.request as create_acls_v3_request
+    import kio.schema.create_acls.v3.response as create_acls_v3_response
     import kio.schema.create_partitions.v0.request as create_partitions_v0_request
     import kio.schema.create_partitions.v0.response as create_partitions_v0_response
     import kio.schema.create_partitions.v1.request as create_partitions_v1_request
@@ -45,6 +53,12 @@ if TYPE_CHECKING:
     import kio.schema.create_topics.v6.response as create_topics_v6_response
     import kio.schema.create_topics.v7.request as create_topics_v7_request
     import kio.schema.create_topics.v7.response as create_topics_v7_response
+    import kio.schema.delete_acls.v1.request as delete_acls_v1_request
+    import kio.schema.delete_acls.v1.response as delete_acls_v1_response
+    import kio.schema.delete_acls.v2.request as delete_acls_v2_request
+    import kio.schema.delete_acls.v2.response as delete_acls_v2_response
+    import kio.schema.delete_acls.v3.request as delete_acls_v3_request
+    import kio.schema.delete_acls.v3.response as delete_acls_v3_response
     import kio.schema.delete_groups.v0.request as delete_groups_v0_request
     import kio.schema.delete_groups.v0.response as delete_groups_v0_response
     import kio.schema.delete_groups.v1.request as delete_groups_v1_request
@@ -69,6 +83,16 @@ if TYPE_CHECKING:
     import kio.schema.delete_topics.v5.response as delete_topics_v5_response
     import kio.schema.delete_topics.v6.request as delete_topics_v6_request
     import kio.schema.delete_topics.v6.response as delete_topics_v6_response
+    import kio.schema.describe_acls.v1.request as describe_acls_v1_request
+    import kio.schema.describe_acls.v1.response as describe_acls_v1_response
+    import kio.schema.describe_acls.v2.request as describe_acls_v2_request
+    import kio.schema.describe_acls.v2.response as describe_acls_v2_response
+    import kio.schema.describe_acls.v3.request as describe_acls_v3_request
+    import kio.schema.describe_acls.v3.response as describe_acls_v3_response
+    import kio.schema.describe_client_quotas.v0.request as describe_client_quotas_v0_request
+    import kio.schema.describe_client_quotas.v0.response as describe_client_quotas_v0_response
+    import kio.schema.describe_client_quotas.v1.request as describe_client_quotas_v1_request
+    import kio.schema.describe_client_quotas.v1.response as describe_client_quotas_v1_response
     import kio.schema.describe_cluster.v0.request as describe_cluster_v0_request
     import kio.schema.describe_cluster.v0.response as describe_cluster_v0_response
     import kio.schema.describe_cluster.v1.request as describe_cluster_v1_request
@@ -111,6 +135,8 @@ if TYPE_CHECKING:
     import kio.schema.describe_producers.v0.response as describe_producers_v0_response
     import kio.schema.describe_topic_partitions.v0.request as describe_topic_partitions_v0_request
     import kio.schema.describe_topic_partitions.v0.response as describe_topic_partitions_v0_response
+    import kio.schema.describe_user_scram_credentials.v0.request as describe_user_scram_credentials_v0_request
+    import kio.schema.describe_user_scram_credentials.v0.response as describe_user_scram_credentials_v0_response  # noqa: E501
     import kio.schema.fetch.v4.request as fetch_v4_request
     import kio.schema.fetch.v4.response as fetch_v4_response
     import kio.schema.fetch.v5.request as fetch_v5_request
@@ -341,6 +367,16 @@ if TYPE_CHECKING:
     import kio.schema.produce.v12.response as produce_v12_response
     import kio.schema.produce.v13.request as produce_v13_request
     import kio.schema.produce.v13.response as produce_v13_response
+    import kio.schema.sasl_authenticate.v0.request as sasl_authenticate_v0_request
+    import kio.schema.sasl_authenticate.v0.response as sasl_authenticate_v0_response
+    import kio.schema.sasl_authenticate.v1.request as sasl_authenticate_v1_request
+    import kio.schema.sasl_authenticate.v1.response as sasl_authenticate_v1_response
+    import kio.schema.sasl_authenticate.v2.request as sasl_authenticate_v2_request
+    import kio.schema.sasl_authenticate.v2.response as sasl_authenticate_v2_response
+    import kio.schema.sasl_handshake.v0.request as sasl_handshake_v0_request
+    import kio.schema.sasl_handshake.v0.response as sasl_handshake_v0_response
+    import kio.schema.sasl_handshake.v1.request as sasl_handshake_v1_request
+    import kio.schema.sasl_handshake.v1.response as sasl_handshake_v1_response
     import kio.schema.sync_group.v0.request as sync_group_v0_request
     import kio.schema.sync_group.v0.response as sync_group_v0_response
     import kio.schema.sync_group.v1.request as sync_group_v1_request
@@ -662,6 +698,16 @@ if TYPE_CHECKING:
         | list_groups_v5_response.ListGroupsResponse
     )
 
+    SaslHandshakeRequest: TypeAlias = (  # api key 17
+        sasl_handshake_v0_request.SaslHandshakeRequest
+        | sasl_handshake_v1_request.SaslHandshakeRequest
+    )
+
+    SaslHandshakeResponse: TypeAlias = (  # api key 17
+        sasl_handshake_v0_response.SaslHandshakeResponse
+        | sasl_handshake_v1_response.SaslHandshakeResponse
+    )
+
     ApiVersionsRequest: TypeAlias = (  # api key 18
         api_versions_v0_request.ApiVersionsRequest
         | api_versions_v1_request.ApiVersionsRequest
@@ -758,6 +804,42 @@ if TYPE_CHECKING:
         | offset_for_leader_epoch_v4_response.OffsetForLeaderEpochResponse
     )
 
+    DescribeAclsRequest: TypeAlias = (  # api key 29
+        describe_acls_v1_request.DescribeAclsRequest
+        | describe_acls_v2_request.DescribeAclsRequest
+        | describe_acls_v3_request.DescribeAclsRequest
+    )
+
+    DescribeAclsResponse: TypeAlias = (  # api key 29
+        describe_acls_v1_response.DescribeAclsResponse
+        | describe_acls_v2_response.DescribeAclsResponse
+        | describe_acls_v3_response.DescribeAclsResponse
+    )
+
+    CreateAclsRequest: TypeAlias = (  # api key 30
+        create_acls_v1_request.CreateAclsRequest
+        | create_acls_v2_request.CreateAclsRequest
+        | create_acls_v3_request.CreateAclsRequest
+    )
+
+    CreateAclsResponse: TypeAlias = (  # api key 30
+        create_acls_v1_response.CreateAclsResponse
+        | create_acls_v2_response.CreateAclsResponse
+        | create_acls_v3_response.CreateAclsResponse
+    )
+
+    DeleteAclsRequest: TypeAlias = (  # api key 31
+        delete_acls_v1_request.DeleteAclsRequest
+        | delete_acls_v2_request.DeleteAclsRequest
+        | delete_acls_v3_request.DeleteAclsRequest
+    )
+
+    DeleteAclsResponse: TypeAlias = (  # api key 31
+        delete_acls_v1_response.DeleteAclsResponse
+        | delete_acls_v2_response.DeleteAclsResponse
+        | delete_acls_v3_response.DeleteAclsResponse
+    )
+
     DescribeConfigsRequest: TypeAlias = (  # api key 32
         describe_configs_v1_request.DescribeConfigsRequest
         | describe_configs_v2_request.DescribeConfigsRequest
@@ -798,6 +880,18 @@ if TYPE_CHECKING:
         | describe_log_dirs_v3_response.DescribeLogDirsResponse
         | describe_log_dirs_v4_response.DescribeLogDirsResponse
         | describe_log_dirs_v5_response.DescribeLogDirsResponse
+    )
+
+    SaslAuthenticateRequest: TypeAlias = (  # api key 36
+        sasl_authenticate_v0_request.SaslAuthenticateRequest
+        | sasl_authenticate_v1_request.SaslAuthenticateRequest
+        | sasl_authenticate_v2_request.SaslAuthenticateRequest
+    )
+
+    SaslAuthenticateResponse: TypeAlias = (  # api key 36
+        sasl_authenticate_v0_response.SaslAuthenticateResponse
+        | sasl_authenticate_v1_response.SaslAuthenticateResponse
+        | sasl_authenticate_v2_response.SaslAuthenticateResponse
     )
 
     CreatePartitionsRequest: TypeAlias = (  # api key 37
@@ -842,6 +936,32 @@ if TYPE_CHECKING:
 
     OffsetDeleteResponse: TypeAlias = (  # api key 47
         offset_delete_v0_response.OffsetDeleteResponse
+    )
+
+    DescribeClientQuotasRequest: TypeAlias = (  # api key 48
+        describe_client_quotas_v0_request.DescribeClientQuotasRequest
+        | describe_client_quotas_v1_request.DescribeClientQuotasRequest
+    )
+
+    DescribeClientQuotasResponse: TypeAlias = (  # api key 48
+        describe_client_quotas_v0_response.DescribeClientQuotasResponse
+        | describe_client_quotas_v1_response.DescribeClientQuotasResponse
+    )
+
+    DescribeUserScramCredentialsRequest: TypeAlias = (  # api key 50
+        describe_user_scram_credentials_v0_request.DescribeUserScramCredentialsRequest
+    )
+
+    DescribeUserScramCredentialsResponse: TypeAlias = (  # api key 50
+        describe_user_scram_credentials_v0_response.DescribeUserScramCredentialsResponse
+    )
+
+    AlterUserScramCredentialsRequest: TypeAlias = (  # api key 51
+        alter_user_scram_credentials_v0_request.AlterUserScramCredentialsRequest
+    )
+
+    AlterUserScramCredentialsResponse: TypeAlias = (  # api key 51
+        alter_user_scram_credentials_v0_response.AlterUserScramCredentialsResponse
     )
 
     DescribeClusterRequest: TypeAlias = (  # api key 60
@@ -898,6 +1018,8 @@ else:  # at run time the names exist for imports; nothing checks them
     DescribeGroupsResponse = Any
     ListGroupsRequest = Any
     ListGroupsResponse = Any
+    SaslHandshakeRequest = Any
+    SaslHandshakeResponse = Any
     ApiVersionsRequest = Any
     ApiVersionsResponse = Any
     CreateTopicsRequest = Any
@@ -910,12 +1032,20 @@ else:  # at run time the names exist for imports; nothing checks them
     InitProducerIdResponse = Any
     OffsetForLeaderEpochRequest = Any
     OffsetForLeaderEpochResponse = Any
+    DescribeAclsRequest = Any
+    DescribeAclsResponse = Any
+    CreateAclsRequest = Any
+    CreateAclsResponse = Any
+    DeleteAclsRequest = Any
+    DeleteAclsResponse = Any
     DescribeConfigsRequest = Any
     DescribeConfigsResponse = Any
     AlterConfigsRequest = Any
     AlterConfigsResponse = Any
     DescribeLogDirsRequest = Any
     DescribeLogDirsResponse = Any
+    SaslAuthenticateRequest = Any
+    SaslAuthenticateResponse = Any
     CreatePartitionsRequest = Any
     CreatePartitionsResponse = Any
     DeleteGroupsRequest = Any
@@ -924,6 +1054,12 @@ else:  # at run time the names exist for imports; nothing checks them
     IncrementalAlterConfigsResponse = Any
     OffsetDeleteRequest = Any
     OffsetDeleteResponse = Any
+    DescribeClientQuotasRequest = Any
+    DescribeClientQuotasResponse = Any
+    DescribeUserScramCredentialsRequest = Any
+    DescribeUserScramCredentialsResponse = Any
+    AlterUserScramCredentialsRequest = Any
+    AlterUserScramCredentialsResponse = Any
     DescribeClusterRequest = Any
     DescribeClusterResponse = Any
     DescribeProducersRequest = Any

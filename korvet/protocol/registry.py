@@ -10,7 +10,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from korvet.core.security.access import Access
 from korvet.protocol.framing import known_versions
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection without (further) answer; the message
+    says why (it is logged with the connection)."""
 
 
 class RequestContext(Protocol):
@@ -30,6 +36,16 @@ class RequestContext(Protocol):
 
     @property
     def connection_id(self) -> str: ...
+
+    @property
+    def listener_name(self) -> str:
+        """The listener the request came in on (Metadata advertises its address)."""
+        ...
+
+    @property
+    def access(self) -> Access:
+        """The principal's rights for this request (everything without an authorizer)."""
+        ...
 
 
 class Deferred:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +21,15 @@ from redis.exceptions import RedisError
 
 from korvet.config import Config
 from korvet.core.limits import Limits
+from korvet.core.security.listeners import Protocol
+from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.http import HttpServer
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
+from korvet.server.tls import TlsError, redis_options, server_context
 from korvet.storage.redis_store import OldLayoutError
 
 log = logging.getLogger("korvet")
@@ -70,28 +75,41 @@ def redis_choice(config: Config) -> str:
             "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
 
 
-async def connect_redis(url: str, *, cluster: bool = False) -> aioredis.Redis:
-    """A client of the Redis at ``url``; with ``cluster``, of the Redis Cluster that ``url``
-    is one node of (redis-py's RedisCluster: it reads the slot table from that node and
-    follows MOVED redirects and failovers). RedisCluster has the same command methods; the
-    storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs (per
-    node pipes for appends, one transaction per group, SCAN on every master)."""
-    if cluster:
-        client = cast(aioredis.Redis, RedisCluster.from_url(url, decode_responses=False))
-    else:
-        client = aioredis.from_url(url, decode_responses=False)
+async def connect_redis(url: str, auth: RedisAuth | None = None, *,
+                        cluster: bool = False) -> aioredis.Redis:
+    """A client of the Redis at ``url`` (>= 7), with the ACL user and password of ``auth``
+    put into the URL (``with_credentials``) and its TLS files (``rediss://``); errors name
+    the URL without its password. With ``cluster``, a client of the Redis Cluster that
+    ``url`` is one node of (redis-py's RedisCluster: it reads the slot table from that node
+    and follows MOVED redirects and failovers). RedisCluster has the same command methods;
+    the storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs
+    (per node pipes for appends, one transaction per group, SCAN on every master)."""
+    auth = auth or RedisAuth()
+    url = with_credentials(url, auth.username, auth.password)
+    shown = masked(url)
+    client: aioredis.Redis
+    try:
+        if cluster:
+            client = cast(aioredis.Redis, RedisCluster.from_url(
+                url, decode_responses=False, **redis_options(auth, url)))
+        else:
+            client = aioredis.from_url(url, decode_responses=False,
+                                       **redis_options(auth, url))
+    except ValueError as exc:
+        raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
         info = await client.info("server")
     except (RedisError, OSError) as exc:
-        await client.aclose()
-        raise StartupError(f"cannot reach Redis at {masked(url)}: {exc}") from exc
+        with contextlib.suppress(Exception):
+            await client.aclose()
+        raise StartupError(f"cannot reach Redis at {shown}: {exc}") from exc
     version = str(info.get("redis_version", "0"))
     head = version.split(".", 1)[0]
     major = int(head) if head.isdigit() else 0
     if major < MIN_REDIS_MAJOR:
         await client.aclose()
         raise StartupError(
-            f"Redis at {masked(url)} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
+            f"Redis at {shown} is version {version}; Korvet needs Redis >= {MIN_REDIS_MAJOR} "
             "(XADD with explicit ids, XINFO STREAM fields and functions it relies on)"
         )
     return client
@@ -109,7 +127,63 @@ def listener_limits(config: Config) -> ListenerLimits:
     return ListenerLimits(limits, max_request_bytes=config.get_int("broker.max-request-bytes"))
 
 
+def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> list[KafkaListener]:
+    """One KafkaListener per configured listener; they share one ListenerLimits, so
+    max.connections and max.connections.per.ip count the broker's connections (as Kafka's
+    broker-wide settings do)."""
+    limits = listener_limits(config)
+    contexts: dict[str, ssl.SSLContext] = {}
+    for spec in settings.listeners:
+        if not spec.protocol.tls:
+            continue
+        mode = client_auth_of(spec, settings.tls)
+        try:
+            contexts[spec.name] = server_context(settings.tls, mode)
+        except TlsError as exc:
+            raise StartupError(str(exc)) from exc
+    if "PLAIN" in settings.sasl.mechanisms and any(
+            s.protocol is Protocol.SASL_PLAINTEXT for s in settings.listeners):
+        log.warning("SASL/PLAIN is enabled on a SASL_PLAINTEXT listener: passwords cross the "
+                    "network in clear text; use SASL_SSL")
+    return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
+                          name=spec.name, ssl_context=contexts.get(spec.name),
+                          gate=broker, metrics=broker.metrics, limits=limits)
+            for spec in settings.listeners]
+
+
+async def _start_listeners(listeners: list[KafkaListener], settings: SecuritySettings,
+                           broker: Broker) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for listener, spec in zip(listeners, settings.listeners, strict=True):
+        try:
+            ports[spec.name] = await listener.start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {spec.host}:{spec.port} ({spec.name}): "
+                               f"{exc.strerror or exc}") from exc
+        host = spec.advertised_host or ("127.0.0.1" if spec.host in ("0.0.0.0", "", "::")
+                                        else spec.host)
+        broker.endpoints[spec.name] = (host, spec.advertised_port or ports[spec.name])
+    return ports
+
+
+def _announce(config: Config, settings: SecuritySettings, ports: dict[str, int], url: str) -> None:
+    """Write the port files and log where the broker listens."""
+    port_file = config.get_str("broker.port-file")
+    if port_file:
+        Path(port_file).write_text(f"{ports[settings.listeners[0].name]}\n")
+    listeners_file = config.get_str("broker.listeners-file")
+    if listeners_file:
+        Path(listeners_file).write_text(json.dumps(ports) + "\n")
+    shown = ", ".join(
+        f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
+        f"{s.host}:{ports[s.name]}" for s in settings.listeners)
+    log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, masked(url),
+             config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
+             f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+    settings = SecuritySettings.from_config(config)
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")
     print(f"korvet: using {redis_choice(config)}", file=sys.stderr, flush=True)
@@ -128,38 +202,22 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         except RedisStartError as exc:
             raise StartupError(str(exc)) from exc
         log.info("embedded Redis started at %s (data in %s)", url, embedded.redis_dir)
-    listener: KafkaListener | None = None
+    listeners: list[KafkaListener] = []
     broker: Broker | None = None
     http: HttpServer | None = None
     try:
-        client = await connect_redis(url, cluster=config.get_bool("redis.cluster"))
-        broker = Broker(config, client, redis_url=url)
+        client = await connect_redis(url, settings.redis if not embedded else None,
+                                     cluster=config.get_bool("redis.cluster"))
+        broker = Broker(config, client, redis_url=url, security=settings)
         await _start_broker(broker)
-        listener = KafkaListener(
-            broker.registry,
-            host=config.get_str("broker.host"),
-            port=config.get_int("broker.port"),
-            metrics=broker.metrics,
-            limits=listener_limits(config),
-        )
-        try:
-            port = await listener.start()
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {config.get_str('broker.host')}:{config.get_int('broker.port')}: "
-                f"{exc.strerror or exc}"
-            ) from exc
-        broker.bound_port = port
+        listeners = _listeners(config, settings, broker)
+        ports = await _start_listeners(listeners, settings, broker)
+        broker.bound_port = ports[settings.listeners[0].name]
         if config.get_bool("http.enabled"):
-            serving = listener
-            http = await _start_http(config, broker, lambda: serving.serving)
-        # Written last: once the file exists, the Kafka port and the HTTP endpoint both answer.
-        port_file = config.get_str("broker.port-file")
-        if port_file:
-            Path(port_file).write_text(f"{port}\n")
-        log.info("Korvet listening on %s:%d (Redis %s, keyspace '%s')",
-                 config.get_str("broker.host"), port, masked(url),
-                 config.get_str("redis.keyspace"))
+            serving = listeners
+            http = await _start_http(config, broker, lambda: all(one.serving for one in serving))
+        # Written last: once the files exist, the Kafka ports and the HTTP endpoint all answer.
+        _announce(config, settings, ports, url)
         if ready is not None:
             ready.set()
         await _wait_for_stop_signal()
@@ -167,7 +225,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     finally:
         if http is not None:
             await http.close()
-        if listener is not None:
+        for listener in listeners:
             await listener.close()
         if broker is not None:
             await broker.close()

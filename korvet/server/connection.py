@@ -2,24 +2,35 @@
 
 The listener creates a ``Connection`` per accepted socket and passes it to every
 handler as the request context; ``ConnectionState`` holds what lives exactly as long
-as the connection (the fetch read-ahead today) and is closed with it, so no handler
-keeps per-connection data in module globals.
+as the connection (the fetch read-ahead, the authentication session) and is closed with
+it, so no handler keeps per-connection data in module globals.
+
+Who the client is: ``principal`` comes from the authentication session (a SASL user, a
+TLS client certificate's subject, or ``User:ANONYMOUS``); ``access`` is what that
+principal may do for the request being handled, from the broker's current ACL snapshot;
+``tenant`` is the keyspace's broker that serves its requests (security.tenants).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from korvet.core.security import sasl
+from korvet.core.security.access import OPEN, Access
+from korvet.core.security.acl import ANONYMOUS
 from korvet.server.read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     from korvet.server.handlers.fetch import PreparedFetch
+    from korvet.server.security import Security
 
 
 @dataclass(slots=True)
 class ConnectionState:
     read_ahead: ReadAhead[PreparedFetch] = field(default_factory=ReadAhead)
+    auth: sasl.Session = field(default_factory=lambda: sasl.open_session(ANONYMOUS))
+    closing: str | None = None  # set by a handler: close after this response (the reason)
 
     def close(self) -> None:
         self.read_ahead.close()
@@ -34,3 +45,16 @@ class Connection:
     correlation_id: int = 0
     client_id: str | None = None
     requests: int = 0
+    listener_name: str = "PLAINTEXT"
+    security: Security | None = None
+    tenant: Any = None  # the korvet.server.broker.Tenant serving this connection, once known
+
+    @property
+    def principal(self) -> str:
+        return self.state.auth.principal or ANONYMOUS
+
+    @property
+    def access(self) -> Access:
+        if self.security is None:
+            return OPEN
+        return self.security.access(self.principal, self.client_host)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -37,14 +38,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
+from korvet.core import lease
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
+from korvet.core.coordinator.machine import restarted_group
 from korvet.storage.groups import GroupStore, PartitionRef
+from korvet.storage.leases import LeaseStore
+
+if TYPE_CHECKING:
+    from korvet.server.ownership import Ownership
 
 log = logging.getLogger("korvet.coordinator")
 
@@ -54,12 +61,33 @@ class _Tick:
     """Time to step whatever timeouts are due."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Adopt:
+    """This broker was granted the group's lease: continue from its durable snapshot."""
+
+    group_id: str
+    snapshot: str | None
+    done: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Forget:
+    """This broker no longer holds the group's lease: drop it from memory."""
+
+    group_id: str
+    done: asyncio.Future[None]
+
+
 _REQUESTS = (core.JoinGroup, core.SyncGroup, core.Heartbeat, core.LeaveGroup, core.OffsetCommit,
              core.OffsetDelete, core.DeleteGroups)
 
 
 class CoordinatorUnavailable(Exception):
     """The coordinator is stopping or could not take the request."""
+
+
+class NotCoordinator(CoordinatorUnavailable):
+    """Several brokers share Redis and this one does not hold the group's lease."""
 
 
 class GroupCoordinator:
@@ -73,8 +101,13 @@ class GroupCoordinator:
         self.partition_ref = partition_ref
         self.state = core.initial_state(config)
         self._config = config
-        self._queue: asyncio.Queue[core.Event | _Tick | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[core.Event | _Tick | _Adopt | _Forget | None] = \
+            asyncio.Queue()
         self._waiting: dict[int, asyncio.Future[core.Reply]] = {}
+        self._waiting_group: dict[int, str] = {}
+        # Several brokers on one Redis: the leases this broker holds (server/ownership.py)
+        self.ownership: Ownership | None = None
+        self.leases: LeaseStore | None = None
         self._ids = itertools.count(1)
         # The adapter's copy of what Redis durably holds of each group (the spec's `saved`).
         self.durable: dict[str, core.Group] = {}
@@ -116,6 +149,11 @@ class GroupCoordinator:
         self.durable = {g: durability.snapshot_of(group) for g, group in state.groups.items()}
         raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
                   if plan.lossy}
+        if self.ownership is not None:
+            # Several brokers: a group is in memory only while this broker holds its lease.
+            self.state = core.CoordinatorState(config=self._config, groups={},
+                                               generation_floor=plan.record.floor)
+            self.durable = {}
         self._loaded_run_id = run_id
         durable = await self.store.write_load(plan.record, raised, fsync_always)
         if groups:
@@ -148,7 +186,10 @@ class GroupCoordinator:
             if not future.done():
                 future.set_exception(CoordinatorUnavailable("the broker is stopping"))
         self._waiting.clear()
-        clean = await self._leave_clean_mark() if self._tasks else False
+        # Several brokers: the others still write after this one stops, so its mark could
+        # not vouch for their writes; none is left (a Redis restart then raises generations).
+        clean = (await self._leave_clean_mark() if self._tasks and self.ownership is None
+                 else False)
         self._log({"t": self._clock(), "stop": "clean" if clean else "unmarked"})
         if self._event_log is not None:
             self._event_log.close()
@@ -181,13 +222,32 @@ class GroupCoordinator:
 
     async def request(self, event: core.RequestEvent) -> core.Reply:
         """Step a request and wait for its reply (however long the machine holds it)."""
+        groups = event.group_ids if isinstance(event, core.DeleteGroups) else (event.group_id,)
+        if not all(self.owns(g) for g in groups):
+            raise NotCoordinator(",".join(groups))
         future: asyncio.Future[core.Reply] = asyncio.get_running_loop().create_future()
         self._waiting[event.request_id] = future
+        self._waiting_group[event.request_id] = groups[0] if groups else ""
         await self._queue.put(event)
         try:
             return await future
         finally:
             self._waiting.pop(event.request_id, None)
+            self._waiting_group.pop(event.request_id, None)
+
+    def owns(self, group_id: str) -> bool:
+        """Whether this broker coordinates the group (always, with one broker)."""
+        return self.ownership is None or self.ownership.believes(group_id)
+
+    async def adopt(self, group_id: str, snapshot: str | None) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Adopt(group_id, snapshot, done))
+        await done
+
+    async def forget(self, group_id: str) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Forget(group_id, done))
+        await done
 
     async def submit_internal(self, event: core.Event) -> None:
         await self._queue.put(event)
@@ -203,6 +263,8 @@ class GroupCoordinator:
                 if isinstance(item, _Tick):
                     for timeout in core.due_timeouts(self.state, self._clock()):
                         await self._apply(timeout)
+                elif isinstance(item, _Adopt | _Forget):
+                    self._take_or_drop(item)
                 else:
                     await self._apply(item)
             except Exception:
@@ -212,6 +274,28 @@ class GroupCoordinator:
                     if future is not None and not future.done():
                         future.set_exception(CoordinatorUnavailable("coordinator error"))
             self._wakeup.set()
+
+    def _take_or_drop(self, item: _Adopt | _Forget) -> None:
+        groups = dict(self.state.groups)
+        groups.pop(item.group_id, None)
+        self.durable.pop(item.group_id, None)
+        if isinstance(item, _Adopt) and item.snapshot is not None:
+            try:
+                group = core.read_group(json.loads(item.snapshot))
+            except (ValueError, core.SnapshotError) as exc:
+                log.error("unreadable snapshot of group %r ignored: %s", item.group_id, exc)
+            else:
+                groups[item.group_id] = restarted_group(group, self._config, self._clock())
+                self.durable[item.group_id] = durability.snapshot_of(group)
+        self.state = dataclasses.replace(self.state, groups=groups)
+        if isinstance(item, _Forget):
+            for request_id, group_id in list(self._waiting_group.items()):
+                future = self._waiting.get(request_id)
+                if group_id == item.group_id and future is not None and not future.done():
+                    future.set_exception(NotCoordinator(group_id))
+        self._index_members()
+        if not item.done.done():
+            item.done.set_result(None)
 
     async def _apply(self, event: core.Event) -> None:
         """Step, persist, then reply (spec: Step, then Persist or PersistFails)."""
@@ -225,6 +309,7 @@ class GroupCoordinator:
         if persisted is False:
             self.state, parked = durability.restore(after, ready.touched, self.durable, now)
             sent = [durability.unavailable(r) for r in ready.replies] + list(parked)
+            self._forget_lost(ready.touched)
         else:
             self.state = after
             for group_id, snapshot in ready.snapshots.items():
@@ -275,6 +360,8 @@ class GroupCoordinator:
                     items.append((ref, committed.offset, committed.metadata or None,
                                   committed.leader_epoch))
             commits.append((persist.group_id, items))
+        if self.ownership is not None and self.leases is not None:
+            return await self._persist_fenced(ready.touched, changed, gone, commits, removals)
         try:
             await self.store.save_state(changed, gone, commits, self._clock(), removals)
         except (RedisError, OSError) as exc:
@@ -282,6 +369,46 @@ class GroupCoordinator:
                         exc)
             return False
         return True
+
+    async def _persist_fenced(self, touched: frozenset[str], changed: dict[str, str],
+                              gone: list[str], commits: list[tuple[str, list[tuple[
+                                  PartitionRef, int, str | None, int]]]],
+                              removals: list[tuple[str, list[str]]]) -> bool:
+        """Several brokers: the write, applied by Redis only if every touched group's lease
+        still has the token this broker holds (spec/CoordinatorLease.tla, Apply). A stale
+        token, or no answer (the write may still land), makes the broker forget those
+        groups (spec: Apply refused, Lose, GiveUp)."""
+        assert self.ownership is not None and self.leases is not None
+        tokens = {g: self.ownership.token(g) for g in touched}
+        try:
+            stale = await self.leases.save_state(tokens, changed, gone, commits, self._clock(),
+                                                 removals)
+        except (RedisError, OSError) as exc:
+            log.warning("could not persist coordinator state (dropping the groups' leases): "
+                        "%s", exc)
+            for group_id, token in tokens.items():
+                self.ownership.after_write(group_id, token, lease.WriteOutcome.UNKNOWN)
+            return False
+        for group_id in stale:
+            log.warning("write for group %r refused: another broker holds its lease", group_id)
+            self.ownership.after_write(group_id, tokens[group_id], lease.WriteOutcome.REFUSED)
+        return not stale
+
+    def _forget_lost(self, touched: frozenset[str]) -> None:
+        """After a failed write: the groups whose lease this broker lost leave memory."""
+        if self.ownership is None:
+            return
+        lost = [g for g in touched if not self.ownership.believes(g)]
+        if not lost:
+            return
+        groups = {g: grp for g, grp in self.state.groups.items() if g not in lost}
+        self.state = dataclasses.replace(self.state, groups=groups)
+        for group_id in lost:
+            self.durable.pop(group_id, None)
+            for request_id, waiting_group in list(self._waiting_group.items()):
+                future = self._waiting.get(request_id)
+                if waiting_group == group_id and future is not None and not future.done():
+                    future.set_exception(NotCoordinator(group_id))
 
     async def _delete_group_data(self, group_id: str) -> None:
         for attempt in range(10):

@@ -12,6 +12,15 @@ version we do not support (ApiVersions excepted: it answers version 0 with
 UNSUPPORTED_VERSION so the client can downgrade). Each such close is logged
 once, with the peer and the reason.
 
+A listener has a name and a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT,
+SASL_SSL). TLS is done by asyncio before the first byte is read; a client that does
+not speak it (or, with client authentication required, has no valid certificate)
+never gets a connection. The ``Gate`` (the broker) sets up each connection's
+authentication, is asked before every request whether it may be served (on a SASL
+listener only ApiVersions and the SASL requests are, until authentication), and
+names the API registry that serves the connection (its tenant's). A handler that sets
+``state.closing`` has its response sent, then the connection closed.
+
 Limits (server/limits.py, one ``ListenerLimits`` per listener): a connection over
 max.connections or max.connections.per.ip is closed when accepted; before reading each
 request the connection waits while its pending bytes (requests not answered, responses
@@ -25,15 +34,16 @@ import contextlib
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from korvet.protocol import api_versions
 from korvet.protocol.frame_io import read_frame
 from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeError, TruncatedFrame
 from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
-from korvet.protocol.registry import ApiRegistry, Deferred
+from korvet.protocol.registry import ApiRegistry, CloseConnection, Deferred
 from korvet.server.connection import Connection
 from korvet.server.limits import ConnectionSlot, ListenerLimits
 
@@ -50,6 +60,22 @@ _Outgoing = tuple[bytes | Awaitable[bytes | None], int] | None
 
 class _Close(Exception):
     """Stop serving this connection; the message says why."""
+
+
+class Gate(Protocol):
+    """What the listener asks the broker about a connection (korvet/server/broker.py)."""
+
+    def open_connection(self, conn: Connection, listener: str, peercert: Any) -> None: ...
+
+    async def admit(self, conn: Connection, api_key: int, version_supported: bool) -> None:
+        """Return to serve the request; raise CloseConnection to close instead."""
+        ...
+
+    def registry_of(self, conn: Connection) -> ApiRegistry[Connection]: ...
+
+    async def raw_token(self, conn: Connection, token: bytes) -> bytes:
+        """A bare SASL token (after SaslHandshake v0) and its bare answer."""
+        ...
 
 
 class ListenerMetrics(Protocol):
@@ -77,6 +103,9 @@ class KafkaListener:
     registry: ApiRegistry[Connection]
     host: str = "127.0.0.1"
     port: int = 9092
+    name: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    gate: Gate | None = None
     metrics: ListenerMetrics = field(default_factory=_NoMetrics)
     limits: ListenerLimits = field(default_factory=ListenerLimits)
     _server: asyncio.base_events.Server | None = field(default=None, init=False)
@@ -98,6 +127,7 @@ class KafkaListener:
     async def start(self) -> int:
         self._server = await asyncio.start_server(
             self._on_connection, self.host, self.port, reuse_address=True, limit=1 << 20,
+            ssl=self.ssl_context, ssl_handshake_timeout=10 if self.ssl_context else None,
             backlog=_BACKLOG,
         )
         self.limits.start()
@@ -127,11 +157,14 @@ class KafkaListener:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]))
+        conn = Connection(f"{peer[0]}:{peer[1]}-{next(self._ids)}", str(peer[0]),
+                          listener_name=self.name)
         self.metrics.connection_opened()
         try:
+            if self.gate is not None:
+                self.gate.open_connection(conn, self.name, writer.get_extra_info("peercert"))
             await self._serve(conn, slot, reader, writer)
-        except _Close as reason:
+        except (_Close, CloseConnection) as reason:
             self.metrics.connection_refused()
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
                         conn.client_id, reason)
@@ -176,12 +209,16 @@ class KafkaListener:
                     return
                 slot.touch()
                 answer = await self._answer(conn, slot, frame)
-                if answer is None:
-                    continue
-                if outgoing is None or sender is None:
-                    outgoing = asyncio.Queue(maxsize=_MAX_IN_FLIGHT)
-                    sender = asyncio.create_task(self._send(conn, slot, outgoing, writer))
-                await outgoing.put(answer)
+                if answer is not None:
+                    if outgoing is None or sender is None:
+                        outgoing = asyncio.Queue(maxsize=_MAX_IN_FLIGHT)
+                        sender = asyncio.create_task(self._send(conn, slot, outgoing, writer))
+                    await outgoing.put(answer)
+                if conn.state.closing is not None:  # e.g. a failed authentication, answered
+                    self.metrics.connection_refused()
+                    log.info("closing connection %s (client %r, %s): %s", conn.connection_id,
+                             conn.client_id, conn.principal, conn.state.closing)
+                    return
         finally:
             if sender is not None and sender.done():
                 sender.result()  # a failure in a deferred response closes the connection
@@ -248,17 +285,26 @@ class KafkaListener:
 
     async def _dispatch(self, conn: Connection,
                         frame: bytes) -> bytes | Awaitable[bytes | None] | None:
+        if self.gate is not None and conn.state.auth.expects_raw_token:
+            answer = await self.gate.raw_token(conn, frame)
+            return len(answer).to_bytes(4, "big") + answer
         try:
             api_key, version, correlation_id = peek_prefix(frame)
         except FrameError as exc:
             raise _Close(str(exc)) from None
-        api = self.registry.get(api_key)
+        registry = self.registry if self.gate is None else self.gate.registry_of(conn)
+        api = registry.get(api_key)
         if api is None:
             raise _Close(f"unknown or unsupported api key {api_key} (version {version})")
-        if not api.supports(version):
+        supported = api.supports(version)
+        if self.gate is not None:
+            await self.gate.admit(conn, api_key, supported)
+            registry = self.gate.registry_of(conn)  # admitting may have bound the tenant
+            api = registry.get(api_key) or api
+        if not supported:
             if api_key == api_versions.API_KEY:
                 return encode_response(
-                    correlation_id, api_versions.unsupported_version_response(self.registry)
+                    correlation_id, api_versions.unsupported_version_response(registry)
                 )
             raise _Close(
                 f"{api.name} version {version} is not supported "

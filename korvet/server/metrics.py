@@ -120,7 +120,8 @@ class BrokerMetrics:
         self.failures = Counter(
             "korvet_broker_failures",
             "Failed operations: produce and fetch partitions answered with an error, requests "
-            "whose handler failed, connections closed for bad input", ["operation"], registry=r)
+            "whose handler failed, connections closed for bad input or a refused "
+            "authentication", ["operation"], registry=r)
         self.storage_writes = Counter(
             "korvet_storage_write_messages", "Records written to storage, by tier (local: Redis)",
             ["tier"], registry=r).labels("local")
@@ -178,7 +179,8 @@ class BrokerMetrics:
         self.connections.dec()
 
     def connection_refused(self) -> None:
-        """A connection closed for bad input (frame size, undecodable, unknown API)."""
+        """A connection the broker closed: bad input (frame size, undecodable, unknown API)
+        or its authentication (a request before SASL, a failed or expired session)."""
         self._failure_children["connection"].inc()
 
     def request_received(self, api_key: int, size: int) -> float:

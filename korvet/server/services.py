@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from korvet.config import Config
 from korvet.core import topics as topic_rules
 from korvet.core.topics import TopicInfo
+from korvet.protocol.registry import RequestContext
 from korvet.server.metrics import BrokerMetrics
 from korvet.storage.groups import PartitionRef
 from korvet.storage.notifier import AppendNotifier
@@ -18,6 +19,7 @@ from korvet.storage.topic_cache import TopicCache
 
 if TYPE_CHECKING:
     from korvet.server.coordinator import GroupCoordinator
+    from korvet.server.ownership import Membership
 
 
 def now_ms() -> int:
@@ -32,6 +34,10 @@ class Services:
     notifier: AppendNotifier
     bound_port: int = 0
     coordinator: GroupCoordinator | None = None
+    # Several brokers on one Redis (cluster.multi-broker): the live brokers
+    membership: Membership | None = None
+    # listener name -> the (host, port) its clients are told (shared by the tenants)
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
@@ -55,6 +61,13 @@ class Services:
     @property
     def advertised_port(self) -> int:
         return self.config.get_int("broker.advertised-port") or self.bound_port
+
+    def endpoint(self, ctx: RequestContext) -> tuple[str, int]:
+        """The address advertised to a client of the listener the request came in on."""
+        found = self.endpoints.get(ctx.listener_name)
+        if found is not None:
+            return found
+        return self.advertised_host, self.advertised_port
 
     @property
     def rack(self) -> str | None:

@@ -10,6 +10,8 @@ group's snapshot and offsets are written in one MULTI/EXEC on a cluster too:
     {ks}:group-ids                      set of the group ids that have a snapshot
     {ks}:coordinator                    hash: bands, floor, redis-run-id, clean: what the
                                         coordinator keeps about its loads (durability.py)
+    {ks}:{group:G}:lease                hash: owner, token, expires: the broker coordinating
+                                        G when several share Redis (leases.py), in G's slot
 
 On one Redis every write of a step is one transaction, as before. On Redis Cluster each
 group's writes are one transaction in that group's slot (groups are independent: no rule of
@@ -78,6 +80,11 @@ class GroupStore:
     def index_key(self, group: str) -> str:
         return self.group_key(group, "commits")
 
+    def lease_key(self, group: str) -> str:
+        """The group's coordinator lease (korvet/storage/leases.py), in the group's slot, so
+        one script reads it and writes the group's other keys on a cluster too."""
+        return self.group_key(group, "lease")
+
     # --- committed offsets ---------------------------------------------------------------
 
     async def save_state(self, snapshots: dict[str, str], deleted: Sequence[str],
@@ -93,20 +100,53 @@ class GroupStore:
         of committed partitions; the XGROUP SETID calls after it are observability only,
         so their failures (no stream yet, no Redis group yet) are ignored.
         """
-        touched = list(dict.fromkeys([*snapshots, *deleted, *(g for g, _ in commits),
-                                      *(g for g, _ in removals)]))
-        by_group: dict[str, list[tuple[PartitionRef, int, str | None, int]]] = {}
-        for group, offsets in commits:
-            by_group.setdefault(group, []).extend(offsets)
-        removed: dict[str, list[str]] = {}
-        for group, stream_keys in removals:
-            removed.setdefault(group, []).extend(stream_keys)
+        touched = touched_groups(snapshots, deleted, commits, removals)
+        ops = self.group_ops(snapshots, deleted, commits, now_ms, removals)
 
         def queue(pipe: Any, group: str) -> None:
-            self._queue_group(pipe, group, snapshots.get(group), group in deleted,
-                              by_group.get(group, ()), removed.get(group, ()), now_ms)
+            for command, key, args in ops.get(group, ()):
+                pipe.execute_command(command, key, *args)
 
         await self._per_group(touched, queue, added=list(snapshots), gone=list(deleted))
+        await self.move_redis_groups(commits)
+
+    def group_ops(self, snapshots: dict[str, str], deleted: Sequence[str],
+                  commits: Sequence[tuple[str, Sequence[tuple[PartitionRef, int,
+                                                                str | None, int]]]],
+                  now_ms: int, removals: Sequence[tuple[str, Sequence[str]]] = ()
+                  ) -> dict[str, list[tuple[str, str, list[str]]]]:
+        """The writes of ``save_state`` as (command, key, arguments), all text, per group
+        (every key of one group's list is in that group's slot). ``group-ids`` is not
+        among them: the caller grows it before and shrinks it after (``_per_group``)."""
+        ops: dict[str, list[tuple[str, str, list[str]]]] = {}
+        for group, text in snapshots.items():
+            ops.setdefault(group, []).append(("SET", self.snapshot_key(group), [text]))
+        for group in deleted:
+            ops.setdefault(group, []).append(("UNLINK", self.snapshot_key(group), []))
+        for group, offsets in commits:
+            mine = ops.setdefault(group, [])
+            for ref, offset, metadata, epoch in offsets:
+                key = self.commit_key(ref.stream_key, group)
+                fields = ["offset", str(offset), "leader-epoch", str(epoch),
+                          "committed", str(now_ms)]
+                if metadata is None:
+                    mine.append(("HDEL", key, ["metadata"]))
+                else:
+                    fields += ["metadata", metadata]
+                mine.append(("HSET", key, fields))
+                mine.append(("SADD", self.index_key(group), [ref.stream_key]))
+        for group, stream_keys in removals:
+            mine = ops.setdefault(group, [])
+            for stream_key in stream_keys:
+                mine.append(("UNLINK", self.commit_key(stream_key, group), []))
+            if stream_keys:
+                mine.append(("SREM", self.index_key(group), list(stream_keys)))
+        return ops
+
+    async def move_redis_groups(self, commits: Sequence[tuple[str, Sequence[tuple[
+            PartitionRef, int, str | None, int]]]]) -> None:
+        """After committed offsets are stored: move the Redis consumer groups along
+        (observability only; failures are ignored)."""
         if not commits:
             return
         progress = self.redis.pipeline(transaction=False)
@@ -115,29 +155,6 @@ class GroupStore:
                 progress.execute_command("XGROUP", "SETID", ref.stream_key, group,
                                          _id_before(ref.bits, offset))
         await progress.execute(raise_on_error=False)
-
-    def _queue_group(self, pipe: Any, group: str, snapshot: str | None, deleted: bool,
-                     offsets: Sequence[tuple[PartitionRef, int, str | None, int]],
-                     removed: Sequence[str], now_ms: int) -> None:
-        """One group's part of a step: its snapshot, new committed offsets, removed ones."""
-        if snapshot is not None:
-            pipe.set(self.snapshot_key(group), snapshot)
-        if deleted:
-            pipe.execute_command("UNLINK", self.snapshot_key(group))
-        for ref, offset, metadata, epoch in offsets:
-            key = self.commit_key(ref.stream_key, group)
-            mapping: dict[str, str | int] = {"offset": offset, "leader-epoch": epoch,
-                                             "committed": now_ms}
-            if metadata is None:
-                pipe.hdel(key, "metadata")
-            else:
-                mapping["metadata"] = metadata
-            pipe.hset(key, mapping=mapping)
-            pipe.sadd(self.index_key(group), ref.stream_key)
-        if removed:
-            for stream_key in removed:
-                pipe.execute_command("UNLINK", self.commit_key(stream_key, group))
-            pipe.srem(self.index_key(group), *removed)
 
     async def _per_group(self, groups: Sequence[str], queue: Callable[[Any, str], None], *,
                          added: Sequence[str] = (), gone: Sequence[str] = (),
@@ -358,3 +375,11 @@ def _escape(pattern: str) -> str:
 def id_before(bits: int, offset: int) -> str:
     """The Redis group position that delivers ``offset`` next (public for the metrics)."""
     return _id_before(bits, offset)
+
+
+def touched_groups(snapshots: dict[str, str], deleted: Sequence[str],
+                   commits: Sequence[tuple[str, Sequence[Any]]],
+                   removals: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """The groups a step writes, each once, in a stable order."""
+    return list(dict.fromkeys([*snapshots, *deleted, *(g for g, _ in commits),
+                               *(g for g, _ in removals)]))

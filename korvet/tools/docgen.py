@@ -98,7 +98,8 @@ first: the exact name, then patterns with more literal characters, then the lowe
 field comes from the first entry that sets it. Variables override the YAML entry of the same
 index field by field.
 
-- Topics declared by exact name are created when the broker starts (if missing).
+- Topics declared by exact name are created when the broker starts (if missing), and in a
+  tenant's keyspace (`security.tenants`) when the tenant starts.
 - `partitions` is the partition count of a topic created without one (auto-creation,
   `CreateTopics` with `-1`); `auto-create` says whether a client's Metadata request may create
   the topic (default: `topics.auto-create`).
@@ -144,8 +145,8 @@ def render() -> str:
         if d.read_only_after_create:
             effect += " (fixed at creation)"
         topic_rows.append(f"| `{d.name}` | `{d.default}` | {effect} |")
-    return (_INTRO + "\n".join(rows) + "\n" + _compat() + _TOPICS + "\n".join(topic_rows) + "\n"
-            + _OUTRO)
+    return (_INTRO + "\n".join(rows) + "\n" + _compat() + _TOPICS + "\n".join(topic_rows)
+            + "\n" + _OUTRO)
 
 
 def main() -> int:

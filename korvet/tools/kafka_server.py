@@ -16,6 +16,13 @@ happens once it is unfenced and serves clients. ``format_seconds`` and
 
 Nothing is downloaded here: the jars must have been fetched by the set-up
 (``korvet jars fetch kafka``); without them this raises ``KafkaToolsError``.
+
+With ``security=KafkaSecurity(...)`` the server also listens with SASL_SSL (SCRAM-SHA-256,
+SCRAM-SHA-512 and PLAIN; PEM key and trust stores) on ``sasl_port`` and runs Kafka's
+StandardAuthorizer: ``allow.everyone.if.no.acl.found`` false, the admin user (created with
+the storage, ``kafka-storage format --add-scram``) and ``User:ANONYMOUS`` super users. The
+PLAINTEXT listener stays for the controller and broker traffic, hence ANONYMOUS; clients
+meant to be checked use the SASL_SSL listener.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -84,6 +92,57 @@ rootLogger.appenderRef.err.ref = err
 
 class KafkaToolsError(RuntimeError):
     """Apache Kafka or one of its tools could not be run (no Java, missing jars, a failed start)."""
+
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """A SASL_SSL listener and the StandardAuthorizer (see the module docstring)."""
+
+    keystore: Path  # PEM: private key (PKCS#8, unencrypted) then the certificate chain
+    truststore: Path  # PEM: CA certificates
+    admin_user: str = "admin"
+    admin_password: str = field(default="admin-secret", repr=False)
+    mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+    max_reauth_ms: int = 0
+    # Kafka's PLAIN checks passwords from its JAAS configuration, not the SCRAM credentials:
+    # these users (the admin always) may log in with PLAIN.
+    plain_users: Mapping[str, str] = field(default_factory=dict, repr=False)
+    super_users: tuple[str, ...] = ()
+
+    def properties(self, sasl_listener: str) -> dict[str, str]:
+        prefix = f"listener.name.{sasl_listener.lower()}"
+        plain = {self.admin_user: self.admin_password, **self.plain_users}
+        users = " ".join(f'user_{name}="{password}"' for name, password in plain.items())
+        props = {
+            "sasl.enabled.mechanisms": ",".join(self.mechanisms),
+            f"{prefix}.scram-sha-256.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
+            f"{prefix}.scram-sha-512.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
+            f"{prefix}.plain.sasl.jaas.config": f"{PLAIN_LOGIN} required {users};",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+            "ssl.endpoint.identification.algorithm": "",
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": ";".join((f"User:{self.admin_user}", "User:ANONYMOUS", *self.super_users)),
+        }
+        if self.max_reauth_ms:
+            props["connections.max.reauth.ms"] = str(self.max_reauth_ms)
+        return props
+
+    def format_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments that create the admin's SCRAM credentials."""
+        args: list[str] = []
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            args += ["--add-scram",
+                     f"{mechanism}=[name={self.admin_user},password={self.admin_password}]"]
+        return args
 
 
 def java_binary() -> str:
@@ -182,13 +241,16 @@ class KafkaServer:
         startup_timeout: float = 120.0,
         shutdown_timeout: float = 30.0,
         node_id: int = 1,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.work_dir = Path(work_dir).resolve()
         self.host = "127.0.0.1"
         self._ports_chosen_here = port is None and controller_port is None
-        picked = free_ports(2, self.host)
+        picked = free_ports(3, self.host)
         self.port = port if port is not None else picked[0]
         self.controller_port = controller_port if controller_port is not None else picked[1]
+        self.security = security
+        self.sasl_port = picked[2]
         if self.port == self.controller_port:
             raise KafkaToolsError("the broker and controller ports must differ")
         self.group_initial_rebalance_delay_ms = group_initial_rebalance_delay_ms
@@ -234,17 +296,28 @@ class KafkaServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``127.0.0.1:<port>`` of the SASL_SSL listener (with ``security`` only)."""
+        return f"{self.host}:{self.sasl_port}"
+
     def server_properties(self) -> dict[str, str]:
         listeners = f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}"
+        advertised = f"PLAINTEXT://{self.host}:{self.port}"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        if self.security is not None:
+            listeners += f",SASL_SSL://{self.host}:{self.sasl_port}"
+            advertised += f",SASL_SSL://{self.host}:{self.sasl_port}"
+            protocols += ",SASL_SSL:SASL_SSL"
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": f"{self.node_id}@{self.host}:{self.controller_port}",
             "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(self.data_dir),
             "num.partitions": str(self.num_partitions),
             "auto.create.topics.enable": "true",
@@ -261,6 +334,8 @@ class KafkaServer:
             "num.recovery.threads.per.data.dir": "1",
             "log.retention.check.interval.ms": "300000",
         }
+        if self.security is not None:
+            props.update(self.security.properties("SASL_SSL"))
         props.update(self.extra_properties)
         return props
 
@@ -292,6 +367,7 @@ class KafkaServer:
             "-cp", jar_classpath(JAR_SET), STORAGE_TOOL_MAIN,
             "format", "--config", str(self.config_path), "--cluster-id", self.cluster_id,
             "--ignore-formatted",
+            *(self.security.format_arguments() if self.security is not None else ()),
         ]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
@@ -326,7 +402,7 @@ class KafkaServer:
                 port_taken = "Address already in use" in self.run_log()
                 if attempt == 2 or not self._ports_chosen_here or not port_taken:
                     raise
-                self.port, self.controller_port = free_ports(2, self.host)
+                self.port, self.controller_port, self.sasl_port = free_ports(3, self.host)
 
     def _start_once(self) -> None:
         self.format_storage()

@@ -53,7 +53,9 @@ def describe_failures(result: runner.RunReport) -> str:
 
 
 def test_every_check_passes_on_apache_kafka(kafka: KafkaServer, tmp_path: Path) -> None:
-    checks = sorted(load_checks().values(), key=lambda c: c.name)
+    # the security.* checks need a secured broker: tests/conformance/test_security_conformance.py
+    checks = sorted((c for c in load_checks().values() if c.family != "security"),
+                    key=lambda c: c.name)
     assert len(checks) >= 120
     result = runner.run(kafka.bootstrap, checks, profile="kafka", jobs=8)
     report.write_json(result, tmp_path / "kafka-conformance.json")

@@ -36,7 +36,9 @@ def korvet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
 
 
 def test_every_check_passes_on_korvet_or_is_excused(korvet: KorvetProcess, tmp_path: Path) -> None:
-    checks = sorted(load_checks().values(), key=lambda c: c.name)
+    # the security.* checks need a secured broker: tests/conformance/test_security_conformance.py
+    checks = sorted((c for c in load_checks().values() if c.family != "security"),
+                    key=lambda c: c.name)
     result = runner.run(korvet.bootstrap, checks, profile="korvet", jobs=8)
     report.write_json(result, tmp_path / "korvet-conformance.json")
     report.write_html(result, tmp_path / "korvet-conformance.html")

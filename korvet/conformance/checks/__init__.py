@@ -24,6 +24,7 @@ MODULES = (
     "operations",
     "history",
     "generated",
+    "security",
 )
 
 

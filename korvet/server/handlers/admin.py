@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 
 from korvet.core import admin as rules
 from korvet.core.errors import ErrorCode as CoreError
+from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.topics import TopicInfo, is_internal
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -46,7 +47,6 @@ from korvet.protocol.messages import (
     DescribeTopicPartitionsResponse,
 )
 from korvet.protocol.registry import RequestContext
-from korvet.server.handlers.metadata import TOPIC_OPERATIONS
 from korvet.server.services import Services
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
 
@@ -77,7 +77,7 @@ class AdminHandler:
         self.services = services
         self.store = AdminStore(services.store)
         self.log_start_moved = log_start_moved  # the Fetch handler drops its read-ahead
-        self.log_dir = log_dir_name(redis_url, services.config.get_str("redis.keyspace"))
+        self.log_dir = log_dir_name(redis_url, services.store.ks)  # the tenant's keyspace
 
     # -- DeleteRecords -------------------------------------------------------------------
 
@@ -159,8 +159,14 @@ class AdminHandler:
         topic_cls = nested(response_cls, "DescribeTopicPartitionsResponseTopic")
         partition_cls = nested(response_cls, "DescribeTopicPartitionsResponsePartition")
         cursor_cls = nested(response_cls, "Cursor")
-        known = {t.name: t for t in await self.services.topics.all()}
+        access = ctx.access
         requested = [t.name for t in request.topics]
+        # With an authorizer (as Kafka): a listing leaves out the topics the principal may not
+        # DESCRIBE; one named in the request is answered TOPIC_AUTHORIZATION_FAILED, existing or not.
+        denied = {n for n in requested
+                  if not access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)}
+        known = {t.name: t for t in await self.services.topics.all()
+                 if access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)}
         cursor = ((request.cursor.topic_name, request.cursor.partition_index)
                   if request.cursor is not None else None)
         page = rules.describe_topic_partitions(
@@ -169,6 +175,10 @@ class AdminHandler:
         node = self.services.node_id
 
         def topic_entry(entry: rules.TopicPartitions) -> Any:
+            if entry.name in denied:
+                return make(topic_cls, error_code=CoreError.TOPIC_AUTHORIZATION_FAILED,
+                            name=entry.name, topic_id=uuid.UUID(int=0), is_internal=False,
+                            partitions=(), topic_authorized_operations=-(2**31))
             info = known.get(entry.name)
             partitions = tuple(
                 make(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node,
@@ -178,7 +188,8 @@ class AdminHandler:
             return make(topic_cls, error_code=entry.error, name=entry.name,
                         topic_id=uuid.UUID(info.topic_id) if info else uuid.UUID(int=0),
                         is_internal=is_internal(entry.name), partitions=partitions,
-                        topic_authorized_operations=TOPIC_OPERATIONS)
+                        topic_authorized_operations=ctx.access.operations(
+                            ResourceType.TOPIC, entry.name))
 
         if page.error is not CoreError.NONE:
             refused = tuple(make(topic_cls, error_code=page.error, name=name,

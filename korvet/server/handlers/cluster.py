@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from korvet.core.security.access import NOT_REQUESTED
+from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     DescribeClusterRequest,
@@ -21,6 +23,7 @@ from korvet.protocol.messages import (
     InitProducerIdResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
 
 INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
@@ -37,6 +40,11 @@ async def init_producer_id(services: Services, ctx: RequestContext,
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
+    access = ctx.access
+    if not (access.cluster_allowed(Operation.IDEMPOTENT_WRITE)
+            or access.allowed_on_some(Operation.WRITE, ResourceType.TOPIC)):
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
@@ -52,11 +60,13 @@ async def describe_cluster(services: Services, ctx: RequestContext,
     response_cls = response_type(type(request))
     broker_cls = nested(response_cls, "DescribeClusterBroker")
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
-    broker = make(broker_cls, broker_id=services.node_id, host=services.advertised_host,
-                  port=services.advertised_port, rack=services.rack, is_fenced=False)
-    operations = -(2**31)
+    brokers = tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port,
+                         rack=b.rack, is_fenced=False) for b in live_brokers(services, ctx))
+    operations = NOT_REQUESTED
     if request.include_cluster_authorized_operations:
-        operations = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+        access = ctx.access  # Kafka: 0 without DESCRIBE on the cluster; no error
+        operations = (access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                      if access.cluster_allowed(Operation.DESCRIBE) else 0)
     if endpoint not in (BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT):
         return make(response_cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
                     # endpoint_type keeps the schema's default (1), as Kafka's error answer does
@@ -65,5 +75,5 @@ async def describe_cluster(services: Services, ctx: RequestContext,
                     cluster_authorized_operations=operations)
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
                 endpoint_type=endpoint, cluster_id=services.cluster_id,
-                controller_id=services.node_id, brokers=(broker,),
+                controller_id=services.node_id, brokers=brokers,
                 cluster_authorized_operations=operations)

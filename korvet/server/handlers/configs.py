@@ -1,4 +1,4 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeClientQuotas (48).
 
 Topics (resource type 2) support every config in korvet.core.topics.CONFIG_DEFS:
 those that act (retention, timestamps, max message size, sequence bits ...) and
@@ -21,6 +21,8 @@ from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -29,7 +31,8 @@ from korvet.protocol.messages import (
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
 
-DESCRIBE, ALTER, INCREMENTAL_ALTER = 32, 33, 44
+DESCRIBE, ALTER, INCREMENTAL_ALTER, DESCRIBE_QUOTAS = 32, 33, 44, 48
+DESCRIBE_QUOTAS_VERSIONS = range(0, 2)
 DESCRIBE_VERSIONS = range(1, 5)
 ALTER_VERSIONS = range(0, 3)
 INCREMENTAL_VERSIONS = range(0, 2)
@@ -266,3 +269,11 @@ async def incremental_alter_configs(
         services: Services, ctx: RequestContext,
         request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     return await _alter(services, request, incremental=True)
+
+
+async def describe_client_quotas(services: Services, ctx: RequestContext,
+                                 request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
+    """Korvet has no client quotas: every query matches nothing (``kafka-configs --describe
+    --entity-type users`` asks this besides the users' SCRAM credentials)."""
+    return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+                error_message=None, entries=())

@@ -11,12 +11,16 @@ every group (FindCoordinator names this broker).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
+from korvet.core.security.access import NOT_REQUESTED
+from korvet.core.security.acl import Operation, ResourceType
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
 from korvet.protocol.messages import (
     DeleteGroupsRequest,
@@ -43,8 +47,11 @@ from korvet.protocol.messages import (
     SyncGroupResponse,
 )
 from korvet.protocol.registry import RequestContext
-from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator
+from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator, NotCoordinator
 from korvet.server.services import Services
+from korvet.storage.leases import BrokerEntry
+
+log = logging.getLogger("korvet.groups")
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 OFFSET_DELETE = 47
@@ -62,20 +69,32 @@ DELETE_GROUPS_VERSIONS = range(0, 3)
 OFFSET_DELETE_VERSIONS = range(0, 1)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-NOT_REQUESTED = -(2**31)
-# AclOperation codes a group allows without an authorizer: READ 3, DELETE 6, DESCRIBE 8
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 def _error(code: core.ErrorCode | int) -> ErrorCode:
     return ErrorCode(int(code))
 
 
-async def _ask(coordinator: GroupCoordinator, event: core.RequestEvent) -> core.Reply | None:
+async def _ask(coordinator: GroupCoordinator,
+               event: core.RequestEvent) -> core.Reply | ErrorCode:
+    """The machine's reply, or the error a request gets without one: NOT_COORDINATOR when
+    several brokers share Redis and this one does not hold the group's lease (clients
+    look the coordinator up again), else COORDINATOR_NOT_AVAILABLE (they retry)."""
     try:
         return await coordinator.request(event)
+    except NotCoordinator:
+        return ErrorCode.not_coordinator
     except CoordinatorUnavailable:
-        return None
+        return ErrorCode.coordinator_not_available
+
+
+def _failure(reply: object) -> ErrorCode:
+    return reply if isinstance(reply, ErrorCode) else ErrorCode.coordinator_not_available
+
+
+def _owner_error(coordinator: GroupCoordinator, group_id: str) -> ErrorCode:
+    """Queries answer from this broker's copy only for the groups it coordinates."""
+    return ErrorCode.none if coordinator.owns(group_id) else ErrorCode.not_coordinator
 
 
 # --- FindCoordinator ----------------------------------------------------------------------
@@ -89,11 +108,18 @@ async def find_coordinator(services: Services, ctx: RequestContext,
         keys = [getattr(request, "key", "")]
     key_type = getattr(request, "key_type", GROUP_KEY)
 
+    owners = ({k: await _group_owner(services, ctx, k) for k in keys}
+              if key_type == GROUP_KEY else {})
+
     def answer(key: str) -> dict[str, Any]:
         if key_type == GROUP_KEY:
-            return {"key": key, "node_id": services.node_id, "host": services.advertised_host,
-                    "port": services.advertised_port, "error_code": ErrorCode.none,
-                    "error_message": None}
+            owner = owners[key]
+            if owner is None:
+                return {"key": key, "node_id": -1, "host": "", "port": -1,
+                        "error_code": ErrorCode.coordinator_not_available,
+                        "error_message": "the group's coordinator is not known yet"}
+            return {"key": key, "node_id": owner.node_id, "host": owner.host,
+                    "port": owner.port, "error_code": ErrorCode.none, "error_message": None}
         message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
                    else f"coordinator key type {key_type} is not supported")
         code = (ErrorCode.transactional_id_authorization_failed if key_type == TRANSACTION_KEY
@@ -106,6 +132,29 @@ async def find_coordinator(services: Services, ctx: RequestContext,
     coordinator_cls = nested(response_cls, "Coordinator")
     return make(response_cls, throttle_time=0,
                 coordinators=tuple(make(coordinator_cls, **answer(k)) for k in keys))
+
+
+async def _group_owner(services: Services, ctx: RequestContext,
+                       group_id: str) -> BrokerEntry | None:
+    """The broker coordinating the group: this one with one broker; with several, the
+    holder of the group's lease, acquired here if it is free (None: the owner is not in
+    the registry, or Redis did not answer; the client asks again)."""
+    host, port = services.endpoint(ctx)  # the listener the client came in on
+    me = BrokerEntry(services.node_id, host, port, services.rack)
+    coordinator = services.coordinator
+    if coordinator is None or coordinator.ownership is None or services.membership is None:
+        return me
+    try:
+        mine, owner = await coordinator.ownership.acquire(group_id)
+    except (RedisError, OSError) as exc:
+        log.warning("FindCoordinator for group %r: %s", group_id, exc)
+        return None
+    if mine:
+        return me
+    try:
+        return services.membership.entry(int(owner))
+    except ValueError:
+        return None
 
 
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
@@ -131,7 +180,7 @@ async def join_group(services: Services, coordinator: GroupCoordinator, ctx: Req
     )
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.JoinGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     generation_id=-1, protocol_type=None, protocol_name=None, leader="",
                     skip_assignment=False, member_id=request.member_id, members=())
     member_cls = nested(response_cls, "JoinGroupResponseMember")
@@ -164,7 +213,7 @@ async def sync_group(services: Services, coordinator: GroupCoordinator, ctx: Req
     )
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.SyncGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     protocol_type=None, protocol_name=None, assignment=b"")
     return make(response_cls, throttle_time=0, error_code=_error(reply.error),
                 protocol_type=reply.protocol_type, protocol_name=reply.protocol_name,
@@ -182,7 +231,7 @@ async def heartbeat(services: Services, coordinator: GroupCoordinator, ctx: Requ
     )
     reply = await _ask(coordinator, event)
     error = (_error(reply.error) if isinstance(reply, core.HeartbeatReply)
-             else ErrorCode.coordinator_not_available)
+             else _failure(reply))
     return make(response_cls, throttle_time=0, error_code=error)
 
 
@@ -199,7 +248,7 @@ async def leave_group(services: Services, coordinator: GroupCoordinator, ctx: Re
     reply = await _ask(coordinator, core.LeaveGroup(
         request_id=coordinator.next_request_id(), group_id=request.group_id, members=members))
     if not isinstance(reply, core.LeaveGroupReply):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
+        return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     members=())
     if not batch:
         error = reply.error
@@ -249,7 +298,7 @@ async def offset_commit(services: Services, coordinator: GroupCoordinator, ctx: 
                 errors[(result.topic, result.partition)] = _error(result.error)
         else:
             for item in known:
-                errors[(item.topic, item.partition)] = ErrorCode.coordinator_not_available
+                errors[(item.topic, item.partition)] = _failure(reply)
     topics = []
     for topic in request.topics:
         topics.append(make(topic_cls, name=topic.name, partitions=tuple(
@@ -294,13 +343,17 @@ async def offset_fetch(services: Services, coordinator: GroupCoordinator, ctx: R
 
     if not grouped:
         single: Any = request  # v1-v7: one group, at the top level
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
-                    topics=topics_of(single.group_id, single.topics))
+        error = _owner_error(coordinator, single.group_id)
+        return make(response_cls, throttle_time=0, error_code=error,
+                    topics=topics_of(single.group_id, single.topics)
+                    if error == ErrorCode.none else ())
     group_cls = nested(response_cls, "OffsetFetchResponseGroup")
     batch: Any = request  # v8+: a list of groups
     return make(response_cls, throttle_time=0, groups=tuple(
-        make(group_cls, group_id=g.group_id, topics=topics_of(g.group_id, g.topics),
-             error_code=ErrorCode.none) for g in batch.groups))
+        make(group_cls, group_id=g.group_id,
+             topics=topics_of(g.group_id, g.topics)
+             if coordinator.owns(g.group_id) else (),
+             error_code=_owner_error(coordinator, g.group_id)) for g in batch.groups))
 
 
 async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,
@@ -321,7 +374,7 @@ async def offset_delete(services: Services, coordinator: GroupCoordinator, ctx: 
         request_id=coordinator.next_request_id(), group_id=request.group_id,
         partitions=tuple(known)))
     if not isinstance(reply, core.OffsetDeleteReply):
-        top = ErrorCode.coordinator_not_available
+        top = _failure(reply)
     else:
         top = _error(reply.error)
         for result in reply.partitions:
@@ -349,6 +402,8 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
     for group_id in request.groups:
         described = core.describe_group(coordinator.durable_view, group_id)
         error = _error(described.error)
+        if not coordinator.owns(group_id):
+            error = ErrorCode.not_coordinator
         message = None
         if error == ErrorCode.group_id_not_found:
             if version >= 6:
@@ -363,7 +418,8 @@ async def describe_groups(services: Services, coordinator: GroupCoordinator, ctx
                                group_instance_id=m.group_instance_id, client_id=m.client_id,
                                client_host=m.client_host, member_metadata=m.metadata,
                                member_assignment=m.assignment) for m in described.members),
-            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+            authorized_operations=(ctx.access.operations(ResourceType.GROUP, group_id)
+                                   if include_ops else NOT_REQUESTED)))
     return make(response_cls, throttle_time=0, groups=tuple(groups))
 
 
@@ -373,6 +429,10 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
     group_cls = nested(response_cls, "ListedGroup")
     listed = core.list_groups(coordinator.durable_view, getattr(request, "states_filter", ()) or (),
                               getattr(request, "types_filter", ()) or ())
+    access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
+    if not access.cluster_allowed(Operation.DESCRIBE):
+        listed = tuple(g for g in listed
+                       if access.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(
         make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type="classic") for g in listed))
@@ -390,5 +450,5 @@ async def delete_groups(services: Services, coordinator: GroupCoordinator, ctx: 
         results = {}
     return make(response_cls, throttle_time=0, results=tuple(
         make(result_cls, group_id=g,
-             error_code=results.get(g, ErrorCode.coordinator_not_available))
+             error_code=results.get(g, _failure(reply)))
         for g in request.groups_names))

@@ -1,0 +1,169 @@
+"""Several brokers on one Redis (``cluster.enabled``): the registry and group ownership.
+
+``Membership`` heartbeats this broker's entry in the registry and keeps the list of
+live brokers that Metadata and DescribeCluster report (partition leaders are spread
+over them by rendezvous hashing, korvet/core/placement.py).
+
+``Ownership`` holds the groups this broker coordinates: for each, the lease's fencing
+token and the broker's own deadline (korvet/core/lease.py; spec/CoordinatorLease.tla).
+FindCoordinator acquires a group's lease on demand: granted, the coordinator adopts
+the group from its durable snapshot (returned by the same script) before the broker
+names itself; refused, it names the owner. A renewal task extends every lease held;
+a refused renewal, the broker's own deadline passing, a write refused for a stale
+token or a write whose outcome is unknown all make the broker forget the group, and
+requests for it are answered NOT_COORDINATOR until a FindCoordinator acquires it again
+(with a new token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+
+from korvet.core import lease
+from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
+
+log = logging.getLogger("korvet.ownership")
+
+
+def _local_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Membership:
+    def __init__(self, registry: BrokerRegistry, me: Callable[[], BrokerEntry],
+                 ttl_ms: int) -> None:
+        self.registry = registry
+        self._me = me
+        self.ttl_ms = ttl_ms
+        self.live: list[BrokerEntry] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def begin(self) -> None:
+        """Once the broker listens (its advertised port is known): heartbeat from now on."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._beat(), name="korvet-registry")
+
+    async def _beat(self) -> None:
+        while True:
+            try:
+                self.live = await self.registry.heartbeat(self._me(), self.ttl_ms)
+            except (RedisError, OSError) as exc:
+                log.warning("registry heartbeat failed: %s", exc)
+            await asyncio.sleep(self.ttl_ms / 3000)
+
+    def brokers(self) -> list[BrokerEntry]:
+        """The live brokers, this one always among them."""
+        me = self._me()
+        others = [b for b in self.live if b.node_id != me.node_id]
+        return sorted([me, *others], key=lambda b: b.node_id)
+
+    def entry(self, node_id: int) -> BrokerEntry | None:
+        return next((b for b in self.brokers() if b.node_id == node_id), None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(RedisError, OSError):
+            await self.registry.heartbeat(self._me(), self.ttl_ms, leave=True)
+
+
+class Ownership:
+    def __init__(self, store: LeaseStore, broker: str, ttl_ms: int, margin_ms: int,
+                 adopt: Callable[[str, str | None], Awaitable[None]],
+                 forget: Callable[[str], Awaitable[None]],
+                 clock: Callable[[], int] = _local_ms) -> None:
+        self.store = store
+        self.broker = broker
+        self.ttl_ms = ttl_ms
+        self.margin_ms = margin_ms
+        self._adopt = adopt
+        self._forget = forget
+        self._clock = clock
+        self.held: dict[str, lease.Held] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._renewals(), name="korvet-leases")
+
+    def believes(self, group: str) -> bool:
+        held = self.held.get(group, lease.NOT_HELD)
+        return lease.believes(held, self._clock())
+
+    def token(self, group: str) -> int:
+        return self.held.get(group, lease.NOT_HELD).token
+
+    async def acquire(self, group: str) -> tuple[bool, str]:
+        """(True, this broker) if it coordinates the group (now), else (False, owner)."""
+        lock = self._locks.setdefault(group, asyncio.Lock())
+        async with lock:
+            if self.believes(group):
+                return True, self.broker
+            if group in self.held:
+                await self.drop(group)
+            sent = self._clock()
+            grant = await self.store.acquire(group, self.broker, self.ttl_ms)
+            if not grant.granted:
+                return False, grant.owner
+            await self._adopt(group, grant.snapshot)
+            self.held[group] = lease.after_grant(grant.token, sent, self.ttl_ms, self.margin_ms)
+            log.info("coordinating group %r (token %d)", group, grant.token)
+            return True, self.broker
+
+    async def drop(self, group: str) -> None:
+        """Forget the group (spec: Drop): requests for it get NOT_COORDINATOR."""
+        if self.held.pop(group, None) is not None:
+            log.info("no longer coordinating group %r", group)
+        await self._forget(group)
+
+    def after_write(self, group: str, token: int, outcome: str) -> bool:
+        """Record a write's outcome; True if the group is still held afterwards."""
+        held = self.held.get(group, lease.NOT_HELD)
+        after = lease.after_write(held, token, outcome)
+        if after == lease.NOT_HELD:
+            self.held.pop(group, None)
+            return False
+        return True
+
+    async def _renewals(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            for group, held in list(self.held.items()):
+                await self._renew(group, held)
+
+    async def _renew(self, group: str, held: lease.Held) -> None:
+        now = self._clock()
+        if lease.expired_locally(held, now):
+            await self.drop(group)
+            return
+        try:
+            renewed = await self.store.renew(group, held.token, self.ttl_ms)
+        except (RedisError, OSError) as exc:
+            log.warning("renewing the lease of group %r failed: %s", group, exc)
+            return
+        if self.held.get(group) != held:
+            return
+        after = lease.after_renewal(held, renewed, now, self.ttl_ms, self.margin_ms)
+        if after == lease.NOT_HELD:
+            await self.drop(group)
+        else:
+            self.held[group] = after
+
+    async def close(self) -> None:
+        """Stop renewing and give every lease back, so other brokers take over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for group, held in list(self.held.items()):
+            with contextlib.suppress(RedisError, OSError):
+                await self.store.release(group, held.token)
+        self.held.clear()

@@ -1,0 +1,301 @@
+"""Every transition of spec/CoordinatorLease.tla's replay model, replayed through korvet/core/lease.py.
+
+TLC dumps the whole state graph of the ``CoordinatorLease-replay`` model. For every
+state the test steps every action the spec's ``Next`` allows there, deciding the
+lease parts with the Python machine (``may_acquire``, ``grant``, ``renewal``,
+``accepts``, ``believes``, ``expired_locally``, ``after_*``) and the abstract
+coordinator parts (a rebalance, a commit) as the spec does, and requires the set of
+(action, successor) pairs to be exactly TLC's. A lease rule changed in Python (a
+grant that keeps the token, a write accepted with a stale token, a deadline without
+the margin) makes the sets differ: ``test_a_broken_rule_is_caught`` checks that.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from korvet.core import lease
+from korvet.spec import tlc
+from korvet.spec.values import ModelValue, TlaValue
+
+MODEL_NAME = "CoordinatorLease-replay"
+
+pytestmark = pytest.mark.tlc
+
+Assign = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    loaded: bool
+    gen: int
+    assign: Assign
+    committed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    sender: str
+    token: int
+    gen: int
+    assign: Assign
+    committed: int
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    now: int
+    off: tuple[tuple[str, int], ...]
+    record: lease.LeaseRecord
+    held: tuple[tuple[str, lease.Held], ...]
+    mem: tuple[tuple[str, Copy], ...]
+    saved: Copy
+    net: frozenset[Write]
+    accepted: frozenset[tuple[int, str]]
+    assigned: frozenset[tuple[int, str, str]]
+    high: int
+    regress: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Constants:
+    brokers: tuple[str, ...]
+    members: tuple[str, ...]
+    partitions: tuple[str, ...]
+    ttl: int
+    drift: int
+    margin: int
+    max_time: int
+    max_token: int
+    max_gen: int
+    max_offset: int
+
+    @classmethod
+    def read(cls, cfg: Path) -> Constants:
+        v = tlc.read_constants(cfg)
+        assert v["Fenced"] is True
+
+        def names(key: str) -> tuple[str, ...]:
+            value = v[key]
+            assert isinstance(value, frozenset)
+            return tuple(sorted(_name(x) for x in value))
+
+        def num(key: str) -> int:
+            value = v[key]
+            assert isinstance(value, int)
+            return value
+
+        return cls(names("Brokers"), names("Members"), names("Partitions"), num("TTL"),
+                   num("Drift"), num("Margin"), num("MaxTime"), num("MaxToken"),
+                   num("MaxGen"), num("MaxOffset"))
+
+
+def _name(value: object) -> str:
+    return value.name if isinstance(value, ModelValue) else str(value)
+
+
+def _get(value: Any, key: str) -> Any:
+    """A record's field or a function's value at a model value, by name."""
+    for k in value:
+        if _name(k) == key:
+            return value[k]
+    raise KeyError(key)
+
+
+def _int(value: TlaValue) -> int:
+    assert isinstance(value, int)
+    return value
+
+
+def _assign(value: TlaValue) -> Assign:
+    return tuple(sorted((_name(p), _name(m)) for p, m in value.items()))  # type: ignore[union-attr]
+
+
+def from_tla(s: dict[str, TlaValue], c: Constants) -> State:
+    record = s["lease"]
+    owner = _name(_get(record, "owner"))
+
+    def copy(v: TlaValue, loaded: bool) -> Copy:
+        return Copy(loaded, _int(_get(v, "gen")), _assign(_get(v, "assign")),
+                    _int(_get(v, "committed")))
+
+    return State(
+        now=_int(s["now"]),
+        off=tuple((b, _int(_get(s["off"], b))) for b in c.brokers),
+        record=lease.LeaseRecord(None if owner == "none" else owner, _int(_get(record, "token")),
+                                _int(_get(record, "expires"))),
+        held=tuple((b, lease.Held(_int(_get(_get(s["held"], b), "token")),
+                                  _int(_get(_get(s["held"], b), "until")))) for b in c.brokers),
+        mem=tuple((b, copy(_get(s["mem"], b), _get(_get(s["mem"], b), "loaded") is True))
+                  for b in c.brokers),
+        saved=copy(s["saved"], False),
+        net=frozenset(Write(_name(_get(w, "from")), _int(_get(w, "token")), _int(_get(w, "gen")),
+                            _assign(_get(w, "assign")), _int(_get(w, "committed")))
+                      for w in s["net"]),  # type: ignore[union-attr]
+        accepted=frozenset((_int(x[0]), _name(x[1])) for x in s["accepted"]),  # type: ignore[union-attr,index]
+        assigned=frozenset((_int(x[0]), _name(x[1]), _name(x[2]))  # type: ignore[index]
+                           for x in s["assigned"]),  # type: ignore[union-attr]
+        high=_int(s["highToken"]),
+        regress=s["regress"] is True,
+    )
+
+
+class Machine:
+    """The spec's Next, with the lease decisions taken by korvet/core/lease.py."""
+
+    def __init__(self, c: Constants) -> None:
+        self.c = c
+        self.empty = Copy(False, 0, tuple((p, "nobody") for p in c.partitions), 0)
+
+    def local(self, s: State, b: str) -> int:
+        return s.now + dict(s.off)[b]
+
+    def waiting(self, s: State, b: str) -> bool:
+        token = dict(s.held)[b].token
+        return any(w.sender == b and w.token == token for w in s.net)
+
+    def owns(self, s: State, b: str) -> bool:
+        return (lease.believes(dict(s.held)[b], self.local(s, b)) and not self.waiting(s, b)
+                and dict(s.mem)[b].loaded)
+
+    def put(self, s: State, b: str, held: lease.Held | None = None,
+            mem: Copy | None = None) -> State:
+        h = dict(s.held)
+        m = dict(s.mem)
+        if held is not None:
+            h[b] = held
+        if mem is not None:
+            m[b] = mem
+        return replace(s, held=tuple(sorted(h.items())), mem=tuple(sorted(m.items())))
+
+    def drop(self, s: State, b: str) -> State:
+        return self.put(s, b, lease.NOT_HELD, self.empty)
+
+    def send(self, s: State, b: str, copy: Copy) -> State:
+        w = Write(b, dict(s.held)[b].token, copy.gen, copy.assign, copy.committed)
+        return replace(self.put(s, b, mem=copy), net=s.net | {w})
+
+    def successors(self, s: State) -> Iterator[tuple[str, State]]:
+        c = self.c
+        if s.now < c.max_time:
+            yield "Tick", replace(s, now=s.now + 1)
+        for b in c.brokers:
+            yield from self.broker_steps(s, b)
+        for w in s.net:
+            yield from self.delivery(s, w)
+
+    def broker_steps(self, s: State, b: str) -> Iterator[tuple[str, State]]:  # noqa: C901 -- one branch per spec action
+        c = self.c
+        held, local = dict(s.held)[b], self.local(s, b)
+        if (held.token == 0 and s.record.token < c.max_token
+                and lease.may_acquire(s.record, b, s.now)):
+            record = lease.grant(s.record, b, s.now, c.ttl)
+            yield "Acquire", replace(
+                self.put(s, b, lease.after_grant(record.token, local, c.ttl, c.margin),
+                         replace(s.saved, loaded=True)), record=record)
+        if lease.believes(held, local):
+            renewed = lease.renewal(s.record, held.token, s.now, c.ttl)
+            if renewed is not None:
+                yield "Renew", replace(self.put(s, b, lease.after_renewal(
+                    held, True, local, c.ttl, c.margin)), record=renewed)
+        if held.token != 0 and lease.renewal(s.record, held.token, s.now, c.ttl) is None:
+            yield "RenewRefused", self.put(s, b, lease.after_renewal(
+                held, False, local, c.ttl, c.margin), self.empty)
+        if lease.expired_locally(held, local):
+            yield "LocalExpiry", self.drop(s, b)
+        if held != lease.NOT_HELD or dict(s.mem)[b] != self.empty:
+            yield "Crash", self.drop(s, b)
+        mem = dict(s.mem)[b]
+        if self.owns(s, b) and mem.committed < c.max_offset:
+            yield "Commit", self.send(s, b, replace(mem, committed=mem.committed + 1))
+        if held.token != 0 and self.waiting(s, b):
+            yield "GiveUp", self.put(s, b, lease.after_write(held, held.token,
+                                                             lease.WriteOutcome.UNKNOWN),
+                                     self.empty)
+        if self.owns(s, b) and mem.gen < c.max_gen:
+            for members in itertools.product(c.members, repeat=len(c.partitions)):
+                a = tuple(zip(c.partitions, members, strict=True))
+                yield "Rebalance", self.send(s, b, replace(mem, gen=mem.gen + 1, assign=a))
+        for d in range(-c.drift, c.drift + 1):
+            if d != dict(s.off)[b]:
+                yield "Skew", replace(s, off=tuple(sorted({**dict(s.off), b: d}.items())))
+
+    def delivery(self, s: State, w: Write) -> Iterator[tuple[str, State]]:
+        rest = replace(s, net=s.net - {w})
+        held = dict(s.held)[w.sender]
+        if lease.accepts(s.record, w.token):
+            regress = (s.regress or w.token < s.high or w.gen < s.saved.gen
+                       or w.committed < s.saved.committed)
+            yield "Apply", replace(
+                rest, saved=Copy(False, w.gen, w.assign, w.committed),
+                accepted=s.accepted | {(w.token, w.sender)},
+                assigned=s.assigned | {(w.gen, p, m) for p, m in w.assign if m != "nobody"},
+                high=max(s.high, w.token), regress=regress)
+        else:
+            after = lease.after_write(held, w.token, lease.WriteOutcome.REFUSED)
+            yield "Refuse", rest if after == held else self.drop(rest, w.sender)
+        after = lease.after_write(held, w.token, lease.WriteOutcome.UNKNOWN)
+        yield "Lose", rest if after == held else self.drop(rest, w.sender)
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[tlc.StateGraph, Constants]:
+    directory = tlc.spec_dir()
+    found = next((m for m in tlc.load_models(directory) if m.name == MODEL_NAME), None)
+    assert found is not None, f"spec/models.yaml has no model named {MODEL_NAME}"
+    graph = tlc.state_graph(found, directory)
+    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
+    return graph, Constants.read(directory / found.config)
+
+
+def _replay(graph: tlc.StateGraph, c: Constants) -> list[str]:
+    machine = Machine(c)
+    states = {node: from_tla(s, c) for node, s in graph.states.items()}
+    problems: list[str] = []
+    for node, state in states.items():
+        expected = {(action, states[target]) for action, target in graph.successors(node)}
+        got = set(machine.successors(state))
+        if got != expected:
+            missing = sorted(a for a, _ in expected - got)
+            extra = sorted(a for a, _ in got - expected)
+            problems.append(f"state {state}: TLC only {missing}, Python only {extra}")
+            if len(problems) >= 3:
+                break
+    return problems
+
+
+def test_every_transition_replays_through_the_lease_machine(
+        model: tuple[tlc.StateGraph, Constants]) -> None:
+    graph, c = model
+    assert len(graph.states) == graph.result.distinct
+    assert graph.transition_count > len(graph.states)
+    problems = _replay(graph, c)
+    assert not problems, "\n".join(problems)
+    actions = {a for edges in graph.edges.values() for a, _ in edges}
+    # every action of the spec happens in the replayed graph
+    assert actions >= {"Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry",
+                       "Crash", "Commit", "Rebalance", "Apply", "Refuse", "Lose", "GiveUp"}, actions
+
+
+BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
+    "grant keeps the token": ("grant", lambda r, b, now, ttl: lease.LeaseRecord(
+        b, max(r.token, 1), now + ttl)),
+    "stale token accepted": ("accepts", lambda r, token: token != 0),
+    "deadline without margin": ("believed_until", lambda local, ttl, margin: local + ttl),
+    "refused write keeps the lease": ("after_write", lambda held, token, outcome: held),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_rule_is_caught(model: tuple[tlc.StateGraph, Constants],
+                                 monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    graph, c = model
+    attribute, broken = BROKEN[name]
+    monkeypatch.setattr(lease, attribute, broken)
+    assert _replay(graph, c), f"the replay did not notice: {name}"
