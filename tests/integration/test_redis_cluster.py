@@ -321,3 +321,53 @@ def test_the_storage_layer_on_the_cluster(on_cluster: OnCluster) -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster) -> None:
+    """Several brokers' lease scripts (cluster.multi-broker) on the cluster: a group's lease
+    sits in its slot, acquiring returns its snapshot, a step over groups on different
+    masters is one fenced script per group, and a stale token refuses that group's write
+    only."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.storage.groups import GroupStore
+    from korvet.storage.leases import LeaseStore
+
+    async def scenario() -> None:
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        groups = GroupStore(client, "lease")
+        leases = LeaseStore(groups)
+        names = [f"g{i}" for i in range(8)]
+        masters = {on_cluster.master_of(groups.lease_key(g)) for g in names}
+        assert len(masters) > 1, "the groups spread over several masters"
+        assert all(on_cluster.master_of(groups.lease_key(g))
+                   == on_cluster.master_of(groups.snapshot_key(g)) for g in names)
+        tokens = {}
+        for g in names:
+            grant = await leases.acquire(g, "1", 30_000)
+            assert grant.granted and grant.snapshot is None
+            tokens[g] = grant.token
+        assert await leases.save_state(tokens, {g: f'{{"{g}": 1}}' for g in names},
+                                       [], [], 0, []) == []
+        assert await groups.load_snapshots() == {g: f'{{"{g}": 1}}' for g in names}
+        again = await leases.acquire("g0", "2", 30_000)
+        assert not again.granted and again.owner == "1"
+        await leases.release("g0", tokens["g0"])
+        taken = await leases.acquire("g0", "2", 30_000)
+        assert taken.granted and taken.snapshot == '{"g0": 1}'
+        # broker 1's step, with g0's stale token, deletes g1 and rewrites g0
+        stale = await leases.save_state({"g0": tokens["g0"], "g1": tokens["g1"]},
+                                        {"g0": "{}"}, ["g1"], [], 0, [])
+        assert stale == ["g0"]
+        loaded = await groups.load_snapshots()
+        assert loaded["g0"] == '{"g0": 1}' and "g1" not in loaded
+        for g in names:
+            await groups.delete_group(g)
+            await client.delete(groups.lease_key(g))
+        assert await groups.load_snapshots() == {}
+        await client.aclose()
+
+    asyncio.run(scenario())
