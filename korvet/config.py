@@ -120,8 +120,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redis.password", str, "",
             "Redis password (overrides one in redis.url); needs redis.url", secret=True),
     Setting("redis.cluster", bool, False,
-            "the Redis is a Redis Cluster (the original's OSS Cluster API mode); not supported "
-            "yet: true is refused at start"),
+            "redis.url is one node of a Redis Cluster (or a Redis Enterprise database with the OSS "
+            "Cluster API): the broker discovers the others and follows failovers; needs redis.url"),
     Setting("redis.keyspace", str, "korvet",
             "prefix of every Redis key the broker writes (the original's korvet.namespace)",
             ("--keyspace",), also=("namespace", "broker.keyspace")),
@@ -720,11 +720,11 @@ def validate(config: Config) -> None:
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
-    if config.get_bool("redis.cluster"):
+    if config.get_bool("redis.cluster") and not config.get_str("redis.url"):
         raise ConfigError(
-            f"redis.cluster is true ({config.source('redis.cluster')}), but Korvet (Python) does "
-            "not support Redis Cluster yet: point redis.uri at a standalone Redis (>= 7), or at "
-            "a Redis Enterprise database without the OSS Cluster API, and unset redis.cluster")
+            f"redis.cluster is true ({config.source('redis.cluster')}) but no redis.url names a "
+            "node of the cluster (the embedded Redis is a single server): set redis.url "
+            "(--redis-url, KORVET_REDIS_URI) to one of its nodes")
     validate_security(config)
 
 

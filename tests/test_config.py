@@ -72,9 +72,15 @@ def test_the_original_products_names_set_the_same_settings() -> None:
     assert config.load(env={}).source("redis.url") == "default"
 
 
-def test_redis_cluster_is_refused_clearly_for_now() -> None:
-    with pytest.raises(config.ConfigError, match="does not support Redis Cluster yet"):
+def test_redis_cluster_needs_a_node_to_start_from(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match=r"no redis\.url names a node of the cluster"):
         config.load(env={"KORVET_REDIS_CLUSTER": "true"})
+    loaded = config.load(env={"KORVET_REDIS_CLUSTER": "true",
+                              "KORVET_REDIS_URI": "redis://10.0.0.1:7000"})
+    assert loaded.get_bool("redis.cluster")
+    yaml_file = tmp_path / "application.yml"  # the original's layout: korvet.redis.cluster
+    yaml_file.write_text("korvet:\n  redis:\n    uri: redis://h:7000\n    cluster: true\n")
+    assert config.load(yaml_path=yaml_file, env={}).get_bool("redis.cluster")
 
 
 def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:

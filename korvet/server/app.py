@@ -12,9 +12,11 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from korvet.config import Config
@@ -29,6 +31,7 @@ from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
 from korvet.server.tls import TlsError, redis_options, server_context
+from korvet.storage.redis_store import OldLayoutError
 
 log = logging.getLogger("korvet")
 
@@ -73,16 +76,26 @@ def redis_choice(config: Config) -> str:
             "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
 
 
-async def connect_redis(url: str, auth: RedisAuth | None = None) -> aioredis.Redis:
+async def connect_redis(url: str, auth: RedisAuth | None = None, *,
+                        cluster: bool = False) -> aioredis.Redis:
     """A client of the Redis at ``url`` (>= 7), with the ACL user and password of ``auth``
     put into the URL (``with_credentials``) and its TLS files (``rediss://``); errors name
-    the URL without its password."""
+    the URL without its password. With ``cluster``, a client of the Redis Cluster that
+    ``url`` is one node of (redis-py's RedisCluster: it reads the slot table from that node
+    and follows MOVED redirects and failovers). RedisCluster has the same command methods;
+    the storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs
+    (per node pipes for appends, one transaction per group, SCAN on every master)."""
     auth = auth or RedisAuth()
     url = with_credentials(url, auth.username, auth.password)
     shown = masked(url)
+    client: aioredis.Redis
     try:
-        client: aioredis.Redis = aioredis.from_url(url, decode_responses=False,
-                                                  **redis_options(auth, url))
+        if cluster:
+            client = cast(aioredis.Redis, RedisCluster.from_url(
+                url, decode_responses=False, **redis_options(auth, url)))
+        else:
+            client = aioredis.from_url(url, decode_responses=False,
+                                       **redis_options(auth, url))
     except ValueError as exc:
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
@@ -194,9 +207,10 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     broker: Broker | None = None
     http: HttpServer | None = None
     try:
-        client = await connect_redis(url, settings.redis if not embedded else None)
+        client = await connect_redis(url, settings.redis if not embedded else None,
+                                     cluster=config.get_bool("redis.cluster"))
         broker = Broker(config, client, redis_url=url, security=settings)
-        await broker.start()
+        await _start_broker(broker)
         listeners = _listeners(config, settings, broker)
         ports = await _start_listeners(listeners, settings, broker)
         broker.bound_port = ports[settings.listeners[0].name]
@@ -219,6 +233,15 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
             log.info("embedded Redis stopped")
+
+
+async def _start_broker(broker: Broker) -> None:
+    """Start the broker, unless Redis holds data in a key layout this version cannot read."""
+    try:
+        await broker.services.store.check_layout()
+    except OldLayoutError as exc:
+        raise StartupError(str(exc)) from exc
+    await broker.start()
 
 
 async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:

@@ -58,7 +58,8 @@ class AdminStore:
         target = codec.decode(offset)
         reply = await self._delete(
             keys=[self.store.stream_key(topic.name, partition),
-                  self.store.meta_key(topic.name, partition), self.store.topic_key(topic.name)],
+                  self.store.meta_key(topic.name, partition),
+                  self.store.meta_key(topic.name, partition)],  # the partition's topic stamp
             args=[topic.topic_id, partition, target.ms, target.seq,
                   1 if topic.config.stores_batches else 0, codec.bits])
         outcome = LogStartOutcome(_text(reply[0]))

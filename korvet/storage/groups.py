@@ -1,13 +1,22 @@
 """Consumer groups in Redis: committed offsets, Redis consumer groups, coordinator snapshots.
 
-    {ks}:commit:{streamKey}:{groupId}   hash: offset, metadata, leader-epoch, committed
-                                        (the committed offset of one partition for one group)
-    {ks}:group-commits:{groupId}        set of the stream keys the group has offsets for
-    {ks}:groups                         hash: group id -> coordinator snapshot (JSON)
+Every key of one group shares the Redis Cluster hash slot of ``{group:<groupId>}``, so one
+group's snapshot and offsets are written in one MULTI/EXEC on a cluster too:
+
+    {ks}:{group:G}:snapshot             string: the coordinator's snapshot of group G (JSON)
+    {ks}:{group:G}:commit:{topic}:{p}   hash: offset, metadata, leader-epoch, committed
+                                        (the committed offset of one partition for G)
+    {ks}:{group:G}:commits              set of the stream keys G has offsets for
+    {ks}:group-ids                      set of the group ids that have a snapshot
     {ks}:coordinator                    hash: bands, floor, redis-run-id, clean: what the
                                         coordinator keeps about its loads (durability.py)
-    {ks}:group-lease:{groupId}          hash: owner, token, expires: the broker coordinating
-                                        the group when several share Redis (leases.py)
+    {ks}:{group:G}:lease                hash: owner, token, expires: the broker coordinating
+                                        G when several share Redis (leases.py), in G's slot
+
+On one Redis every write of a step is one transaction, as before. On Redis Cluster each
+group's writes are one transaction in that group's slot (groups are independent: no rule of
+the coordinator spans two groups); a new group is added to ``group-ids`` before its
+transaction and a deleted one leaves it after, so a load never misses a stored snapshot.
 
 The committed offset is the Kafka offset a consumer resumes from (the next record to
 read). Redis consumer groups are kept for observability only: created lazily at the
@@ -19,12 +28,14 @@ what it gets (docs/spec/stream-group.md explains why XREADGROUP ``>`` would skip
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from korvet.core.coordinator.durability import CoordinatorRecord
@@ -51,18 +62,28 @@ class GroupStore:
     def __init__(self, client: aioredis.Redis, keyspace: str = "korvet") -> None:
         self.redis = client
         self.ks = keyspace
-        self.snapshots_key = f"{keyspace}:groups"
+        self.cluster = isinstance(client, RedisCluster)
+        self.group_ids_key = f"{keyspace}:group-ids"
         self.record_key = f"{keyspace}:coordinator"
 
+    def group_key(self, group: str, suffix: str) -> str:
+        """A key in ``group``'s hash slot. A group id with a ``}`` in it ends the tag early,
+        but at the same place in every key of that group, so they still share a slot."""
+        return f"{self.ks}:{{group:{group}}}:{suffix}"
+
+    def snapshot_key(self, group: str) -> str:
+        return self.group_key(group, "snapshot")
+
     def commit_key(self, stream_key: str, group: str) -> str:
-        return f"{self.ks}:commit:{stream_key}:{group}"
+        return self.group_key(group, f"commit:{partition_of(stream_key)}")
 
     def index_key(self, group: str) -> str:
-        return f"{self.ks}:group-commits:{group}"
+        return self.group_key(group, "commits")
 
     def lease_key(self, group: str) -> str:
-        """The group's coordinator lease (korvet/storage/leases.py), next to its other keys."""
-        return f"{self.ks}:group-lease:{group}"
+        """The group's coordinator lease (korvet/storage/leases.py), in the group's slot, so
+        one script reads it and writes the group's other keys on a cluster too."""
+        return self.group_key(group, "lease")
 
     # --- committed offsets ---------------------------------------------------------------
 
@@ -79,40 +100,47 @@ class GroupStore:
         of committed partitions; the XGROUP SETID calls after it are observability only,
         so their failures (no stream yet, no Redis group yet) are ignored.
         """
-        pipe = self.redis.pipeline(transaction=True)
-        for command, key, args in self.state_ops(snapshots, deleted, commits, now_ms, removals):
-            pipe.execute_command(command, key, *args)
-        await pipe.execute()
+        touched = touched_groups(snapshots, deleted, commits, removals)
+        ops = self.group_ops(snapshots, deleted, commits, now_ms, removals)
+
+        def queue(pipe: Any, group: str) -> None:
+            for command, key, args in ops.get(group, ()):
+                pipe.execute_command(command, key, *args)
+
+        await self._per_group(touched, queue, added=list(snapshots), gone=list(deleted))
         await self.move_redis_groups(commits)
 
-    def state_ops(self, snapshots: dict[str, str], deleted: Sequence[str],
+    def group_ops(self, snapshots: dict[str, str], deleted: Sequence[str],
                   commits: Sequence[tuple[str, Sequence[tuple[PartitionRef, int,
                                                                 str | None, int]]]],
                   now_ms: int, removals: Sequence[tuple[str, Sequence[str]]] = ()
-                  ) -> list[tuple[str, str, list[str]]]:
-        """The writes of ``save_state`` as (command, key, arguments), all text."""
-        ops: list[tuple[str, str, list[str]]] = []
-        if snapshots:
-            ops.append(("HSET", self.snapshots_key,
-                        [x for g, text in snapshots.items() for x in (g, text)]))
-        if deleted:
-            ops.append(("HDEL", self.snapshots_key, list(deleted)))
+                  ) -> dict[str, list[tuple[str, str, list[str]]]]:
+        """The writes of ``save_state`` as (command, key, arguments), all text, per group
+        (every key of one group's list is in that group's slot). ``group-ids`` is not
+        among them: the caller grows it before and shrinks it after (``_per_group``)."""
+        ops: dict[str, list[tuple[str, str, list[str]]]] = {}
+        for group, text in snapshots.items():
+            ops.setdefault(group, []).append(("SET", self.snapshot_key(group), [text]))
+        for group in deleted:
+            ops.setdefault(group, []).append(("UNLINK", self.snapshot_key(group), []))
         for group, offsets in commits:
+            mine = ops.setdefault(group, [])
             for ref, offset, metadata, epoch in offsets:
                 key = self.commit_key(ref.stream_key, group)
                 fields = ["offset", str(offset), "leader-epoch", str(epoch),
                           "committed", str(now_ms)]
                 if metadata is None:
-                    ops.append(("HDEL", key, ["metadata"]))
+                    mine.append(("HDEL", key, ["metadata"]))
                 else:
                     fields += ["metadata", metadata]
-                ops.append(("HSET", key, fields))
-                ops.append(("SADD", self.index_key(group), [ref.stream_key]))
+                mine.append(("HSET", key, fields))
+                mine.append(("SADD", self.index_key(group), [ref.stream_key]))
         for group, stream_keys in removals:
+            mine = ops.setdefault(group, [])
             for stream_key in stream_keys:
-                ops.append(("UNLINK", self.commit_key(stream_key, group), []))
+                mine.append(("UNLINK", self.commit_key(stream_key, group), []))
             if stream_keys:
-                ops.append(("SREM", self.index_key(group), list(stream_keys)))
+                mine.append(("SREM", self.index_key(group), list(stream_keys)))
         return ops
 
     async def move_redis_groups(self, commits: Sequence[tuple[str, Sequence[tuple[
@@ -127,6 +155,43 @@ class GroupStore:
                 progress.execute_command("XGROUP", "SETID", ref.stream_key, group,
                                          _id_before(ref.bits, offset))
         await progress.execute(raise_on_error=False)
+
+    async def _per_group(self, groups: Sequence[str], queue: Callable[[Any, str], None], *,
+                         added: Sequence[str] = (), gone: Sequence[str] = (),
+                         extra: Callable[[Any], None] | None = None) -> None:
+        """Run ``queue``'s commands for every group transactionally: one MULTI for all on
+        one Redis, one MULTI per group (its slot) on a cluster, with ``group-ids`` grown
+        before and shrunk after. ``extra`` queues commands outside any group (the cluster
+        runs them last, in their own transaction). Keys are removed with
+        ``execute_command("UNLINK", ...)``: a cluster pipeline's ``unlink`` is a coroutine
+        of its own (split by slot), not a queued command."""
+        if not self.cluster:
+            pipe = self.redis.pipeline(transaction=True)
+            if added:
+                pipe.sadd(self.group_ids_key, *added)
+            for group in groups:
+                queue(pipe, group)
+            if gone:
+                pipe.srem(self.group_ids_key, *gone)
+            if extra is not None:
+                extra(pipe)
+            await pipe.execute()
+            return
+        if added:
+            await self.redis.sadd(self.group_ids_key, *added)
+
+        async def one(group: str) -> None:
+            pipe = self.redis.pipeline(transaction=True)
+            queue(pipe, group)
+            await pipe.execute()
+
+        await asyncio.gather(*(one(g) for g in groups))
+        if gone:
+            await self.redis.srem(self.group_ids_key, *gone)
+        if extra is not None:
+            pipe = self.redis.pipeline(transaction=True)
+            extra(pipe)
+            await pipe.execute()
 
     # --- Redis consumer groups ----------------------------------------------------------------
 
@@ -149,8 +214,9 @@ class GroupStore:
         return True
 
     async def destroy_redis_groups(self, group: str) -> int:
-        """XGROUP DESTROY the group on every partition stream (SCAN, pipelined)."""
-        pattern = f"{_escape(self.ks)}:stream:*"
+        """XGROUP DESTROY the group on every partition stream (SCAN on every master,
+        pipelined)."""
+        pattern = f"{_escape(self.ks)}:{{*}}:stream"
         destroyed = 0
         batch: list[str] = []
 
@@ -173,19 +239,26 @@ class GroupStore:
     async def delete_group(self, group: str) -> None:
         """Everything Redis keeps for a group: offsets, index, snapshot, Redis groups."""
         keys = sorted(_text(k) for k in await self.redis.smembers(self.index_key(group)))
-        pipe = self.redis.pipeline(transaction=True)
-        if keys:
-            pipe.unlink(*[self.commit_key(k, group) for k in keys])
-        pipe.unlink(self.index_key(group))
-        pipe.hdel(self.snapshots_key, group)
-        await pipe.execute()
+
+        def queue(pipe: Any, group: str) -> None:
+            for key in keys:
+                pipe.execute_command("UNLINK", self.commit_key(key, group))
+            pipe.execute_command("UNLINK", self.index_key(group), self.snapshot_key(group))
+
+        await self._per_group([group], queue, gone=[group])
         await self.destroy_redis_groups(group)
 
     # --- coordinator snapshots and the load record -------------------------------------------
 
     async def load_snapshots(self) -> dict[str, str]:
-        raw: dict[Any, Any] = await self.redis.hgetall(self.snapshots_key)
-        return {_text(k): _text(v) for k, v in raw.items()}
+        groups = sorted(_text(g) for g in await self.redis.smembers(self.group_ids_key))
+        if not groups:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for group in groups:
+            pipe.get(self.snapshot_key(group))
+        texts = await pipe.execute()
+        return {g: _text(t) for g, t in zip(groups, texts, strict=True) if t is not None}
 
     async def load_record(self) -> CoordinatorRecord | None:
         raw: dict[Any, Any] = await self.redis.hgetall(self.record_key)
@@ -205,6 +278,8 @@ class GroupStore:
         """Redis' run id (new at every Redis start) and whether it fsyncs every write it
         acknowledges (appendonly yes, appendfsync always). A Redis that will not say is
         taken not to."""
+        if self.cluster:
+            return await self._cluster_identity()
         info: dict[str, Any] = await self.redis.info("server")
         run_id = str(info.get("run_id", ""))
         try:
@@ -214,20 +289,41 @@ class GroupStore:
         values = {_text(k): _text(v) for k, v in config.items()}
         return run_id, values.get("appendonly") == "yes" and values.get("appendfsync") == "always"
 
+    async def _cluster_identity(self) -> tuple[str, bool]:
+        """A cluster's identity is its masters' run ids together: a failover (a replica
+        promoted, with a run id of its own) counts as a restart that may have lost the last
+        writes, as a crash failover can; the coordinator then raises generations (safe)."""
+        infos: dict[str, Any] = await self.redis.info(
+            "server", target_nodes=RedisCluster.PRIMARIES)
+        run_id = ",".join(sorted(str(i.get("run_id", "")) for i in infos.values()))
+        try:
+            configs: dict[Any, Any] = await self.redis.config_get(
+                "append*", target_nodes=RedisCluster.PRIMARIES)
+        except Exception:  # CONFIG may be renamed or refused by an ACL
+            return run_id, False
+        always = all(_text(c.get("appendonly", "")) == "yes"
+                     and _text(c.get("appendfsync", "")) == "always" for c in configs.values())
+        return run_id, always
+
     async def write_load(self, record: CoordinatorRecord, snapshots: dict[str, str],
                          fsync_always: bool) -> bool:
         """The load's record (and, after a raise, the raised snapshots) in one transaction,
         made durable before the coordinator serves (spec: BrokerRestart writes it with an
         fsync barrier). Returns False when no barrier was available: the write stands, but
         a Redis crash within the next second could undo it."""
-        async def write() -> None:
-            pipe = self.redis.pipeline(transaction=True)
-            if snapshots:
-                pipe.hset(self.snapshots_key, mapping=snapshots)  # type: ignore[arg-type]
+        def queue(pipe: Any, group: str) -> None:
+            pipe.set(self.snapshot_key(group), snapshots[group])
+
+        def the_record(pipe: Any) -> None:
             pipe.hset(self.record_key, mapping={
                 "bands": record.bands, "floor": record.floor,
                 "redis-run-id": record.redis_run_id, "clean": "1" if record.clean else "0"})
-            await pipe.execute()
+
+        async def write() -> None:
+            # On a cluster the raised snapshots are written before the record: a load that
+            # sees the record finds them raised (raising again is harmless).
+            await self._per_group(list(snapshots), queue, added=list(snapshots),
+                                  extra=the_record)
 
         if fsync_always:
             await write()
@@ -239,7 +335,7 @@ class GroupStore:
         set for the moment of the write, Redis fsyncs its file before it answers."""
         try:
             config: dict[Any, Any] = await self.redis.config_get("appendfsync")
-            previous = _text(next(iter(config.values())))
+            previous = _text(next(iter(config.values())))  # on a cluster: one node's (all alike)
             await self.redis.config_set("appendfsync", "always")
         except Exception as exc:  # no CONFIG (renamed, ACL): the write is made plainly
             log.warning("cannot make the coordinator's load record durable (CONFIG SET "
@@ -266,6 +362,11 @@ def _id_before(bits: int, offset: int) -> str:
     return str(OffsetCodec(bits).decode(offset - 1))
 
 
+def partition_of(stream_key: str) -> str:
+    """``topic:partition`` from a stream key ``{ks}:{topic:partition}:stream``."""
+    return stream_key[stream_key.rfind("{") + 1:stream_key.rfind("}")]
+
+
 def _escape(pattern: str) -> str:
     """Escape glob characters for SCAN MATCH (keyspaces and group ids are user text)."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in pattern)
@@ -274,3 +375,11 @@ def _escape(pattern: str) -> str:
 def id_before(bits: int, offset: int) -> str:
     """The Redis group position that delivers ``offset`` next (public for the metrics)."""
     return _id_before(bits, offset)
+
+
+def touched_groups(snapshots: dict[str, str], deleted: Sequence[str],
+                   commits: Sequence[tuple[str, Sequence[Any]]],
+                   removals: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """The groups a step writes, each once, in a stable order."""
+    return list(dict.fromkeys([*snapshots, *deleted, *(g for g, _ in commits),
+                               *(g for g, _ in removals)]))

@@ -2,7 +2,8 @@
 
     {ks}:brokers                      hash: broker id -> JSON {host, port, rack, expires}
                                       (broker_heartbeat.lua; expires in Redis' clock, ms)
-    {ks}:group-lease:{groupId}        hash: owner, token, expires (GroupStore.lease_key)
+    {ks}:{group:G}:lease              hash: owner, token, expires (GroupStore.lease_key,
+                                      in the slot of the group's other keys)
 
 The rules are spec/CoordinatorLease.tla's, as korvet/core/lease.py states them; these
 scripts run the Redis side of them atomically, reading Redis' own clock (TIME), so
@@ -11,6 +12,7 @@ brokers' clocks only matter for what a broker believes (a margin covers their dr
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -19,7 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from korvet.storage.groups import GroupStore, PartitionRef
+from korvet.storage.groups import GroupStore, PartitionRef, touched_groups
 
 
 def _lua(name: str) -> str:
@@ -61,7 +63,7 @@ class LeaseStore:
 
     async def acquire(self, group: str, broker: str, ttl_ms: int) -> Grant:
         answer: list[Any] = await self._acquire(
-            keys=[self.groups.lease_key(group), self.groups.snapshots_key],
+            keys=[self.groups.lease_key(group), self.groups.snapshot_key(group)],
             args=[broker, ttl_ms, group])
         if int(answer[0]) == 1:
             snapshot = answer[2] if len(answer) > 2 and answer[2] else None
@@ -88,10 +90,44 @@ class LeaseStore:
                          commits: list[tuple[str, list[tuple[PartitionRef, int,
                                                                str | None, int]]]],
                          now_ms: int, removals: list[tuple[str, list[str]]]) -> list[str]:
-        """``GroupStore.save_state`` fenced by the groups' tokens, in one script. Returns
-        the groups whose token is stale (then nothing was written)."""
+        """``GroupStore.save_state`` fenced by the groups' tokens. Returns the groups
+        whose token is stale (nothing of theirs was written).
+
+        On one Redis the whole step is one script (``group-ids`` kept in it). On Redis
+        Cluster each group's keys share one slot, not the step's: one script per group,
+        with ``group-ids`` grown before (a load never misses a stored snapshot) and
+        shrunk after, for the deleted groups whose write was applied."""
         groups = sorted(tokens)
-        ops = self.groups.state_ops(snapshots, deleted, commits, now_ms, removals)
+        ops = self.groups.group_ops(snapshots, deleted, commits, now_ms, removals)
+        order = touched_groups(snapshots, deleted, commits, removals)
+        ids = self.groups.group_ids_key
+        if not self.groups.cluster:
+            flat: list[tuple[str, str, list[str]]] = []
+            if snapshots:
+                flat.append(("SADD", ids, list(snapshots)))
+            for group in order:
+                flat.extend(ops.get(group, ()))
+            if deleted:
+                flat.append(("SREM", ids, list(deleted)))
+            stale = await self._fenced_write(groups, tokens, flat)
+        else:
+            if snapshots:
+                await self.groups.redis.sadd(ids, *snapshots)
+            answers = await asyncio.gather(*(
+                self._fenced_write([g], tokens, ops.get(g, [])) for g in groups))
+            stale = [g for answer in answers for g in answer]
+            applied = [g for g in deleted if g not in stale]
+            if applied:
+                await self.groups.redis.srem(ids, *applied)
+        if stale:
+            return stale
+        await self.groups.move_redis_groups(commits)
+        return []
+
+    async def _fenced_write(self, groups: list[str], tokens: dict[str, int],
+                            ops: list[tuple[str, str, list[str]]]) -> list[str]:
+        """fenced_write.lua: ``ops`` applied if every one of ``groups`` still has the
+        token held; else nothing, and the stale groups are returned."""
         keys = [self.groups.lease_key(g) for g in groups]
         index: dict[str, int] = {}
         encoded: list[list[Any]] = []
@@ -103,10 +139,7 @@ class LeaseStore:
         stale: list[Any] = await self._fenced(
             keys=keys, args=[len(groups), *(str(tokens[g]) for g in groups),
                              json.dumps(encoded)])
-        if stale:
-            return [groups[int(i) - 1] for i in stale]
-        await self.groups.move_redis_groups(commits)
-        return []
+        return [groups[int(i) - 1] for i in stale]
 
 
 class BrokerRegistry:

@@ -1,18 +1,25 @@
 """The Redis adapter: topics, partition streams, appends, reads, producer ids.
 
-Key layout (DESIGN.md; ``ks`` is the keyspace, default ``korvet``):
+Key layout (docs/users/storage.md; ``ks`` is the keyspace, default ``korvet``). Every key a
+script or transaction touches shares one Redis Cluster hash slot: the part in braces.
 
-    {ks}:stream:{topic}:{partition}   stream, one entry per record (storage/entries.py)
-    {ks}:partition:{topic}:{partition} hash: last (last offset's id), start (log start id),
+    {ks}:{topic:partition}:stream     stream, one entry per record (storage/entries.py)
+    {ks}:{topic:partition}:partition  hash: last (last offset's id), start (log start id),
+                                      id and partitions (the topic this partition belongs to,
+                                      stamped at creation: the scripts check it, not the
+                                      topic hash, which lives in another slot),
                                       p:<producer id> (idempotent producer state)
-    {ks}:topic:{name}                 hash: id, name, partitions, created, config.<name>
-    {ks}:topics                       set of topic names
-    {ks}:topic-ids                    hash: topic id -> name
+    {ks}:{topic:partition}:waiting    present while a fetch waits for the stream (notifier)
+    {ks}:{topics}:topic:{name}        hash: id, name, partitions, created, config.<name>
+    {ks}:{topics}:names               set of topic names
+    {ks}:{topics}:ids                 hash: topic id -> name
     {ks}:producer-ids                 counter for InitProducerId
-    {ks}:commit:{streamKey}:{groupId} committed offset of a group (storage/commits.py)
+    (groups: storage/groups.py)
 
-Every write that must be atomic (append, topic create/delete) is one server-side
-Lua script; every read that touches several partitions is one pipeline.
+Every write that must be atomic (append, a topic's registration) is one server-side Lua
+script on one slot; a topic's partitions are stamped and dropped one script each, after
+(creation) or before (deletion) the registration changes. Reads that touch several
+partitions are one pipeline (redis-py's cluster pipeline splits it by node).
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
+from korvet.storage.cluster_pipe import ClusterPipes
 from korvet.storage.entries import PackedRecords
 from korvet.storage.pipe import RedisPipe
 
@@ -76,6 +85,10 @@ class PartitionRead:
         return found
 
 
+class OldLayoutError(Exception):
+    """Redis holds data under the key names used before the hash-tagged layout."""
+
+
 class CreateOutcome(Enum):
     CREATED = "created"
     VALID = "valid"  # validate_only: would be created
@@ -83,8 +96,8 @@ class CreateOutcome(Enum):
     COLLIDES = "collides"
 
 
-__all__ = ["AppendResult", "AppendStatus", "CreateOutcome", "PartitionRead", "ProducerBatch",
-           "RedisStore"]
+__all__ = ["AppendResult", "AppendStatus", "CreateOutcome", "OldLayoutError", "PartitionRead",
+           "ProducerBatch", "RedisStore"]
 
 
 class RedisStore:
@@ -101,27 +114,57 @@ class RedisStore:
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
         self._holder_loaded = False
-        self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
-        self.topics_key = f"{keyspace}:topics"
-        self.topic_ids_key = f"{keyspace}:topic-ids"
+        self._stamp_script = _lua("stamp_partition.lua")
+        self._drop_script = _lua("drop_partition.lua")
+        # Appends go down one connection per master, in order (storage/pipe.py); on Redis
+        # Cluster, the connection to the master of the partition's slot (cluster_pipe.py).
+        self.cluster: ClusterPipes | None = None
+        self.pipe: RedisPipe | None = None
+        if isinstance(client, RedisCluster):
+            self.cluster = ClusterPipes(client, scripts=(_lua("append.lua"),))
+        else:
+            self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
+        self.topics_key = f"{keyspace}:{{topics}}:names"
+        self.topic_ids_key = f"{keyspace}:{{topics}}:ids"
         self.producer_ids_key = f"{keyspace}:producer-ids"
         self.append_channel = f"{keyspace}:appends"
         self.topic_channel = f"{keyspace}:topic-changes"
 
     # --- keys ---------------------------------------------------------------------
 
+    # Topic names are [a-zA-Z0-9._-] (Kafka's rule, checked at creation), so the braces of a
+    # partition's hash tag are its own.
+
     def stream_key(self, topic: str, partition: int) -> str:
-        return f"{self.ks}:stream:{topic}:{partition}"
+        return f"{self.ks}:{{{topic}:{partition}}}:stream"
 
     def meta_key(self, topic: str, partition: int) -> str:
-        return f"{self.ks}:partition:{topic}:{partition}"
+        return f"{self.ks}:{{{topic}:{partition}}}:partition"
 
     def topic_key(self, name: str) -> str:
-        return f"{self.ks}:topic:{name}"
+        return f"{self.ks}:{{topics}}:topic:{name}"
 
-    def waiting_key(self, stream_key: str) -> str:
-        """Present while some broker has a fetch waiting for ``stream_key`` (see notifier)."""
-        return f"{self.ks}:waiting:{stream_key}"
+    @staticmethod
+    def waiting_key(stream_key: str) -> str:
+        """Present while some broker has a fetch waiting for ``stream_key`` (see notifier);
+        in the stream's slot, for append.lua checks it."""
+        return stream_key.removesuffix(":stream") + ":waiting"
+
+    def old_layout_keys(self) -> list[str]:
+        """Keys only the layout before hash tags wrote (Korvet before issue 12)."""
+        return [f"{self.ks}:topics", f"{self.ks}:topic-ids", f"{self.ks}:groups"]
+
+    async def check_layout(self) -> None:
+        """Refuse data written with the old key names: this version would not see it."""
+        found = [k for k in self.old_layout_keys() if await self.redis.exists(k)]
+        if found:
+            raise OldLayoutError(
+                f"Redis holds Korvet data in the key layout before hash tags ({', '.join(found)} "
+                f"exist, and streams named {self.ks}:stream:<topic>:<partition>); this version "
+                f"reads {self.ks}:{{<topic>:<partition>}}:stream and the other names in "
+                "docs/users/storage.md. Read it out with the previous Korvet version (e.g. "
+                "MirrorMaker to a new broker), or start on another keyspace (--keyspace) or an "
+                "empty Redis.")
 
     # --- topics -------------------------------------------------------------------
 
@@ -176,20 +219,38 @@ class RedisStore:
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         if text == "OK":
             if not validate_only:
+                await self._stamp(name, topic_id, partitions)
                 await self.redis.publish(self.topic_channel, name)
             return (CreateOutcome.VALID if validate_only else CreateOutcome.CREATED), topic_id
         if text == "EXISTS":
             return CreateOutcome.EXISTS, ""
         return CreateOutcome.COLLIDES, text.removeprefix("COLLIDES ")
 
+    async def _stamp(self, name: str, topic_id: str, partitions: int) -> None:
+        """Stamp every partition with the topic (stamp_partition.lua, one per slot). Until
+        then an append to it answers NO_TOPIC, which clients retry."""
+        await self._per_partition(self._stamp_script, name, range(partitions),
+                                  [topic_id, partitions])
+
+    async def _per_partition(self, script: str, name: str, partitions: range,
+                             args: list[str | int]) -> None:
+        for start in range(partitions.start, partitions.stop, 500):
+            pipe = self.redis.pipeline(transaction=False)
+            for partition in range(start, min(start + 500, partitions.stop)):
+                pipe.eval(script, 2, self.stream_key(name, partition),
+                          self.meta_key(name, partition), *args)
+            await pipe.execute()
+
     async def delete_topic(self, name: str) -> bool:
-        deleted = await self._delete_topic(
-            keys=[self.topic_key(name), self.topics_key, self.topic_ids_key], args=[self.ks, name]
-        )
-        if int(deleted) < 0:
+        reply = await self._delete_topic(
+            keys=[self.topic_key(name), self.topics_key, self.topic_ids_key], args=[name])
+        if not reply:
             return False
-        # Committed offsets of every group for this topic's partitions go with it.
-        pattern = f"{self.ks}:commit:{self.ks}:stream:{name}:*"
+        topic_id, partitions = _text(reply[0]), int(reply[1])
+        await self._per_partition(self._drop_script, name, range(partitions), [topic_id])
+        # Committed offsets of every group for this topic's partitions go with it (SCAN runs
+        # on every master of a cluster; UNLINK is split by slot).
+        pattern = f"{_escape(self.ks)}:{{group:*}}:commit:{name}:*"
         batch: list[bytes] = []
         async for key in self.redis.scan_iter(match=pattern, count=500):
             batch.append(key)
@@ -209,6 +270,8 @@ class RedisStore:
             "redis.call('HSET', KEYS[1], 'partitions', ARGV[2]) return 1",
             1, self.topic_key(name), topic_id, count,
         )
+        if grown:
+            await self._stamp(name, topic_id, count)
         await self.redis.publish(self.topic_channel, name)
         return bool(grown)
 
@@ -242,7 +305,7 @@ class RedisStore:
         stream = self.stream_key(topic.name, partition)
         head = hiredis.pack_command((  # type: ignore[arg-type]
             "EVALSHA", self._append.sha, 4, stream,
-            self.meta_key(topic.name, partition), self.topic_key(topic.name),
+            self.meta_key(topic.name, partition), self.meta_key(topic.name, partition),
             self.waiting_key(stream),
             now_ms, codec_bits, partition, topic.topic_id,
             trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
@@ -251,8 +314,11 @@ class RedisStore:
         ))
         # hiredis counted the head's arguments alone ("*20\r\n"); the records follow them.
         end = head.index(b"\r\n")
-        return await self.pipe.send(b"*%d\r\n" % (int(head[1:end]) + records.args)
-                                    + head[end + 2:] + records.body)
+        packed = b"*%d\r\n" % (int(head[1:end]) + records.args) + head[end + 2:] + records.body
+        if self.cluster is not None:
+            return await self.cluster.send(stream, packed)
+        assert self.pipe is not None
+        return await self.pipe.send(packed)
 
     @staticmethod
     async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
@@ -321,7 +387,7 @@ class RedisStore:
         written by something else keeps Redis' own view of its ids."""
         key = self.stream_key(topic.name, partition)
         reply = await self._bounds(
-            keys=[key, self.meta_key(topic.name, partition), self.topic_key(topic.name)],
+            keys=[key, self.meta_key(topic.name, partition), self.meta_key(topic.name, partition)],
             args=[time.time_ns() // 1_000_000, codec.bits, topic.topic_id])
         if reply:
             return _bounds(codec, reply[0], reply[1])
@@ -345,7 +411,10 @@ class RedisStore:
         await self.redis.ping()
 
     async def close(self) -> None:
-        await self.pipe.close()
+        if self.pipe is not None:
+            await self.pipe.close()
+        if self.cluster is not None:
+            await self.cluster.close()
 
 
 def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
@@ -361,6 +430,11 @@ def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | Non
     start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
              else codec.last_offset_of(first_id) + 1)
     return min(start, end), end
+
+
+def _escape(pattern: str) -> str:
+    """Escape glob characters for SCAN MATCH."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in pattern)
 
 
 def _text(value: bytes | str) -> str:

@@ -85,8 +85,9 @@ A deployment written for the original product (Korvet, Java) works unchanged:
   from: `korvet: using Redis at redis://db:6379/0 (from environment variable KORVET_REDIS_URI)`,
   or that it starts the embedded one because no `redis.url` was given. A password in the URL
   is printed as `****`.
-- `redis.cluster=true` is refused at start for now: Korvet (Python) does not speak the Redis
-  Cluster protocol yet.
+- `redis.cluster=true` makes `redis.url` one node of a Redis Cluster: the broker reads the
+  cluster's topology from it and follows failovers (docs/users/deploying.md). It needs
+  `redis.url`: the embedded Redis is a single server.
 
 ## Declared topics
 

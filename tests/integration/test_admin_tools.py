@@ -185,7 +185,7 @@ def test_kafka_log_dirs_reports_each_partitions_size_from_redis(
     assert 400_000 < sizes[f"{unique_name}-0"] < 2_000_000
     assert sizes[f"{unique_name}-1"] == 0
     redis_says = subprocess.run(["redis-cli", "-u", broker.redis_url, "MEMORY", "USAGE",
-                                 f"korvet:stream:{unique_name}:0"],
+                                 f"korvet:{{{unique_name}:0}}:stream"],
                                 capture_output=True, text=True, check=True).stdout
     assert int(redis_says) == sizes[f"{unique_name}-0"]
 

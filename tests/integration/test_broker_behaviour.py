@@ -80,7 +80,7 @@ def batch(count: int, *, start: int = 0, size: int = 10, timestamp: int | None =
 
 def xlen(broker: KorvetProcess, topic: str, partition: int = 0) -> int:
     out = subprocess.run(["redis-cli", "-u", broker.redis_url, "XLEN",
-                          f"korvet:stream:{topic}:{partition}"],
+                          f"korvet:{{{topic}:{partition}}}:stream"],
                          capture_output=True, text=True, check=True).stdout
     return int(out.strip())
 

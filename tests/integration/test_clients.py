@@ -114,7 +114,7 @@ def test_redis_cli_shows_the_records(korvet: KorvetProcess, unique_name: str) ->
                Rec(0, None, b"no key", (), 1_700_000_000_124)]
     told = clients.confluent_produce(korvet.bootstrap, unique_name, records)
     raw = subprocess.run(["redis-cli", "-u", korvet.redis_url, "--raw", "XRANGE",
-                          f"korvet:stream:{unique_name}:0", "-", "+"],
+                          f"korvet:{{{unique_name}:0}}:stream", "-", "+"],
                          capture_output=True, text=True, check=True, timeout=30).stdout.split("\n")
     codec = OffsetCodec(10)
     ids = [line for line in raw if line and line[0].isdigit() and "-" in line]
@@ -157,7 +157,7 @@ def test_java_console_round_trip(korvet: KorvetProcess, unique_name: str, tmp_pa
     codec = OffsetCodec(10)
     for partition in range(PARTITIONS):
         ids = subprocess.run(["redis-cli", "-u", korvet.redis_url, "--raw", "XRANGE",
-                              f"korvet:stream:{unique_name}:{partition}", "-", "+"],
+                              f"korvet:{{{unique_name}:{partition}}}:stream", "-", "+"],
                              capture_output=True, text=True, check=True).stdout.split("\n")
         stored = [codec.encode_id(EntryId.parse(i)) for i in ids
                   if i and i[0].isdigit() and "-" in i and i.replace("-", "").isdigit()
@@ -188,7 +188,7 @@ def test_idempotent_java_producer_with_forced_retries_stores_no_duplicates(
         keys: Counter[str] = Counter()
         for partition in range(PARTITIONS):
             stored = subprocess.run(["redis-cli", "-u", broker.redis_url, "XLEN",
-                                     f"korvet:stream:{unique_name}:{partition}"],
+                                     f"korvet:{{{unique_name}:{partition}}}:stream"],
                                     capture_output=True, text=True, check=True)
             keys["__len__"] += int(stored.stdout.strip())
             result = tools.console_consume(unique_name, max_messages=10_000, partition=partition,

@@ -311,7 +311,7 @@ def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, uniqu
         codec = OffsetCodec(10)
         for partition in range(PARTITIONS):
             info = subprocess.run(["redis-cli", "-u", broker.redis_url, "--raw", "XINFO",
-                                   "GROUPS", f"korvet:stream:{unique_name}:{partition}"],
+                                   "GROUPS", f"korvet:{{{unique_name}:{partition}}}:stream"],
                                   capture_output=True, text=True, check=True).stdout.split("\n")
             assert scenario.group in info, f"partition {partition}: no Redis group"
             last_delivered = info[info.index("last-delivered-id") + 1]

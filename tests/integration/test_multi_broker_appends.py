@@ -170,7 +170,7 @@ def _stored(redis_url: str, topic: str) -> list[tuple[int, str]]:
     client = redis.Redis.from_url(redis_url)
     try:
         codec = OffsetCodec(10)
-        entries: Any = client.xrange(f"korvet:stream:{topic}:0")
+        entries: Any = client.xrange(f"korvet:{{{topic}:0}}:stream")
         return [(codec.encode_id(EntryId.parse(entry_id)), fields[KEY].decode())
                 for entry_id, fields in entries]
     finally:

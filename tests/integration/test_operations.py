@@ -106,14 +106,14 @@ def test_the_given_redis_holds_the_data_under_the_namespace(
         broker: KorvetProcess, external: KorvetProcess) -> None:
     # The declared topic exists from the start, with its partitions, in the operator's Redis.
     described = subprocess.run(
-        ["redis-cli", "-u", external.redis_url, "HGET", "ops:topic:declared-orders", "partitions"],
+        ["redis-cli", "-u", external.redis_url, "HGET", "ops:{topics}:topic:declared-orders", "partitions"],
         capture_output=True, text=True, check=True).stdout.strip()
     assert described == "3"
     before = time.time_ns() // 1_000_000
     confluent_produce(broker.bootstrap, "declared-orders", make_records(5, 3))
     after = time.time_ns() // 1_000_000
     length = subprocess.run(["redis-cli", "-u", external.redis_url, "XLEN",
-                             "ops:stream:declared-orders:0"],
+                             "ops:{declared-orders:0}:stream"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert int(length) == 2  # records 0 and 3 went to partition 0
     # log.append.timestamp.header=true (declared): each record carries its arrival time.

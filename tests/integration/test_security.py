@@ -292,8 +292,8 @@ def test_kcat_with_a_client_certificate_and_with_scram(secured: Secured, acls: s
     assert read.returncode == 0 and read.stdout.split() == ["one", "two"], read.stderr
     # the certificate's principal is a tenant: its records are in its keyspace, from the first request
     store = redis.Redis.from_url(secured.broker.redis_url)
-    assert store.xlen("tenantm:stream:mtls-kcat:0") == 2
-    assert not store.exists("korvet:topic:mtls-kcat")
+    assert store.xlen("tenantm:{mtls-kcat:0}:stream") == 2
+    assert not store.exists("korvet:{topics}:topic:mtls-kcat")
     scram_args = ["-b", secured.bootstrap("EXTERNAL"), "-X", "security.protocol=SASL_SSL",
                   "-X", f"ssl.ca.location={secured.pki.ca.cert}", "-X", "sasl.mechanisms=SCRAM-SHA-512",
                   "-X", f"sasl.username={ALICE[0]}", "-X", f"sasl.password={ALICE[1]}"]
@@ -389,7 +389,7 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
         producer.flush(15)
         assert failures and failures[0] is not None
         assert failures[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        assert store.xlen("korvet:stream:read-only:0") == 0
+        assert store.xlen("korvet:{read-only:0}:stream") == 0
         # a request before authentication: the connection closes, nothing is created
         host, port = secured.bootstrap("EXTERNAL").split(":")
         early = TlsWireClient(host, int(port), ca_file=str(secured.pki.ca.cert), timeout=5)
@@ -401,7 +401,7 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
                                                                     topic_id=None),),
                                        allow_auto_topic_creation=True,
                                        include_topic_authorized_operations=False))
-        assert not store.exists("korvet:topic:orders.early")
+        assert not store.exists("korvet:{topics}:topic:orders.early")
     assert heartbeat.answers > 10
     assert heartbeat.slowest < 1.0, f"an authenticated client waited {heartbeat.slowest:.2f} s"
     assert secured.broker.process is not None and secured.broker.process.poll() is None
@@ -425,9 +425,9 @@ def test_tenants_cannot_see_read_write_or_guess_each_others_topics(secured: Secu
     finally:
         consumer.close()
     store = redis.Redis.from_url(secured.broker.redis_url)
-    assert store.xlen("tenanta:stream:shared-name:0") == 5
-    assert not store.exists("korvet:topic:shared-name")  # nothing in the default keyspace
-    assert store.xlen("tenantb:stream:shared-name:0") == 0
+    assert store.xlen("tenanta:{shared-name:0}:stream") == 5
+    assert not store.exists("korvet:{topics}:topic:shared-name")  # nothing in the default keyspace
+    assert store.xlen("tenantb:{shared-name:0}:stream") == 0
 
 
 # --- operations: the HTTP endpoint of a secured broker --------------------------------------
@@ -542,7 +542,7 @@ def test_a_redis_behind_tls_and_an_acl_user_and_sessions_that_are_reauthenticate
         assert producer.flush(30) == 0
         client = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(pki.ca.cert),
                              username="korvet", password=password)
-        assert client.xlen("korvet:stream:over-tls-redis:0") == 40
+        assert client.xlen("korvet:{over-tls-redis:0}:stream") == 40
         log = broker.log_tail(100_000)
         assert "re-authenticated as User:dave" in log, "librdkafka did not re-authenticate"
         assert "session expired" not in log

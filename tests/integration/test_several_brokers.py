@@ -202,17 +202,17 @@ def test_a_paused_owner_is_fenced_off_after_a_takeover(cluster: Cluster) -> None
         # the paused owner's write, carrying its token, is refused inside Redis
         assert asyncio.run(_stale_write(group, cluster.redis_url, old_token, "{}")) == [group]
         r = redis.Redis.from_url(cluster.redis_url)
-        commit_keys = [k for k in r.scan_iter(f"{KEYSPACE}:commit:*:{group}")]
+        commit_keys = [k for k in r.scan_iter(f"{KEYSPACE}:{{group:{group}}}:commit:*")]
         assert commit_keys, "the new owner's commit is in Redis"
         assert {int(r.hget(k, "offset") or -1) for k in commit_keys} == {9}
-        assert r.hget(f"{KEYSPACE}:groups", group) != b"{}"
+        assert r.get(f"{KEYSPACE}:{{group:{group}}}:snapshot") != b"{}"
     finally:
         os.kill(paused.process.pid, signal.SIGCONT)
     # resumed, the old owner no longer coordinates the group
     assert _offset_commit(paused.bootstrap, group, topic, 3) == ErrorCode.not_coordinator
     r = redis.Redis.from_url(cluster.redis_url)
     assert {int(r.hget(k, "offset") or -1)
-            for k in r.scan_iter(f"{KEYSPACE}:commit:*:{group}")} == {9}
+            for k in r.scan_iter(f"{KEYSPACE}:{{group:{group}}}:commit:*")} == {9}
 
 
 def _produce_all(bootstrap: str, topic: str, count: int) -> set[str]:
@@ -268,7 +268,7 @@ class GroupRun:
         r = redis.Redis.from_url(self.redis_url)
         last: dict[bytes, int] = {}
         while not self.stop.is_set():
-            for key in r.scan_iter(f"{KEYSPACE}:commit:*:{self.group}"):
+            for key in r.scan_iter(f"{KEYSPACE}:{{group:{self.group}}}:commit:*"):
                 value = r.hget(key, "offset")
                 if value is None:
                     continue

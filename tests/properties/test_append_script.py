@@ -28,7 +28,7 @@ from korvet.core.offsets import MAX_OFFSET, EntryId, OffsetCodec
 from korvet.core.topics import TrimPolicy
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage import entries
-from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+from korvet.storage.redis_store import AppendStatus, OldLayoutError, ProducerBatch, RedisStore
 from tests.support.examples import examples
 
 NO_TRIM = TrimPolicy(-1, -1, False)
@@ -253,6 +253,51 @@ def test_an_append_after_a_foreign_xadd_continues_above_it(redis_url: str) -> No
         held = (await store.read([(topic, 0, after.base_offset, 100)]))[0]
         assert [o for o, _ in held.entries(2)] == [after.base_offset]
         assert held.high_watermark == after.base_offset + 1
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_append_for_a_deleted_or_recreated_topic_writes_nothing(redis_url: str) -> None:
+    """The scripts check the partition's stamp (its own hash slot), not the topic hash: an
+    append that still names a deleted topic, or the earlier topic of a recreated name,
+    answers NO_TOPIC and leaves no key behind; the recreated topic starts empty."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 2, {}, 0)
+        old = await store.get_topic("t", {})
+        assert old is not None
+        packed = entries.pack_records([(1_800_000_000_000, None, b"v", [])])
+        now = 1_800_000_000_000
+        first = await store.append(old, 1, packed, 1, now, NO_TRIM, ProducerBatch())
+        assert first.status is AppendStatus.OK
+        assert await store.delete_topic("t")
+        late = await store.append(old, 1, packed, 1, now, NO_TRIM, ProducerBatch())
+        assert late.status is AppendStatus.NO_TOPIC
+        assert not await client.exists(store.stream_key("t", 1), store.meta_key("t", 1))
+        await store.create_topic("t", 2, {}, 0)
+        new = await store.get_topic("t", {})
+        assert new is not None and new.topic_id != old.topic_id
+        stale = await store.append(old, 1, packed, 1, now, NO_TRIM, ProducerBatch())
+        assert stale.status is AppendStatus.NO_TOPIC
+        assert (await store.read([(new, 1, 0, 10)]))[0].raw == []
+        assert (await store.append(new, 1, packed, 1, now, NO_TRIM, ProducerBatch())).status \
+            is AppendStatus.OK
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_data_in_the_layout_before_hash_tags_is_refused_by_name(redis_url: str) -> None:
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.check_layout()  # an empty keyspace is fine
+        await client.sadd(f"{store.ks}:topics", "demo")
+        with pytest.raises(OldLayoutError, match=rf"{store.ks}:topics exist"):
+            await store.check_layout()
         await client.aclose()
 
     asyncio.run(scenario())

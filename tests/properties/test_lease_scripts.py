@@ -84,7 +84,7 @@ async def _run(url: str, ops: list[tuple[str, str, int]]) -> None:
             owner, held_token, expires = await store.owner(GROUP)
             assert (owner or None, held_token) == (model.owner, model.token)
             assert (expires == 0) == (model.expires_ms == 0)
-            stored: bytes | None = await client.hget("lt:groups", GROUP)  # type: ignore[assignment]
+            stored: bytes | None = await client.get(f"lt:{{group:{GROUP}}}:snapshot")  # type: ignore[assignment]
             assert (stored.decode() if stored else None) == snapshot
     finally:
         await client.aclose()

@@ -86,7 +86,7 @@ class OffsetCommitReply:
 
 @dataclass(frozen=True, slots=True)
 class PersistOffsets:
-    """Write these committed offsets durably (Redis ``{ks}:commit:{streamKey}:{groupId}``).
+    """Write these committed offsets durably (Redis ``{ks}:{group:<groupId>}:commit:<topic>:<partition>``).
 
     The OffsetCommitReply that follows in the same step must not be sent
     before the write is durable. If the write fails, answer every partition
@@ -134,7 +134,7 @@ class DeleteGroupsReply:
 class DeleteGroupData:
     """Delete everything Redis holds for this group.
 
-    That is its committed offsets (``{ks}:commit:*:{groupId}``) and its Redis
+    That is its committed offsets (``{ks}:{group:<groupId>}:commit:*``) and its Redis
     consumer groups (XGROUP DESTROY on every stream). When done, step
     ``GroupDataDeleted(group_id)``; until then the group is Dead and answers
     COORDINATOR_NOT_AVAILABLE, so no new commit can race with the clean-up.

@@ -9,12 +9,12 @@
 -- Because the whole script runs atomically in Redis, several broker processes can
 -- append to one partition and still produce strictly increasing, consecutive offsets.
 --
--- KEYS[1] partition stream     {ks}:stream:{topic}:{partition}
--- KEYS[2] partition meta hash  {ks}:partition:{topic}:{partition}
+-- KEYS[1] partition stream     {ks}:{topic:partition}:stream
+-- KEYS[2] partition meta hash  {ks}:{topic:partition}:partition
 --         fields: last (id of the last offset handed out), start (log start id),
 --                 p:<producer id> (idempotent producer state)
--- KEYS[3] topic hash           {ks}:topic:{name}
--- KEYS[4] waiting mark         {ks}:waiting:{streamKey} (set while a fetch waits for this stream)
+-- KEYS[3] topic stamp          the meta hash again: `id`, `partitions` (stamp_partition.lua)
+-- KEYS[4] waiting mark         {ks}:{topic:partition}:waiting (set while a fetch waits for this stream)
 -- ARGV  1 now (ms)          2 sequence bits     3 partition index   4 topic id
 --       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)
 --       8 producer id (-1)  9 producer epoch   10 base sequence (-1) 11 last sequence

@@ -1,5 +1,5 @@
 -- The bounds of a partition that has no meta hash yet (nothing was ever appended to it).
--- KEYS[1] stream  KEYS[2] partition meta  KEYS[3] topic hash
+-- KEYS[1] stream  KEYS[2] partition meta  KEYS[3] the topic's stamp (the meta hash: `id`)
 -- ARGV[1] now (ms)  ARGV[2] sequence bits  ARGV[3] topic id
 --
 -- An empty partition is given its log start now, at (now, 0), and the append script never hands

@@ -1,6 +1,6 @@
 -- Create a topic atomically (so two brokers cannot both create it).
--- KEYS[1] topic hash {ks}:topic:{name}   KEYS[2] topic set {ks}:topics
--- KEYS[3] id hash {ks}:topic-ids
+-- KEYS[1] topic hash {ks}:{topics}:topic:{name}   KEYS[2] topic set {ks}:{topics}:names
+-- KEYS[3] id hash {ks}:{topics}:ids   (one slot: {topics}; the partitions are stamped after)
 -- ARGV: name, id, partitions, created ms, validate_only (1/0), then config name/value pairs
 -- Returns 'OK', 'EXISTS', or 'COLLIDES <other name>' (names equal up to '.' versus '_').
 local name = ARGV[1]

@@ -1,5 +1,5 @@
 -- DeleteRecords: raise a partition's log start and remove the entries below it, atomically.
--- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic hash
+-- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic stamp (meta again)
 -- ARGV[1] topic id  ARGV[2] partition index  ARGV[3] new start ms  ARGV[4] new start seq
 -- ARGV[5] '1' when the topic stores batches (korvet.storage.format), else '0'
 -- ARGV[6] sequence bits

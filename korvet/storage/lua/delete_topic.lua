@@ -1,19 +1,14 @@
--- Delete a topic's metadata and every partition stream atomically.
--- KEYS[1] topic hash   KEYS[2] topic set   KEYS[3] id hash
--- ARGV[1] keyspace, ARGV[2] topic name
--- Streams and partition meta keys are derived from the partition count stored in the
--- topic hash; UNLINK frees large streams in the background without blocking Redis.
--- Returns the number of partitions deleted, or -1 when the topic does not exist.
+-- Unregister a topic atomically: its hash, its name and its id (all in the {topics} slot).
+-- KEYS[1] topic hash   KEYS[2] topic name set   KEYS[3] id hash
+-- ARGV[1] topic name
+-- The partitions (each in its own slot) are dropped by drop_partition.lua afterwards: once
+-- the stamp is gone every append to them answers NO_TOPIC.
+-- Returns {topic id, partition count}, or {} when the topic does not exist.
 local topic = redis.call('HMGET', KEYS[1], 'id', 'partitions')
 if topic[1] == false then
-  return -1
-end
-local ks, name = ARGV[1], ARGV[2]
-local partitions = tonumber(topic[2])
-for p = 0, partitions - 1 do
-  redis.call('UNLINK', ks .. ':stream:' .. name .. ':' .. p, ks .. ':partition:' .. name .. ':' .. p)
+  return {}
 end
 redis.call('UNLINK', KEYS[1])
-redis.call('SREM', KEYS[2], name)
+redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], topic[1])
-return partitions
+return {topic[1], tonumber(topic[2])}

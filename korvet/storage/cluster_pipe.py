@@ -1,0 +1,106 @@
+"""Appends on Redis Cluster: one ``RedisPipe`` per master, chosen by the stream's hash slot.
+
+On one Redis every append goes down one ``RedisPipe`` (storage/pipe.py): commands in flight
+on one connection run in the order sent, which keeps a producer connection's pipelined
+batches in order. On a cluster the same holds per master: a partition's keys live in one
+slot, so all appends to it go down the pipe of the master that serves that slot.
+
+A failover moves slots: the old master answers ``MOVED`` (a manual failover) or its
+connection breaks (a crash). ``MOVED``, ``ASK``, ``TRYAGAIN`` and ``CLUSTERDOWN`` mean the
+script did not run: the topology is read again and the append is sent to the new master.
+A broken connection may or may not have run it, so that error goes back to the producer
+(a retriable error; an idempotent producer's retry is recognised by the script), and the
+topology is read again for the appends after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+
+from korvet.storage.pipe import RedisPipe
+
+log = logging.getLogger("korvet.cluster")
+
+_REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
+_ATTEMPTS = 20  # resends after redirects: a failover settles within a few topology reads
+
+
+class ClusterPipes:
+    def __init__(self, cluster: RedisCluster, scripts: tuple[str | bytes, ...] = ()) -> None:
+        self.cluster = cluster
+        self._scripts = scripts
+        self._pipes: dict[str, tuple[aioredis.Redis, RedisPipe]] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        self._resend = asyncio.Lock()
+
+    def _pipe_for(self, key: str) -> RedisPipe:
+        node = self.cluster.get_node_from_key(key)
+        if node is None:  # a slot no master serves (the cluster is down for it)
+            raise RedisConnectionError(f"no Redis Cluster master serves the slot of {key}")
+        entry = self._pipes.get(node.name)
+        if entry is None:
+            kwargs = self.cluster.connection_kwargs
+            client = aioredis.Redis(host=node.host, port=int(node.port),
+                                    username=kwargs.get("username"),
+                                    password=kwargs.get("password"), decode_responses=False)
+            entry = (client, RedisPipe(client, self._scripts))
+            self._pipes[node.name] = entry
+        return entry[1]
+
+    async def send(self, key: str, packed: bytes) -> asyncio.Future[Any]:
+        """Send ``packed`` (a command on ``key``'s slot) down its master's pipe; the future
+        holds the reply, after any redirects."""
+        first = await self._pipe_for(key).send(packed)
+        return asyncio.ensure_future(self._settle(key, packed, first))
+
+    async def _settle(self, key: str, packed: bytes, sent: asyncio.Future[Any]) -> Any:
+        for attempt in range(_ATTEMPTS):
+            try:
+                return await sent
+            except ResponseError as exc:
+                if not str(exc).startswith(_REDIRECTS) or attempt == _ATTEMPTS - 1:
+                    raise
+                log.info("append to %s redirected (%s); reading the cluster's topology", key,
+                         str(exc).split(" ", 1)[0])
+                if attempt:  # the slot table was read already: give the cluster a moment
+                    await asyncio.sleep(min(0.5, 0.02 * 2 ** attempt))
+                # Redirected appends wake in the order their replies came (the shared read's
+                # waiters, then the lock's, are FIFO), so they are resent in their first order.
+                await self.refresh()
+                async with self._resend:
+                    sent = await self._pipe_for(key).send(packed)
+            except RedisConnectionError:
+                self._refresh_soon()
+                raise
+        raise AssertionError("unreachable")
+
+    async def refresh(self) -> None:
+        """Read the slot table again (one read for everyone waiting at the time)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh())
+        await asyncio.shield(self._refreshing)
+
+    def _refresh_soon(self) -> None:
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self.cluster.nodes_manager.initialize()
+        except (RedisError, OSError) as exc:
+            log.warning("could not read the Redis Cluster's topology: %s", exc)
+
+    async def close(self) -> None:
+        for client, pipe in self._pipes.values():
+            await pipe.close()
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        self._pipes.clear()

@@ -1,0 +1,373 @@
+"""Korvet on a real Redis Cluster: three masters with a replica each, from Debian's
+redis-server (tests/support/redis_cluster.py), one broker started with ``--redis-cluster``.
+
+- Real clients through a failover: a confluent-kafka producer (acks=all, idempotent)
+  produces while a consumer group reads and commits; midway one master is failed over to
+  its replica (``CLUSTER FAILOVER``). Every acknowledged record is consumed; the committed
+  offsets survive a broker restart (they are read back from the cluster). The test prints
+  how long the failover interrupted produce.
+- Topic-level operations across slots: a topic's partitions land on several masters;
+  create, list, DeleteRecords on every partition, delete, and no key of the topic (streams,
+  partition hashes, committed offsets) is left on any master.
+
+One cluster and one broker for the module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+import redis.cluster
+
+from tests.conftest import KorvetProcess
+from tests.integration.test_clients import create_topic
+from tests.support.redis_cluster import RedisCluster
+
+pytestmark = pytest.mark.clients
+
+PARTITIONS = 6
+
+
+@dataclass
+class OnCluster:
+    cluster: RedisCluster
+    broker: KorvetProcess
+
+    def client(self) -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.cluster.ports[0])
+
+    def master_of(self, key: str) -> int:
+        node = self.client().get_node_from_key(key)  # type: ignore[no-untyped-call]
+        assert node is not None
+        return int(node.port)
+
+    def keys_everywhere(self, pattern: str) -> list[bytes]:
+        """SCAN every master (a key lives on exactly one)."""
+        found: list[bytes] = []
+        for port in self.cluster.masters():
+            found.extend(self.cluster.client(port).scan_iter(match=pattern, count=1000))
+        return found
+
+
+@pytest.fixture(scope="module")
+def on_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnCluster]:
+    folder: Path = tmp_path_factory.mktemp("redis-cluster")
+    cluster = RedisCluster(folder / "redis")
+    broker: KorvetProcess | None = None
+    try:
+        cluster.start()
+        broker = KorvetProcess(folder / "korvet",
+                               extra_args=["--redis-url", cluster.url, "--redis-cluster"])
+        broker.start()
+        yield OnCluster(cluster, broker)
+    finally:
+        if broker is not None:
+            broker.stop()
+        cluster.stop()
+
+
+@dataclass
+class Produced:
+    acked: dict[bytes, float] = field(default_factory=dict)  # value -> when acknowledged
+    sent: dict[bytes, float] = field(default_factory=dict)  # value -> when produced
+    failed: list[str] = field(default_factory=list)
+
+
+def _produce_until(bootstrap: str, topic: str, stop: threading.Event, out: Produced) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 2,
+                         "message.timeout.ms": 60_000})
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            out.failed.append(str(err))
+        else:
+            out.acked[msg.value()] = time.monotonic()
+
+    i = 0
+    while not stop.is_set():
+        value = b"v%06d" % i
+        out.sent[value] = time.monotonic()
+        producer.produce(topic, key=b"k%d" % i, value=value, on_delivery=delivered)
+        producer.poll(0)
+        i += 1
+        time.sleep(0.002)
+    assert producer.flush(60) == 0, "records still unacknowledged a minute after the end"
+
+
+def _consumer(bootstrap: str, group: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": 10_000})
+
+
+def _consume_until(consumer: Any, stop: threading.Event, got: set[bytes],
+                   commit_errors: list[str]) -> None:
+    from confluent_kafka import KafkaException
+
+    def commit() -> None:
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:  # retriable during the failover: the next commit
+            commit_errors.append(str(exc))  # covers these records too
+
+    while not stop.is_set():
+        batch = consumer.consume(500, 0.2)
+        for msg in batch:
+            if msg.error() is None:
+                got.add(msg.value())
+        if batch:
+            commit()
+    commit()  # whatever a refused commit left behind ("no offset" when nothing is)
+
+
+def _positions(consumer: Any, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    parts = consumer.position([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    return {tp.partition: tp.offset for tp in parts}
+
+
+def _committed(consumer: Any, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    parts = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    return {tp.partition: tp.offset for tp in parts}
+
+
+def test_every_acknowledged_record_is_consumed_through_a_master_failover(
+        on_cluster: OnCluster) -> None:
+    topic, group = f"failover-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = on_cluster.broker.bootstrap
+    create_topic(bootstrap, topic, PARTITIONS)
+    stream0 = f"korvet:{{{topic}:0}}:stream"
+    victim = on_cluster.master_of(stream0)
+
+    produced, got, commit_errors = Produced(), set[bytes](), list[str]()
+    stop_producing, stop_consuming = threading.Event(), threading.Event()
+    consumer = _consumer(bootstrap, group)
+    consumer.subscribe([topic])
+    producing = threading.Thread(target=_produce_until,
+                                 args=(bootstrap, topic, stop_producing, produced))
+    consuming = threading.Thread(target=_consume_until, args=(consumer, stop_consuming, got, commit_errors))
+    producing.start()
+    consuming.start()
+    try:
+        time.sleep(2.0)
+        before = len(produced.acked)
+        started = time.monotonic()
+        promoted = on_cluster.cluster.failover(victim)
+        failover_s = time.monotonic() - started
+        time.sleep(2.0)
+    finally:
+        stop_producing.set()
+        producing.join(90)
+    assert on_cluster.master_of(stream0) == promoted, "partition 0's slot did not move"
+    assert before > 0 and len(produced.acked) > before, "produce did not go on after the failover"
+    assert not produced.failed, f"deliveries failed: {produced.failed[:3]}"
+
+    deadline = time.monotonic() + 60
+    while not set(produced.acked) <= got and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_consuming.set()
+    consuming.join(30)
+    missing = set(produced.acked) - got
+    assert not missing, f"{len(missing)} acknowledged records never consumed, e.g. {sorted(missing)[:3]}"
+    committed = _committed(consumer, topic)
+    assert committed == _positions(consumer, topic), "the committed offsets are not where it read"
+    consumer.close()
+    assert all(offset > 0 for offset in committed.values()), committed
+
+    # The committed offsets are in the cluster: a restarted broker serves them unchanged.
+    on_cluster.broker.restart()
+    again = _consumer(bootstrap, group)
+    try:
+        assert _committed(again, topic) == committed
+    finally:
+        again.close()
+
+    # How long the failover held produce up: the longest an acknowledged record waited.
+    waits = sorted(produced.acked[v] - produced.sent[v] for v in produced.acked)
+    calm = sorted(produced.acked[v] - produced.sent[v] for v in produced.acked
+                  if produced.acked[v] < started)
+    paused = max((produced.acked[v] for v in produced.acked if produced.sent[v] < started + 0.1),
+                 default=started) - started
+    print(f"\nfailover of {victim} to {promoted}: {failover_s:.2f} s until settled; "
+          f"{len(produced.acked)} records acknowledged; produce-to-ack wait max "
+          f"{waits[-1] * 1000:.0f} ms, p99 {waits[int(len(waits) * 0.99)] * 1000:.0f} ms, "
+          f"median {waits[len(waits) // 2] * 1000:.1f} ms (before the failover: median "
+          f"{calm[len(calm) // 2] * 1000:.1f} ms, max {calm[-1] * 1000:.0f} ms); the records "
+          f"sent by its start were all acknowledged {paused * 1000:.0f} ms after it; "
+          f"{len(commit_errors)} commits refused "
+          f"meanwhile {commit_errors[:2]}")
+
+
+def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = f"span-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = on_cluster.broker.bootstrap
+    partitions = 8
+    create_topic(bootstrap, topic, partitions)
+    masters = {on_cluster.master_of(f"korvet:{{{topic}:{p}}}:stream") for p in range(partitions)}
+    assert len(masters) >= 2, "all partitions hashed to one master: the test shows nothing"
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert topic in admin.list_topics(timeout=10).topics
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p in range(partitions):
+        for i in range(3):
+            producer.produce(topic, value=b"%d-%d" % (p, i), partition=p)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 3 * partitions and time.monotonic() < deadline:
+        seen += sum(1 for m in consumer.consume(100, 0.5) if m.error() is None)
+    assert seen == 3 * partitions
+    consumer.commit(asynchronous=False)
+    assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*")
+
+    # DeleteRecords up to each partition's high watermark: every partition empties.
+    highs = [consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
+    deleted = admin.delete_records([TopicPartition(topic, p, highs[p]) for p in range(partitions)])
+    for future in deleted.values():
+        future.result(30)
+    for p, tp in enumerate(tps):
+        assert consumer.get_watermark_offsets(tp, timeout=10) == (highs[p], highs[p])
+    consumer.close()
+
+    admin.delete_topics([topic])[topic].result(30)
+    assert topic not in admin.list_topics(timeout=10).topics
+    left = on_cluster.keys_everywhere(f"korvet:{{{topic}:*")
+    # Only the fetches' waiting marks may outlive the topic: they expire within ten seconds.
+    assert all(k.endswith(b":waiting") for k in left), left
+    assert all(0 < on_cluster.client().pttl(k) <= 10_000 for k in left)
+    assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*") == []
+
+
+def test_the_storage_layer_on_the_cluster(on_cluster: OnCluster) -> None:
+    """RedisStore and GroupStore on a RedisCluster client, without the broker: a topic's
+    appends, reads and stamps across masters, a recreated topic starting empty, a group's
+    snapshot and offsets written, loaded and deleted in its slot."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.groups import GroupStore, PartitionRef
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        # The broker's way (korvet/server/app.py): a RedisCluster where a Redis is typed.
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        store, groups = RedisStore(client, "unit"), GroupStore(client, "unit")
+        await store.check_layout()
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await store.create_topic("s", 6, {}, now)
+        old = await store.get_topic("s", {})
+        assert old is not None
+        packed = entries.pack_records([(now, None, b"v", [])] * 3)
+        for p in range(6):
+            result = await store.append(old, p, packed, 3, now, no_trim, ProducerBatch())
+            assert result.status is AppendStatus.OK
+        reads = await store.read([(old, p, 0, 10) for p in range(6)])
+        assert [len(r.raw) for r in reads] == [3] * 6
+        assert all(r.high_watermark == r.log_start_offset + 3 for r in reads)
+
+        ref = PartitionRef("s", 2, store.stream_key("s", 2), 10)
+        await groups.save_state({"g": '{"v": 1}'}, [], [("g", [(ref, reads[2].high_watermark,
+                                                               None, -1)])], now)
+        assert await groups.load_snapshots() == {"g": '{"v": 1}'}
+        assert await client.hget(groups.commit_key(ref.stream_key, "g"), "offset") == \
+            str(reads[2].high_watermark).encode()
+        run_id, _ = await groups.redis_identity()
+        assert len(run_id.split(",")) == 3, "the identity is the three masters' run ids"
+
+        assert await store.delete_topic("s")
+        assert not await client.exists(groups.commit_key(ref.stream_key, "g"))
+        await store.create_topic("s", 6, {}, now)
+        new = await store.get_topic("s", {})
+        assert new is not None
+        stale = await store.append(old, 0, packed, 3, now, no_trim, ProducerBatch())
+        assert stale.status is AppendStatus.NO_TOPIC
+        assert all(r.raw == [] for r in await store.read([(new, p, 0, 10) for p in range(6)]))
+
+        await groups.delete_group("g")
+        assert await groups.load_snapshots() == {}
+        await store.delete_topic("s")
+        assert [k async for k in client.scan_iter(match="unit:*")] == []
+        await store.close()
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster) -> None:
+    """Several brokers' lease scripts (cluster.multi-broker) on the cluster: a group's lease
+    sits in its slot, acquiring returns its snapshot, a step over groups on different
+    masters is one fenced script per group, and a stale token refuses that group's write
+    only."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.storage.groups import GroupStore
+    from korvet.storage.leases import LeaseStore
+
+    async def scenario() -> None:
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        groups = GroupStore(client, "lease")
+        leases = LeaseStore(groups)
+        names = [f"g{i}" for i in range(8)]
+        masters = {on_cluster.master_of(groups.lease_key(g)) for g in names}
+        assert len(masters) > 1, "the groups spread over several masters"
+        assert all(on_cluster.master_of(groups.lease_key(g))
+                   == on_cluster.master_of(groups.snapshot_key(g)) for g in names)
+        tokens = {}
+        for g in names:
+            grant = await leases.acquire(g, "1", 30_000)
+            assert grant.granted and grant.snapshot is None
+            tokens[g] = grant.token
+        assert await leases.save_state(tokens, {g: f'{{"{g}": 1}}' for g in names},
+                                       [], [], 0, []) == []
+        assert await groups.load_snapshots() == {g: f'{{"{g}": 1}}' for g in names}
+        again = await leases.acquire("g0", "2", 30_000)
+        assert not again.granted and again.owner == "1"
+        await leases.release("g0", tokens["g0"])
+        taken = await leases.acquire("g0", "2", 30_000)
+        assert taken.granted and taken.snapshot == '{"g0": 1}'
+        # broker 1's step, with g0's stale token, deletes g1 and rewrites g0
+        stale = await leases.save_state({"g0": tokens["g0"], "g1": tokens["g1"]},
+                                        {"g0": "{}"}, ["g1"], [], 0, [])
+        assert stale == ["g0"]
+        loaded = await groups.load_snapshots()
+        assert loaded["g0"] == '{"g0": 1}' and "g1" not in loaded
+        for g in names:
+            await groups.delete_group(g)
+            await client.delete(groups.lease_key(g))
+        assert await groups.load_snapshots() == {}
+        await client.aclose()
+
+    asyncio.run(scenario())

@@ -1,0 +1,129 @@
+"""A real Redis Cluster for tests: three masters with one replica each, on free ports.
+
+Started from Debian's ``redis-server`` (cluster mode, no persistence, short node timeout)
+and joined with ``redis-cli --cluster create ... --cluster-replicas 1``. ``failover``
+promotes a master's replica with ``CLUSTER FAILOVER`` (a manual failover: the replica
+catches up with its master first, so no acknowledged write is lost) and waits until every
+node agrees on the new topology.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from korvet.process import free_ports, stop_process
+
+
+@dataclass
+class RedisCluster:
+    folder: Path
+    ports: list[int] = field(default_factory=list)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}"
+
+    def start(self, timeout: float = 30.0) -> RedisCluster:
+        binary = shutil.which("redis-server")
+        cli = shutil.which("redis-cli")
+        if binary is None or cli is None:
+            raise RuntimeError("redis-server and redis-cli are needed (apt-get install redis-server)")
+        ports = free_ports(12)  # a client port and a cluster-bus port per node
+        self.ports = ports[:6]
+        for port, bus in zip(self.ports, ports[6:], strict=True):
+            node = self.folder / str(port)
+            node.mkdir(parents=True, exist_ok=True)
+            self.processes.append(subprocess.Popen(
+                [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
+                 "--cluster-enabled", "yes",
+                 "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
+                 "2000", "--appendonly", "no", "--save", "", "--dir", str(node),
+                 "--protected-mode", "no", "--logfile", str(node / "redis.log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + timeout
+        for port in self.ports:
+            while not _answers(port):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {port} did not start")
+                time.sleep(0.05)
+        subprocess.run([cli, "--cluster", "create",
+                        *[f"127.0.0.1:{p}" for p in self.ports],
+                        "--cluster-replicas", "1", "--cluster-yes"],
+                       check=True, capture_output=True, timeout=timeout)
+        self.wait_settled(timeout)
+        return self
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+
+    def masters(self) -> list[int]:
+        return [p for p in self.ports if self.role(p) == "master"]
+
+    def role(self, port: int) -> str:
+        return str(self.client(port).info("replication")["role"])
+
+    def replica_of(self, master: int) -> int:
+        for port in self.ports:
+            info = self.client(port).info("replication")
+            if info["role"] == "slave" and int(info["master_port"]) == master:
+                return port
+        raise RuntimeError(f"no replica of {master}")
+
+    def wait_settled(self, timeout: float = 30.0) -> None:
+        """Until every node reports the cluster ok with three masters that all have a
+        replica in sync, and all nodes agree on who the masters are."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._settled():
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the Redis cluster did not settle")
+
+    def _settled(self) -> bool:
+        views = set()
+        for port in self.ports:
+            client = self.client(port)
+            if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
+                return False
+            nodes = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+            text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+            views.add(frozenset(line.split()[1].split("@")[0] for line in text.splitlines()
+                                if "master" in line.split()[2]))
+        if len(views) != 1 or len(next(iter(views))) != 3:
+            return False
+        for master in self.masters():
+            info = self.client(master).info("replication")
+            if int(info.get("connected_slaves", 0)) < 1:
+                return False
+        return True
+
+    def failover(self, master: int, timeout: float = 30.0) -> int:
+        """CLUSTER FAILOVER on ``master``'s replica; returns the replica's port, now master."""
+        replica = self.replica_of(master)
+        self.client(replica).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
+        deadline = time.monotonic() + timeout
+        while self.role(replica) != "master" or self.role(master) != "slave":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"failover of {master} to {replica} did not complete")
+            time.sleep(0.02)
+        self.wait_settled(timeout)
+        return replica
+
+    def stop(self) -> None:
+        for process in self.processes:
+            stop_process(process)
+        self.processes.clear()
+
+
+def _answers(port: int) -> bool:
+    try:
+        return bool(redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
+    except (redis.ConnectionError, OSError):
+        return False
