@@ -109,9 +109,11 @@ def differences_markdown(checks: Iterable[Check], profile: Profile | None = None
         lines.append(f"| `{excuse.key}` | {_cell(excuse.reason)} | {_cell(excuse.reference)} | {names} |")
     for excuse in chosen.differential:
         fields = ", ".join(f"`{f}`" for f in excuse.patterns)
+        values = ("; only (this broker, Kafka) = " + ", ".join(f"({a!r}, {b!r})" for a, b in excuse.values)
+                  if excuse.values else "")
         lines.append(f"| `{excuse.key}` (differential) | {_cell(excuse.reason)} | "
                      f"{_cell(excuse.reference)} | "
-                     f"fields {fields} |")
+                     f"fields {fields}{_cell(values)} |")
     return "\n".join(lines)
 
 

@@ -606,7 +606,7 @@ def explained(differences: list[Difference], profile: Profile) -> tuple[list[Dif
     """(unexplained differences, explained signature -> excuse key) under ``profile``."""
     unexplained, excused = [], {}
     for d in differences:
-        excuse = profile.field_excuse(d.path)
+        excuse = profile.field_excuse(d.path, d.subject, d.oracle)
         if excuse is None:
             unexplained.append(d)
         else:

@@ -14,6 +14,11 @@ A profile is a YAML file::
         fields: ["ListOffsets.*.offset", "Produce.*.base_offset"]   # API name, then a field path glob
         reason: ...
         reference: ...
+      kafka_crashes_on_x:
+        fields: ["Fetch.responses.*.partitions.*.error_code"]
+        values: [[0, -1]]             # optional: only these (this broker's, Kafka's) value pairs
+        reason: ...
+        reference: ...
 
 A check that an excuse names and that fails is reported *excused* (with the reason and
 its observed behaviour); one that passes is a pass, flagged ``excuse_unneeded`` so that an
@@ -46,6 +51,11 @@ class Excuse:
     patterns: tuple[str, ...]
     reason: str
     reference: str
+    # differential only: the (subject's, Kafka's) value pairs it covers; empty: any values
+    values: tuple[tuple[Any, Any], ...] = ()
+
+    def covers(self, subject: Any, oracle: Any) -> bool:
+        return not self.values or (subject, oracle) in self.values
 
     def matches(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
@@ -63,12 +73,14 @@ class Profile:
         """The first excuse naming ``check_name`` (None: the check must pass)."""
         return next((e for e in self.excuses if e.matches(check_name)), None)
 
-    def field_excuse(self, path: str) -> Excuse | None:
+    def field_excuse(self, path: str, subject: Any = None, oracle: Any = None) -> Excuse | None:
         """The first differential excuse with a field pattern matching ``path`` (``Api.field.*.sub``):
         segment by segment, so ``Metadata.topics.*`` (the topic entries) does not match
-        ``Metadata.topics.*.error_code``; ``*`` in a pattern matches one segment."""
+        ``Metadata.topics.*.error_code``; ``*`` in a pattern matches one segment. An excuse with
+        ``values`` covers only those (``subject``, ``oracle``) value pairs at its fields."""
         return next((e for e in self.differential
-                     if any(_segments_match(p, path) for p in e.patterns)), None)
+                     if any(_segments_match(p, path) for p in e.patterns)
+                     and e.covers(subject, oracle)), None)
 
     def unmatched(self, check_names: Iterable[str]) -> list[str]:
         """Patterns of this profile that name no check in ``check_names`` (a typo, or a removed check)."""
@@ -90,7 +102,9 @@ class Profile:
             "excuses": {e.key: {"checks": list(e.patterns), "reason": e.reason, "reference": e.reference}
                         for e in self.excuses},
             "differential": {e.key: {"fields": list(e.patterns), "reason": e.reason,
-                                     "reference": e.reference} for e in self.differential},
+                                     "reference": e.reference,
+                                     **({"values": [list(v) for v in e.values]} if e.values else {})}
+                             for e in self.differential},
         }
 
 
@@ -149,10 +163,11 @@ def _excuses(section: Any, list_key: str, where: str) -> tuple[Excuse, ...]:
         here = f"{where}.{key}"
         if not isinstance(entry, Mapping):
             raise ProfileError(f"{here}: expected a mapping with {list_key}, reason and reference")
-        unknown = set(entry) - {list_key, "reason", "reference"}
+        allowed = {list_key, "reason", "reference"} | ({"values"} if list_key == "fields" else set())
+        unknown = set(entry) - allowed
         if unknown:
             raise ProfileError(f"{here}: unknown keys {sorted(unknown)} "
-                               f"(expected {list_key}, reason, reference)")
+                               f"(expected {', '.join(sorted(allowed))})")
         raw = entry.get(list_key)
         if isinstance(raw, str):
             raw = [raw]
@@ -160,8 +175,19 @@ def _excuses(section: Any, list_key: str, where: str) -> tuple[Excuse, ...]:
         if not patterns or len(patterns) != len(raw or []):
             raise ProfileError(f"{here}: '{list_key}' must be a non-empty list of names or globs")
         out.append(Excuse(str(key), tuple(patterns), _text(entry, "reason", here),
-                          _text(entry, "reference", here)))
+                          _text(entry, "reference", here), _value_pairs(entry.get("values"), here)))
     return tuple(out)
+
+
+def _value_pairs(raw: Any, where: str) -> tuple[tuple[Any, Any], ...]:
+    """A differential excuse's optional ``values``: a list of [this broker's, Kafka's] pairs."""
+    if raw is None:
+        return ()
+    if (not isinstance(raw, list) or not raw
+            or not all(isinstance(p, list) and len(p) == 2 for p in raw)):
+        raise ProfileError(f"{where}: 'values' must be a non-empty list of [this broker's value, "
+                           "Kafka's value] pairs")
+    return tuple((a, b) for a, b in raw)
 
 
 def parse(text: str, origin: str) -> Profile:

@@ -13,7 +13,12 @@
   cursor (topic, first partition) to continue from. With no topics named, every topic is
   described and none is an error; named topics that do not exist are
   UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an invalid name); a cursor must
-  name one of the named topics (INVALID_REQUEST).
+  name one of the named topics (INVALID_REQUEST). As Kafka's DescribeTopicPartitionsRequestHandler
+  and KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse: a response describes at least
+  one partition (the limit is max(min(limit, 2000), 1), so a limit of 0 or less still makes
+  progress); with no topics named, a cursor selects the existing topics whose names are >= its
+  topic (a cursor naming a topic that does not exist is not described); names are ordered as
+  Java's String.compareTo orders them (by UTF-16 code unit, ``java_order``).
 - DescribeLogDirs (35): ``log_dir_partitions`` picks the partitions to describe: every
   partition of every topic when the request names none (null), else the named ones that
   exist (unknown topics and partitions are left out, as Kafka leaves out what it has not).
@@ -93,6 +98,13 @@ class PartitionsPage:
     next_cursor: tuple[str, int] | None
 
 
+def java_order(name: str) -> bytes:
+    """A sort key that orders names as Java's String.compareTo does (UTF-16 code unit by code
+    unit), which Kafka uses to sort and compare topic names; Python's order (by code point)
+    differs for names mixing characters above U+FFFF with ones in U+E000..U+FFFF."""
+    return name.encode("utf-16-be", "surrogatepass")
+
+
 def describe_topic_partitions(requested: Sequence[str], topics: Mapping[str, int],
                               cursor: tuple[str, int] | None, limit: int) -> PartitionsPage:
     """One page of DescribeTopicPartitions. ``topics`` maps every existing topic to its
@@ -100,17 +112,13 @@ def describe_topic_partitions(requested: Sequence[str], topics: Mapping[str, int
     describe_all = not requested
     if cursor is not None and cursor[1] < 0:
         return PartitionsPage(ErrorCode.INVALID_REQUEST, (), None)
-    if describe_all:
-        names = set(topics)
-        if cursor is not None:
-            names = {n for n in names if n > cursor[0]} | {cursor[0]}
-    else:
-        names = {n for n in requested if cursor is None or n >= cursor[0]}
-        if cursor is not None and cursor[0] not in names:
-            return PartitionsPage(ErrorCode.INVALID_REQUEST, (), None)
-    remaining = min(MAX_PARTITIONS_PER_DESCRIBE, limit)
+    after = java_order(cursor[0]) if cursor is not None else b""
+    names = {n for n in (topics if describe_all else requested) if java_order(n) >= after}
+    if cursor is not None and not describe_all and cursor[0] not in names:
+        return PartitionsPage(ErrorCode.INVALID_REQUEST, (), None)
+    remaining = max(min(MAX_PARTITIONS_PER_DESCRIBE, limit), 1)
     page: list[TopicPartitions] = []
-    for name in sorted(names):
+    for name in sorted(names, key=java_order):
         if remaining <= 0:
             return PartitionsPage(ErrorCode.NONE, tuple(page), (name, 0))
         count = topics.get(name)

@@ -625,6 +625,21 @@ def test_differential_excuses_match_field_paths_segment_by_segment() -> None:
     assert profile.field_excuse("Fetch.<t>") is not None
 
 
+def test_a_differential_excuse_with_values_covers_only_those_pairs() -> None:
+    """``values`` narrows an excuse to the (this broker's, Kafka's) value pairs it names: Korvet NONE
+    where Kafka answers UNKNOWN_SERVER_ERROR is excused, any other error-code difference there is not."""
+    profile = parse("profile: p\nabout: a\ndifferential:\n  crash:\n"
+                    "    fields: [Fetch.responses.*.partitions.*.error_code]\n"
+                    "    values: [[0, -1]]\n    reason: r\n    reference: s\n", "p")
+    path = "Fetch.responses.*.partitions.*.error_code"
+    assert profile.field_excuse(path, 0, -1) is not None
+    assert profile.field_excuse(path, 0, 1) is None
+    assert profile.field_excuse(path, -1, 0) is None
+    with pytest.raises(ProfileError, match="values"):
+        parse("profile: p\nabout: a\ndifferential:\n  crash:\n    fields: [F.e]\n"
+              "    values: [0, -1]\n    reason: r\n    reference: s\n", "p")
+
+
 def test_a_replay_step_survives_its_file() -> None:
     from korvet.conformance.differential import Step
 

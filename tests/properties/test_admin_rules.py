@@ -103,9 +103,18 @@ def test_cursor_rules() -> None:
     refused = admin.describe_topic_partitions(["b"], topics, ("a", 0), 10)
     assert refused.error is ErrorCode.INVALID_REQUEST
     assert admin.describe_topic_partitions([], topics, ("a", -1), 10).error is ErrorCode.INVALID_REQUEST
-    # A limit of zero returns nothing and points at the first topic (Kafka does the same).
-    empty = admin.describe_topic_partitions([], topics, None, 0)
-    assert empty.topics == () and empty.next_cursor == ("a", 0)
+    # A limit of zero (or less) still describes one partition (Kafka: max(min(limit, 2000), 1)).
+    one = admin.describe_topic_partitions([], topics, None, 0)
+    assert [(t.name, t.partitions) for t in one.topics] == [("a", range(0, 1))]
+    assert one.next_cursor == ("a", 1)
+    # Describing every topic from a cursor naming a topic that does not exist starts at the
+    # next existing one (Kafka selects the existing topics >= the cursor's).
+    page = admin.describe_topic_partitions([], topics, ("aa", 1), 10)
+    assert [(t.name, t.partitions) for t in page.topics] == [("b", range(0, 2))]
+    assert page.next_cursor is None
+    # A cursor partition past the end describes none of that topic and goes on.
+    past = admin.describe_topic_partitions(["a", "b"], topics, ("a", 7), 10)
+    assert [(t.name, t.partitions) for t in past.topics] == [("a", range(0)), ("b", range(0, 2))]
     # The limit is capped at Kafka's 2000 partitions a response.
     big = admin.describe_topic_partitions([], {"t": 5000}, None, 10**6)
     assert big.topics[0].partitions == range(0, 2000) and big.next_cursor == ("t", 2000)
@@ -164,3 +173,24 @@ def test_delete_records_lists_each_named_topic_once_and_none_without_partitions(
         merged = [pair for n, parts in request if n == name for pair in parts]
         assert partitions == admin.unique_partitions(merged)
         assert partitions, "a topic in the response has a partition"
+
+
+@settings(max_examples=examples(2))
+@given(topic_tables, st.integers(min_value=-(2**31), max_value=0))
+def test_a_limit_of_zero_or_less_pages_one_partition_at_a_time(topics: dict[str, int],
+                                                               limit: int) -> None:
+    """Kafka's handler caps the limit below at 1, so paging always makes progress."""
+    pages = _pages([], topics, limit)
+    seen = [(t.name, p) for page in pages for t in page.topics for p in t.partitions]
+    assert seen == [(n, p) for n in sorted(topics, key=admin.java_order) for p in range(topics[n])]
+    assert all(sum(len(t.partitions) for t in page.topics) <= 1 for page in pages)
+
+
+def test_names_are_ordered_as_java_compares_them() -> None:
+    """Java's String.compareTo compares UTF-16 code units: a character above U+FFFF (a surrogate
+    pair, D800..DBFF first) sorts before one in U+E000..U+FFFF, where Python's order puts it after."""
+    assert sorted(["\uffff", "\U00010000", "a", "ab", ""], key=admin.java_order) == [
+        "", "a", "ab", "\U00010000", "\uffff"]
+    page = admin.describe_topic_partitions(["\uffff", "\U00010000"], {"\uffff": 1, "\U00010000": 1},
+                                           None, 1)
+    assert [t.name for t in page.topics] == ["\U00010000"] and page.next_cursor == ("\uffff", 0)

@@ -195,7 +195,7 @@ class AdminHandler:
             refused = tuple(make(topic_cls, error_code=page.error, name=name,
                                  topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
                                  topic_authorized_operations=-(2**31))
-                            for name in dict.fromkeys(requested))
+                            for name in requested)  # each entry, as Kafka's getErrorResponse
             return make(response_cls, throttle_time=0, topics=refused, next_cursor=None)
         next_cursor = (make(cursor_cls, topic_name=page.next_cursor[0],
                             partition_index=page.next_cursor[1])
