@@ -37,6 +37,8 @@ from korvet.conformance.wire import WireClient, WireError, parse_bootstrap
 
 PASS, FAIL, EXCUSED, SKIP = "pass", "fail", "excused", "skip"
 STATUSES = (PASS, FAIL, EXCUSED, SKIP)
+# Seconds before the last good probe in which a finished check may still have killed the broker.
+DEATH_GRACE_S = 3.0
 
 
 @dataclass
@@ -273,7 +275,11 @@ class _Run:
                 in_flight.clear()
                 with self.lock:
                     # The check that started last before the death is the likeliest killer: try it first.
-                    spans = sorted((s for s in self.spans if s[2] >= window_start), key=lambda s: -s[1])
+                    # A process dying of a request may still answer the probe for a moment (a busy
+                    # machine, a panic in another goroutine), so checks that ended shortly before the
+                    # last good probe are suspects too.
+                    since = window_start - DEATH_GRACE_S
+                    spans = sorted((s for s in self.spans if s[2] >= since), key=lambda s: -s[1])
                 suspects = list(dict.fromkeys(name for name, _, _ in spans if name in by_name))
                 self.after_death(incident, [by_name[n] for n in suspects], pending, restarted)
 

@@ -402,6 +402,45 @@ def test_a_check_that_kills_the_broker_is_named_and_the_run_goes_on() -> None:
     assert broker.restarts == 2  # once to find the killer, once after it killed the broker again
 
 
+class SlowlyDyingBroker(DyingBroker):
+    """The killer's request makes the process die a moment later (a panic in another goroutine on
+    a busy machine): the probe right after the check still finds it alive."""
+
+    def __init__(self, killer: str, after_probes: int) -> None:
+        super().__init__(killer)
+        self.dying_in: int | None = None
+        self.after_probes = after_probes
+
+    def alive(self) -> bool:
+        if self.dying_in is not None:
+            self.dying_in -= 1
+            if self.dying_in < 0:
+                self.up, self.dying_in = False, None
+        return self.up
+
+
+def test_a_check_whose_broker_dies_after_the_next_probe_is_still_named_the_killer() -> None:
+    names = [f"unit.c{i:02d}" for i in range(6)]
+    broker = SlowlyDyingBroker("unit.c02", after_probes=1)
+
+    def body(name: str) -> Any:
+        def fn(ctx: CheckContext) -> None:
+            if name == broker.killer:
+                broker.dying_in = broker.after_probes  # answered; the process goes down soon
+                return
+            if not broker.up:
+                raise CheckFailed("connection refused")
+            time.sleep(0.05)
+        return fn
+
+    state = runner._Run(broker, "unit", ApiTable({}), KAFKA, None, None)
+    state.batch([_fake(n, body(n)) for n in names], 1)
+    (incident, *_) = state.incidents
+    assert incident["killers"] == ["unit.c02"], incident
+    assert state.results["unit.c02"].message.startswith("the broker died during this check")
+    assert sorted(state.results) == names
+
+
 def test_a_check_run_again_after_the_broker_died_uses_names_of_its_own() -> None:
     """A client of the first attempt may still be retrying when the broker comes back and recreate
     that attempt's topic there: the rerun must not ask for the same name (TOPIC_ALREADY_EXISTS)."""
