@@ -49,6 +49,7 @@ ERRORS = {OK: 0, DUP: 0, BAD_EPOCH: 47, OUT_OF_ORDER: 45}
 OFFSET_OUT_OF_RANGE = 1
 MIN_PRODUCE = 3  # record batches (magic 2): v3+; Kafka 4 advertises older versions it refuses
 RETRIABLE = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+NOT_LED_YET = (3, 5, 6)  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 EARLIEST, LATEST = -2, -1
 PRODUCERS = 2  # idempotent producer slots; slot PRODUCERS is a plain producer
 KORVET_RETENTION_RECORDS = 6  # Korvet's run keeps the last 6 records (korvet.retention.records)
@@ -190,6 +191,7 @@ class StorageRun:
         self.stamps: list[int] = []
         self.position = 0
         self.done: list[act.Action] = []
+        self._await_leader()
         start, _ = self._list(EARLIEST, 1)
         hw, _ = self._list(LATEST, 1)
         self.model = PartitionModel(dense=not korvet, retention=KORVET_RETENTION_RECORDS
@@ -355,6 +357,23 @@ class StorageRun:
                     [self.model.hw] + ([self.model.start] if version >= 5 else []))
         if got:
             self.position = got[-1][0] + 1
+
+    def _await_leader(self, timeout: float = 30.0) -> None:
+        """A topic just created has no leader in Kafka's metadata cache for a moment: ListOffsets
+        answers NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION) until
+        it has, and a client waits, as Kafka's own do. Only here, before the run: once it starts,
+        every error is compared with the model."""
+        deadline = time.monotonic() + timeout
+        while True:
+            response = self._call(build_request(
+                LIST_OFFSETS, 1, replica_id=-1, isolation_level=0, timeout=30_000,
+                topics=[{"name": self.topic, "partitions": [{
+                    "partition_index": 0, "timestamp": EARLIEST, "current_leader_epoch": -1,
+                    "max_num_offsets": 1}]}]))
+            code = int(response.topics[0].partitions[0].error_code)
+            if code not in NOT_LED_YET or time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
 
     def _list(self, timestamp: int, version: int) -> tuple[int, int]:
         response = self._call(build_request(
