@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,24 +23,12 @@ from hypothesis import strategies as st
 
 from korvet.core.offsets import MAX_OFFSET, EntryId, OffsetCodec
 from korvet.core.topics import TrimPolicy
-from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, OldLayoutError, ProducerBatch, RedisStore
 from tests.support.examples import examples
 
 NO_TRIM = TrimPolicy(-1, -1, False)
 _counter = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 async def _run(url: str, bits: int, batches: list[tuple[int, int]]) -> None:

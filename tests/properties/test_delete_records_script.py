@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,7 +22,6 @@ from hypothesis import strategies as st
 from korvet.core import admin
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TrimPolicy
-from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage import entries
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
 from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
@@ -34,17 +29,6 @@ from tests.support.examples import examples
 
 NO_TRIM = TrimPolicy(-1, -1, False)
 _keyspaces = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 # A step: ("append", records, "", 0) or ("delete", 0, where, fraction): where is a position

@@ -10,17 +10,12 @@ lease. A fenced write that is refused must leave the group's snapshot as it was.
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from korvet.core import lease
-from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage.groups import GroupStore
 from korvet.storage.leases import LeaseStore
 from tests.support.examples import examples
@@ -36,17 +31,6 @@ op = st.one_of(
     st.tuples(st.just("release"), st.sampled_from(BROKERS), st.integers(0, 4)),
     st.tuples(st.just("write"), st.sampled_from(BROKERS), st.integers(0, 4)),
 )
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with tempfile.TemporaryDirectory(prefix="korvet-lease-") as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 async def _run(url: str, ops: list[tuple[str, str, int]]) -> None:

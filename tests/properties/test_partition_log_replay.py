@@ -14,7 +14,6 @@ must diverge.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ import redis
 
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicConfig, trim_policy
-from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.spec import tlc
 from korvet.spec.values import Record, TlaValue
 from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_bounds
@@ -321,17 +319,6 @@ class PartitionReplay:
                                 snapshot)
         if prep["phase"] != "none" and f["phase"] != "await":
             yield Successor("Expire", {**s, "prep": NO_PREP}, snapshot)
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 _graphs: dict[str, tuple[tlc.StateGraph, Constants]] = {}

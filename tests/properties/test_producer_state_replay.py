@@ -11,7 +11,6 @@ TLC's, every variable compared. A copy of the script with one rule broken must d
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.spec import tlc
 from korvet.spec.values import Function, ModelValue, Record, TlaValue
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
@@ -172,17 +170,6 @@ class ProducerReplay:
                     yield Successor("Receive", {**common,
                                              "unacked": _set(s["unacked"], p, unacked - {batch})},
                                     after)
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 @pytest.fixture(scope="module")
