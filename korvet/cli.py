@@ -36,7 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _jars(args: argparse.Namespace) -> int:
-    from korvet.tools import maven
+    from korvet.jvm import maven
 
     try:
         if args.jars_command == "list":
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     from korvet.bench import cli as bench_cli
     from korvet.conformance import cli as conformance_cli
     from korvet.pipelines import cli as pipeline_cli
-    from korvet.spec import cli as spec_cli
+    from korvet.verification import cli as spec_cli
 
     spec_cli.add_parser(commands)
     pipeline_cli.add_parser(commands)
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp = jar_commands.add_parser("classpath", help="print the class path of a set")
     cp.add_argument("set")
     lock = jar_commands.add_parser("lock", help="(maintainers) resolve coordinates with Maven "
-                                   "and write korvet/tools/locks/SET.lock")
+                                   "and write korvet/jvm/locks/SET.lock")
     lock.add_argument("set")
     lock.add_argument("coordinates", nargs="+", metavar="GROUP:ARTIFACT:VERSION")
     lock.add_argument("--comment", default="")

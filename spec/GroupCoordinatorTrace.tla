@@ -7,7 +7,7 @@
 (* start (the snapshot it loaded), every step of the coordinator (the      *)
 (* event, the machine's effects, whether the write was taken, the replies  *)
 (* actually sent) and every stop.  `korvet spec validate LOG`              *)
-(* (korvet/spec/validate.py) turns the lines of one group into TraceLog,   *)
+(* (korvet/verification/validate.py) turns the lines of one group into TraceLog,   *)
 (* a sequence of records whose values are the spec's (member ids renamed   *)
 (* in order of issue, assignments, metadata, partitions and offsets        *)
 (* renamed to labels), written as literals in a generated module,          *)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from korvet.spec import tlc
-from korvet.spec.cli import format_trace
+from korvet.verification import tlc
+from korvet.verification.cli import format_trace
 
 CI_MODELS = [m for m in tlc.load_models(tlc.spec_dir()) if m.tier == "ci"]
 

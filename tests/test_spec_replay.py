@@ -6,7 +6,7 @@ import json
 
 from korvet.core import coordinator as core
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
-from korvet.spec.replay import replay
+from korvet.verification.replay import replay
 
 
 def _log() -> list[str]:

@@ -17,8 +17,8 @@ import pytest
 
 from korvet.core import coordinator as core
 from korvet.core.coordinator import ErrorCode
-from korvet.spec.trace_plan import OUTSIDE, RESTART, TIMER_IDLE, plan_log
-from korvet.spec.validate import validate
+from korvet.verification.trace_plan import OUTSIDE, RESTART, TIMER_IDLE, plan_log
+from korvet.verification.validate import validate
 from tests.support.event_logs import GROUP, SyntheticLog
 
 pytestmark = pytest.mark.tlc

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from korvet.jvm.kafka_server import KafkaServer
 from korvet.process import stop_process
 from korvet.protocol.frame_io import call_blocking
 from korvet.protocol.framing import FrameError
-from korvet.tools.kafka_server import KafkaServer
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -127,7 +127,7 @@ class KorvetBroker:
 
 @dataclass
 class KafkaBroker:
-    """Apache Kafka (korvet.tools.kafka_server) in KRaft combined mode."""
+    """Apache Kafka (korvet.jvm.kafka_server) in KRaft combined mode."""
 
     name: str
     work_dir: Path

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from korvet.tools.java_clients import (
+from korvet.jvm.java_clients import (
     PRODUCER_PERFORMANCE_MAIN,
     JavaToolError,
     KafkaJavaTools,

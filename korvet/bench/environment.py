@@ -70,7 +70,7 @@ def load_average() -> list[float]:
 
 def describe() -> dict[str, Any]:
     from korvet import __version__
-    from korvet.tools.kafka_server import KAFKA_VERSION
+    from korvet.jvm.kafka_server import KAFKA_VERSION
 
     redis_version = _first_line([shutil.which("redis-server") or "redis-server", "--version"])
     matched = re.search(r"v=(\S+)", redis_version)

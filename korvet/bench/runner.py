@@ -38,7 +38,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from korvet.tools.java_clients import KafkaJavaTools
+from korvet.jvm.java_clients import KafkaJavaTools
 
 from . import brokers, clients, environment
 from .brokers import Broker, KafkaBroker, KorvetBroker, cpu_times

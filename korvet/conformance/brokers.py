@@ -198,12 +198,12 @@ class ProcessBroker:
 
 
 class KafkaBroker:
-    """Apache Kafka from the pinned jars (``korvet.tools.kafka_server``), restarted on its data."""
+    """Apache Kafka from the pinned jars (``korvet.jvm.kafka_server``), restarted on its data."""
 
     restartable = True
 
     def __init__(self, work_dir: Path, properties: Mapping[str, str] | None = None) -> None:
-        from korvet.tools.kafka_server import KafkaServer
+        from korvet.jvm.kafka_server import KafkaServer
 
         self.server = KafkaServer(work_dir, properties=dict(properties or {}))
 

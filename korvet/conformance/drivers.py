@@ -5,7 +5,7 @@
 - aiokafka (asyncio)
 - kcat (the command line tool, when it is on PATH)
 - Kafka's Java tools (console producer/consumer, kafka-consumer-groups) through
-  ``korvet.tools.java_clients``, when Java and the pinned jars are present.
+  ``korvet.jvm.java_clients``, when Java and the pinned jars are present.
 
 Every client a check opens is closed when the check ends (``ctx.on_close``).
 Client logging is silenced: a check reports what it observes, not what the
@@ -35,7 +35,7 @@ for _name in ("kafka", "aiokafka"):
 
 CLIENT_MODULES = (
     "confluent_kafka", "confluent_kafka.admin", "kafka", "kafka.admin", "kafka.structs", "aiokafka",
-    "aiokafka.structs", "korvet.tools.java_clients", "korvet.conformance.fuzz",
+    "aiokafka.structs", "korvet.jvm.java_clients", "korvet.conformance.fuzz",
 )
 
 
@@ -229,8 +229,8 @@ def kcat(ctx: CheckContext, args: list[str], *, input_bytes: bytes | None = None
 
 def java_tools(ctx: CheckContext) -> Any:
     """Kafka's Java tools for this broker, or a skip when Java or the pinned jars are missing."""
-    from korvet.tools import kafka_server
-    from korvet.tools.java_clients import KafkaJavaTools
+    from korvet.jvm import kafka_server
+    from korvet.jvm.java_clients import KafkaJavaTools
 
     try:
         kafka_server.java_binary()

@@ -1,7 +1,7 @@
 """A local SparkSession that can read and write Kafka topics (and so Korvet topics).
 
 Spark's Kafka connector is not part of pyspark: its jars are the pinned ``spark``
-set (``korvet/tools/locks/spark.lock``), fetched by the set-up with
+set (``korvet/jvm/locks/spark.lock``), fetched by the set-up with
 ``korvet jars fetch spark`` and handed to Spark with ``spark.jars``. Nothing is
 resolved or downloaded when a session starts (``spark.jars.packages`` would make
 Ivy do exactly that).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from korvet.tools import maven
+from korvet.jvm import maven
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,7 +27,7 @@ from rich.console import Console
 from korvet.conformance import differential, report, runner
 from korvet.conformance.profile import load
 from korvet.conformance.registry import load_checks, select
-from korvet.tools.kafka_server import KafkaServer
+from korvet.jvm.kafka_server import KafkaServer
 from tests.conftest import ROOT, KorvetProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -27,8 +27,8 @@ from korvet.conformance.brokers import BrokerError, ProcessBroker, kfake_binary,
 from korvet.conformance.checks.security import SecurityTarget
 from korvet.conformance.profile import load
 from korvet.conformance.registry import Check, load_checks
+from korvet.devtools.certs import CertificateAuthority
 from korvet.process import free_port
-from korvet.tools.certs import CertificateAuthority
 
 pytestmark = [pytest.mark.slow, pytest.mark.clients]  # starts kfake and drives real clients
 

@@ -23,8 +23,8 @@ from rich.console import Console
 from korvet.conformance import report, runner
 from korvet.conformance.checks.security import SecurityTarget
 from korvet.conformance.registry import Check, load_checks
-from korvet.tools.certs import CertificateAuthority, Issued
-from korvet.tools.kafka_server import KafkaSecurity, KafkaServer
+from korvet.devtools.certs import CertificateAuthority, Issued
+from korvet.jvm.kafka_server import KafkaSecurity, KafkaServer
 from tests.conftest import KORVET, ROOT, KorvetProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

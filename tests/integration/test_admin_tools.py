@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.protocol.kbuild import make, nested
-from korvet.tools.java_clients import KafkaJavaTools
 from tests.conftest import KorvetProcess
 from tests.integration.test_broker_behaviour import fetch_request, list_offsets, xlen
 from tests.integration.test_clients import create_topic

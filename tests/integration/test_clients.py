@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from korvet.core.offsets import EntryId, OffsetCodec
-from korvet.tools.java_clients import KafkaJavaTools, ProduceRecord
+from korvet.jvm.java_clients import KafkaJavaTools, ProduceRecord
 from tests.conftest import KorvetProcess
 from tests.integration import clients
 from tests.integration.clients import Got, Rec

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from korvet.tools.java_clients import ConsumeResult, KafkaJavaTools
+from korvet.jvm.java_clients import ConsumeResult, KafkaJavaTools
 from tests.conftest import KorvetProcess
 from tests.integration import clients
 from tests.integration.clients import Got, Rec

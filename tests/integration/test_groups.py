@@ -31,15 +31,15 @@ from typing import Any
 import pytest
 
 from korvet.core.offsets import OffsetCodec
-from korvet.process import stop_process
-from korvet.spec.replay import replay
-from korvet.spec.validate import summary, validate
-from korvet.tools.java_clients import (
+from korvet.jvm.java_clients import (
     CONSOLE_CONSUMER_MAIN,
     RECORD_SEPARATOR,
     KafkaJavaTools,
     parse_console_records,
 )
+from korvet.process import stop_process
+from korvet.verification.replay import replay
+from korvet.verification.validate import summary, validate
 from tests.conftest import ROOT, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic

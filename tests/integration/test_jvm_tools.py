@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from korvet.tools import maven
-from korvet.tools.java_clients import ConsoleRecord, KafkaJavaTools, ProduceRecord
-from korvet.tools.kafka_server import KafkaServer, jar_classpath
+from korvet.jvm import maven
+from korvet.jvm.java_clients import ConsoleRecord, KafkaJavaTools, ProduceRecord
+from korvet.jvm.kafka_server import KafkaServer, jar_classpath
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from korvet.spec.live import machine, storage
-from korvet.spec.live.actions import Script
-from korvet.spec.live.env import Divergence, Environment, Stats, connect
-from korvet.spec.live.oracle import Flavour
-from korvet.tools.kafka_server import KafkaServer, KafkaToolsError
+from korvet.jvm.kafka_server import KafkaServer, KafkaToolsError
+from korvet.verification.live import machine, storage
+from korvet.verification.live.actions import Script
+from korvet.verification.live.env import Divergence, Environment, Stats, connect
+from korvet.verification.live.oracle import Flavour
 from tests.conftest import KORVET, KorvetProcess
 from tests.support.examples import examples
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from korvet.tools import maven
+from korvet.jvm import maven
 
 LOCAL_REPOSITORY = Path.home() / ".m2" / "repository"
 

@@ -49,7 +49,7 @@ def test_the_wheel_carries_the_broker_and_its_data_files(installed: Path) -> Non
     names = set(zipfile.ZipFile(wheel).namelist())
     for lua in ("append.lua", "bounds.lua", "create_topic.lua", "delete_topic.lua"):
         assert f"korvet/storage/lua/{lua}" in names
-    assert "korvet/tools/locks/kafka.lock" in names
+    assert "korvet/jvm/locks/kafka.lock" in names
     assert "korvet/py.typed" in names
     assert not any(n.startswith(("tests/", "spec/", "docs/")) for n in names)
     where = subprocess.run([str(installed / "venv" / "bin" / "python"), "-c",

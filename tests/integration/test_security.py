@@ -36,9 +36,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from korvet.conformance.checks.security import TlsWireClient
 from korvet.core.security import scram
+from korvet.devtools.certs import CertificateAuthority, Issued
+from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.process import free_port, stop_process
-from korvet.tools.certs import CertificateAuthority, Issued
-from korvet.tools.java_clients import KafkaJavaTools
 from tests.conftest import KORVET, ROOT, KorvetProcess
 
 pytestmark = [pytest.mark.clients]

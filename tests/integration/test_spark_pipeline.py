@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from korvet.jvm.kafka_server import KafkaServer
 from korvet.pipelines import spark_session
 from korvet.pipelines.windowed_aggregates import (
     BatchProgress,
@@ -39,7 +40,6 @@ from korvet.pipelines.windowed_aggregates import (
     run,
     start,
 )
-from korvet.tools.kafka_server import KafkaServer
 from tests.conftest import KORVET, KorvetProcess
 
 if TYPE_CHECKING:

@@ -78,8 +78,8 @@ from korvet.core.coordinator import (
     step,
     timers,
 )
-from korvet.spec import tlc
-from korvet.spec.values import Function, Record, TlaValue, parse_state
+from korvet.verification import tlc
+from korvet.verification.values import Function, Record, TlaValue, parse_state
 from tests.support.examples import examples
 
 pytestmark = pytest.mark.tlc

@@ -75,7 +75,7 @@ from korvet.core.coordinator import (
     to_snapshot,
 )
 from korvet.core.coordinator.invariants import INVARIANTS, OUTPUT_INVARIANTS, violations
-from korvet.spec import tlc
+from korvet.verification import tlc
 from tests.support.examples import examples
 
 RANGE_A = (Protocol("range", b"a"),)

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from korvet.core import lease
-from korvet.spec import tlc
-from korvet.spec.values import ModelValue, TlaValue
+from korvet.verification import tlc
+from korvet.verification.values import ModelValue, TlaValue
 
 MODEL_NAME = "CoordinatorLease-replay"
 

@@ -1,5 +1,5 @@
 """The live runs' oracle without a broker: Kafka's protocol vote, member-id binding, the
-leader sets, request scripts, and the storage model's rules (korvet/spec/live)."""
+leader sets, request scripts, and the storage model's rules (korvet/verification/live)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from korvet.core import coordinator as core
-from korvet.spec.live import actions as act
-from korvet.spec.live.oracle import (
+from korvet.verification.live import actions as act
+from korvet.verification.live.oracle import (
     Flavour,
     GroupOracle,
     OracleError,
@@ -18,8 +18,8 @@ from korvet.spec.live.oracle import (
     kafka_protocol_vote,
     kafka_vote,
 )
-from korvet.spec.live.shrink import shrink, signature
-from korvet.spec.live.storage import (
+from korvet.verification.live.shrink import shrink, signature
+from korvet.verification.live.storage import (
     BAD_EPOCH,
     DUP,
     OK,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from korvet.core.offsets import EntryId, OffsetCodec, OffsetError
-from korvet.spec import tlc
-from korvet.spec.values import Function, ModelValue, Record, TlaValue, format_value
+from korvet.verification import tlc
+from korvet.verification.values import Function, ModelValue, Record, TlaValue, format_value
 
 MODEL_NAME = "OffsetCodec"
 

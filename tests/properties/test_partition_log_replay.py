@@ -24,9 +24,9 @@ import redis
 
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicConfig, trim_policy
-from korvet.spec import tlc
-from korvet.spec.values import Record, TlaValue
 from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_bounds
+from korvet.verification import tlc
+from korvet.verification.values import Record, TlaValue
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
 
 CI_MODELS = ["PartitionLog", "PartitionLog-approximate"]

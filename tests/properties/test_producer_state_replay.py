@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from korvet.spec import tlc
-from korvet.spec.values import Function, ModelValue, Record, TlaValue
+from korvet.verification import tlc
+from korvet.verification.values import Function, ModelValue, Record, TlaValue
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
 
 MODEL_NAME = "ProducerState"

@@ -1,7 +1,7 @@
 """Coordinator event logs written without a broker, line for line as the adapter writes them.
 
 ``SyntheticLog`` steps the pure machine and the I/O boundary (korvet/core/coordinator,
-``durability``; korvet/spec/replay.py's ``boundary`` is the adapter's rule for a taken or
+``durability``; korvet/verification/replay.py's ``boundary`` is the adapter's rule for a taken or
 refused write) and writes the NDJSON lines of korvet/server/coordinator.py: a load line
 with the snapshot at each start, then the Restart step, one line per step (event,
 effects, ``persisted``, replies sent), a stop line. A test decides which writes Redis
@@ -17,7 +17,7 @@ from typing import Any
 from korvet.core import coordinator as core
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
-from korvet.spec.replay import boundary
+from korvet.verification.replay import boundary
 
 GROUP = "synthetic-group"
 TOPIC = "t"

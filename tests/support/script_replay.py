@@ -28,8 +28,8 @@ from importlib import resources
 
 import redis
 
-from korvet.spec import tlc
-from korvet.spec.values import TlaValue, format_value
+from korvet.verification import tlc
+from korvet.verification.values import TlaValue, format_value
 
 StateKey = tuple[tuple[str, TlaValue], ...]
 Snapshot = tuple[bytes | None, ...]

@@ -338,7 +338,7 @@ def kcat_metadata(ctx: CheckContext) -> None:
        source="Apache Kafka 4.3 ConsoleProducer / ConsoleConsumer (the Java client)",
        requires="Java 17+ and the pinned Kafka jars (korvet jars fetch kafka); skipped otherwise")
 def java_console(ctx: CheckContext) -> None:
-    from korvet.tools.java_clients import ProduceRecord
+    from korvet.jvm.java_clients import ProduceRecord
 
     tools = java_tools(ctx)
     ops = Ops(ctx)

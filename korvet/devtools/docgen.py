@@ -1,6 +1,6 @@
 """Generate docs/users/configuration.md from the settings and topic-config tables.
 
-    .venv/bin/python -m korvet.tools.docgen        # rewrite the page
+    .venv/bin/python -m korvet.devtools.docgen        # rewrite the page
     (tests/test_docs.py fails when the committed page differs from what this generates)
 """
 

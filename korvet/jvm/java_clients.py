@@ -28,7 +28,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from korvet.tools.kafka_server import (
+from korvet.jvm.kafka_server import (
     JAR_SET,
     KAFKA_GC_OPTIONS,
     KafkaToolsError,

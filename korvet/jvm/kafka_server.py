@@ -1,7 +1,7 @@
 """Run Apache Kafka (jar set ``kafka``) as a single-node KRaft cluster on loopback.
 
 The server runs in combined mode (one JVM is both broker and controller) from the
-pinned jars of ``korvet/tools/locks/kafka.lock``, in a work directory that holds
+pinned jars of ``korvet/jvm/locks/kafka.lock``, in a work directory that holds
 its ``server.properties``, its data and its log. It listens on free loopback ports
 (never 9092), so several developers can run one each on a shared machine::
 
@@ -42,9 +42,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from korvet.jvm import maven
 from korvet.process import find_java, free_ports, stop_process
 from korvet.protocol.frame_io import call_blocking
-from korvet.tools import maven
 
 JAR_SET = "kafka"
 KAFKA_VERSION = "4.3.1"
@@ -63,7 +63,7 @@ KAFKA_GC_OPTIONS: tuple[str, ...] = (
 DEFAULT_SERVER_JVM_OPTIONS: tuple[str, ...] = ("-Xms128m", "-Xmx512m", *KAFKA_GC_OPTIONS)
 
 _SERVER_LOG4J2 = """\
-# Written by korvet.tools.kafka_server: INFO and up to stdout, which goes to server.log.
+# Written by korvet.jvm.kafka_server: INFO and up to stdout, which goes to server.log.
 status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -77,7 +77,7 @@ logger.state.level = warn
 """
 
 _TOOLS_LOG4J2 = """\
-# Written by korvet.tools.kafka_server: warnings and errors to stderr, so that stdout
+# Written by korvet.jvm.kafka_server: warnings and errors to stderr, so that stdout
 # holds only what a tool prints on purpose.
 status = warn
 appender.err.type = Console
@@ -355,7 +355,7 @@ class KafkaServer:
     def _write_config(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
-        self.config_path.write_text("# written by korvet.tools.kafka_server\n" + "\n".join(lines) + "\n")
+        self.config_path.write_text("# written by korvet.jvm.kafka_server\n" + "\n".join(lines) + "\n")
         self.log4j_path.write_text(_SERVER_LOG4J2)
 
     def format_storage(self) -> None:

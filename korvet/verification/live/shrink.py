@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from korvet.spec.live import actions as act
+from korvet.verification.live import actions as act
 
 Replay = Callable[[act.Script], None]  # raises AssertionError on a difference
 

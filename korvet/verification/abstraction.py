@@ -8,10 +8,10 @@ metadata and leader epochs. What it sees only up to equality is renamed by a ``N
 
 - ``PlainNames`` keeps the strings (the replay's models already use the spec's own
   strings: member ids ``m1``..., assignments and metadata as UTF-8, partition ``pN``);
-- ``korvet.spec.validate`` builds labels from a broker's event log (member ids in order
+- ``korvet.verification.validate`` builds labels from a broker's event log (member ids in order
   of issue, one label per distinct metadata, assignment, partition and offset).
 
-Values are ``korvet.spec.values`` values (``Record``, ``Function``, tuples, frozensets), so
+Values are ``korvet.verification.values`` values (``Record``, ``Function``, tuples, frozensets), so
 they compare as TLC's do and ``format_value`` writes them as TLA+ text.
 
 An effect the spec has no record for (OffsetDelete's reply and order, an OffsetCommit reply
@@ -36,7 +36,7 @@ from korvet.core.coordinator.effects import (
 )
 from korvet.core.coordinator.state import Group, Member, TopicPartition
 from korvet.core.coordinator.state import Protocol as ProtocolEntry
-from korvet.spec.values import Function, Record, TlaValue
+from korvet.verification.values import Function, Record, TlaValue
 
 CONSUMER = "consumer"  # the spec's ProtocolType
 NO_ID = ""  # NoId, NoInstance, NoName, NoAssignment

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from korvet.spec.live.actions import Script
-from korvet.spec.live.env import Divergence, Environment, LiveError, Stats, connect
+from korvet.verification.live.actions import Script
+from korvet.verification.live.env import Divergence, Environment, LiveError, Stats, connect
 
 
 def add_parser(spec_commands: Any) -> None:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(env: Environment, path: Path, as_json: bool) -> int:
-    from korvet.spec.live import machine, storage
+    from korvet.verification.live import machine, storage
 
     try:
         script = Script.load(path)
@@ -108,7 +108,7 @@ def _replay(env: Environment, path: Path, as_json: bool) -> int:
 
 
 def _generate(env: Environment, args: argparse.Namespace, started: float) -> int:
-    from korvet.spec.live import machine, storage
+    from korvet.verification.live import machine, storage
 
     parts = ("groups", "storage") if args.part == "all" else (args.part,)
     figures: dict[str, Stats] = {}

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.spec.live import actions as act
-from korvet.spec.live import shrink
-from korvet.spec.live import wire_groups as wg
-from korvet.spec.live.env import HARNESS_MAX, Environment, Stats
-from korvet.spec.live.groups import GroupRun
+from korvet.verification.live import actions as act
+from korvet.verification.live import shrink
+from korvet.verification.live import wire_groups as wg
+from korvet.verification.live.env import HARNESS_MAX, Environment, Stats
+from korvet.verification.live.groups import GroupRun
 
 
 @dataclass

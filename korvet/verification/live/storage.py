@@ -38,9 +38,9 @@ from korvet.conformance.messages import build_request, error_name
 from korvet.conformance.records import Rec, build_batch, decode_records
 from korvet.conformance.wire import WireClient, WireError
 from korvet.core.admin import delete_records
-from korvet.spec.live import actions as act
-from korvet.spec.live.env import Divergence, Environment, Stats, create_topic
-from korvet.spec.live.oracle import Flavour
+from korvet.verification.live import actions as act
+from korvet.verification.live.env import Divergence, Environment, Stats, create_topic
+from korvet.verification.live.oracle import Flavour
 
 PRODUCE, FETCH, LIST_OFFSETS, DELETE_RECORDS, INIT_PRODUCER_ID = 0, 1, 2, 21, 22
 CACHE_SIZE = 5  # ProducerState CacheSize: append.lua CACHED_BATCHES, Kafka's NUM_BATCHES_TO_RETAIN
@@ -478,7 +478,7 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
 def run_storage(env: Environment, *, examples: int = 25, steps: int = 30,
                 seed: int | None = None, database: Any = None,
                 shrink_seconds: float = 60.0) -> None:
-    from korvet.spec.live.machine import Recorder, run_machine
+    from korvet.verification.live.machine import Recorder, run_machine
 
     recorder = Recorder(part="storage")
 

@@ -1,6 +1,6 @@
 """Run TLC, the TLA+ model checker, and read what it says.
 
-TLC comes from Maven Central (jar set ``tlc``, see korvet/tools/locks/tlc.lock)
+TLC comes from Maven Central (jar set ``tlc``, see korvet/jvm/locks/tlc.lock)
 and runs as ``java -cp <jar> tlc2.TLC -tool ...``. In ``-tool`` mode every
 message is framed as ``@!@!@STARTMSG code:severity @!@!@ ... @!@!@ENDMSG code @!@!@``,
 which this module parses into statistics, a verdict and, on a violation, the
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from korvet.jvm import maven
 from korvet.process import find_java
-from korvet.spec.values import TlaValue, parse_state, parse_value
-from korvet.tools import maven
+from korvet.verification.values import TlaValue, parse_state, parse_value
 
 JAR_SET = "tlc"
 

@@ -29,9 +29,9 @@ from typing import Any
 from korvet.conformance.messages import build_request, error_name
 from korvet.conformance.wire import ConnectionClosed, ResponseTimeout, WireClient, WireError
 from korvet.core import coordinator as core
-from korvet.spec.live import actions as act
-from korvet.spec.live import wire_groups as wg
-from korvet.spec.live.env import (
+from korvet.verification.live import actions as act
+from korvet.verification.live import wire_groups as wg
+from korvet.verification.live.env import (
     CLIENT_HOST,
     REBALANCE_MS,
     SESSION_MS,
@@ -39,7 +39,7 @@ from korvet.spec.live.env import (
     Divergence,
     Environment,
 )
-from korvet.spec.live.oracle import GroupOracle, Prediction, is_placeholder
+from korvet.verification.live.oracle import GroupOracle, Prediction, is_placeholder
 
 UNKNOWN_MEMBER, FENCED, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = 25, 82, 79, 27
 # The requests members send (each names one group).

@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from korvet.spec import replay, tlc, validate
-from korvet.spec.live import cli as live_cli
-from korvet.spec.values import format_value
+from korvet.verification import replay, tlc, validate
+from korvet.verification.live import cli as live_cli
+from korvet.verification.values import format_value
 
 
 def add_parser(commands: Any) -> None:

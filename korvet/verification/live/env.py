@@ -14,7 +14,7 @@ from typing import Any
 from korvet.conformance.messages import build_request
 from korvet.core import coordinator as core
 from korvet.protocol.frame_io import call_blocking
-from korvet.spec.live.oracle import Flavour
+from korvet.verification.live.oracle import Flavour
 
 API_VERSIONS, FIND_COORDINATOR, CREATE_TOPICS, METADATA = 18, 10, 19, 3
 # OffsetCommit and OffsetFetch v10 (Kafka 4.1+) name topics by id: the harness sends v9 at most

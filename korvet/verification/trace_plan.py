@@ -7,7 +7,7 @@ and the replies ``sent``) and a stop (``clean`` when the clean-stop mark was lef
 spec (spec/GroupCoordinatorDurable.tla) models one group, so each group gets its own
 list of entries: every start and stop, and the steps that concern it.
 
-A pass of the Python machine over the log (korvet/spec/replay.py's ``boundary``, the
+A pass of the Python machine over the log (korvet/verification/replay.py's ``boundary``, the
 adapter's own rules) decides what TLC cannot read from the log alone:
 
 - which fresh member id each JoinGroup used (the spec's ``FreshId``, in order of issue);
@@ -33,8 +33,8 @@ from korvet.core import coordinator as core
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_from_json, event_from_json
 from korvet.core.coordinator.machine import raise_generation
-from korvet.spec.abstraction import OutsideSpec, PlainNames, effect_records, group_record
-from korvet.spec.replay import boundary
+from korvet.verification.abstraction import OutsideSpec, PlainNames, effect_records, group_record
+from korvet.verification.replay import boundary
 
 # Python-only steps, by why the spec does not see them (reported per group).
 RESTART = "the Restart step after a load (part of BrokerRestart)"

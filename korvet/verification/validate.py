@@ -37,8 +37,8 @@ from pathlib import Path
 
 from korvet.core import coordinator as core
 from korvet.core.coordinator.durability import BAND
-from korvet.spec import tlc
-from korvet.spec.abstraction import (
+from korvet.verification import tlc
+from korvet.verification.abstraction import (
     NO_ID,
     Names,
     OutsideSpec,
@@ -46,8 +46,8 @@ from korvet.spec.abstraction import (
     group_record,
     protocols,
 )
-from korvet.spec.trace_plan import Entry, GroupPlan, LogError, LogPlan, Segment, plan_log
-from korvet.spec.values import Function, Record, TlaValue, format_value, parse_value
+from korvet.verification.trace_plan import Entry, GroupPlan, LogError, LogPlan, Segment, plan_log
+from korvet.verification.values import Function, Record, TlaValue, format_value, parse_value
 
 MODULE = "GroupCoordinatorTrace"  # spec/GroupCoordinatorTrace.tla, checked by TLC
 DATA_MODULE = "GroupCoordinatorTraceData"  # generated: the log and the constants' values

@@ -1,7 +1,7 @@
 """JVM jars resolved by Maven itself, pinned by version and sha256.
 
 Each *jar set* (``tlc``, ``kafka``, ``spark`` ...) is a lock file in
-``korvet/tools/locks/<set>.lock``: one artifact per line,
+``korvet/jvm/locks/<set>.lock``: one artifact per line,
 ``group:artifact:version[:classifier] <sha256>``. ``ensure()`` makes every jar of a
 set present in a git-ignored folder and returns the class path. Jars that are missing
 there are resolved by **Maven** (``mvn``): Maven downloads them as it downloads anything,
