@@ -165,8 +165,9 @@ async def _group_owner(services: Services, ctx: RequestContext,
         return "the group's coordinator is not known yet"
     reachable = entry.at(ctx.listener_name)
     if reachable is None:
-        log.warning("group %r is coordinated by broker %d, which has no listener %r",
-                    group_id, entry.node_id, ctx.listener_name)
+        # debug: clients ask again and again; Metadata's listing warns once per broker
+        log.debug("group %r is coordinated by broker %d, which has no listener %r",
+                  group_id, entry.node_id, ctx.listener_name)
         return f"the group's coordinator has no listener {ctx.listener_name}"
     return reachable
 
