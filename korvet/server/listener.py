@@ -214,6 +214,13 @@ class KafkaListener:
                         outgoing = asyncio.Queue(maxsize=_MAX_IN_FLIGHT)
                         sender = asyncio.create_task(self._send(conn, slot, outgoing, writer))
                     await outgoing.put(answer)
+                    if not isinstance(answer[0], bytes):
+                        # A Deferred (a Produce with appends queued for Redis): let them go
+                        # out before the next request, which may already be buffered, is
+                        # decoded. Without this yield a backlog of produce requests (after
+                        # any pause of the broker) was decoded whole before its first append
+                        # left, so the broker and Redis took turns instead of working at once.
+                        await asyncio.sleep(0)
                 if conn.state.closing is not None:  # e.g. a failed authentication, answered
                     self.metrics.connection_refused()
                     log.info("closing connection %s (client %r, %s): %s", conn.connection_id,

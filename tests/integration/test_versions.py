@@ -118,3 +118,48 @@ def test_pipelined_requests_are_answered_in_order(korvet: KorvetProcess) -> None
             api, ver = (18, version % 4) if version % 2 else (3, 1)
             correlation, _ = decode_response(client.read_frame(), response_class(api, ver))
             assert correlation == 1000 + version
+
+
+def test_a_burst_of_pipelined_produces_is_stored_and_answered_in_order(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """Produce requests that arrive together (a backlog: each one's append is sent to Redis
+    before the next is decoded) and other requests between them: answers in request order,
+    offsets in request order, and a fetch returns the records in that order."""
+    from aiokafka.record._crecords import DefaultRecordBatch
+
+    create_topic(korvet.bootstrap, unique_name, partitions=1)
+    stamp = int(time.time() * 1000)
+    count = 30
+    with WireClient(korvet.bootstrap) as client:
+        topic_id = _topic_id(client, unique_name)
+        frames = b"".join(
+            encode_request(_produce(9, unique_name, topic_id, build_batch(
+                [Record(stamp, f"k{i}".encode(), b"v" * 100, []) for _ in range(3)]))
+                if i % 3 else request(18, 3, client_software_name="t",
+                                      client_software_version="1"), 5000 + i)
+            for i in range(count))
+        client.send_raw(frames)
+        bases = []
+        for i in range(count):
+            api, version = (0, 9) if i % 3 else (18, 3)
+            correlation, response = decode_response(client.read_frame(), response_class(api, version))
+            assert correlation == 5000 + i
+            if api == 0:
+                result = response.responses[0].partition_responses[0]
+                assert result.error_code == ErrorCode.none
+                bases.append(int(result.base_offset))
+        assert bases == sorted(bases) and len(set(bases)) == len(bases)
+        response = client.request(_fetch(12, unique_name, topic_id, bases[0]))
+        keys = [r.key for batch in _batches(bytes(response.responses[0].partitions[0].records))
+                for r in DefaultRecordBatch(batch)]
+    assert keys == [f"k{i}".encode() for i in range(count) if i % 3 for _ in range(3)]
+
+
+def _batches(data: bytes) -> list[bytes]:
+    """Split a fetch's records into its record batches (base offset 8 B, length 4 B, ...)."""
+    out = []
+    while len(data) >= 12:
+        end = 12 + int.from_bytes(data[8:12], "big")
+        out.append(data[:end])
+        data = data[end:]
+    return out
