@@ -159,3 +159,11 @@ def test_medians_spreads_ratios_and_verdicts() -> None:
     assert judged[("produce p99 < 10 ms at 50,000 rec/s", KORVET_EMBEDDED)].met is True  # median 9
     assert judged[("produce korvet/ceiling ≥ 0.6", KORVET_EMBEDDED)].met is True  # 0.625
     assert judged[("consume ≥ 250,000 rec/s", KORVET_EMBEDDED)].met is None
+    assert not any(goal.startswith("batches") for goal, _ in judged)  # records format run
+    batches = BenchParams(targets=(KORVET_EMBEDDED, KAFKA), clients=(JAVA,), record_sizes=(100,),
+                          topic_configs=("korvet.storage.format=batches",))
+    by_goal = {v.goal: v for v in verdicts(cells, ratios(cells), batches)}
+    assert by_goal["batches produce ≥ 1.0× Kafka (100 B)"].met is False  # 0.2
+    assert by_goal["batches produce ≥ 1.0× Kafka (100 B)"].figure == "0.20 (100,000 / 500,000)"
+    assert by_goal["batches produce korvet/ceiling ≥ 0.8 (100 B)"].met is False  # 0.625
+    assert by_goal["batches consume ≥ 1.0× Kafka (100 B)"].met is None  # the consume run failed

@@ -4,7 +4,8 @@ The same records a client run sent (``record-size`` random uppercase letters, no
 no headers, the batch's clock as timestamp), in batches of the size that client
 run's batches had, go through exactly what the Produce handler does per batch, and
 nothing of the Kafka protocol: ``entries.pack_records`` (for a topic configured with
-``korvet.storage.format=batches``: the batch built once and ``entries.pack_batch``), ``trim_policy`` of the
+``korvet.storage.format=batches``: ``entries.pack_batch`` of a batch built before the clock
+starts, as the broker receives it built), ``trim_policy`` of the
 topic and one append (the atomic append script) per batch, sent on the store's one
 pipe with up to ``--in-flight`` appends unanswered (default 5, a Kafka producer's
 ``max.in.flight.requests.per.connection``), as the broker handles one connection's
@@ -72,10 +73,20 @@ def _minus(after: tuple[float, float], before: tuple[float, float]) -> tuple[flo
     return after[0] - before[0], after[1] - before[1]
 
 
+def _batches(value: bytes, total: int, batch_records: int) -> dict[int, bytes]:
+    """The record batches a producer would send, by record count (a full batch and the last,
+    shorter one), built before the clock starts: the broker receives them built."""
+    now = time.time_ns() // 1_000_000
+    counts = {min(batch_records, total), total % batch_records or batch_records}
+    return {count: build_batch([(now, None, value, [])] * count) for count in counts}
+
+
 async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: int,
-                      batch_records: int, in_flight: int) -> None:
+                      batch_records: int, in_flight: int,
+                      batches: dict[int, bytes] | None = None) -> None:
     """Append ``total`` records, keeping up to ``in_flight`` appends sent and unanswered
-    on the one pipe, as the broker does with a producer's in-flight requests."""
+    on the one pipe, as the broker does with a producer's in-flight requests. A topic that
+    stores batches gets ``batches`` (from ``_batches``), stored as the broker stores them."""
     partitions = topic.partitions
     partition = 0
     left = total
@@ -91,12 +102,14 @@ async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: 
     while left > 0:
         count = min(batch_records, left)
         now = time.time_ns() // 1_000_000
-        records: list[tuple[int, bytes | None, bytes | None, list[entries.Header]]] = [
-            (now, None, value, [])] * count
         if config.stores_batches:  # one entry per batch, as the broker stores it
-            packed = entries.pack_batch(count, now, build_batch(records))
+            if batches is None:
+                batches = _batches(value, total, batch_records)
+            packed = entries.pack_batch(count, now, batches[count])
             trim = trim_policy(config, now, packed.size, count, entries=1)
         else:
+            records: list[tuple[int, bytes | None, bytes | None, list[entries.Header]]] = [
+                (now, None, value, [])] * count
             packed = entries.pack_records(records)
             trim = trim_policy(config, now, packed.size, count)
         pending.append(await store.append_send(topic, partition, packed, count, now, trim,
@@ -144,11 +157,13 @@ async def run(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
             await store.create_topic(name, args.partitions, configs, time.time_ns() // 1_000_000)
             topic = await store.get_topic(name, defaults)
             assert topic is not None
+            batches = (_batches(value, args.num_records, args.batch_records)
+                       if topic.config.stores_batches else None)
             redis_before = await _redis_cpu(client)
             cpu_before = _own_cpu()
             started = time.perf_counter()
             await _append_all(store, topic, value, args.num_records, args.batch_records,
-                              args.in_flight)
+                              args.in_flight, batches)
             produce_seconds = time.perf_counter() - started
             produce_cpu = _minus(_own_cpu(), cpu_before)
             redis_mid = await _redis_cpu(client)

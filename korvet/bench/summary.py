@@ -192,4 +192,33 @@ def verdicts(cells: Sequence[Cell], found_ratios: Sequence[Ratio], params: Bench
                 out.append(Verdict(goal, target, client,
                                    f"{ratio.value:.2f} ({ratio.numerator:,.0f} / {ratio.denominator:,.0f})",
                                    ratio.value >= 0.6))
+    if params.topic_config_map.get(STORAGE_FORMAT_CONFIG) == BATCHES_FORMAT:
+        out.extend(_batches_verdicts(found_ratios, params))
     return [v for v in out if v.target in params.targets]
+
+
+STORAGE_FORMAT_CONFIG = "korvet.storage.format"
+BATCHES_FORMAT = "batches"
+# The targets of the `batches` storage format (issue 16): korvet/kafka and korvet/ceiling in
+# the same run, AOF everysec, every record size and client of the run.
+_BATCHES_GOALS = (("korvet/kafka", PRODUCE, 1.0, "batches produce ≥ 1.0× Kafka"),
+                  ("korvet/kafka", CONSUME, 1.0, "batches consume ≥ 1.0× Kafka"),
+                  ("korvet/ceiling", PRODUCE, 0.8, "batches produce korvet/ceiling ≥ 0.8"))
+
+
+def _batches_verdicts(found_ratios: Sequence[Ratio], params: BenchParams) -> list[Verdict]:
+    out = []
+    for kind, mode, floor, goal in _BATCHES_GOALS:
+        for size in params.record_sizes:
+            for client in params.clients:
+                sized = f"{goal} ({size:,} B)"
+                ratio = next((r for r in found_ratios if r.kind == kind and r.mode == mode
+                              and r.target == KORVET_EMBEDDED and r.client == client
+                              and r.record_size == size), None)
+                if ratio is None:
+                    out.append(Verdict(sized, KORVET_EMBEDDED, client, "not measured", None))
+                else:
+                    out.append(Verdict(sized, KORVET_EMBEDDED, client,
+                                       f"{ratio.value:.2f} ({ratio.numerator:,.0f} / "
+                                       f"{ratio.denominator:,.0f})", ratio.value >= floor))
+    return out

@@ -69,7 +69,8 @@ class FrameDecoder:
         if size < 0 or len(self._buffer) < SIZE_BYTES + size:
             return None
         end = SIZE_BYTES + size
-        frame = bytes(self._buffer[SIZE_BYTES:end])
+        with memoryview(self._buffer) as view:  # one copy (a slice of the bytearray is one more)
+            frame = bytes(view[SIZE_BYTES:end])
         del self._buffer[:end]
         self._next_size = -1
         return frame

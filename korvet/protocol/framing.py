@@ -23,6 +23,8 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from korvet.protocol.response_templates import ProduceTemplates
+
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -159,17 +161,29 @@ def _response_writers(
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
-    """Size-prefixed response frame for a kio response dataclass."""
+    """Size-prefixed response frame for a kio response dataclass (a Produce response from a
+    template of its shape when there is one: response_templates.py, the same bytes)."""
+    if getattr(response, "__api_key__", None) == _PRODUCE:
+        return _PRODUCE_TEMPLATES.encode(correlation_id, response)
+    return _encode_with_kio(correlation_id, response)
+
+
+def _encode_with_kio(correlation_id: int, response: Any) -> bytes:
     header_writer, body_writer, header_schema = _response_writers(type(response))
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     header_writer(buffer, header_schema(correlation_id=correlation_id))
     body_writer(buffer, response)
-    data = buffer.getbuffer()
-    _SIZE.pack_into(data, 0, len(data) - 4)
-    out = bytes(data)
-    data.release()
-    return out
+    # The size goes in place and getvalue() hands out BytesIO's own bytes: no copy of a
+    # response that may carry a megabyte of records.
+    size = buffer.tell() - 4
+    buffer.seek(0)
+    buffer.write(_SIZE.pack(size))
+    return buffer.getvalue()
+
+
+_PRODUCE = 0
+_PRODUCE_TEMPLATES = ProduceTemplates(_encode_with_kio)
 
 
 def response_class(api_key: int, api_version: int) -> type[Any]:

@@ -114,6 +114,8 @@ class RedisStore:
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
         self._holder_loaded = False
+        # Per (topic, partition, topic id): the fixed parts of its append command.
+        self._append_heads: dict[tuple[str, int, str, int], tuple[str, bytes, bytes, bytes]] = {}
         self._stamp_script = _lua("stamp_partition.lua")
         self._drop_script = _lua("drop_partition.lua")
         # Appends go down one connection per master, in order (storage/pipe.py); on Redis
@@ -298,27 +300,54 @@ class RedisStore:
                           count: int, now_ms: int, trim: TrimPolicy,
                           producer: ProducerBatch) -> asyncio.Future[Any]:
         """Send the append now, on the shared pipe (commands run in the order sent); the
-        returned future holds the script's reply, for ``append_result``. The arguments
-        before the records are packed by hiredis (redis-py's asyncio client packs in pure
-        Python, which costs more than the append), the records come packed already."""
-        codec_bits = topic.config.sequence_bits
-        stream = self.stream_key(topic.name, partition)
-        head = hiredis.pack_command((  # type: ignore[arg-type]
-            "EVALSHA", self._append.sha, 4, stream,
-            self.meta_key(topic.name, partition), self.meta_key(topic.name, partition),
-            self.waiting_key(stream),
-            now_ms, codec_bits, partition, topic.topic_id,
-            trim.min_id_ms, trim.max_len, 1 if trim.approximate else 0,
-            producer.producer_id, producer.producer_epoch, producer.base_sequence,
-            producer.last_sequence, count, self.append_channel,
-        ))
-        # hiredis counted the head's arguments alone ("*20\r\n"); the records follow them.
-        end = head.index(b"\r\n")
-        packed = b"*%d\r\n" % (int(head[1:end]) + records.args) + head[end + 2:] + records.body
+        returned future holds the script's reply, for ``append_result``. The command is packed
+        here (redis-py's asyncio client packs in pure Python, which costs more than the
+        append): a partition's fixed arguments once (``_append_head``), the records come
+        packed already."""
+        stream, packed = self.append_command(topic, partition, records, count, now_ms, trim,
+                                             producer)
         if self.cluster is not None:
             return await self.cluster.send(stream, packed)
         assert self.pipe is not None
         return await self.pipe.send(packed)
+
+    def append_command(self, topic: TopicInfo, partition: int, records: PackedRecords,
+                       count: int, now_ms: int, trim: TrimPolicy,
+                       producer: ProducerBatch) -> tuple[str, bytes]:
+        """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
+        with its keys and ARGV (in the script's order), then the records."""
+        fixed = self._append_heads.get(
+            (topic.name, partition, topic.topic_id, topic.config.sequence_bits))
+        if fixed is None:
+            fixed = self._append_head(topic, partition)
+        stream, keys, middle, channel = fixed
+        # The command in one join, the records' bytes copied once: its arguments are the
+        # script's sha and keys, then ARGV in append.lua's order, then the records.
+        packed = b"".join((
+            b"*%d\r\n" % (_APPEND_HEAD_ARGS + records.args), keys, _bulk_int(now_ms), middle,
+            _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
+            _ONE if trim.approximate else _ZERO,
+            _bulk_int(producer.producer_id), _bulk_int(producer.producer_epoch),
+            _bulk_int(producer.base_sequence), _bulk_int(producer.last_sequence),
+            _bulk_int(count), channel, records.body))
+        return stream, packed
+
+    def _append_head(self, topic: TopicInfo, partition: int) -> tuple[str, bytes, bytes, bytes]:
+        """The parts of a partition's append command that do not change from one append to
+        the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel."""
+        stream = self.stream_key(topic.name, partition)
+        meta = self.meta_key(topic.name, partition)
+        keys = hiredis.pack_command((  # type: ignore[arg-type]
+            "EVALSHA", self._append.sha, 4, stream, meta, meta, self.waiting_key(stream)))
+        middle = hiredis.pack_command((  # type: ignore[arg-type]
+            topic.config.sequence_bits, partition, topic.topic_id))
+        channel = hiredis.pack_command((self.append_channel,))
+        # pack_command starts each with its own "*<n>\r\n": the parts go without it.
+        fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel))
+        if len(self._append_heads) >= _APPEND_HEADS_KEPT:
+            self._append_heads.clear()
+        self._append_heads[(topic.name, partition, topic.topic_id, topic.config.sequence_bits)] = fixed
+        return fixed
 
     @staticmethod
     async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
@@ -430,6 +459,21 @@ def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | Non
     start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
              else codec.last_offset_of(first_id) + 1)
     return min(start, end), end
+
+
+_APPEND_HEAD_ARGS = 20  # EVALSHA, sha, numkeys, 4 keys, 13 ARGV before the records
+_APPEND_HEADS_KEPT = 100_000
+_ONE = b"$1\r\n1\r\n"
+_ZERO = b"$1\r\n0\r\n"
+
+
+def _bulk_int(value: int) -> bytes:
+    text = b"%d" % value
+    return b"$%d\r\n%s\r\n" % (len(text), text)
+
+
+def _without_count(packed: bytes) -> bytes:
+    return packed[packed.index(b"\r\n") + 2:]
 
 
 def _escape(pattern: str) -> str:

@@ -6,10 +6,13 @@ records would differ from what was produced."""
 from __future__ import annotations
 
 import hiredis
+import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage import entries
+from korvet.storage.redis_store import ProducerBatch, RedisStore
 
 _header_names = st.text(max_size=12)
 _bytes_or_none = st.one_of(st.none(), st.binary(max_size=300))
@@ -40,3 +43,34 @@ def test_a_null_value_and_a_null_header_stay_distinguishable_from_empty_ones() -
     assert null_value.body != empty_value.body
     assert b"header-null.h" in null_value.body and b"header.h" in empty_value.body
     assert null_value.args == 5 and empty_value.args == 7
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(partition=st.integers(0, 1000), bits=st.integers(1, 20),
+       now=st.integers(0, 2**45), trim=st.tuples(_INT64, _INT64, st.booleans()),
+       producer=st.tuples(_INT64, st.integers(-1, 2**15), st.integers(-1, 2**31 - 1),
+                          st.integers(-1, 2**31 - 1)),
+       count=st.integers(1, 10_000), records=_records)
+def test_the_append_command_is_what_hiredis_packs_of_its_arguments(
+        partition: int, bits: int, now: int, trim: tuple[int, int, bool],
+        producer: tuple[int, int, int, int], count: int, records: list[entries.Record]) -> None:
+    """``RedisStore.append_command`` packs a partition's fixed arguments once and the rest per
+    append; Redis must get the very command hiredis packs of append.lua's argument list."""
+    store = RedisStore(aioredis.Redis(), keyspace="ks")  # packs only: never connects
+    topic = TopicInfo("orders", "0b7c9b2e-0d5f-4e33-9f0a-3d4b3b1c2a10", partition + 1,
+                      TopicConfig({"korvet.sequence.bits": str(bits)}))
+    packed = entries.pack_records(records)
+    for _ in range(2):  # the second from the cached fixed parts
+        stream, command = store.append_command(
+            topic, partition, packed, count, now, TrimPolicy(*trim), ProducerBatch(*producer))
+        fields: list[bytes | int] = []
+        entries.encode_records(records, fields)
+        meta = store.meta_key(topic.name, partition)
+        expected = hiredis.pack_command((  # type: ignore[arg-type]
+            "EVALSHA", store._append.sha, 4, stream, meta, meta,
+            store.waiting_key(stream), now, bits, partition, topic.topic_id, trim[0], trim[1],
+            1 if trim[2] else 0, *producer, count, store.append_channel, *fields))
+        assert stream == store.stream_key(topic.name, partition)
+        assert command == expected
