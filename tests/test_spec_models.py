@@ -46,10 +46,15 @@ def test_the_manifest_lists_ci_models() -> None:
     assert CI_MODELS, "spec/models.yaml lists no tier-ci model"
 
 
+ALL_PERTURB_KINDS = frozenset({"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
+                               "DeleteGroups", "Restart", "Crash"})
+
+
 def test_group_coordinator_descriptions_match_their_configs() -> None:
     """What models.yaml says a model covers is what its config binds: the generations a
     CONSTRAINT model explores (MaxGeneration), the perturbations a liveness model allows
-    (Budget) and the generations that bounds (GenerationBounded: 0..2*Budget+1)."""
+    (Budget, and PerturbKinds: each kind named, or "every kind") and the generations that
+    bounds (GenerationBounded: 0..2*Budget+1)."""
     models = [m for m in tlc.load_models(tlc.spec_dir())
               if m.module in ("GroupCoordinator", "GroupCoordinatorLive")]
     assert models
@@ -60,6 +65,12 @@ def test_group_coordinator_descriptions_match_their_configs() -> None:
             assert isinstance(budget, int)
             plural = "" if budget == 1 else "s"
             wanted = [f"{budget} perturbation{plural}", f"generations 0..{2 * budget + 1}"]
+            kinds = constants["PerturbKinds"]
+            assert isinstance(kinds, frozenset) and kinds <= ALL_PERTURB_KINDS, (model.name, kinds)
+            if kinds == ALL_PERTURB_KINDS:
+                wanted.append("every kind of perturbation")
+            else:
+                wanted.extend(sorted(str(kind) for kind in kinds))
             if model.expect == "violation":
                 wanted = []
         else:
