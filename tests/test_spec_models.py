@@ -77,3 +77,24 @@ def test_group_coordinator_descriptions_match_their_configs() -> None:
             wanted = [f"generations 0..{constants['MaxGeneration']}"]
         for text in wanted:
             assert text in model.description, (model.name, text, model.description)
+
+
+def test_a_temporal_violation_is_named_after_the_one_property_checked() -> None:
+    """TLC says only "Temporal properties were violated"; a model that checks one property
+    (the stuck-join mutant) gets it named, so expect_invariant can say which one failed.
+    A model that checks several keeps TLC's words: naming one of them would be a guess."""
+    spec = tlc.spec_dir()
+    assert tlc.read_properties(spec / "GroupCoordinatorLiveStuckJoin.cfg") == ["JoinsAnswered"]
+    live_properties = tlc.read_properties(spec / "GroupCoordinatorLive.cfg")
+    assert {"JoinsAnswered", "SyncsAnswered", "RebalanceCompletes"} <= set(live_properties)
+    for config, wanted in (("GroupCoordinatorLiveStuckJoin.cfg", "Temporal property JoinsAnswered"),
+                           ("GroupCoordinatorLive.cfg", "Temporal property Temporal properties "
+                                                        "were violated.")):
+        model = tlc.Model(name="m", module="GroupCoordinatorLive", config=config,
+                          expect="violation", expect_invariant="JoinsAnswered")
+        output = ("@!@!@STARTMSG 2116:1 @!@!@\nTemporal properties were violated.\n"
+                  "@!@!@ENDMSG 2116 @!@!@\n")
+        result = tlc.interpret(model, output, 12, 1.0)
+        tlc.name_temporal_violation(result, spec / config)
+        assert result.violated == wanted
+        assert result.as_expected == (config == "GroupCoordinatorLiveStuckJoin.cfg")

@@ -264,11 +264,11 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
         exit_code = process.wait()
         wall = time.monotonic() - started
     result = interpret(model, "".join(chunks), exit_code, wall)
-    _name_temporal_violation(result, directory / model.config)
+    name_temporal_violation(result, directory / model.config)
     return result
 
 
-def _name_temporal_violation(result: TlcResult, cfg: Path) -> None:
+def name_temporal_violation(result: TlcResult, cfg: Path) -> None:
     """TLC says only "Temporal properties were violated", never which one. A model
     that expects a temporal property to fail checks that property alone, so the
     property its config lists is the one violated: name it, as invariants are named."""
