@@ -31,9 +31,14 @@
 (* Besides, the clients may perturb the group Budget times in all: any     *)
 (* request of Next (any member id, any parameters: new members, leaves,   *)
 (* metadata changes, stale generations, deletes), a broker restart, or a   *)
-(* client crash.  The budget keeps the model finite without a CONSTRAINT   *)
-(* or a VIEW: TLC explores every behaviour, and no behaviour is cut short  *)
+(* client crash; PerturbKinds says which of these kinds a model allows.    *)
+(* The budget keeps the model finite without a CONSTRAINT or a VIEW: TLC   *)
+(* explores every behaviour, and no behaviour is cut short                 *)
 (* (GenerationBounded shows that the budget bounds the generations).       *)
+(* Perturbations are never switched off: the budget is part of the state, *)
+(* so a behaviour stops perturbing only by its own choice, and fairness    *)
+(* (on timers, time and live clients only, never on Perturb or            *)
+(* ClientStart) constrains the rest of every behaviour.                    *)
 (*                                                                         *)
 (* Properties: no timer ever removes a member whose client is live         *)
 (* (NeverEvicted); every held-back JoinGroup and SyncGroup is answered     *)
@@ -44,18 +49,28 @@
 (* again (TimePasses: no client is left owing a request it cannot send).  *)
 (* The model GroupCoordinator-liveness-no-rearm shows that NeverEvicted    *)
 (* is not vacuous: with a coordinator that does not re-arm a session on a  *)
-(* heartbeat, TLC finds the eviction.                                      *)
+(* heartbeat, TLC finds the eviction.  GroupCoordinator-liveness-stuck-    *)
+(* join does the same for JoinsAnswered: with a coordinator that ends only *)
+(* a group's first join phase, TLC finds a JoinGroup held back forever.    *)
 (***************************************************************************)
 EXTENDS GroupCoordinator
 
 CONSTANTS
     Budget,          \* how many perturbations the clients may make, in all
+    PerturbKinds,    \* the kinds of perturbation they may make (within AllPerturbKinds)
     SessionTicks,    \* the session timeout
     HeartbeatTicks,  \* a live client sends a heartbeat at least this often
     RebalanceTicks,  \* the rebalance timeout: the join phase (and its initial delay), pending syncs
     NewMemberTicks   \* the new-member join timeout
 
+\* Every kind of perturbation: a request of Next (any member id, any parameters),
+\* a broker restart, a client crash.
+AllPerturbKinds ==
+    {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "DeleteGroups",
+     "Restart", "Crash"}
+
 ASSUME /\ Budget \in Nat
+       /\ PerturbKinds \subseteq AllPerturbKinds
        /\ 0 < HeartbeatTicks /\ HeartbeatTicks < SessionTicks
        /\ HeartbeatTicks < RebalanceTicks /\ RebalanceTicks < NewMemberTicks
 
@@ -189,14 +204,14 @@ Crash ==
 Perturb ==
     /\ budget > 0
     /\ budget' = budget - 1
-    /\ \/ JoinGroup /\ Coordinator("JoinGroup", NoId)
-       \/ SyncGroup /\ Coordinator("SyncGroup", NoId)
-       \/ Heartbeat /\ Coordinator("Heartbeat", NoId)
-       \/ LeaveGroup /\ Coordinator("LeaveGroup", NoId)
-       \/ OffsetCommit /\ Coordinator("OffsetCommit", NoId)
-       \/ DeleteGroups /\ Coordinator("DeleteGroups", NoId)
-       \/ Restart /\ Coordinator("Restart", NoId)
-       \/ Crash
+    /\ \/ "JoinGroup" \in PerturbKinds /\ JoinGroup /\ Coordinator("JoinGroup", NoId)
+       \/ "SyncGroup" \in PerturbKinds /\ SyncGroup /\ Coordinator("SyncGroup", NoId)
+       \/ "Heartbeat" \in PerturbKinds /\ Heartbeat /\ Coordinator("Heartbeat", NoId)
+       \/ "LeaveGroup" \in PerturbKinds /\ LeaveGroup /\ Coordinator("LeaveGroup", NoId)
+       \/ "OffsetCommit" \in PerturbKinds /\ OffsetCommit /\ Coordinator("OffsetCommit", NoId)
+       \/ "DeleteGroups" \in PerturbKinds /\ DeleteGroups /\ Coordinator("DeleteGroups", NoId)
+       \/ "Restart" \in PerturbKinds /\ Restart /\ Coordinator("Restart", NoId)
+       \/ "Crash" \in PerturbKinds /\ Crash
 
 -----------------------------------------------------------------------------
 (* Live clients keeping their part (each step free and weakly fair) *)
@@ -376,5 +391,16 @@ TimePasses == []<>TimeCanPass
 \* The broken coordinator of GroupCoordinator-liveness-no-rearm: a heartbeat does
 \* not re-arm the member's session (the cfg substitutes it for HeartbeatsAccepted).
 NoHeartbeatRearms == {}
+
+\* The broken coordinator of GroupCoordinator-liveness-stuck-join: it ends a group's
+\* first join phase (the one that started from Empty) but no later one: a join
+\* phase that started from a Stable or CompletingRebalance group keeps waiting
+\* as if nobody had rejoined (the cfg substitutes it for CompleteJoin; Spec is
+\* GroupCoordinator.tla's, unchanged).
+Spec0 == INSTANCE GroupCoordinator
+FirstJoinPhaseOnly(g) == IF g.initialRebalance THEN Spec0!CompleteJoin(g) ELSE <<g, {}>>
+
+\* One protocol, no metadata change (the CI liveness models).
+ProtocolsOne == {<<<<"range", "a">>>>}
 
 =============================================================================

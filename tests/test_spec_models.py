@@ -46,10 +46,15 @@ def test_the_manifest_lists_ci_models() -> None:
     assert CI_MODELS, "spec/models.yaml lists no tier-ci model"
 
 
+ALL_PERTURB_KINDS = frozenset({"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
+                               "DeleteGroups", "Restart", "Crash"})
+
+
 def test_group_coordinator_descriptions_match_their_configs() -> None:
     """What models.yaml says a model covers is what its config binds: the generations a
     CONSTRAINT model explores (MaxGeneration), the perturbations a liveness model allows
-    (Budget) and the generations that bounds (GenerationBounded: 0..2*Budget+1)."""
+    (Budget, and PerturbKinds: each kind named, or "every kind") and the generations that
+    bounds (GenerationBounded: 0..2*Budget+1)."""
     models = [m for m in tlc.load_models(tlc.spec_dir())
               if m.module in ("GroupCoordinator", "GroupCoordinatorLive")]
     assert models
@@ -60,9 +65,36 @@ def test_group_coordinator_descriptions_match_their_configs() -> None:
             assert isinstance(budget, int)
             plural = "" if budget == 1 else "s"
             wanted = [f"{budget} perturbation{plural}", f"generations 0..{2 * budget + 1}"]
+            kinds = constants["PerturbKinds"]
+            assert isinstance(kinds, frozenset) and kinds <= ALL_PERTURB_KINDS, (model.name, kinds)
+            if kinds == ALL_PERTURB_KINDS:
+                wanted.append("every kind of perturbation")
+            else:
+                wanted.extend(sorted(str(kind) for kind in kinds))
             if model.expect == "violation":
                 wanted = []
         else:
             wanted = [f"generations 0..{constants['MaxGeneration']}"]
         for text in wanted:
             assert text in model.description, (model.name, text, model.description)
+
+
+def test_a_temporal_violation_is_named_after_the_one_property_checked() -> None:
+    """TLC says only "Temporal properties were violated"; a model that checks one property
+    (the stuck-join mutant) gets it named, so expect_invariant can say which one failed.
+    A model that checks several keeps TLC's words: naming one of them would be a guess."""
+    spec = tlc.spec_dir()
+    assert tlc.read_properties(spec / "GroupCoordinatorLiveStuckJoin.cfg") == ["JoinsAnswered"]
+    live_properties = tlc.read_properties(spec / "GroupCoordinatorLive.cfg")
+    assert {"JoinsAnswered", "SyncsAnswered", "RebalanceCompletes"} <= set(live_properties)
+    for config, wanted in (("GroupCoordinatorLiveStuckJoin.cfg", "Temporal property JoinsAnswered"),
+                           ("GroupCoordinatorLive.cfg", "Temporal property Temporal properties "
+                                                        "were violated.")):
+        model = tlc.Model(name="m", module="GroupCoordinatorLive", config=config,
+                          expect="violation", expect_invariant="JoinsAnswered")
+        output = ("@!@!@STARTMSG 2116:1 @!@!@\nTemporal properties were violated.\n"
+                  "@!@!@ENDMSG 2116 @!@!@\n")
+        result = tlc.interpret(model, output, 12, 1.0)
+        tlc.name_temporal_violation(result, spec / config)
+        assert result.violated == wanted
+        assert result.as_expected == (config == "GroupCoordinatorLiveStuckJoin.cfg")

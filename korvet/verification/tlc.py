@@ -263,13 +263,43 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
                     on_progress(_int(stats.group(1)), _int(stats.group(2)))
         exit_code = process.wait()
         wall = time.monotonic() - started
-    return interpret(model, "".join(chunks), exit_code, wall)
+    result = interpret(model, "".join(chunks), exit_code, wall)
+    name_temporal_violation(result, directory / model.config)
+    return result
+
+
+def name_temporal_violation(result: TlcResult, cfg: Path) -> None:
+    """TLC says only "Temporal properties were violated", never which one. A model
+    that expects a temporal property to fail checks that property alone, so the
+    property its config lists is the one violated: name it, as invariants are named."""
+    if result.outcome != "violation" or not result.violated.startswith("Temporal property"):
+        return
+    properties = read_properties(cfg) if cfg.is_file() else []
+    if len(properties) == 1:
+        result.violated = f"Temporal property {properties[0]}"
 
 
 # --- a model's constants, read from its .cfg (for the replays) ---------------------------
 
 _CFG_KEYWORDS = re.compile(r"^(SPECIFICATION|CONSTANTS?|CONSTRAINTS?|INVARIANTS?|PROPERTY|"
                            r"PROPERTIES|INIT|NEXT|SYMMETRY|VIEW|ALIAS|CHECK_DEADLOCK)\b")
+
+
+def read_properties(cfg: Path) -> list[str]:
+    """The temporal properties a model config asks TLC to check (PROPERTY/PROPERTIES)."""
+    properties: list[str] = []
+    in_properties = False
+    for raw in cfg.read_text().splitlines():
+        line = raw.split("\\*", 1)[0].strip()
+        if not line:
+            continue
+        keyword = _CFG_KEYWORDS.match(line)
+        if keyword:
+            in_properties = keyword.group(1).startswith("PROPERT")
+            line = line[keyword.end():].strip()
+        if in_properties:
+            properties.extend(line.split())
+    return properties
 
 
 def read_constants(cfg: Path) -> dict[str, TlaValue]:
