@@ -25,6 +25,8 @@ class RedisCluster:
     folder: Path
     ports: list[int] = field(default_factory=list)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    node_timeout_ms: int = 2000  # cluster-node-timeout: how long until a dead master's replica is promoted
+    killed: set[int] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -44,7 +46,7 @@ class RedisCluster:
                 [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
                  "--cluster-enabled", "yes",
                  "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
-                 "2000", "--appendonly", "no", "--save", "", "--dir", str(node),
+                 str(self.node_timeout_ms), "--appendonly", "no", "--save", "", "--dir", str(node),
                  "--protected-mode", "no", "--logfile", str(node / "redis.log")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + timeout
@@ -63,14 +65,17 @@ class RedisCluster:
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
 
+    def live(self) -> list[int]:
+        return [p for p in self.ports if p not in self.killed]
+
     def masters(self) -> list[int]:
-        return [p for p in self.ports if self.role(p) == "master"]
+        return [p for p in self.live() if self.role(p) == "master"]
 
     def role(self, port: int) -> str:
         return str(self.client(port).info("replication")["role"])
 
     def replica_of(self, master: int) -> int:
-        for port in self.ports:
+        for port in self.live():
             info = self.client(port).info("replication")
             if info["role"] == "slave" and int(info["master_port"]) == master:
                 return port
@@ -88,16 +93,18 @@ class RedisCluster:
 
     def _settled(self) -> bool:
         views = set()
-        for port in self.ports:
+        for port in self.live():
             client = self.client(port)
             if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
                 return False
             nodes = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
             text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
             views.add(frozenset(line.split()[1].split("@")[0] for line in text.splitlines()
-                                if "master" in line.split()[2]))
+                                if _serving_master(line.split()[2].split(","))))
         if len(views) != 1 or len(next(iter(views))) != 3:
             return False
+        if self.killed:  # a crashed master's replica stays without one
+            return True
         for master in self.masters():
             info = self.client(master).info("replication")
             if int(info.get("connected_slaves", 0)) < 1:
@@ -116,6 +123,26 @@ class RedisCluster:
         self.wait_settled(timeout)
         return replica
 
+    def crash(self, master: int, timeout: float = 30.0) -> tuple[int, float]:
+        """``kill -9`` of ``master``: its replica is promoted once the other masters have
+        not heard from it for ``node_timeout_ms`` and it won the election. Returns the
+        replica's port and the seconds from the kill until it served as master (its own
+        view); then waits until every live node agrees."""
+        replica = self.replica_of(master)
+        process = self.processes[self.ports.index(master)]
+        process.kill()
+        process.wait()
+        killed_at = time.monotonic()
+        self.killed.add(master)
+        deadline = killed_at + timeout
+        while self.role(replica) != "master":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica} was not promoted after {master} died")
+            time.sleep(0.02)
+        promoted = time.monotonic() - killed_at
+        self.wait_settled(timeout)
+        return replica, promoted
+
     def stop(self) -> None:
         for process in self.processes:
             stop_process(process)
@@ -127,3 +154,9 @@ def _answers(port: int) -> bool:
         return bool(redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
     except (redis.ConnectionError, OSError):
         return False
+
+
+def _serving_master(flags: list[str]) -> bool:
+    """A CLUSTER NODES line's flags: a master not known to have failed (a crashed master
+    stays listed as ``master,fail`` until it comes back)."""
+    return "master" in flags and "fail" not in flags
