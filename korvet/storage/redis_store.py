@@ -28,7 +28,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from importlib import resources
 from typing import Any
@@ -101,8 +101,14 @@ __all__ = ["AppendResult", "AppendStatus", "CreateOutcome", "OldLayoutError", "P
 
 
 class RedisStore:
-    def __init__(self, client: aioredis.Redis, keyspace: str = "korvet") -> None:
+    def __init__(self, client: aioredis.Redis, keyspace: str = "korvet", *,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
         self.redis = client
+        # acks=all appends are answered once this many replicas have them (WAIT; 0: once
+        # the master has them, Redis' asynchronous replication)
+        self.wait_replicas = wait_replicas
+        self._wait = (hiredis.pack_command(("WAIT", wait_replicas, wait_timeout_ms))  # type: ignore[arg-type]
+                      if wait_replicas > 0 else None)
         self.ks = keyspace
         # Raw [id, [f1, v1, ...]] replies: redis-py's default turns fields into a dict, which
         # would lose repeated header names (and costs a third of the read time).
@@ -289,18 +295,21 @@ class RedisStore:
     # --- the log --------------------------------------------------------------------
 
     async def append(self, topic: TopicInfo, partition: int, records: PackedRecords, count: int,
-                     now_ms: int, trim: TrimPolicy, producer: ProducerBatch) -> AppendResult:
+                     now_ms: int, trim: TrimPolicy, producer: ProducerBatch, *,
+                     replicated: bool = False) -> AppendResult:
         """Append one batch: ``records`` from ``entries.pack_records``."""
         return await self.append_result(
-            topic, await self.append_send(topic, partition, records, count, now_ms, trim, producer))
+            topic, await self.append_send(topic, partition, records, count, now_ms, trim, producer,
+                                          replicated=replicated))
 
     async def append_send(self, topic: TopicInfo, partition: int, records: PackedRecords,
                           count: int, now_ms: int, trim: TrimPolicy,
-                          producer: ProducerBatch) -> asyncio.Future[Any]:
+                          producer: ProducerBatch, *, replicated: bool = False) -> asyncio.Future[Any]:
         """Send the append now, on the shared pipe (commands run in the order sent); the
         returned future holds the script's reply, for ``append_result``. The arguments
         before the records are packed by hiredis (redis-py's asyncio client packs in pure
-        Python, which costs more than the append), the records come packed already."""
+        Python, which costs more than the append), the records come packed already.
+        ``replicated`` (acks=all): followed by WAIT when ``wait_replicas`` asks for it."""
         codec_bits = topic.config.sequence_bits
         stream = self.stream_key(topic.name, partition)
         head = hiredis.pack_command((  # type: ignore[arg-type]
@@ -315,14 +324,22 @@ class RedisStore:
         # hiredis counted the head's arguments alone ("*20\r\n"); the records follow them.
         end = head.index(b"\r\n")
         packed = b"*%d\r\n" % (int(head[1:end]) + records.args) + head[end + 2:] + records.body
+        wait = self._wait if replicated else None
         if self.cluster is not None:
-            return await self.cluster.send(stream, packed)
+            return await self.cluster.send(stream, packed, wait)
         assert self.pipe is not None
-        return await self.pipe.send(packed)
+        return await self.pipe.send(packed, wait)
 
-    @staticmethod
-    async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
-        return _append_result(OffsetCodec(topic.config.sequence_bits), await sent)
+    async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
+        reply = await sent
+        if isinstance(reply, tuple):  # (the script's reply, replicas that have it: WAIT)
+            reply, replicas = reply
+            result = _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+            if replicas < self.wait_replicas and result.status in (AppendStatus.OK,
+                                                                     AppendStatus.DUPLICATE):
+                return replace(result, status=AppendStatus.NOT_REPLICATED)
+            return result
+        return _append_result(OffsetCodec(topic.config.sequence_bits), reply)
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.

@@ -110,7 +110,8 @@ class ProduceHandler:
                     self.metrics.produce_error(refusal.code)
                 else:
                     outcome = await self._send_partition(topic, partition.index,
-                                                         partition.records, started)
+                                                         partition.records, started,
+                                                         replicated=request.acks == -1)
                     if isinstance(outcome, PartitionOutcome):
                         self.metrics.produce_error(outcome.error)
                     results.append(outcome)
@@ -134,7 +135,7 @@ class ProduceHandler:
         task.add_done_callback(self._unanswered.discard)
 
     async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
-                              started: float) -> Outcome:
+                              started: float, *, replicated: bool = False) -> Outcome:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
@@ -162,7 +163,7 @@ class ProduceHandler:
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
         try:
             sent = await services.store.append_send(topic, index, packed, count, now, trim,
-                                                    producer)
+                                                    producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
         return self._appended(topic, index, batch, count, now, sent, started)
