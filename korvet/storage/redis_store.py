@@ -355,30 +355,24 @@ class RedisStore:
             return await self._read(reads)
 
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
-        if not self._holder_loaded and any(t.config.stores_batches for t, *_ in reads):
-            # EVALSHA in a pipeline: redis-py's own script objects would check every pipeline's
-            # scripts with SCRIPT EXISTS first, a round trip per fetch.
-            await self.redis.script_load(self._batch_holder.script)
-            self._holder_loaded = True
+        firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
+                  for topic, _p, offset, _c in reads]
+        holders = await self._holders(reads, firsts)
         pipe = self.redis.pipeline(transaction=False)
-        for topic, partition, offset, count in reads:
-            codec = OffsetCodec(topic.config.sequence_bits)
+        for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
             stream = self.stream_key(topic.name, partition)
-            # Past the last offset there is nothing to read: from the first id after it (only
-            # ids wider than bits, which have no offset, can be there). Clamping the offset
-            # instead returned the last record for a fetch one past it (spec/PartitionLog.tla).
-            first = (str(codec.decode(offset)) if offset <= codec.max_offset
-                     else f"({codec.decode(codec.max_offset)}")
-            if topic.config.stores_batches:
+            if topic.config.stores_batches and self.cluster is None:
                 # The batch holding the offset starts below it (a fetch from inside a batch).
-                pipe.evalsha(self._batch_holder.sha, 1, stream, first, codec.bits)
+                pipe.evalsha(self._batch_holder.sha, 1, stream, first, topic.config.sequence_bits)
             pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
         replies = iter(await pipe.execute())
         results: list[PartitionRead] = []
-        for topic, partition, _offset, _count in reads:
+        for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
-            holder = next(replies) if topic.config.stores_batches else None
+            holder = holders.get(index)
+            if topic.config.stores_batches and self.cluster is None:
+                holder = next(replies)
             raw_entries, meta = next(replies), next(replies)
             if holder:
                 raw_entries = [holder, *raw_entries]
@@ -388,6 +382,30 @@ class RedisStore:
                 start, end = _bounds(codec, meta[0], meta[1])
             results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
         return results
+
+    async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
+                       firsts: Sequence[str]) -> dict[int, Any]:
+        """For the reads of ``batches`` topics, the batch entry holding the offset when it
+        starts below it (batch_holder.lua). On one Redis the scripts go in the read's
+        pipeline (EVALSHA: redis-py's own script objects would check every pipeline's scripts
+        with SCRIPT EXISTS first, a round trip per fetch), so they are loaded here first; on
+        a cluster redis-py refuses EVALSHA in a pipeline, so each runs as its own call (all at
+        once, each on its partition's master; a master without the script, such as a
+        promoted replica, is given it by redis-py on NOSCRIPT), before the pipeline as on one
+        Redis."""
+        wanted = [i for i, (topic, *_) in enumerate(reads) if topic.config.stores_batches]
+        if not wanted:
+            return {}
+        if self.cluster is None:
+            if not self._holder_loaded:
+                await self.redis.script_load(self._batch_holder.script)
+                self._holder_loaded = True
+            return {}
+        found = await asyncio.gather(*(
+            self._batch_holder(keys=[self.stream_key(reads[i][0].name, reads[i][1])],
+                               args=[firsts[i], reads[i][0].config.sequence_bits])
+            for i in wanted))
+        return dict(zip(wanted, found, strict=True))
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
@@ -432,6 +450,16 @@ class RedisStore:
             await self.pipe.close()
         if self.cluster is not None:
             await self.cluster.close()
+
+
+def _first_id(codec: OffsetCodec, offset: int) -> str:
+    """The stream id to read from for ``offset``. Past the last offset there is nothing to
+    read: from the first id after it (only ids wider than bits, which have no offset, can be
+    there). Clamping the offset instead returned the last record for a fetch one past it
+    (spec/PartitionLog.tla)."""
+    if offset <= codec.max_offset:
+        return str(codec.decode(offset))
+    return f"({codec.decode(codec.max_offset)}"
 
 
 def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
