@@ -95,13 +95,18 @@ class ProduceHandler:
             name = getattr(topic_data, "name", None)
             topic_id = getattr(topic_data, "topic_id", None)
             by_id = name is None and topic_id is not None
-            if by_id:
-                topic = await self.services.topics.by_id(str(topic_id))
-            else:
-                topic = await self.services.topics.get(name) if name else None
+            unreachable: Refusal | None = None
+            try:
+                if by_id:
+                    topic = await self.services.topics.by_id(str(topic_id))
+                else:
+                    topic = await self.services.topics.get(name) if name else None
+            except (RedisError, OSError) as exc:  # e.g. the topic registry's master just died
+                log.warning("produce: looking up topic %s failed: %s", name or topic_id, exc)
+                topic, unreachable = None, produce_rules.storage_refusal(str(exc))
             results: list[Outcome] = []
             for partition in topic_data.partition_data:
-                refusal = refused or produce_rules.check_partition(
+                refusal = refused or unreachable or produce_rules.check_partition(
                     topic.name if topic else None, partition.index,
                     topic.partitions if topic else 0, by_id=by_id)
                 if refusal is not None or topic is None:
