@@ -24,6 +24,7 @@ from korvet.process import free_ports, stop_process
 class RedisCluster:
     folder: Path
     ports: list[int] = field(default_factory=list)
+    buses: list[int] = field(default_factory=list)  # each node's cluster-bus port
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_timeout_ms: int = 2000  # cluster-node-timeout: how long until a dead master's replica is promoted
     killed: set[int] = field(default_factory=set)
@@ -39,16 +40,9 @@ class RedisCluster:
             raise RuntimeError("redis-server and redis-cli are needed (apt-get install redis-server)")
         ports = free_ports(12)  # a client port and a cluster-bus port per node
         self.ports = ports[:6]
-        for port, bus in zip(self.ports, ports[6:], strict=True):
-            node = self.folder / str(port)
-            node.mkdir(parents=True, exist_ok=True)
-            self.processes.append(subprocess.Popen(
-                [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes",
-                 "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
-                 str(self.node_timeout_ms), "--appendonly", "no", "--save", "", "--dir", str(node),
-                 "--protected-mode", "no", "--logfile", str(node / "redis.log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.buses = ports[6:]
+        for port in self.ports:
+            self.processes.append(self._spawn(binary, port))
         deadline = time.monotonic() + timeout
         for port in self.ports:
             while not _answers(port):
@@ -61,6 +55,37 @@ class RedisCluster:
                        check=True, capture_output=True, timeout=timeout)
         self.wait_settled(timeout)
         return self
+
+    def _spawn(self, binary: str, port: int) -> subprocess.Popen[bytes]:
+        node = self.folder / str(port)
+        node.mkdir(parents=True, exist_ok=True)
+        bus = self.buses[self.ports.index(port)]
+        return subprocess.Popen(
+            [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
+             "--cluster-enabled", "yes",
+             "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
+             str(self.node_timeout_ms), "--appendonly", "no", "--save", "", "--dir", str(node),
+             "--protected-mode", "no", "--logfile", str(node / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def rejoin(self, port: int, timeout: float = 30.0) -> None:
+        """Start a crashed node again (no persistence: it comes back empty, with its
+        nodes.conf): it finds its slots taken and becomes a replica of their new master;
+        returns once that master has it as an in-sync replica."""
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        self.processes[self.ports.index(port)] = self._spawn(binary, port)
+        self.killed.discard(port)
+        deadline = time.monotonic() + timeout
+        while not (_answers(port) and self._synced_replica(port)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{port} did not come back as a replica")
+            time.sleep(0.05)
+        self.wait_settled(timeout)
+
+    def _synced_replica(self, port: int) -> bool:
+        info = self.client(port).info("replication")
+        return info["role"] == "slave" and info.get("master_link_status") == "up"
 
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)

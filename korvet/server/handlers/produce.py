@@ -8,6 +8,8 @@ A refused batch writes nothing. acks=0 gets no response; acks=1 and acks=-1 are
 answered once Redis has executed the append (while it does, the connection's next
 requests are already read and their appends sent behind it, in order; with the embedded Redis' AOF
 ``everysec`` that is Kafka's acks=1 durability; ``appendfsync always`` for more).
+With ``redis.wait-replicas`` N, an acks=-1 append is answered once N replicas of its Redis
+master have it (WAIT, storage/pipe.py), else NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 
 Idempotent producers (producer id >= 0): a retried batch that matches one of the
 producer's last five batches is not stored again; its original base offset is
