@@ -471,3 +471,49 @@ def _holder_sha() -> str:
 
     text = (resources.files("korvet.storage") / "lua" / "batch_holder.lua").read_text()
     return hashlib.sha1(text.encode()).hexdigest()
+
+
+def test_acks_all_waits_for_the_masters_replica(on_cluster: OnCluster) -> None:
+    """``redis.wait-replicas``: an append sent as acks=all is confirmed by the partition's
+    master's replica (WAIT 1: OK); asking for more replicas than the master has answers
+    NOT_REPLICATED after the wait, with the batch stored on the master all the same (a
+    retry of the same idempotent batch is a duplicate, as in Kafka)."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        one = RedisStore(client, "wait", wait_replicas=1, wait_timeout_ms=5000)
+        two = RedisStore(client, "wait", wait_replicas=2, wait_timeout_ms=200)
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await one.create_topic("w", 3, {}, now)
+        topic = await one.get_topic("w", {})
+        assert topic is not None
+        packed = entries.pack_records([(now, None, b"v", [])] * 2)
+        results = await asyncio.gather(*(
+            one.append(topic, p, packed, 2, now, no_trim, ProducerBatch(), replicated=True)
+            for p in range(3)))
+        assert [r.status for r in results] == [AppendStatus.OK] * 3
+        producer = ProducerBatch(7, 0, 0, 1)
+        started = time.monotonic()
+        refused = await two.append(topic, 0, packed, 2, now, no_trim, producer, replicated=True)
+        assert refused.status is AppendStatus.NOT_REPLICATED
+        assert time.monotonic() - started >= 0.2, "WAIT waited for its timeout"
+        again = await one.append(topic, 0, packed, 2, now, no_trim, producer, replicated=True)
+        assert again.status is AppendStatus.DUPLICATE, "the refused batch was stored"
+        assert (await one.read([(topic, 0, 0, 10)]))[0].high_watermark == \
+            results[0].last_offset + 3
+        unreplicated = await two.append(topic, 1, packed, 2, now, no_trim, ProducerBatch())
+        assert unreplicated.status is AppendStatus.OK, "acks=1 does not wait"
+        await one.delete_topic("w")
+        await one.close()
+        await two.close()
+        await client.aclose()
+
+    asyncio.run(scenario())
