@@ -37,6 +37,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
@@ -366,7 +367,13 @@ class RedisStore:
                 pipe.evalsha(self._batch_holder.sha, 1, stream, first, topic.config.sequence_bits)
             pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
-        replies = iter(await pipe.execute())
+        try:
+            replies = iter(await pipe.execute())
+        except AttributeError as exc:
+            # redis-py 8.1's cluster pipeline can pick a connection whose socket a failover
+            # just closed (its writer is None): a lost connection, for the caller to answer
+            # with a retriable error rather than drop the client's connection.
+            raise RedisConnectionError(f"Redis connection lost during a read: {exc}") from exc
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
