@@ -207,9 +207,7 @@ class Tenant:
         """Several brokers on this Redis: the registry and the groups' leases (per keyspace:
         a tenant's groups are leased in its own keyspace)."""
         self.membership = Membership(
-            BrokerRegistry(client, self.keyspace),
-            lambda: BrokerEntry(self.services.node_id, self.services.advertised_host,
-                                self.services.advertised_port, self.services.rack),
+            BrokerRegistry(client, self.keyspace), self._registry_entry,
             self.config.get_int("cluster.broker-ttl-ms"))
         self.services.membership = self.membership
         leases = LeaseStore(self.coordinator.store)
@@ -218,6 +216,15 @@ class Tenant:
             leases, str(self.services.node_id), self.config.get_int("cluster.lease-ms"),
             self.config.get_int("cluster.lease-margin-ms"), self.coordinator.adopt,
             self.coordinator.forget)
+
+    def _registry_entry(self) -> BrokerEntry:
+        """This broker's registry entry: every listener's advertised address (the first
+        one's also as host and port)."""
+        services = self.services
+        listeners = tuple((name, host, port) for name, (host, port) in services.endpoints.items())
+        host, port = ((listeners[0][1], listeners[0][2]) if listeners
+                      else (services.advertised_host, services.advertised_port))
+        return BrokerEntry(services.node_id, host, port, services.rack, listeners)
 
     def bind(self, port: int) -> None:
         """The listener is bound: the port is known, so the broker can register."""

@@ -1,8 +1,10 @@
 """Several brokers on one Redis (``cluster.enabled``): the registry and group ownership.
 
-``Membership`` heartbeats this broker's entry in the registry and keeps the list of
-live brokers that Metadata and DescribeCluster report (partition leaders are spread
-over them by rendezvous hashing, korvet/core/placement.py).
+``Membership`` heartbeats this broker's entry in the registry (every listener's
+advertised address) and keeps the list of live brokers that Metadata, DescribeCluster
+and FindCoordinator report, each at the address of the listener the request came in on
+(``on_listener``; partition leaders are spread over them by rendezvous hashing,
+korvet/core/placement.py).
 
 ``Ownership`` holds the groups this broker coordinates: for each, the lease's fencing
 token and the broker's own deadline (korvet/core/lease.py; spec/CoordinatorLease.tla).
@@ -43,6 +45,7 @@ class Membership:
         self.ttl_ms = ttl_ms
         self.live: list[BrokerEntry] = []
         self._task: asyncio.Task[None] | None = None
+        self._unreachable: set[tuple[int, str]] = set()  # (broker, listener) logged once
 
     def begin(self) -> None:
         """Once the broker listens (its advertised port is known): heartbeat from now on."""
@@ -65,6 +68,24 @@ class Membership:
 
     def entry(self, node_id: int) -> BrokerEntry | None:
         return next((b for b in self.brokers() if b.node_id == node_id), None)
+
+    def on_listener(self, listener: str, me: BrokerEntry) -> list[BrokerEntry]:
+        """The live brokers as a client of ``listener`` reaches them (this one as ``me``,
+        the address its request came in on): Kafka's rule, a broker without a listener of
+        that name is left out (and logged, once)."""
+        reachable: list[BrokerEntry] = []
+        for broker in self.brokers():
+            if broker.node_id == me.node_id:
+                reachable.append(me)
+                continue
+            found = broker.at(listener)
+            if found is not None:
+                reachable.append(found)
+            elif (broker.node_id, listener) not in self._unreachable:
+                self._unreachable.add((broker.node_id, listener))
+                log.warning("broker %d has no listener %r: clients of that listener are not "
+                            "told about it", broker.node_id, listener)
+        return reachable
 
     async def close(self) -> None:
         if self._task is not None:

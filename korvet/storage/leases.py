@@ -1,7 +1,10 @@
 """Several brokers on one Redis: the broker registry and the groups' coordinator leases.
 
-    {ks}:brokers                      hash: broker id -> JSON {host, port, rack, expires}
-                                      (broker_heartbeat.lua; expires in Redis' clock, ms)
+    {ks}:brokers                      hash: broker id -> JSON {host, port, rack, listeners,
+                                      expires} (broker_heartbeat.lua; expires in Redis'
+                                      clock, ms; listeners: name -> [host, port], each
+                                      listener's advertised address; host and port: the
+                                      first listener's, what brokers without listeners read)
     {ks}:{group:G}:lease              hash: owner, token, expires (GroupStore.lease_key,
                                       in the slot of the group's other keys)
 
@@ -21,6 +24,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
+from korvet.core import lease
 from korvet.storage.groups import GroupStore, PartitionRef, touched_groups
 
 
@@ -30,6 +34,13 @@ def _lua(name: str) -> str:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _time(answer: Any) -> tuple[int, int]:
+    """TIME's answer; a cluster client may give it per node (any node's will do)."""
+    if isinstance(answer, dict):
+        answer = next(iter(answer.values()))
+    return int(answer[0]), int(answer[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +57,42 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class BrokerEntry:
+    """A broker as the registry knows it: its first listener's address (``host``,
+    ``port``) and every listener's (``listeners``: name, advertised host, port)."""
+
     node_id: int
     host: str
     port: int
     rack: str | None
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def at(self, listener: str) -> BrokerEntry | None:
+        """The broker as a client of ``listener`` reaches it (Kafka's rule: the endpoint
+        of the listener with the same name), None if it has no such listener. An entry
+        registered without listeners (an older broker) answers with its one address."""
+        if not self.listeners:
+            return self
+        for name, host, port in self.listeners:
+            if name == listener:
+                return BrokerEntry(self.node_id, host, port, self.rack, self.listeners)
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps({"host": self.host, "port": self.port, "rack": self.rack,
+                           "listeners": {name: [host, port]
+                                         for name, host, port in self.listeners}})
+
+    @staticmethod
+    def from_json(node_id: int, text: str) -> BrokerEntry:
+        """An entry as the heartbeat script returns it; ValueError if it is not one."""
+        try:
+            entry = json.loads(text)
+            listeners = tuple((str(name), str(address[0]), int(address[1]))
+                              for name, address in (entry.get("listeners") or {}).items())
+            return BrokerEntry(node_id, str(entry["host"]), int(entry["port"]),
+                               entry.get("rack") or None, listeners)
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"broker {node_id}: unreadable registry entry") from exc
 
 
 class LeaseStore:
@@ -84,6 +127,36 @@ class LeaseStore:
         fields = {_text(k): _text(v) for k, v in raw.items()}
         return (fields.get("owner", ""), int(fields.get("token", "0")),
                 int(fields.get("expires", "0")))
+
+    async def every_lease(self) -> tuple[dict[str, lease.LeaseRecord], int]:
+        """Every stored group's lease (a never-leased group: the empty record) and Redis'
+        clock (ms): what ListGroups decides from, with several brokers."""
+        ids = self.groups.group_ids_key
+        groups = sorted(_text(g) for g in await self.groups.redis.smembers(ids))
+        seconds, micros = _time(await self.groups.redis.time())
+        now_ms = seconds * 1000 + micros // 1000
+        if not groups:
+            return {}, now_ms
+        pipe = self.groups.redis.pipeline(transaction=False)
+        for group in groups:
+            pipe.hmget(self.groups.lease_key(group), ["owner", "token", "expires"])
+        rows = await pipe.execute()
+        records: dict[str, lease.LeaseRecord] = {}
+        for group, (owner, token, expires) in zip(groups, rows, strict=True):
+            records[group] = lease.LeaseRecord(
+                owner=_text(owner) if owner else None, token=int(token or 0),
+                expires_ms=int(expires or 0))
+        return records, now_ms
+
+    async def snapshots(self, groups: list[str]) -> dict[str, str]:
+        """The durable snapshots of ``groups`` (those that have one)."""
+        if not groups:
+            return {}
+        pipe = self.groups.redis.pipeline(transaction=False)
+        for group in groups:
+            pipe.get(self.groups.snapshot_key(group))
+        texts = await pipe.execute()
+        return {g: _text(t) for g, t in zip(groups, texts, strict=True) if t is not None}
 
     async def save_state(self, tokens: dict[str, int], snapshots: dict[str, str],
                          deleted: list[str],
@@ -152,15 +225,13 @@ class BrokerRegistry:
 
     async def heartbeat(self, me: BrokerEntry, ttl_ms: int, leave: bool = False
                         ) -> list[BrokerEntry]:
-        info = json.dumps({"host": me.host, "port": me.port, "rack": me.rack})
         flat: list[Any] = await self._script(
-            keys=[self.key], args=[str(me.node_id), info, ttl_ms, "1" if leave else "0"])
+            keys=[self.key], args=[str(me.node_id), me.to_json(), ttl_ms,
+                                   "1" if leave else "0"])
         live: list[BrokerEntry] = []
         for i in range(0, len(flat), 2):
             try:
-                entry = json.loads(_text(flat[i + 1]))
-                live.append(BrokerEntry(int(_text(flat[i])), str(entry["host"]),
-                                        int(entry["port"]), entry.get("rack") or None))
-            except (ValueError, KeyError, TypeError):
+                live.append(BrokerEntry.from_json(int(_text(flat[i])), _text(flat[i + 1])))
+            except ValueError:
                 continue
         return sorted(live, key=lambda b: b.node_id)

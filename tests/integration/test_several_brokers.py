@@ -2,31 +2,49 @@
 
 One redis-server (started here, not embedded in a broker, so that killing a broker
 leaves it running) and three ``korvet serve`` processes with their own broker ids and
-short leases (3 s, renewed every second). The tests, in order, share them:
+short leases (3 s, renewed every second), each with a PLAINTEXT and a SASL_PLAINTEXT
+(SCRAM) listener, broker 3 with a third one (INTERNAL) the others lack. The tests, in
+order, share them:
 
 - Metadata and DescribeCluster through each broker list the three, with the same
   partition leaders (rendezvous hashing);
+- each listener's clients are told that listener's ports only (PLAINTEXT, SASL through
+  confluent-kafka's AdminClient); INTERNAL's clients see broker 3 alone, and a group
+  coordinated by another broker is COORDINATOR_NOT_AVAILABLE there (Kafka's rule);
 - FindCoordinator through each broker names the one broker holding the group's lease;
+  the others answer the group's requests (OffsetCommit, OffsetFetch, DescribeGroups)
+  with NOT_COORDINATOR;
 - the SIGSTOP split: the owner is paused past its lease, another broker takes the group
   (a new token) and commits; a write carrying the paused owner's token is refused by
   Redis' script (the committed offset stays the new owner's), and the resumed broker
   answers NOT_COORDINATOR. The takeover time is printed;
 - confluent-kafka consumers of one group, bootstrapped through the three brokers,
   read every acknowledged record while the coordinator's broker is killed with -9;
-  the committed offsets in Redis never go back.
+  the committed offsets in Redis never go back;
+- the same with Kafka's Java clients (the killed broker restarted first): the
+  VerifiableProducer (acks=all) writes while three VerifiableConsumers of one group,
+  bootstrapped through different brokers, read; the coordinator's broker is killed
+  with -9; every acknowledged record is consumed, committed offsets never go back, and
+  the group settles (every partition committed again) within session timeout + lease
+  time. Then ``kafka-consumer-groups --list`` through one live broker lists the groups
+  of every broker and one nobody coordinates, and ``--describe`` works through a broker
+  that does not coordinate the group, on its SASL listener.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 import redis
@@ -34,11 +52,13 @@ import redis.asyncio as aioredis
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from korvet.jvm.java_clients import CONSUMER_GROUPS_MAIN, KafkaJavaTools, parse_group_description
+from korvet.process import free_ports
 from korvet.protocol.kbuild import make, nested
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage.groups import GroupStore
 from korvet.storage.leases import LeaseStore
-from tests.conftest import KorvetProcess
+from tests.conftest import KORVET, ROOT, KorvetProcess
 from tests.integration.test_clients import create_topic
 from tests.support.wire import WireClient
 
@@ -46,15 +66,32 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 LEASE_MS = 3000
 KEYSPACE = "korvet"
+USER, PASSWORD = "ops", "ops-secret"
+SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": USER, "sasl.password": PASSWORD}
 
 
 @dataclass
 class Cluster:
     redis_url: str
     brokers: list[KorvetProcess]
+    listeners: list[dict[str, int]]  # per broker (id - 1): listener name -> port
+    folder: Path
 
     def by_id(self, node_id: int) -> KorvetProcess:
         return self.brokers[node_id - 1]
+
+    def address(self, node_id: int, listener: str) -> str:
+        return f"127.0.0.1:{self.listeners[node_id - 1][listener]}"
+
+    def revive(self) -> None:
+        """Start the brokers a test killed (same ports) and wait until all are listed."""
+        for broker in self.brokers:
+            if broker.process is None:
+                broker.start()
+        for i in (1, 2, 3):
+            _wait_for(lambda i=i: len(_metadata(self.address(i, "PLAINTEXT"), []).brokers) == 3,
+                      10, f"broker {i} to list all three")
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +99,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("several-brokers")
     server = EmbeddedRedis(folder / "redis", appendfsync="everysec")
     url = server.start()
+    ports = iter(free_ports(7))
+    listeners = [{"PLAINTEXT": next(ports), "SASL_PLAINTEXT": next(ports)} for _ in range(3)]
+    listeners[2]["INTERNAL"] = next(ports)  # broker 3 only
     brokers = [KorvetProcess(folder / f"b{i}", extra_args=[
         "--redis-url", url, "--multi-broker", "--broker-id", str(i),
+        "--listeners", ",".join(f"{name}://127.0.0.1:{port}"
+                                for name, port in listeners[i - 1].items()),
+        "--broker-listener-security-protocol-map", "INTERNAL:PLAINTEXT",
         "--cluster-lease-ms", str(LEASE_MS), "--cluster-lease-margin-ms", "500",
         "--cluster-broker-ttl-ms", "1500", "--groups-initial-rebalance-delay-ms", "0"])
         for i in (1, 2, 3)]
     try:
+        subprocess.run([*KORVET, "users", "--redis-url", url, "add", USER],
+                       input=f"{PASSWORD}\n", text=True, cwd=ROOT, check=True,
+                       capture_output=True, timeout=60)
         for broker in brokers:
             broker.start()
-        yield Cluster(url, brokers)
+        yield Cluster(url, brokers, listeners, folder)
     finally:
         for broker in brokers:
             if broker.process is not None:
@@ -142,6 +188,53 @@ def test_metadata_lists_every_live_broker_with_the_same_leaders(cluster: Cluster
     assert {b.broker_id for b in cluster_view.brokers} == {1, 2, 3}
 
 
+def _pairs(brokers: Any, id_field: str = "node_id") -> set[tuple[int, int]]:
+    return {(getattr(b, id_field), b.port) for b in brokers}
+
+
+def test_each_listener_is_told_its_own_ports(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    def expected(listener: str) -> set[tuple[int, int]]:
+        return {(i, cluster.listeners[i - 1][listener]) for i in (1, 2, 3)}
+
+    for i in (1, 2, 3):
+        plain = cluster.address(i, "PLAINTEXT")
+        assert _pairs(_metadata(plain, []).brokers) == expected("PLAINTEXT")
+        described = _request(plain, 60, 0, include_cluster_authorized_operations=False)
+        assert _pairs(described.brokers, "broker_id") == expected("PLAINTEXT")
+        admin = AdminClient({"bootstrap.servers": cluster.address(i, "SASL_PLAINTEXT"), **SASL})
+        listed = admin.list_topics(timeout=15)
+        assert {(b.id, b.port) for b in listed.brokers.values()} == expected("SASL_PLAINTEXT")
+        nodes = admin.describe_cluster(request_timeout=15).result(15).nodes
+        assert {(n.id, n.port) for n in nodes} == expected("SASL_PLAINTEXT")
+    # INTERNAL is broker 3's alone: its clients are told of broker 3 only, which leads
+    # every partition for them (any broker serves any partition)
+    internal = cluster.address(3, "INTERNAL")
+    answer = _metadata(internal, ["spread"])
+    assert _pairs(answer.brokers) == {(3, cluster.listeners[2]["INTERNAL"])}
+    assert {p.leader_id for p in answer.topics[0].partitions} == {3}
+    # a group broker 1 coordinates: INTERNAL's clients cannot reach it (Kafka's answer)
+    assert _find_coordinator(cluster.address(1, "PLAINTEXT"), "internal-probe") == \
+        (1, ErrorCode.none)
+    refused = _request(internal, 10, 3, key="internal-probe", key_type=0)
+    assert (refused.error_code, refused.node_id) == (ErrorCode.coordinator_not_available, -1)
+    assert "INTERNAL" in (refused.error_message or "")
+    named = _request(cluster.address(3, "PLAINTEXT"), 10, 3, key="internal-probe", key_type=0)
+    assert (named.node_id, named.port) == (1, cluster.listeners[0]["PLAINTEXT"])
+
+
+def _group_queries(bootstrap: str, group: str) -> tuple[ErrorCode, ErrorCode, ErrorCode]:
+    """The error codes of DescribeGroups v5, OffsetFetch v7 and OffsetFetch v8 for a group."""
+    described = _request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False)
+    single = _request(bootstrap, 9, 7, group_id=group, topics=None, require_stable=False)
+    group_cls = nested(load_request_schema(9, 8), "OffsetFetchRequestGroup")
+    batch = _request(bootstrap, 9, 8, groups=(make(group_cls, group_id=group, topics=None),),
+                     require_stable=False)
+    return (ErrorCode(described.groups[0].error_code), ErrorCode(single.error_code),
+            ErrorCode(batch.groups[0].error_code))
+
+
 def test_find_coordinator_names_one_owner_through_every_broker(cluster: Cluster) -> None:
     answers = {_find_coordinator(b.bootstrap, "one-owner") for b in cluster.brokers}
     assert len(answers) == 1, answers
@@ -155,6 +248,9 @@ def test_find_coordinator_names_one_owner_through_every_broker(cluster: Cluster)
         ErrorCode.not_coordinator
     assert _offset_commit(cluster.by_id(owner).bootstrap, "one-owner", "spread", 1) == \
         ErrorCode.none
+    # queries too: a client that asked the wrong broker is told to look again
+    assert _group_queries(others[1].bootstrap, "one-owner") == (ErrorCode.not_coordinator,) * 3
+    assert _group_queries(cluster.by_id(owner).bootstrap, "one-owner") == (ErrorCode.none,) * 3
 
 
 async def _lease(group: str, url: str) -> tuple[str, int, int]:
@@ -309,3 +405,206 @@ def test_a_group_survives_its_coordinator_killed(cluster: Cluster) -> None:
             thread.join(30)
     assert acked <= run.seen, f"{len(acked - run.seen)} acknowledged records never consumed"
     assert not run.regressions, run.regressions
+
+
+# --- Kafka's Java clients and tools -----------------------------------------------------
+
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
+JAVA_SESSION_MS = 6000
+
+
+@dataclass
+class JavaRun:
+    """A Kafka tool printing one JSON event a line, each kept with when it was read."""
+
+    name: str
+    folder: Path
+    process: subprocess.Popen[str]
+    stderr: IO[str]
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, folder: Path, name: str, main: str, bootstrap: str,
+              args: list[str]) -> JavaRun:
+        command = KafkaJavaTools(bootstrap).command(
+            main, ["--bootstrap-server", bootstrap, *args])
+        stderr = (folder / f"{name}.err").open("w")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                   stdin=subprocess.DEVNULL)
+        run = cls(name, folder, process, stderr)
+        run.reader = threading.Thread(target=run._read, daemon=True)
+        run.reader.start()
+        return run
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    self.events.append((time.monotonic(), json.loads(line)))
+
+    def named(self, name: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, e) for t, e in list(self.events) if e.get("name") == name]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if self.reader is not None:
+            self.reader.join(5)
+        self.stderr.close()
+        with (self.folder / f"{self.name}.events").open("w") as out:  # for a failure's reader
+            for t, event in self.events:
+                out.write(f"{t:.3f} {json.dumps(event)}\n")
+
+
+def _consumed(consumers: list[JavaRun]) -> set[tuple[int, int]]:
+    return {(e["partition"], e["offset"]) for c in consumers for _, e in c.named("record_data")}
+
+
+def _settled_after(consumers: list[JavaRun], killed_at: float, moved_at: float,
+                   partitions: int) -> float | None:
+    """Seconds from the kill until every partition had a commit accepted again (by the
+    new coordinator: read after the lease was seen on a live broker)."""
+    first: dict[int, float] = {}
+    for consumer in consumers:
+        for t, event in consumer.named("offsets_committed"):
+            if t < moved_at or not event.get("success"):
+                continue
+            for item in event.get("offsets", []):
+                partition = int(item["partition"])
+                first[partition] = min(first.get(partition, t), t)
+    if len(first) < partitions:
+        return None
+    return max(first.values()) - killed_at
+
+
+def _consumer_groups(bootstrap: str, args: list[str], config: Path | None = None) -> str:
+    extra = ["--command-config", str(config)] if config is not None else []
+    process = KafkaJavaTools(bootstrap, timeout=60).run(
+        CONSUMER_GROUPS_MAIN, ["--bootstrap-server", bootstrap, *extra, *args])
+    return process.stdout
+
+
+def _list_groups_of(bootstrap: str) -> list[str]:
+    response = _request(bootstrap, 16, 4, states_filter=())
+    assert response.error_code == ErrorCode.none
+    return [g.group_id for g in response.groups]
+
+
+def _admin_tools(cluster: Cluster, through: int, group: str) -> dict[str, str]:
+    """``kafka-consumer-groups --list`` on broker ``through``'s PLAINTEXT listener and
+    ``--describe --group`` on its SASL one, side by side (one JVM each)."""
+    sasl = cluster.folder / "sasl.properties"
+    sasl.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+        f'required username="{USER}" password="{PASSWORD}";\n')
+    outputs: dict[str, str] = {}
+
+    def run(what: str, bootstrap: str, args: list[str], config: Path | None) -> None:
+        outputs[what] = _consumer_groups(bootstrap, args, config)
+
+    tools = [threading.Thread(target=run, args=("list", cluster.address(through, "PLAINTEXT"),
+                                                ["--list"], None)),
+             threading.Thread(target=run, args=(
+                 "describe", cluster.address(through, "SASL_PLAINTEXT"),
+                 ["--describe", "--group", group], sasl))]
+    for thread in tools:
+        thread.start()
+    for thread in tools:
+        thread.join(90)
+    return outputs
+
+
+def _pin(cluster: Cluster, topic: str, group: str, victim: int) -> dict[str, int]:
+    """The group's coordinator is ``victim``, which also coordinates a group no client
+    will come back for; each other broker coordinates one more group."""
+    assert _find_coordinator(cluster.address(victim, "PLAINTEXT"), group) == \
+        (victim, ErrorCode.none)
+    pinned = {"java-orphan": victim, **{f"java-held-{i}": i for i in (1, 2, 3) if i != victim}}
+    for name, node in pinned.items():
+        bootstrap = cluster.address(node, "PLAINTEXT")
+        assert _find_coordinator(bootstrap, name) == (node, ErrorCode.none)
+        assert _offset_commit(bootstrap, name, topic, 1) == ErrorCode.none
+    return pinned
+
+
+def test_java_clients_and_tools_through_any_broker_while_one_is_killed(
+        cluster: Cluster) -> None:
+    cluster.revive()  # the broker the previous test killed comes back
+    topic, group, partitions, count = "java-failover", "java-group", 3, 4200
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions)
+    victim, survivors = 2, (1, 3)
+    pinned = _pin(cluster, topic, group, victim)
+    config = cluster.folder / "consumer.properties"
+    config.write_text("heartbeat.interval.ms=500\nauto.offset.reset=earliest\n")
+    consumers = [JavaRun.start(cluster.folder, f"consumer-{i}", VERIFIABLE_CONSUMER,
+                               cluster.address(i, "PLAINTEXT"),
+                               ["--topic", topic, "--group-id", group, "--verbose",
+                                "--session-timeout", str(JAVA_SESSION_MS),
+                                "--command-config", str(config)])
+                 for i in (1, 2, 3)]
+    # the tool turns retries off (a failed send is reported); its config file turns them
+    # back on, as an application's idempotent producer has them; keys spread the records
+    # over every partition whoever leads it
+    producer_config = cluster.folder / "producer.properties"
+    producer_config.write_text("retries=2147483647\nenable.idempotence=true\n")
+    producer = JavaRun.start(cluster.folder, "producer", VERIFIABLE_PRODUCER,
+                             cluster.address(1, "PLAINTEXT"),
+                             ["--topic", topic, "--max-messages", str(count),
+                              "--throughput", "300", "--acks", "-1", "--repeating-keys", "60",
+                              "--command-config", str(producer_config)])
+    watcher = GroupRun(cluster.redis_url, topic, group)
+    watch = threading.Thread(target=watcher.watch_commits)
+    watch.start()
+    try:
+        _wait_for(lambda: len(_consumed(consumers)) >= 600, 60, "the consumers to read")
+        assert asyncio.run(_lease(group, cluster.redis_url))[0] == str(victim)
+        killed_at = time.monotonic()
+        cluster.by_id(victim).kill()
+        print(f"\nkilled broker {victim} at {killed_at:.3f}")
+        _wait_for(lambda: asyncio.run(_lease(group, cluster.redis_url))[0] != str(victim),
+                  30, "a live broker to hold the group's lease")
+        moved_at = time.monotonic()
+        moved = moved_at - killed_at
+        _wait_for(lambda: _settled_after(consumers, killed_at, moved_at, partitions) is not None,
+                  60, "every partition to be committed again")
+        settled = _settled_after(consumers, killed_at, moved_at, partitions)
+        _wait_for(lambda: producer.process.poll() is not None, 60, "the producer to finish")
+        acked = {(e["partition"], e["offset"]) for _, e in producer.named("producer_send_success")}
+        _wait_for(lambda: acked <= _consumed(consumers), 60, "every acknowledged record")
+        print(f"\nJava clients, kill -9 of the coordinator (broker {victim}): a live broker "
+              f"held the group {moved:.2f} s later; every partition committed again after "
+              f"{settled:.2f} s (session {JAVA_SESSION_MS} ms + lease {LEASE_MS} ms); "
+              f"{len(acked)} acknowledged records all consumed")
+        assert len(acked) == count, f"{count - len(acked)} records not acknowledged"
+        assert settled is not None and settled <= (JAVA_SESSION_MS + LEASE_MS) / 1000
+
+        # Kafka's admin tool through any live broker, the consumers still running
+        holder = int(asyncio.run(_lease(group, cluster.redis_url))[0])
+        outputs = _admin_tools(cluster, next(i for i in survivors if i != holder), group)
+    finally:
+        watcher.stop.set()
+        for run in (producer, *consumers):
+            run.stop()
+        watch.join(10)
+    assert not watcher.regressions, watcher.regressions
+    listed = {line.strip() for line in outputs["list"].splitlines() if line.strip()}
+    assert {group, *pinned} <= listed, outputs["list"]
+    rows = parse_group_description(subprocess.CompletedProcess([], 0, outputs["describe"], ""))
+    assert sorted(r.partition or 0 for r in rows if r.topic == topic) == list(range(partitions))
+    assert all(r.consumer_id and (r.current_offset or 0) > 0 for r in rows), outputs["describe"]
+    # each live broker lists what it coordinates, the group nobody does by one of them
+    per_broker = {i: _list_groups_of(cluster.address(i, "PLAINTEXT")) for i in survivors}
+    assert "java-held-1" in per_broker[1] and "java-held-3" in per_broker[3]
+    assert group in per_broker[holder]
+    merged = per_broker[1] + per_broker[3]
+    assert len(merged) == len(set(merged)), per_broker
+    assert merged.count("java-orphan") == 1

@@ -5,12 +5,15 @@ waits for the reply the machine produces (possibly much later: a JoinGroup held
 until the rebalance completes) and builds the version's response. Version
 differences become plain event fields: JoinGroup v4+ requires a known member id,
 v5+ carries group instance ids, v9 may skip the assignment; OffsetCommit v9+
-answers GROUP_ID_NOT_FOUND for an unknown group. Korvet is the coordinator of
-every group (FindCoordinator names this broker).
+answers GROUP_ID_NOT_FOUND for an unknown group. With one broker, it coordinates
+every group (FindCoordinator names it); with several on one Redis, the holder of a
+group's lease does (korvet/server/ownership.py), the others answer NOT_COORDINATOR.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import uuid
 from typing import Any
@@ -19,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from redis.exceptions import RedisError
 
 from korvet.core import coordinator as core
+from korvet.core import placement
 from korvet.core.security.access import NOT_REQUESTED
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
@@ -114,10 +118,10 @@ async def find_coordinator(services: Services, ctx: RequestContext,
     def answer(key: str) -> dict[str, Any]:
         if key_type == GROUP_KEY:
             owner = owners[key]
-            if owner is None:
+            if isinstance(owner, str):
                 return {"key": key, "node_id": -1, "host": "", "port": -1,
                         "error_code": ErrorCode.coordinator_not_available,
-                        "error_message": "the group's coordinator is not known yet"}
+                        "error_message": owner}
             return {"key": key, "node_id": owner.node_id, "host": owner.host,
                     "port": owner.port, "error_code": ErrorCode.none, "error_message": None}
         message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
@@ -135,11 +139,13 @@ async def find_coordinator(services: Services, ctx: RequestContext,
 
 
 async def _group_owner(services: Services, ctx: RequestContext,
-                       group_id: str) -> BrokerEntry | None:
-    """The broker coordinating the group: this one with one broker; with several, the
-    holder of the group's lease, acquired here if it is free (None: the owner is not in
-    the registry, or Redis did not answer; the client asks again)."""
-    host, port = services.endpoint(ctx)  # the listener the client came in on
+                       group_id: str) -> BrokerEntry | str:
+    """The broker coordinating the group, at the address of the listener the request came
+    in on: this one with one broker; with several, the holder of the group's lease,
+    acquired here if it is free. Else why not (the client asks again): Redis did not
+    answer, the owner is not in the registry, or (Kafka's rule) it has no listener of
+    that name."""
+    host, port = services.endpoint(ctx)
     me = BrokerEntry(services.node_id, host, port, services.rack)
     coordinator = services.coordinator
     if coordinator is None or coordinator.ownership is None or services.membership is None:
@@ -148,13 +154,22 @@ async def _group_owner(services: Services, ctx: RequestContext,
         mine, owner = await coordinator.ownership.acquire(group_id)
     except (RedisError, OSError) as exc:
         log.warning("FindCoordinator for group %r: %s", group_id, exc)
-        return None
+        return "the group's coordinator is not known yet"
     if mine:
         return me
     try:
-        return services.membership.entry(int(owner))
+        entry = services.membership.entry(int(owner))
     except ValueError:
-        return None
+        entry = None
+    if entry is None:
+        return "the group's coordinator is not known yet"
+    reachable = entry.at(ctx.listener_name)
+    if reachable is None:
+        # debug: clients ask again and again; Metadata's listing warns once per broker
+        log.debug("group %r is coordinated by broker %d, which has no listener %r",
+                  group_id, entry.node_id, ctx.listener_name)
+        return f"the group's coordinator has no listener {ctx.listener_name}"
+    return reachable
 
 
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
@@ -435,7 +450,13 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
                       request: ListGroupsRequest) -> ListGroupsResponse:
     response_cls = response_type(type(request))
     group_cls = nested(response_cls, "ListedGroup")
-    listed = core.list_groups(coordinator.durable_view, getattr(request, "states_filter", ()) or (),
+    try:
+        view = await _groups_listed_here(services, coordinator)
+    except (RedisError, OSError) as exc:
+        log.warning("ListGroups: %s", exc)
+        return make(response_cls, throttle_time=0,
+                    error_code=ErrorCode.coordinator_not_available, groups=())
+    listed = core.list_groups(view, getattr(request, "states_filter", ()) or (),
                               getattr(request, "types_filter", ()) or ())
     access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
     if not access.cluster_allowed(Operation.DESCRIBE):
@@ -444,6 +465,31 @@ async def list_groups(services: Services, coordinator: GroupCoordinator, ctx: Re
     return make(response_cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(
         make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type="classic") for g in listed))
+
+
+async def _groups_listed_here(services: Services,
+                              coordinator: GroupCoordinator) -> core.CoordinatorState:
+    """The groups this broker's ListGroups lists: with one broker, all; with several,
+    those it coordinates (from its durable copy) and the ones nobody live coordinates
+    that rendezvous hashing gives it (from their snapshot in Redis), so that Kafka's
+    AdminClient, which asks every broker and merges, lists every group once
+    (``placement.lister``)."""
+    view = coordinator.durable_view
+    membership, leases = services.membership, coordinator.leases
+    if coordinator.ownership is None or leases is None or membership is None:
+        return view
+    held = {g: group for g, group in view.groups.items() if coordinator.owns(g)}
+    records, now_ms = await leases.every_lease()
+    live = [b.node_id for b in membership.brokers()]
+    unheld = [g for g, record in records.items() if g not in held and placement.lister(
+        live, g, record.owner, record.expires_ms, now_ms) == services.node_id]
+    groups = dict(held)
+    for group_id, text in (await leases.snapshots(unheld)).items():
+        try:
+            groups[group_id] = core.read_group(json.loads(text))
+        except (ValueError, core.SnapshotError) as exc:
+            log.error("unreadable snapshot of group %r not listed: %s", group_id, exc)
+    return dataclasses.replace(view, groups=groups)
 
 
 async def delete_groups(services: Services, coordinator: GroupCoordinator, ctx: RequestContext,

@@ -3,8 +3,12 @@
 One broker leads every partition (replicas = ISR = [the leader], leader epoch 0):
 Redis holds the data and its durability, so there is no replication to report.
 With several brokers on one Redis (cluster.multi-broker) the brokers are the live
-ones of the registry and each partition's leader is picked among them by rendezvous
-hashing (korvet/core/placement.py). Any broker serves any partition (the append
+ones of the registry that have the listener the request came in on, each at that
+listener's advertised address, and each partition's leader is picked among them by
+rendezvous hashing (korvet/core/placement.py). Kafka answers LEADER_NOT_AVAILABLE
+(LISTENER_NOT_FOUND from v6) for a partition whose leader lacks the listener; here
+any broker serves any partition, so the leader is picked among the reachable ones
+and that error never arises. Any broker serves any partition (the append
 script is atomic in Redis), so a non-leader answers Produce and Fetch as the leader
 would: a client with stale metadata is only less spread out, never wrong.
 """
@@ -34,13 +38,13 @@ API_KEY = 3
 VERSIONS = range(0, 14)
 
 def live_brokers(services: Services, ctx: RequestContext) -> list[BrokerEntry]:
-    """This broker alone, or the registry's live brokers with several on one Redis. This
-    broker is named by the address of the listener the request came in on; the others by
-    the address they registered (their first listener's)."""
+    """This broker alone, or the registry's live brokers with several on one Redis, every
+    one named by the address of the listener the request came in on (Kafka's rule: the
+    listener of the same name; a broker without it is left out)."""
     host, port = services.endpoint(ctx)
     me = BrokerEntry(services.node_id, host, port, services.rack)
     if services.membership is not None:
-        return [me if b.node_id == services.node_id else b for b in services.membership.brokers()]
+        return services.membership.on_listener(ctx.listener_name, me)
     return [me]
 
 
