@@ -122,6 +122,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redis.cluster", bool, False,
             "redis.url is one node of a Redis Cluster (or a Redis Enterprise database with the OSS "
             "Cluster API): the broker discovers the others and follows failovers; needs redis.url"),
+    Setting("redis.wait-replicas", int, 0,
+            "answer an acks=all produce only once this many replicas of the partition's Redis "
+            "master have the batch (Redis' WAIT; batches written together share one WAIT), "
+            "else NOT_ENOUGH_REPLICAS_AFTER_APPEND (retriable). 0: once the master has it "
+            "(Redis replicates asynchronously: a master's crash can lose it)"),
+    Setting("redis.wait-timeout-ms", int, 1000,
+            "how long an acks=all produce waits for redis.wait-replicas replicas"),
     Setting("redis.keyspace", str, "korvet",
             "prefix of every Redis key the broker writes (the original's korvet.namespace)",
             ("--keyspace",), also=("namespace", "broker.keyspace")),
@@ -713,6 +720,9 @@ def validate(config: Config) -> None:
         raise ConfigError("topics.default-partitions must be at least 1")
     if config.get_str("redis.appendfsync") not in ("always", "everysec", "no", "off"):
         raise ConfigError("redis.appendfsync must be one of always, everysec, no, off")
+    if config.get_int("redis.wait-replicas") < 0 or config.get_int("redis.wait-timeout-ms") < 1:
+        raise ConfigError("redis.wait-replicas must be at least 0 and redis.wait-timeout-ms "
+                          "at least 1")
     if config.get_int("redis.aof-rewrite-min-mb") < 1:
         raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
     _validate_limits(config)

@@ -44,6 +44,10 @@ class AppendStatus(Enum):
     OUT_OF_ORDER = "OUT_OF_ORDER"
     BAD_EPOCH = "BAD_EPOCH"
     FULL = "FULL"  # the partition's offsets would pass 2^63 - 1
+    # stored (or a duplicate of a stored batch) on the master, but fewer replicas than
+    # redis.wait-replicas confirmed it within redis.wait-timeout-ms (set by the storage
+    # layer from WAIT's answer, not by the script)
+    NOT_REPLICATED = "NOT_REPLICATED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,12 @@ def append_refusal(status: AppendStatus, topic: str, partition: int, producer_id
     if status is AppendStatus.OUT_OF_ORDER:
         return Refusal(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                        f"producer {producer_id} sent sequence {base_sequence} out of order")
+    if status is AppendStatus.NOT_REPLICATED:
+        # Kafka's answer when the leader wrote a batch its in-sync replicas did not confirm:
+        # retriable; an idempotent producer's retry is recognised as a duplicate.
+        return Refusal(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                       f"partition {partition} of {topic}: the batch is on the Redis master "
+                       "but not confirmed by enough of its replicas")
     if status is AppendStatus.BAD_EPOCH:
         return Refusal(ErrorCode.INVALID_PRODUCER_EPOCH,
                        f"producer {producer_id} epoch {producer_epoch} is older than the "

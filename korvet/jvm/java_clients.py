@@ -279,9 +279,26 @@ class KafkaJavaTools:
                 _check_text("value", record.value)
             fields.append(NULL_MARKER if record.value is None else record.value)
             lines.append(FIELD_SEPARATOR.join(fields))
+        args = self.console_producer_args(topic, keys=with_keys, headers=with_headers,
+                                          properties=properties, sync=sync)
+        text = "".join(f"{line}\n" for line in lines)
+        return self.run(CONSOLE_PRODUCER_MAIN, args, input_text=text, timeout=timeout)
+
+    def console_producer_args(
+        self,
+        topic: str,
+        *,
+        keys: bool,
+        headers: bool = False,
+        properties: Mapping[str, str] | None = None,
+        sync: bool = False,
+    ) -> list[str]:
+        """The console producer's arguments: it reads one record a line from stdin, the
+        fields separated by ``FIELD_SEPARATOR`` (headers, then the key when ``keys``,
+        then the value), so a caller may also keep it running and feed it lines."""
         reader = {
-            "parse.key": "true" if with_keys else "false",
-            "parse.headers": "true" if with_headers else "false",
+            "parse.key": "true" if keys else "false",
+            "parse.headers": "true" if headers else "false",
             "key.separator": FIELD_SEPARATOR,
             "headers.delimiter": FIELD_SEPARATOR,
             "headers.separator": HEADER_SEPARATOR,
@@ -294,8 +311,7 @@ class KafkaJavaTools:
         args += _properties("--command-property", properties)
         if sync:
             args.append("--sync")
-        text = "".join(f"{line}\n" for line in lines)
-        return self.run(CONSOLE_PRODUCER_MAIN, args, input_text=text, timeout=timeout)
+        return args
 
     def console_consumer_args(
         self,

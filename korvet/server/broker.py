@@ -78,7 +78,9 @@ class Tenant:
         config, client = broker.config, broker.redis
         self.config = config
         self.keyspace = keyspace
-        store = RedisStore(client, keyspace)
+        store = RedisStore(client, keyspace,
+                           wait_replicas=config.get_int("redis.wait-replicas"),
+                           wait_timeout_ms=config.get_int("redis.wait-timeout-ms"))
         cache = TopicCache(store, topic_defaults_for(config))
         notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
                                   lambda name: cache.invalidate(name or None),

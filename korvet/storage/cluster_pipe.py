@@ -55,13 +55,14 @@ class ClusterPipes:
             self._pipes[node.name] = entry
         return entry[1]
 
-    async def send(self, key: str, packed: bytes) -> asyncio.Future[Any]:
-        """Send ``packed`` (a command on ``key``'s slot) down its master's pipe; the future
-        holds the reply, after any redirects."""
-        first = await self._pipe_for(key).send(packed)
-        return asyncio.ensure_future(self._settle(key, packed, first))
+    async def send(self, key: str, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
+        """Send ``packed`` (a command on ``key``'s slot) down its master's pipe, with ``wait``
+        after it (``RedisPipe.send``); the future holds the reply, after any redirects."""
+        first = await self._pipe_for(key).send(packed, wait)
+        return asyncio.ensure_future(self._settle(key, packed, wait, first))
 
-    async def _settle(self, key: str, packed: bytes, sent: asyncio.Future[Any]) -> Any:
+    async def _settle(self, key: str, packed: bytes, wait: bytes | None,
+                      sent: asyncio.Future[Any]) -> Any:
         for attempt in range(_ATTEMPTS):
             try:
                 return await sent
@@ -76,7 +77,7 @@ class ClusterPipes:
                 # waiters, then the lock's, are FIFO), so they are resent in their first order.
                 await self.refresh()
                 async with self._resend:
-                    sent = await self._pipe_for(key).send(packed)
+                    sent = await self._pipe_for(key).send(packed, wait)
             except RedisConnectionError:
                 self._refresh_soon()
                 raise

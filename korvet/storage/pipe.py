@@ -7,6 +7,11 @@ connection as soon as it is ready and a reader task hands out the replies in ord
 (Redis answers a connection's commands in the order it received them). Commands
 submitted in some order are also executed in that order, which is what keeps one
 producer connection's batches in order while several are in flight.
+
+A command sent with ``wait`` (a packed ``WAIT numreplicas timeout``) is answered only once
+Redis' replicas have it too: the commands written together in one system call share one
+WAIT after the last of them (WAIT covers everything the connection wrote before it), so a
+burst of appends costs one round trip to the replicas, not one each.
 """
 
 from __future__ import annotations
@@ -36,21 +41,33 @@ class RedisPipe:
         self._reader: asyncio.Task[None] | None = None
         self._buffer: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._wait: tuple[bytes, asyncio.Future[Any]] | None = None  # the buffer's shared WAIT
 
-    async def send(self, packed: bytes) -> asyncio.Future[Any]:
+    async def send(self, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
         """Queue a packed command (in call order) and return the future of its reply (or
         the reply's error). Commands queued within one turn of the event loop are written
-        together: one system call instead of one each."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        together: one system call instead of one each. With ``wait`` the future holds
+        (reply, replicas that acknowledged it) once the WAIT written after it answered."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._buffer.append((packed, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return future
+        if wait is None:
+            return future
+        if self._wait is None:
+            waited: asyncio.Future[Any] = loop.create_future()
+            waited.add_done_callback(_ignore)
+            self._wait = (wait, waited)
+        return asyncio.ensure_future(_replicated(future, self._wait[1]))
 
     async def _flush(self) -> None:
         async with self._send_lock:
             while self._buffer:
                 batch, self._buffer = self._buffer, []
+                if self._wait is not None:  # after every command of the batch
+                    batch.append(self._wait)
+                    self._wait = None
                 try:
                     connection = await self._connect()
                     for _packed, future in batch:
@@ -128,6 +145,11 @@ class RedisPipe:
             with contextlib.suppress(Exception):
                 await self._connection.disconnect()
             self._connection = None
+
+
+async def _replicated(reply: asyncio.Future[Any], waited: asyncio.Future[Any]) -> tuple[Any, int]:
+    result = await reply
+    return result, int(await waited)
 
 
 def _ignore(future: asyncio.Future[Any]) -> None:

@@ -28,7 +28,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from importlib import resources
 from typing import Any
@@ -37,6 +37,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from korvet.core.offsets import EntryId, OffsetCodec
@@ -101,8 +102,14 @@ __all__ = ["AppendResult", "AppendStatus", "CreateOutcome", "OldLayoutError", "P
 
 
 class RedisStore:
-    def __init__(self, client: aioredis.Redis, keyspace: str = "korvet") -> None:
+    def __init__(self, client: aioredis.Redis, keyspace: str = "korvet", *,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
         self.redis = client
+        # acks=all appends are answered once this many replicas have them (WAIT; 0: once
+        # the master has them, Redis' asynchronous replication)
+        self.wait_replicas = wait_replicas
+        self._wait = (hiredis.pack_command(("WAIT", wait_replicas, wait_timeout_ms))  # type: ignore[arg-type]
+                      if wait_replicas > 0 else None)
         self.ks = keyspace
         # Raw [id, [f1, v1, ...]] replies: redis-py's default turns fields into a dict, which
         # would lose repeated header names (and costs a third of the read time).
@@ -291,25 +298,29 @@ class RedisStore:
     # --- the log --------------------------------------------------------------------
 
     async def append(self, topic: TopicInfo, partition: int, records: PackedRecords, count: int,
-                     now_ms: int, trim: TrimPolicy, producer: ProducerBatch) -> AppendResult:
+                     now_ms: int, trim: TrimPolicy, producer: ProducerBatch, *,
+                     replicated: bool = False) -> AppendResult:
         """Append one batch: ``records`` from ``entries.pack_records``."""
         return await self.append_result(
-            topic, await self.append_send(topic, partition, records, count, now_ms, trim, producer))
+            topic, await self.append_send(topic, partition, records, count, now_ms, trim, producer,
+                                          replicated=replicated))
 
     async def append_send(self, topic: TopicInfo, partition: int, records: PackedRecords,
                           count: int, now_ms: int, trim: TrimPolicy,
-                          producer: ProducerBatch) -> asyncio.Future[Any]:
+                          producer: ProducerBatch, *, replicated: bool = False) -> asyncio.Future[Any]:
         """Send the append now, on the shared pipe (commands run in the order sent); the
         returned future holds the script's reply, for ``append_result``. The command is packed
         here (redis-py's asyncio client packs in pure Python, which costs more than the
         append): a partition's fixed arguments once (``_append_head``), the records come
-        packed already."""
+        packed already. ``replicated`` (acks=all): followed by WAIT when ``wait_replicas``
+        asks for it."""
         stream, packed = self.append_command(topic, partition, records, count, now_ms, trim,
                                              producer)
+        wait = self._wait if replicated else None
         if self.cluster is not None:
-            return await self.cluster.send(stream, packed)
+            return await self.cluster.send(stream, packed, wait)
         assert self.pipe is not None
-        return await self.pipe.send(packed)
+        return await self.pipe.send(packed, wait)
 
     def append_command(self, topic: TopicInfo, partition: int, records: PackedRecords,
                        count: int, now_ms: int, trim: TrimPolicy,
@@ -349,9 +360,16 @@ class RedisStore:
         self._append_heads[(topic.name, partition, topic.topic_id, topic.config.sequence_bits)] = fixed
         return fixed
 
-    @staticmethod
-    async def append_result(topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
-        return _append_result(OffsetCodec(topic.config.sequence_bits), await sent)
+    async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
+        reply = await sent
+        if isinstance(reply, tuple):  # (the script's reply, replicas that have it: WAIT)
+            reply, replicas = reply
+            result = _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+            if replicas < self.wait_replicas and result.status in (AppendStatus.OK,
+                                                                     AppendStatus.DUPLICATE):
+                return replace(result, status=AppendStatus.NOT_REPLICATED)
+            return result
+        return _append_result(OffsetCodec(topic.config.sequence_bits), reply)
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
@@ -367,30 +385,30 @@ class RedisStore:
             return await self._read(reads)
 
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
-        if not self._holder_loaded and any(t.config.stores_batches for t, *_ in reads):
-            # EVALSHA in a pipeline: redis-py's own script objects would check every pipeline's
-            # scripts with SCRIPT EXISTS first, a round trip per fetch.
-            await self.redis.script_load(self._batch_holder.script)
-            self._holder_loaded = True
+        firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
+                  for topic, _p, offset, _c in reads]
+        holders = await self._holders(reads, firsts)
         pipe = self.redis.pipeline(transaction=False)
-        for topic, partition, offset, count in reads:
-            codec = OffsetCodec(topic.config.sequence_bits)
+        for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
             stream = self.stream_key(topic.name, partition)
-            # Past the last offset there is nothing to read: from the first id after it (only
-            # ids wider than bits, which have no offset, can be there). Clamping the offset
-            # instead returned the last record for a fetch one past it (spec/PartitionLog.tla).
-            first = (str(codec.decode(offset)) if offset <= codec.max_offset
-                     else f"({codec.decode(codec.max_offset)}")
-            if topic.config.stores_batches:
+            if topic.config.stores_batches and self.cluster is None:
                 # The batch holding the offset starts below it (a fetch from inside a batch).
-                pipe.evalsha(self._batch_holder.sha, 1, stream, first, codec.bits)
+                pipe.evalsha(self._batch_holder.sha, 1, stream, first, topic.config.sequence_bits)
             pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
-        replies = iter(await pipe.execute())
+        try:
+            replies = iter(await pipe.execute())
+        except AttributeError as exc:
+            # redis-py 8.1's cluster pipeline can pick a connection whose socket a failover
+            # just closed (its writer is None): a lost connection, for the caller to answer
+            # with a retriable error rather than drop the client's connection.
+            raise RedisConnectionError(f"Redis connection lost during a read: {exc}") from exc
         results: list[PartitionRead] = []
-        for topic, partition, _offset, _count in reads:
+        for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
-            holder = next(replies) if topic.config.stores_batches else None
+            holder = holders.get(index)
+            if topic.config.stores_batches and self.cluster is None:
+                holder = next(replies)
             raw_entries, meta = next(replies), next(replies)
             if holder:
                 raw_entries = [holder, *raw_entries]
@@ -400,6 +418,30 @@ class RedisStore:
                 start, end = _bounds(codec, meta[0], meta[1])
             results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
         return results
+
+    async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
+                       firsts: Sequence[str]) -> dict[int, Any]:
+        """For the reads of ``batches`` topics, the batch entry holding the offset when it
+        starts below it (batch_holder.lua). On one Redis the scripts go in the read's
+        pipeline (EVALSHA: redis-py's own script objects would check every pipeline's scripts
+        with SCRIPT EXISTS first, a round trip per fetch), so they are loaded here first; on
+        a cluster redis-py refuses EVALSHA in a pipeline, so each runs as its own call (all at
+        once, each on its partition's master; a master without the script, such as a
+        promoted replica, is given it by redis-py on NOSCRIPT), before the pipeline as on one
+        Redis."""
+        wanted = [i for i, (topic, *_) in enumerate(reads) if topic.config.stores_batches]
+        if not wanted:
+            return {}
+        if self.cluster is None:
+            if not self._holder_loaded:
+                await self.redis.script_load(self._batch_holder.script)
+                self._holder_loaded = True
+            return {}
+        found = await asyncio.gather(*(
+            self._batch_holder(keys=[self.stream_key(reads[i][0].name, reads[i][1])],
+                               args=[firsts[i], reads[i][0].config.sequence_bits])
+            for i in wanted))
+        return dict(zip(wanted, found, strict=True))
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
@@ -444,6 +486,16 @@ class RedisStore:
             await self.pipe.close()
         if self.cluster is not None:
             await self.cluster.close()
+
+
+def _first_id(codec: OffsetCodec, offset: int) -> str:
+    """The stream id to read from for ``offset``. Past the last offset there is nothing to
+    read: from the first id after it (only ids wider than bits, which have no offset, can be
+    there). Clamping the offset instead returned the last record for a fetch one past it
+    (spec/PartitionLog.tla)."""
+    if offset <= codec.max_offset:
+        return str(codec.decode(offset))
+    return f"({codec.decode(codec.max_offset)}"
 
 
 def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None

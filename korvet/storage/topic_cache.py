@@ -6,12 +6,20 @@ are dropped at once when any broker publishes a change of that topic on
 ``{ks}:topic-changes`` (create, delete, partitions, configs). The append script
 re-checks the topic's id and partition count atomically, so a stale entry can
 never write into a deleted topic.
+
+When Redis does not answer a lookup (on a cluster: the master of the ``{topics}`` slot
+just died and its replica is not promoted yet), the last entry read is served, however
+old, unless that topic's change was announced since: the request then goes on to its
+partitions' masters (which may well be alive) instead of failing, and the broker does not
+have to drop the client's connection. With no entry at all the error propagates.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+
+from redis.exceptions import RedisError
 
 from korvet.core.topics import TopicInfo
 from korvet.storage.redis_store import RedisStore
@@ -25,16 +33,27 @@ class TopicCache:
         self.ttl = ttl
         self._by_name: dict[str, tuple[TopicInfo | None, float]] = {}
         self._id_to_name: dict[str, str] = {}
+        # the last entries read, kept through expiry and a blanket invalidation (the
+        # change notifications' reconnect), served only while Redis does not answer
+        self._last: dict[str, TopicInfo | None] = {}
+        self._last_ids: dict[str, str] = {}
 
     async def get(self, name: str) -> TopicInfo | None:
         cached = self._by_name.get(name)
         now = time.monotonic()
         if cached is not None and now - cached[1] < self.ttl:
             return cached[0]
-        topic = await self.store.get_topic(name, self.defaults_for(name))
+        try:
+            topic = await self.store.get_topic(name, self.defaults_for(name))
+        except (RedisError, OSError):
+            if name in self._last:
+                return self._last[name]
+            raise
         self._by_name[name] = (topic, now)
+        self._last[name] = topic
         if topic is not None:
             self._id_to_name[topic.topic_id] = topic.name
+            self._last_ids[topic.topic_id] = topic.name
         return topic
 
     def peek(self, name: str) -> TopicInfo | None:
@@ -45,7 +64,12 @@ class TopicCache:
     async def by_id(self, topic_id: str) -> TopicInfo | None:
         name = self._id_to_name.get(topic_id)
         if name is None:
-            name = await self.store.topic_name_for_id(topic_id)
+            try:
+                name = await self.store.topic_name_for_id(topic_id)
+            except (RedisError, OSError):
+                name = self._last_ids.get(topic_id)
+                if name is None:
+                    raise
             if name is None:
                 return None
         topic = await self.get(name)
@@ -60,6 +84,8 @@ class TopicCache:
         for topic in topics:
             self._by_name[topic.name] = (topic, now)
             self._id_to_name[topic.topic_id] = topic.name
+            self._last[topic.name] = topic
+            self._last_ids[topic.topic_id] = topic.name
         return topics
 
     def invalidate(self, name: str | None = None) -> None:
@@ -68,3 +94,4 @@ class TopicCache:
             self._id_to_name.clear()
             return
         self._by_name.pop(name, None)
+        self._last.pop(name, None)

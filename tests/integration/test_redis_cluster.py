@@ -371,3 +371,149 @@ def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster)
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def _fetch_all(client: Any, topic: str, offsets: dict[int, int]) -> dict[int, tuple[int, bytes]]:
+    """One Fetch for several partitions (their reads go to several masters): partition ->
+    (error code, record bytes)."""
+    import datetime
+
+    from kio.index import load_request_schema
+
+    from korvet.protocol.kbuild import make, nested
+
+    cls = load_request_schema(1, 12)
+    parts = tuple(make(nested(cls, "FetchPartition"), partition=p, current_leader_epoch=-1,
+                       fetch_offset=o, last_fetched_epoch=-1, log_start_offset=-1,
+                       partition_max_bytes=1024 * 1024) for p, o in offsets.items())
+    response = client.request(make(
+        cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=1,
+        max_bytes=50 * 1024 * 1024, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(make(nested(cls, "FetchTopic"), topic=topic, partitions=parts),),
+        forgotten_topics_data=(), rack_id=""))
+    return {p.partition_index: (int(p.error_code), bytes(p.records or b""))
+            for p in response.responses[0].partitions}
+
+
+def test_the_batches_format_across_masters_and_a_failover(on_cluster: OnCluster) -> None:
+    """A ``korvet.storage.format=batches`` topic on the cluster: produce, fetch from inside a
+    batch (its fetch script, loaded with SCRIPT LOAD, runs on every master), ListOffsets by
+    time and DeleteRecords on every partition; then the master of partition 0 fails over and
+    the new master lacks the fetch script (Redis 7 does not replicate SCRIPT LOAD; a
+    restarted master has none either): the next fetches still answer, from the new master."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from korvet.protocol.records import Record, build_batch
+    from tests.integration.test_broker_behaviour import list_offsets, produce_request
+    from tests.support.wire import WireClient
+
+    topic, partitions = f"batches-{uuid.uuid4().hex[:8]}", 6
+    bootstrap = on_cluster.broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  config={"korvet.storage.format": "batches"})])[topic].result(30)
+    stream = [f"korvet:{{{topic}:{p}}}:stream" for p in range(partitions)]
+    assert len({on_cluster.master_of(s) for s in stream}) >= 2
+    base = int(time.time() * 1000) - 60_000
+
+    def batch(p: int, tag: str, at: int) -> bytes:
+        return build_batch([Record(at + i * 1000, f"{tag}{i}".encode(),
+                                   f"{p}-{tag}{i}".encode(), []) for i in range(10)])
+
+    first: dict[int, int] = {}  # partition -> base offset of its first batch
+    second: dict[int, int] = {}  # ... and of its second
+    with WireClient(bootstrap) as client:
+        for p in range(partitions):
+            for tag, at, bases in (("a", base, first), ("b", base + 20_000, second)):
+                reply = client.request(produce_request(topic, {p: batch(p, tag, at)}))
+                answer = reply.responses[0].partition_responses[0]
+                assert answer.error_code == 0
+                bases[p] = int(answer.base_offset)
+        assert [on_cluster.client().xlen(s) for s in stream] == [2] * partitions
+        # from inside each partition's first batch: Kafka answers with the whole batch
+        fetched = _fetch_all(client, topic, {p: first[p] + 4 for p in range(partitions)})
+        for p, (error, raw) in fetched.items():
+            assert error == 0 and int.from_bytes(raw[:8], "big") == first[p], p
+            assert int.from_bytes(raw[57:61], "big") == 10, "the batch's record count"
+        for p in range(partitions):
+            assert list_offsets(client, topic, p, base + 2500) == (first[p] + 3, base + 3000)
+            assert list_offsets(client, topic, p, base + 15_000) == (second[p], base + 20_000)
+
+        victim = on_cluster.master_of(stream[0])
+        promoted = on_cluster.cluster.failover(victim)
+        new_master = on_cluster.cluster.client(promoted)
+        new_master.script_flush()
+        assert on_cluster.master_of(stream[0]) == promoted
+        fetched = _fetch_all(client, topic, {p: second[p] + 3 for p in range(partitions)})
+        for p, (error, raw) in fetched.items():
+            assert error == 0 and int.from_bytes(raw[:8], "big") == second[p], p
+        assert new_master.script_exists(_holder_sha()) == [True], "the broker loaded it again"
+
+    start = {p: second[p] + 2 + p % 2 for p in range(partitions)}
+    deleted = admin.delete_records([TopicPartition(topic, p, start[p]) for p in range(partitions)])
+    assert {tp.partition: f.result(30).low_watermark for tp, f in deleted.items()} == start
+    with WireClient(bootstrap) as client:
+        for p in range(partitions):
+            assert list_offsets(client, topic, p, -2)[0] == start[p]
+        fetched = _fetch_all(client, topic, {p: first[p] + 2 for p in range(partitions)})
+        assert {error for error, _ in fetched.values()} == {1}, "below the start: out of range"
+        fetched = _fetch_all(client, topic, start)
+        assert all(error == 0 and int.from_bytes(raw[:8], "big") == second[p]
+                   for p, (error, raw) in fetched.items())
+    admin.delete_topics([topic])[topic].result(30)
+
+
+def _holder_sha() -> str:
+    """The fetch script's id (SHA-1 of its text, as Redis names scripts)."""
+    import hashlib
+    from importlib import resources
+
+    text = (resources.files("korvet.storage") / "lua" / "batch_holder.lua").read_text()
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def test_acks_all_waits_for_the_masters_replica(on_cluster: OnCluster) -> None:
+    """``redis.wait-replicas``: an append sent as acks=all is confirmed by the partition's
+    master's replica (WAIT 1: OK); asking for more replicas than the master has answers
+    NOT_REPLICATED after the wait, with the batch stored on the master all the same (a
+    retry of the same idempotent batch is a duplicate, as in Kafka)."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        one = RedisStore(client, "wait", wait_replicas=1, wait_timeout_ms=5000)
+        two = RedisStore(client, "wait", wait_replicas=2, wait_timeout_ms=200)
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await one.create_topic("w", 3, {}, now)
+        topic = await one.get_topic("w", {})
+        assert topic is not None
+        packed = entries.pack_records([(now, None, b"v", [])] * 2)
+        results = await asyncio.gather(*(
+            one.append(topic, p, packed, 2, now, no_trim, ProducerBatch(), replicated=True)
+            for p in range(3)))
+        assert [r.status for r in results] == [AppendStatus.OK] * 3
+        producer = ProducerBatch(7, 0, 0, 1)
+        started = time.monotonic()
+        refused = await two.append(topic, 0, packed, 2, now, no_trim, producer, replicated=True)
+        assert refused.status is AppendStatus.NOT_REPLICATED
+        assert time.monotonic() - started >= 0.2, "WAIT waited for its timeout"
+        again = await one.append(topic, 0, packed, 2, now, no_trim, producer, replicated=True)
+        assert again.status is AppendStatus.DUPLICATE, "the refused batch was stored"
+        assert (await one.read([(topic, 0, 0, 10)]))[0].high_watermark == \
+            results[0].last_offset + 3
+        unreplicated = await two.append(topic, 1, packed, 2, now, no_trim, ProducerBatch())
+        assert unreplicated.status is AppendStatus.OK, "acks=1 does not wait"
+        await one.delete_topic("w")
+        await one.close()
+        await two.close()
+        await client.aclose()
+
+    asyncio.run(scenario())

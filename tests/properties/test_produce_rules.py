@@ -118,6 +118,8 @@ def test_every_append_status_has_the_error_kafka_clients_expect() -> None:
         AppendStatus.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
         AppendStatus.BAD_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
         AppendStatus.FULL: ErrorCode.KAFKA_STORAGE_ERROR,
+        # on the master, not confirmed by redis.wait-replicas replicas: retriable
+        AppendStatus.NOT_REPLICATED: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
     assert set(expected) == set(AppendStatus)
     for status, code in expected.items():

@@ -24,7 +24,10 @@ from korvet.process import free_ports, stop_process
 class RedisCluster:
     folder: Path
     ports: list[int] = field(default_factory=list)
+    buses: list[int] = field(default_factory=list)  # each node's cluster-bus port
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    node_timeout_ms: int = 2000  # cluster-node-timeout: how long until a dead master's replica is promoted
+    killed: set[int] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -37,16 +40,9 @@ class RedisCluster:
             raise RuntimeError("redis-server and redis-cli are needed (apt-get install redis-server)")
         ports = free_ports(12)  # a client port and a cluster-bus port per node
         self.ports = ports[:6]
-        for port, bus in zip(self.ports, ports[6:], strict=True):
-            node = self.folder / str(port)
-            node.mkdir(parents=True, exist_ok=True)
-            self.processes.append(subprocess.Popen(
-                [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes",
-                 "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
-                 "2000", "--appendonly", "no", "--save", "", "--dir", str(node),
-                 "--protected-mode", "no", "--logfile", str(node / "redis.log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.buses = ports[6:]
+        for port in self.ports:
+            self.processes.append(self._spawn(binary, port))
         deadline = time.monotonic() + timeout
         for port in self.ports:
             while not _answers(port):
@@ -60,17 +56,51 @@ class RedisCluster:
         self.wait_settled(timeout)
         return self
 
+    def _spawn(self, binary: str, port: int) -> subprocess.Popen[bytes]:
+        node = self.folder / str(port)
+        node.mkdir(parents=True, exist_ok=True)
+        bus = self.buses[self.ports.index(port)]
+        return subprocess.Popen(
+            [binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
+             "--cluster-enabled", "yes",
+             "--cluster-config-file", str(node / "nodes.conf"), "--cluster-node-timeout",
+             str(self.node_timeout_ms), "--appendonly", "no", "--save", "", "--dir", str(node),
+             "--protected-mode", "no", "--logfile", str(node / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def rejoin(self, port: int, timeout: float = 30.0) -> None:
+        """Start a crashed node again (no persistence: it comes back empty, with its
+        nodes.conf): it finds its slots taken and becomes a replica of their new master;
+        returns once that master has it as an in-sync replica."""
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        self.processes[self.ports.index(port)] = self._spawn(binary, port)
+        self.killed.discard(port)
+        deadline = time.monotonic() + timeout
+        while not (_answers(port) and self._synced_replica(port)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{port} did not come back as a replica")
+            time.sleep(0.05)
+        self.wait_settled(timeout)
+
+    def _synced_replica(self, port: int) -> bool:
+        info = self.client(port).info("replication")
+        return info["role"] == "slave" and info.get("master_link_status") == "up"
+
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
 
+    def live(self) -> list[int]:
+        return [p for p in self.ports if p not in self.killed]
+
     def masters(self) -> list[int]:
-        return [p for p in self.ports if self.role(p) == "master"]
+        return [p for p in self.live() if self.role(p) == "master"]
 
     def role(self, port: int) -> str:
         return str(self.client(port).info("replication")["role"])
 
     def replica_of(self, master: int) -> int:
-        for port in self.ports:
+        for port in self.live():
             info = self.client(port).info("replication")
             if info["role"] == "slave" and int(info["master_port"]) == master:
                 return port
@@ -88,16 +118,18 @@ class RedisCluster:
 
     def _settled(self) -> bool:
         views = set()
-        for port in self.ports:
+        for port in self.live():
             client = self.client(port)
             if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
                 return False
             nodes = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
             text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
             views.add(frozenset(line.split()[1].split("@")[0] for line in text.splitlines()
-                                if "master" in line.split()[2]))
+                                if _serving_master(line.split()[2].split(","))))
         if len(views) != 1 or len(next(iter(views))) != 3:
             return False
+        if self.killed:  # a crashed master's replica stays without one
+            return True
         for master in self.masters():
             info = self.client(master).info("replication")
             if int(info.get("connected_slaves", 0)) < 1:
@@ -116,6 +148,26 @@ class RedisCluster:
         self.wait_settled(timeout)
         return replica
 
+    def crash(self, master: int, timeout: float = 30.0) -> tuple[int, float]:
+        """``kill -9`` of ``master``: its replica is promoted once the other masters have
+        not heard from it for ``node_timeout_ms`` and it won the election. Returns the
+        replica's port and the seconds from the kill until it served as master (its own
+        view); then waits until every live node agrees."""
+        replica = self.replica_of(master)
+        process = self.processes[self.ports.index(master)]
+        process.kill()
+        process.wait()
+        killed_at = time.monotonic()
+        self.killed.add(master)
+        deadline = killed_at + timeout
+        while self.role(replica) != "master":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica} was not promoted after {master} died")
+            time.sleep(0.02)
+        promoted = time.monotonic() - killed_at
+        self.wait_settled(timeout)
+        return replica, promoted
+
     def stop(self) -> None:
         for process in self.processes:
             stop_process(process)
@@ -127,3 +179,9 @@ def _answers(port: int) -> bool:
         return bool(redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
     except (redis.ConnectionError, OSError):
         return False
+
+
+def _serving_master(flags: list[str]) -> bool:
+    """A CLUSTER NODES line's flags: a master not known to have failed (a crashed master
+    stays listed as ``master,fail`` until it comes back)."""
+    return "master" in flags and "fail" not in flags

@@ -8,6 +8,8 @@ A refused batch writes nothing. acks=0 gets no response; acks=1 and acks=-1 are
 answered once Redis has executed the append (while it does, the connection's next
 requests are already read and their appends sent behind it, in order; with the embedded Redis' AOF
 ``everysec`` that is Kafka's acks=1 durability; ``appendfsync always`` for more).
+With ``redis.wait-replicas`` N, an acks=-1 append is answered once N replicas of its Redis
+master have it (WAIT, storage/pipe.py), else NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 
 Idempotent producers (producer id >= 0): a retried batch that matches one of the
 producer's last five batches is not stored again; its original base offset is
@@ -95,13 +97,18 @@ class ProduceHandler:
             name = getattr(topic_data, "name", None)
             topic_id = getattr(topic_data, "topic_id", None)
             by_id = name is None and topic_id is not None
-            if by_id:
-                topic = await self.services.topics.by_id(str(topic_id))
-            else:
-                topic = await self.services.topics.get(name) if name else None
+            unreachable: Refusal | None = None
+            try:
+                if by_id:
+                    topic = await self.services.topics.by_id(str(topic_id))
+                else:
+                    topic = await self.services.topics.get(name) if name else None
+            except (RedisError, OSError) as exc:  # e.g. the topic registry's master just died
+                log.warning("produce: looking up topic %s failed: %s", name or topic_id, exc)
+                topic, unreachable = None, produce_rules.storage_refusal(str(exc))
             results: list[Outcome] = []
             for partition in topic_data.partition_data:
-                refusal = refused or produce_rules.check_partition(
+                refusal = refused or unreachable or produce_rules.check_partition(
                     topic.name if topic else None, partition.index,
                     topic.partitions if topic else 0, by_id=by_id)
                 if refusal is not None or topic is None:
@@ -110,7 +117,8 @@ class ProduceHandler:
                     self.metrics.produce_error(refusal.code)
                 else:
                     outcome = await self._send_partition(topic, partition.index,
-                                                         partition.records, started)
+                                                         partition.records, started,
+                                                         replicated=request.acks == -1)
                     if isinstance(outcome, PartitionOutcome):
                         self.metrics.produce_error(outcome.error)
                     results.append(outcome)
@@ -134,7 +142,7 @@ class ProduceHandler:
         task.add_done_callback(self._unanswered.discard)
 
     async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
-                              started: float) -> Outcome:
+                              started: float, *, replicated: bool = False) -> Outcome:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
@@ -162,7 +170,7 @@ class ProduceHandler:
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
         try:
             sent = await services.store.append_send(topic, index, packed, count, now, trim,
-                                                    producer)
+                                                    producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
         return self._appended(topic, index, batch, count, now, sent, started)
