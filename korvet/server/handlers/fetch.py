@@ -98,14 +98,14 @@ def _deny_unreadable(access: Access, wanted: list[PartitionFetch]) -> None:
     if not access.enabled:
         return
     verdicts: dict[str, bool] = {}
-    for w in wanted:
-        if w.topic is None or w.error is not ErrorCode.NONE:
+    for part in wanted:
+        if part.topic is None or part.error is not ErrorCode.NONE:
             continue
-        name = w.topic.name
+        name = part.topic.name
         if name not in verdicts:
             verdicts[name] = access.allowed(Operation.READ, ResourceType.TOPIC, name)
         if not verdicts[name]:
-            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 class FetchHandler:
@@ -155,14 +155,14 @@ class FetchHandler:
             used = await self._wait_for_data(wanted, used, limits, started)
         except (RedisError, OSError) as exc:
             log.warning("fetch failed: %s", exc)
-            for w in wanted:
-                if w.error is ErrorCode.NONE:
-                    w.error, w.records = ErrorCode.KAFKA_STORAGE_ERROR, None
+            for part in wanted:
+                if part.error is ErrorCode.NONE:
+                    part.error, part.records = ErrorCode.KAFKA_STORAGE_ERROR, None
         self._count(wanted, started)
         edit, answer = sessions.on_response(
             self.sessions, self.session_config, plan,
-            [sessions.PartitionResult(w.session_key, w.error, w.high_watermark,
-                                      w.log_start_offset, bool(w.records)) for w in wanted],
+            [sessions.PartitionResult(part.session_key, part.error, part.high_watermark,
+                                      part.log_start_offset, bool(part.records)) for part in wanted],
             self.services.now_ms(), self._new_session_id())
         sessions.apply_edit(self.sessions, edit)
         if plan.context is sessions.Context.FULL:
@@ -171,7 +171,7 @@ class FetchHandler:
             return make(response_cls, throttle_time=0, error_code=answer.error,
                         session_id=answer.session_id, responses=())
         self._read_ahead(ctx, self._next_order(answer.session_id, wanted), limits)
-        carried = [w for w, keep in zip(wanted, answer.included, strict=True) if keep]
+        carried = [part for part, keep in zip(wanted, answer.included, strict=True) if keep]
         return _response(response_cls, ctx.api_version, carried, answer.session_id)
 
     def _count(self, answered: list[PartitionFetch], started: float) -> None:
@@ -179,16 +179,16 @@ class FetchHandler:
         metrics = self.services.metrics
         elapsed = time.monotonic() - started
         seen: set[str] = set()
-        for w in answered:
-            if w.error is not ErrorCode.NONE:
-                metrics.fetch_error(w.error)
-            if w.topic is None:
+        for part in answered:
+            if part.error is not ErrorCode.NONE:
+                metrics.fetch_error(part.error)
+            if part.topic is None:
                 continue
-            series = metrics.topic(w.topic.name)
-            if w.taken:
-                series.fetch_records.inc(w.taken)
-            if w.topic.name not in seen:
-                seen.add(w.topic.name)
+            series = metrics.topic(part.topic.name)
+            if part.taken:
+                series.fetch_records.inc(part.taken)
+            if part.topic.name not in seen:
+                seen.add(part.topic.name)
                 series.fetch_seconds.observe(elapsed)
 
     def _log_new_session(self, session_id: int, partitions: int, evicted: int) -> None:
@@ -212,7 +212,7 @@ class FetchHandler:
         session = self.sessions.get(session_id)
         if session is None:
             return wanted
-        by_key = {w.session_key: w for w in wanted}
+        by_key = {part.session_key: part for part in wanted}
         ordered = [by_key[key] for key in session.partitions if key in by_key]
         return ordered if len(ordered) == len(wanted) else wanted
 
@@ -255,17 +255,17 @@ class FetchHandler:
         came must not be served (spec/PartitionLog.tla: UsePrepared with ReadAheadChecked;
         without the check TLC finds FetchWithinBounds violated). One read of each
         partition's bounds tells."""
-        taken = [w for w in prepared if w.topic is not None and w.taken]
-        starts = await asyncio.gather(*(self.services.store.offsets(w.topic, w.partition)
-                                        for w in taken if w.topic is not None))
-        return all(w.offset >= start for w, (start, _) in zip(taken, starts, strict=True))
+        taken = [part for part in prepared if part.topic is not None and part.taken]
+        starts = await asyncio.gather(*(self.services.store.offsets(part.topic, part.partition)
+                                        for part in taken if part.topic is not None))
+        return all(part.offset >= start for part, (start, _) in zip(taken, starts, strict=True))
 
     async def _wait_for_data(self, wanted: list[PartitionFetch], used: int,
                              limits: rules.FetchLimits, started: float) -> int:
         notifier = self.services.notifier
-        stream_keys = [self.services.store.stream_key(w.topic.name, w.partition)
-                       for w in wanted if w.topic is not None and w.readable]
-        any_error = any(w.error is not ErrorCode.NONE for w in wanted)
+        stream_keys = [self.services.store.stream_key(part.topic.name, part.partition)
+                       for part in wanted if part.topic is not None and part.readable]
+        any_error = any(part.error is not ErrorCode.NONE for part in wanted)
         while stream_keys and not rules.answered(used, limits, any_error):
             remaining = limits.max_wait_ms / 1000 - (time.monotonic() - started)
             if remaining <= 0:
@@ -277,58 +277,58 @@ class FetchHandler:
             if not await notifier.wait(stream_keys, remaining):
                 break
             used = await self._read(wanted, limits.max_bytes)
-            any_error = any(w.error is not ErrorCode.NONE for w in wanted)
+            any_error = any(part.error is not ErrorCode.NONE for part in wanted)
         return used
 
     async def _read(self, wanted: list[PartitionFetch], max_bytes: int) -> int:
         """Fill records and bounds of every readable partition; return the record bytes."""
         store = self.services.store
-        readable = [w for w in wanted if w.readable]
+        readable = [part for part in wanted if part.readable]
         reads = []
-        for w in readable:
-            assert w.topic is not None
-            stream = store.stream_key(w.topic.name, w.partition)
-            count = self.estimates.count_for(stream, min(w.max_bytes, max_bytes),
-                                             w.topic.config.stores_batches)
-            reads.append((w.topic, w.partition, max(w.offset, 0), count))  # past the end: nothing
+        for part in readable:
+            assert part.topic is not None
+            stream = store.stream_key(part.topic.name, part.partition)
+            count = self.estimates.count_for(stream, min(part.max_bytes, max_bytes),
+                                             part.topic.config.stores_batches)
+            reads.append((part.topic, part.partition, max(part.offset, 0), count))  # past the end: nothing
         if not reads:
             return 0
         results = await store.read(reads)
         used = 0
-        for w, result in zip(readable, results, strict=True):
-            assert w.topic is not None
-            w.high_watermark, w.log_start_offset = result.high_watermark, result.log_start_offset
-            w.error = rules.offset_error(w.offset, result.log_start_offset, result.high_watermark)
-            if w.error is not ErrorCode.NONE or not result.raw:
-                w.records, w.taken = None, 0
+        for part, result in zip(readable, results, strict=True):
+            assert part.topic is not None
+            part.high_watermark, part.log_start_offset = result.high_watermark, result.log_start_offset
+            part.error = rules.offset_error(part.offset, result.log_start_offset, result.high_watermark)
+            if part.error is not ErrorCode.NONE or not result.raw:
+                part.records, part.taken = None, 0
                 continue
-            budget = rules.partition_budget(w.max_bytes, max_bytes, used)
-            if w.topic.config.stores_batches:
-                data, taken, w.next_offset, stored = stored_batches(
-                    result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0)
+            budget = rules.partition_budget(part.max_bytes, max_bytes, used)
+            if part.topic.config.stores_batches:
+                data, taken, part.next_offset, stored = stored_batches(
+                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0)
             else:
-                data, taken, w.next_offset = entries_to_batches(
-                    result.raw, w.topic.config.sequence_bits, budget, force_first=used == 0,
-                    log_append_time=w.topic.config.log_append_time)
+                data, taken, part.next_offset = entries_to_batches(
+                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0,
+                    log_append_time=part.topic.config.log_append_time)
                 stored = taken
             if stored:  # the size estimate is per stored entry: a record, or a whole batch
-                self.estimates.observe(store.stream_key(w.topic.name, w.partition), stored,
+                self.estimates.observe(store.stream_key(part.topic.name, part.partition), stored,
                                        len(data))
-            w.records, w.taken = (data or None), taken
+            part.records, part.taken = (data or None), taken
             used += len(data)
         return used
 
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
                     limits: rules.FetchLimits) -> None:
         """Start reading the response to the request that will most likely come next."""
-        if not any(w.taken for w in answered):
+        if not any(part.taken for part in answered):
             return  # caught up (or nothing readable): the next fetch waits for new records
-        if sum(len(w.records or b"") for w in answered) > PREDICTION_MAX_BYTES:
+        if sum(len(part.records or b"") for part in answered) > PREDICTION_MAX_BYTES:
             return
-        following = [PartitionFetch(w.topic_key, w.session_key, w.topic, w.partition,
-                                    w.next_offset if w.next_offset >= 0 else w.offset,
-                                    w.max_bytes)
-                     for w in answered]
+        following = [PartitionFetch(part.topic_key, part.session_key, part.topic, part.partition,
+                                    part.next_offset if part.next_offset >= 0 else part.offset,
+                                    part.max_bytes)
+                     for part in answered]
         signature = _signature(following, limits.max_bytes, self.log_start_moves)
         if signature is None:
             return
@@ -349,14 +349,14 @@ class FetchHandler:
         if not group_ids:
             return
         partitions = []
-        for w in wanted:
-            if w.topic is None or not w.readable:
+        for part in wanted:
+            if part.topic is None or not part.readable:
                 continue
-            stream = self.services.store.stream_key(w.topic.name, w.partition)
+            stream = self.services.store.stream_key(part.topic.name, part.partition)
             if all((g, stream) in coordinator.redis_groups for g in group_ids):
                 continue
-            partitions.append((PartitionRef(w.topic.name, w.partition, stream,
-                                            w.topic.config.sequence_bits), w.offset))
+            partitions.append((PartitionRef(part.topic.name, part.partition, stream,
+                                            part.topic.config.sequence_bits), part.offset))
         if partitions:
             task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
             self._background.add(task)
@@ -368,10 +368,10 @@ def _signature(wanted: list[PartitionFetch], max_bytes: int,
     """What a request asks for, to match a prepared response (None: not preparable); a
     DeleteRecords in between (``log_start_moves``) makes the prepared one stale."""
     parts = []
-    for w in wanted:
-        if w.topic is None or not w.readable:
+    for part in wanted:
+        if part.topic is None or not part.readable:
             return None
-        parts.append((w.topic.topic_id, w.partition, w.offset, w.max_bytes))
+        parts.append((part.topic.topic_id, part.partition, part.offset, part.max_bytes))
     return log_start_moves, max_bytes, tuple(parts)
 
 
@@ -400,12 +400,12 @@ def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch
     topic_cls = nested(response_cls, "FetchableTopicResponse")
     partition_cls = nested(response_cls, "PartitionData")
     grouped: dict[Any, list[Any]] = {}  # topic name or id -> partitions, in request order
-    for w in wanted:
-        grouped.setdefault(w.topic_key, []).append(make(
-            partition_cls, partition_index=w.partition, error_code=w.error,
-            high_watermark=w.high_watermark, last_stable_offset=w.high_watermark,
-            log_start_offset=w.log_start_offset, aborted_transactions=None,
-            preferred_read_replica=-1, records=w.records or b"",
+    for part in wanted:
+        grouped.setdefault(part.topic_key, []).append(make(
+            partition_cls, partition_index=part.partition, error_code=part.error,
+            high_watermark=part.high_watermark, last_stable_offset=part.high_watermark,
+            log_start_offset=part.log_start_offset, aborted_transactions=None,
+            preferred_read_replica=-1, records=part.records or b"",
         ))
     key_field = "topic_id" if version >= 13 else "topic"
     topics = [make(topic_cls, **{key_field: key}, partitions=tuple(partitions))
