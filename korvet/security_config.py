@@ -191,7 +191,7 @@ def _tenants(value: object, base: str) -> dict[str, str]:
         if ":" not in principal:
             raise SecuritySettingsError(f"security.tenants: {principal!r} is not TYPE:NAME "
                                         "(e.g. User:alice)")
-        if not _KEYSPACE.match(keyspace):
+        if not _KEYSPACE.fullmatch(keyspace):
             raise SecuritySettingsError(f"security.tenants: keyspace {keyspace!r} must be letters, "
                                         "digits, '.', '_' or '-' (no ':', so keyspaces never overlap)")
         if keyspace != base and keyspace == base.split(":", 1)[0]:

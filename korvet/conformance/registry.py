@@ -84,7 +84,7 @@ def check(
     """Register a check function under ``name`` (see the module docstring)."""
 
     def register(fn: CheckFn) -> CheckFn:
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(f"check name {name!r} is not dotted lower_case")
         if name in REGISTRY:
             raise ValueError(f"check {name!r} is registered twice")

@@ -19,7 +19,7 @@ MAX_PARTITIONS = 10_000  # a sanity bound: every partition is a Redis stream key
 STORAGE_FORMAT = "korvet.storage.format"
 RECORDS, BATCHES = "records", "batches"
 STORAGE_FORMATS = (RECORDS, BATCHES)
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 class TopicNameError(ValueError):
@@ -44,7 +44,7 @@ def validate_topic_name(name: str | None) -> str:
         raise TopicNameError(
             f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
         )
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise TopicNameError(
             f"topic name {name!r} contains a character other than ASCII letters, digits, "
             "'.', '_' and '-'"

@@ -128,7 +128,7 @@ class LogNames:
             self.labels[member_id] = f"x{index}"
         self.instance_labels = {i: f"i{n}" for n, i in enumerate(seen.instances, start=1)}
         names = sorted(seen.protocol_names)
-        self.name_labels = {n: n if _SAFE_NAME.match(n) else f"n{k}"
+        self.name_labels = {n: n if _SAFE_NAME.fullmatch(n) else f"n{k}"
                             for k, n in enumerate(names, start=1)}
         self.sorted_names = names
         self.metadata_labels = {d: f"d{n}" for n, d in enumerate(seen.metadata_seen, start=1)}

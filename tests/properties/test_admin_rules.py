@@ -3,7 +3,7 @@ resources (korvet/core/admin.py)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from korvet.core import admin
@@ -148,6 +148,7 @@ def test_an_unknown_config_resource_type_fails_the_whole_describe(types: list[in
 @settings(max_examples=examples(2))
 @given(st.text(max_size=8) | st.sampled_from(["", ".", "..", "x" * 249, "x" * 250, "a b", "__c"]),
        st.booleans())
+@example("t\n", False)  # found in a full run: a regex "$" also matches before a final newline
 def test_a_config_topic_name_is_validated_before_it_is_looked_up(name: str, exists: bool) -> None:
     """Found by the differential mode: an empty or illegal topic name is INVALID_TOPIC_EXCEPTION
     (17) on Kafka, not UNKNOWN_TOPIC_OR_PARTITION (3)."""

@@ -36,7 +36,7 @@ import yaml
 
 from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, skip, wait_until
 from korvet.conformance.messages import build_request, error_name
-from korvet.conformance.ops import EARLIEST, LATEST, Ops
+from korvet.conformance.ops import EARLIEST, LATEST, Ops, fetch_result
 from korvet.conformance.records import Rec, build_batch
 from korvet.conformance.registry import CheckFailed, check
 from korvet.conformance.wire import ConnectionClosed, WireClient, WireError, parse_bootstrap
@@ -800,6 +800,44 @@ def prefixed_and_deny(ctx: CheckContext) -> None:
                "a produce the PREFIXED grant allows")
     expect_error(writer.produce(closed_topic, 0, [Rec(b"y")]).error, TOPIC_DENIED,
                  "Produce to the denied topic")
+
+
+@check("security.authz.fetch_session_reauthorized", api=AUTHZ_API, requires=REQUIRES, timeout=60,
+       asserts="Every Fetch authorizes every partition it reads, those its fetch session carries "
+               "included: after the principal's READ is deleted, an incremental Fetch naming no "
+               "partition answers the session's partition TOPIC_AUTHORIZATION_FAILED (29) with no "
+               "records, not the records produced since.",
+       source=f"{KAFKA_APIS}: handleFetchRequest (authorizes fetchContext.foreachPartition)")
+def fetch_session_reauthorized(ctx: CheckContext) -> None:
+    secure = Secure(ctx)
+    admin = secure.ops()
+    topic = admin.create_topic()  # with its id: Fetch v13+ names topics by id
+    end = admin.offset_of(topic, 0, LATEST)
+    name = secure.new_user("pw")
+    grant = {"resource_type": TOPIC, "resource_name": topic.name, "principal": f"User:{name}",
+             "operation": READ}
+    secure.create_acls(grant)
+    reader = secure.ops(secure.session(name, "pw"))
+    version = reader.v(FETCH, lo=7)
+    wait_until(lambda: reader.fetch(topic, 0, end).error == NONE, GRANT_WAIT, "the READ grant")
+    _, opened = reader.fetch_many([(topic, 0, end)], session_id=0, session_epoch=0, version=version)
+    expect_error(opened[0].error, NONE, "the Fetch that opens the session")
+    session = opened[0].session_id
+    ctx.note("session_id", session)
+    if session == 0:
+        skip("the broker opened no fetch session (KIP-227 allows that)")
+    secure.delete_acls(grant)
+    wait_until(lambda: reader.fetch(topic, 0, end).error == TOPIC_DENIED, GRANT_WAIT,
+               "the deletion of the READ grant (a sessionless Fetch)")
+    admin.produce_ok(topic, 0, [Rec(b"after-revocation")])
+    response = reader.conn.call(reader.fetch_request([], session_id=session, session_epoch=1,
+                                                     version=version))
+    expect_error(response.error_code, NONE, "the incremental Fetch's top-level error")
+    answered = [fetch_result(response, p) for t in response.responses for p in t.partitions]
+    expect_eq(len(answered), 1, "partitions in the incremental answer")
+    expect_error(answered[0].error, TOPIC_DENIED, "the session's partition after its READ was deleted")
+    values = [r.value for r in answered[0].records]
+    expect_eq(values, [], "records returned after the READ was deleted")
 
 
 @check("security.authz.cluster_and_topic_creation", api=AUTHZ_API, requires=REQUIRES,

@@ -64,14 +64,14 @@ def parse_protocol_map(text: str) -> dict[str, Protocol]:
         if not item:
             continue
         name, sep, protocol = item.partition(":")
-        if not sep or not _NAME.match(name.strip()):
+        if not sep or not _NAME.fullmatch(name.strip()):
             raise ListenerError(f"listener.security.protocol.map entry {item!r} is not NAME:PROTOCOL")
         found[name.strip().upper()] = protocol_of(protocol)
     return found
 
 
 def parse_endpoint(text: str) -> tuple[str, str, int]:
-    matched = _ENDPOINT.match(text.strip())
+    matched = _ENDPOINT.fullmatch(text.strip())
     if not matched:
         raise ListenerError(f"listener {text!r} is not NAME://host:port")
     port = int(matched["port"])
@@ -92,7 +92,7 @@ def _protocol_for(name: str, protocols: Mapping[str, Protocol]) -> Protocol:
 
 def _from_mapping(item: Mapping[str, object], protocols: Mapping[str, Protocol]) -> ListenerSpec:
     name = str(item.get("name", "")).upper()
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ListenerError(f"listener {dict(item)!r} needs a name of letters, digits and '_'")
     protocol = protocol_of(str(item["protocol"])) if "protocol" in item else _protocol_for(
         name, protocols)

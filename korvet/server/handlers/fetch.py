@@ -13,7 +13,8 @@ korvet/core/fetch_session.py; this module adapts:
    session, an incremental one, or a session error) and which partitions it reads: an
    incremental request reads every partition of its session;
 1. ``_plan``: those partitions as ``PartitionFetch`` values, each with the error the
-   rules give it (topic lookup is the only I/O);
+   rules give it (topic lookup is the only I/O), and ``_deny_unreadable``: READ on each of
+   them, the session's included (the check point saw only the partitions named);
 2. ``_note_group_fetch``: a group member's fetch creates the group's Redis consumer
    groups on its streams, in the background (docs/implementers/groups.md);
 3. ``_read`` (or the connection's read-ahead, server/read_ahead.py): Redis to batches;
@@ -45,6 +46,8 @@ from redis.exceptions import RedisError
 from korvet.core import fetch as rules
 from korvet.core import fetch_session as sessions
 from korvet.core.errors import ErrorCode
+from korvet.core.security.access import Access
+from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, millis, nested, response_type
 from korvet.protocol.messages import (
@@ -88,6 +91,23 @@ class PartitionFetch:
 PreparedFetch = tuple[list[PartitionFetch], int]  # partitions filled in, record bytes
 
 
+def _deny_unreadable(access: Access, wanted: list[PartitionFetch]) -> None:
+    """READ is checked on every partition the fetch reads, as Kafka does: the broker's check
+    point sees only the partitions a request names, and an incremental fetch also reads those
+    its session carries, whose grant may have been deleted since the session opened."""
+    if not access.enabled:
+        return
+    verdicts: dict[str, bool] = {}
+    for w in wanted:
+        if w.topic is None or w.error is not ErrorCode.NONE:
+            continue
+        name = w.topic.name
+        if name not in verdicts:
+            verdicts[name] = access.allowed(Operation.READ, ResourceType.TOPIC, name)
+        if not verdicts[name]:
+            w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
 class FetchHandler:
     """Fetch for one broker. Owns the per-stream entry-size estimates and the background
     tasks that create Redis consumer groups; per-connection read-ahead lives in the
@@ -128,6 +148,7 @@ class FetchHandler:
             return make(response_cls, throttle_time=0, error_code=plan.error, session_id=0,
                         responses=())
         wanted = await self._plan(ctx.api_version, plan.partitions)
+        _deny_unreadable(ctx.access, wanted)
         self._note_group_fetch(ctx, wanted)
         try:
             wanted, used = await self._read_or_take_prepared(ctx, wanted, limits)
