@@ -4,10 +4,12 @@ The module's one Kafka also serves as the oracle of the differential mode (Korve
 and as the broker the suite checks from a fresh virtualenv with only ``korvet[conformance]``.
 
 Starts Apache Kafka 4.3.1 (KRaft, one node, free loopback ports, pinned jars from Maven
-Central) with its default group.initial.rebalance.delay.ms of 3 s, runs every check
-with profile ``kafka`` and requires every one to pass. The broker gets one setting
-beyond Kafka's defaults: ``group.max.size=8``, so that the check of
-GROUP_MAX_SIZE_REACHED runs instead of being skipped. The JSON and HTML reports are
+Central), runs every check with profile ``kafka`` and requires every one to pass. The
+broker gets two settings beyond Kafka's defaults: ``group.max.size=8``, so that the check
+of GROUP_MAX_SIZE_REACHED runs instead of being skipped, and
+group.initial.rebalance.delay.ms=1000 (the default is 3000), the least
+``join_group.initial_delay_gathers_members`` requires: each of the ~60 group checks waits
+1 s instead of 3 s for the first rebalance of its new group. The JSON and HTML reports are
 written under the test's temporary directory.
 """
 
@@ -35,7 +37,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
-    server = KafkaServer(tmp_path_factory.mktemp("kafka-conformance"), properties={"group.max.size": "8"})
+    server = KafkaServer(tmp_path_factory.mktemp("kafka-conformance"), properties={"group.max.size": "8"},
+                         group_initial_rebalance_delay_ms=1000)
     with server:
         print(f"\nApache Kafka on {server.bootstrap}: started in {server.startup_seconds:.1f} s",
               file=sys.stderr)
