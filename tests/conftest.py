@@ -36,6 +36,34 @@ _HEAVY_MARKERS = {"tlc", "clients", "kafka", "spark"}
 _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
 
 
+# How `make test` spreads the suite over its workers (scripts/pytest.sh runs pytest-xdist with
+# `--dist loadgroup --no-loadscope-reorder`): a test file goes to one worker as a whole, so
+# its module-scoped brokers start once, except the files below, whose tests share nothing
+# (one TLC run each) and go one by one. Files are handed out in this order, the longest first
+# (seconds from a full run's --durations), then the rest as collected: with the default order
+# (most tests first) the longest files, which have few tests, started last and ran alone.
+_SPREAD = {"tests/test_spec_models.py"}
+_LONGEST_FIRST = (
+    "tests/test_spec_models.py",  # ~330 s of TLC runs, spread
+    "tests/integration/test_groups.py",  # ~200 s: four real clients' rebalances
+    "tests/integration/test_spark_pipeline.py",  # ~140 s
+    "tests/conformance/test_kafka_conformance.py",  # ~105 s
+    "tests/integration/test_security.py",  # ~110 s
+    "tests/properties/test_coordinator_replay.py",  # ~95 s
+    "tests/properties/test_partition_log_replay.py",  # ~80 s
+    "tests/test_bench_smoke.py",  # ~76 s
+    "tests/integration/test_clients.py",  # ~70 s
+    "tests/integration/test_several_brokers.py",  # ~55 s
+    "tests/conformance/test_kfake_conformance.py",  # ~50 s
+    "tests/conformance/test_korvet_conformance.py",  # ~40 s
+)
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.path.relative_to(ROOT).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -44,6 +72,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                  or bool(fixtures & _HEAVY_FIXTURES))
         if heavy:
             item.add_marker(pytest.mark.integration)
+        if _file_of(item) not in _SPREAD:
+            item.add_marker(pytest.mark.xdist_group(_file_of(item)))
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_file_of(item), len(rank)))  # stable: files stay whole
 KORVET = [sys.executable, "-m", "korvet.cli"]
 
 
