@@ -24,6 +24,8 @@ from redis.exceptions import RedisError
 from korvet.core.topics import TopicInfo
 from korvet.storage.redis_store import RedisStore
 
+_ENTRIES_KEPT = 10_000  # above this, the cached "no such topic" answers are dropped
+
 
 class TopicCache:
     def __init__(self, store: RedisStore, defaults: Callable[[str], Mapping[str, str]],
@@ -35,7 +37,7 @@ class TopicCache:
         self._id_to_name: dict[str, str] = {}
         # the last entries read, kept through expiry and a blanket invalidation (the
         # change notifications' reconnect), served only while Redis does not answer
-        self._last: dict[str, TopicInfo | None] = {}
+        self._last: dict[str, TopicInfo] = {}
         self._last_ids: dict[str, str] = {}
 
     async def get(self, name: str) -> TopicInfo | None:
@@ -49,11 +51,15 @@ class TopicCache:
             if name in self._last:
                 return self._last[name]
             raise
+        if len(self._by_name) >= _ENTRIES_KEPT:  # names any client may send stay bounded
+            self._by_name = {n: e for n, e in self._by_name.items() if e[0] is not None}
         self._by_name[name] = (topic, now)
-        self._last[name] = topic
-        if topic is not None:
+        if topic is not None:  # names that do not exist are not kept: any client can send them
+            self._last[name] = topic
             self._id_to_name[topic.topic_id] = topic.name
             self._last_ids[topic.topic_id] = topic.name
+        else:
+            self._last.pop(name, None)
         return topic
 
     def peek(self, name: str) -> TopicInfo | None:
