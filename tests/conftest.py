@@ -37,14 +37,14 @@ _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
 
 
 # How `make test` spreads the suite over its workers (scripts/pytest.sh runs pytest-xdist with
-# `--dist loadgroup --no-loadscope-reorder`): a test file goes to one worker as a whole, so
-# its module-scoped brokers start once, except the files below, whose tests share nothing
-# (one TLC run each) and go one by one. Files are handed out in this order, the longest first
-# (seconds from a full run's --durations), then the rest as collected: with the default order
-# (most tests first) the longest files, which have few tests, started last and ran alone.
-_SPREAD = {"tests/test_spec_models.py"}
+# `--dist loadgroup --no-loadscope-reorder`): a test file goes to one worker as a whole (its
+# module-scoped brokers start once), and files are handed out in this order, the longest
+# first (seconds from a full run's --durations), then the rest as collected. With xdist's
+# default order (most tests first) the longest files, which have few tests, started last and
+# ran alone. The TLC models stay in one file on one worker: spread over both, two TLC runs
+# fought for the two cores while the other work waited (a full run took 23 min instead of 16).
 _LONGEST_FIRST = (
-    "tests/test_spec_models.py",  # ~330 s of TLC runs, spread
+    "tests/test_spec_models.py",  # ~330 s of TLC runs
     "tests/integration/test_groups.py",  # ~200 s: four real clients' rebalances
     "tests/integration/test_spark_pipeline.py",  # ~140 s
     "tests/conformance/test_kafka_conformance.py",  # ~105 s
@@ -72,8 +72,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                  or bool(fixtures & _HEAVY_FIXTURES))
         if heavy:
             item.add_marker(pytest.mark.integration)
-        if _file_of(item) not in _SPREAD:
-            item.add_marker(pytest.mark.xdist_group(_file_of(item)))
+        item.add_marker(pytest.mark.xdist_group(_file_of(item)))
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_file_of(item), len(rank)))  # stable: files stay whole
 KORVET = [sys.executable, "-m", "korvet.cli"]
