@@ -5,15 +5,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 # Two workers (KORVET_TEST_WORKERS; 0 runs in this process): most integration tests wait on
-# brokers and timers, so a second worker fills the idle core. `--dist loadgroup` with the
-# groups tests/conftest.py marks keeps a test file on one worker (its module-scoped brokers
-# start once), and `--no-loadscope-reorder` hands files out longest first, as conftest.py
-# orders them, instead of by their number of tests.
+# brokers and timers, so a second worker fills the idle core. `--dist loadfile` keeps a test
+# file on one worker (its module-scoped brokers start once), and `--no-loadscope-reorder`
+# hands files out longest first, as tests/conftest.py orders them, instead of by their
+# number of tests.
 workers="${KORVET_TEST_WORKERS:-2}"
 if [ "$workers" = "0" ]; then
     .venv/bin/python -m pytest "$@"
 else
-    .venv/bin/python -m pytest -n "$workers" --dist loadgroup --no-loadscope-reorder "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
 fi
 code=$?
 echo "test suite wall time: $(( $(date +%s) - start )) s" >&2

@@ -37,7 +37,7 @@ _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
 
 
 # How `make test` spreads the suite over its workers (scripts/pytest.sh runs pytest-xdist with
-# `--dist loadgroup --no-loadscope-reorder`): a test file goes to one worker as a whole (its
+# `--dist loadfile --no-loadscope-reorder`): a test file goes to one worker as a whole (its
 # module-scoped brokers start once), and files are handed out in this order, the longest
 # first (seconds from a full run's --durations), then the rest as collected. With xdist's
 # default order (most tests first) the longest files, which have few tests, started last and
@@ -63,7 +63,6 @@ def _file_of(item: pytest.Item) -> str:
     return item.path.relative_to(ROOT).as_posix()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -72,7 +71,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                  or bool(fixtures & _HEAVY_FIXTURES))
         if heavy:
             item.add_marker(pytest.mark.integration)
-        item.add_marker(pytest.mark.xdist_group(_file_of(item)))
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_file_of(item), len(rank)))  # stable: files stay whole
 KORVET = [sys.executable, "-m", "korvet.cli"]
