@@ -285,40 +285,35 @@ _CFG_KEYWORDS = re.compile(r"^(SPECIFICATION|CONSTANTS?|CONSTRAINTS?|INVARIANTS?
                            r"PROPERTIES|INIT|NEXT|SYMMETRY|VIEW|ALIAS|CHECK_DEADLOCK)\b")
 
 
-def read_properties(cfg: Path) -> list[str]:
-    """The temporal properties a model config asks TLC to check (PROPERTY/PROPERTIES)."""
-    properties: list[str] = []
-    in_properties = False
+def _cfg_section(cfg: Path, keyword_prefix: str) -> Iterator[str]:
+    """The non-empty lines (comments cut) of a model config's sections whose keyword starts
+    with ``keyword_prefix``, each with its keyword taken off."""
+    inside = False
     for raw in cfg.read_text().splitlines():
         line = raw.split("\\*", 1)[0].strip()
         if not line:
             continue
         keyword = _CFG_KEYWORDS.match(line)
         if keyword:
-            in_properties = keyword.group(1).startswith("PROPERT")
+            inside = keyword.group(1).startswith(keyword_prefix)
             line = line[keyword.end():].strip()
-        if in_properties:
-            properties.extend(line.split())
-    return properties
+            if not line:
+                continue
+        if inside:
+            yield line
+
+
+def read_properties(cfg: Path) -> list[str]:
+    """The temporal properties a model config asks TLC to check (PROPERTY/PROPERTIES)."""
+    return [name for line in _cfg_section(cfg, "PROPERT") for name in line.split()]
 
 
 def read_constants(cfg: Path) -> dict[str, TlaValue]:
     constants: dict[str, TlaValue] = {}
-    in_constants = False
-    for raw in cfg.read_text().splitlines():
-        line = raw.split("\\*", 1)[0].strip()
-        if not line:
-            continue
-        keyword = _CFG_KEYWORDS.match(line)
-        if keyword:
-            in_constants = keyword.group(1).startswith("CONSTANT")
-            line = line[keyword.end():].strip()
-            if not line:
-                continue
-        if in_constants:
-            name, sep, value = line.partition("=")
-            if sep:
-                constants[name.strip()] = parse_value(value.strip())
+    for line in _cfg_section(cfg, "CONSTANT"):
+        name, sep, value = line.partition("=")
+        if sep:
+            constants[name.strip()] = parse_value(value.strip())
     return constants
 
 
