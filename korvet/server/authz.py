@@ -33,6 +33,7 @@ from korvet.core.security.acl import CLUSTER_NAME, ResourceType
 from korvet.core.security.rules import ApiRule, Need
 from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.registry import CloseConnection, Deferred, Handler, RequestContext
+from korvet.protocol.response_templates import ProduceAnswer
 from korvet.server.services import Services
 
 log = logging.getLogger("korvet.authz")
@@ -417,6 +418,8 @@ def _merge(response: Any, denied: Denied, response_cls: type[Any], version: int)
 async def _merge_later(pending: Awaitable[Any], denied: Denied, response_cls: type[Any],
                        version: int) -> Any:
     response = await pending
+    if isinstance(response, ProduceAnswer):  # a Produce response not built as kio's yet
+        response = response.to_kio()
     return None if response is None else _merge(response, denied, response_cls, version)
 
 
