@@ -351,7 +351,8 @@ class Guard:
             assert empty is not None
             response = empty(response_cls, version)
         if isinstance(response, Deferred):
-            return Deferred(_merge_later(response.response, denied, response_cls, version))
+            return Deferred(_merge_later(response.response, denied, response_cls, version),
+                            response.waits_on)
         if response is None:
             return None
         return _merge(response, denied, response_cls, version)

@@ -98,6 +98,7 @@ class ProduceHandler:
         refused = produce_rules.check_request(request.acks, request.transactional_id)
         started = time.perf_counter()
         jobs: list[tuple[Any, list[Outcome]]] = []
+        waits_on: list[asyncio.Future[Any]] = []  # the appends' replies the response waits for
         for topic_data in request.topic_data:
             name = getattr(topic_data, "name", None)
             topic_id = getattr(topic_data, "topic_id", None)
@@ -122,7 +123,7 @@ class ProduceHandler:
                     self.metrics.produce_error(refusal.code)
                 else:
                     outcome = await self._send_partition(topic, partition.index,
-                                                         partition.records, started,
+                                                         partition.records, started, waits_on,
                                                          replicated=request.acks == -1)
                     if isinstance(outcome, PartitionOutcome):
                         self.metrics.produce_error(outcome.error)
@@ -134,7 +135,7 @@ class ProduceHandler:
                     if not isinstance(result, PartitionOutcome):
                         self._drain(result)
             return None
-        return Deferred(_respond(request, jobs))
+        return Deferred(_respond(request, jobs), waits_on)
 
     async def close(self) -> None:
         """Let the appends of acks=0 requests finish (they were already sent)."""
@@ -147,7 +148,8 @@ class ProduceHandler:
         task.add_done_callback(self._unanswered.discard)
 
     async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
-                              started: float, *, replicated: bool = False) -> Outcome:
+                              started: float, waits_on: list[asyncio.Future[Any]], *,
+                              replicated: bool = False) -> Outcome:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
@@ -178,6 +180,7 @@ class ProduceHandler:
                                                     producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
+        waits_on.append(sent)
         return self._appended(topic, index, batch, count, now, sent, started)
 
     async def _appended(self, topic: TopicInfo, index: int, batch: Batch | StoredBatch,
