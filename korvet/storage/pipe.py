@@ -164,6 +164,8 @@ class RedisPipe:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def close(self) -> None:
+        if self._write_scheduled:  # queued in this turn: out (or to the task) before closing
+            self._write_soon()
         if self._flusher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher
