@@ -54,7 +54,6 @@ _MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading st
 _BACKLOG = 1024  # pending TCP connections the kernel queues before the broker accepts them
 
 
-
 class _Later:
     """A Deferred response on its way out: the coroutine that encodes it once it resolves, and
     the Deferred, which tells whether it has (``ready``)."""
