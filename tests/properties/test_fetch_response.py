@@ -121,3 +121,34 @@ def test_scatter_writes_arrive_whole_and_in_order() -> None:
     frames = _frames(5, 300, 16 * 1024)  # about 24 MiB: more than a loopback socket takes
     expected = b"".join(b"".join(frame) for frame in frames)
     assert asyncio.run(_exchange(frames)) == expected
+
+
+def test_denied_topics_are_merged_into_a_fetch_answer() -> None:
+    """With an authorizer, a Fetch naming a topic the principal may not read is answered for
+    the others by the handler (a ``FetchAnswer``) and TOPIC_AUTHORIZATION_FAILED for it: the
+    check point merges that topic into kio's form of the answer, records and all."""
+    from korvet.core.errors import ErrorCode as CoreError
+    from korvet.protocol.framing import decode_response, request_class
+    from korvet.protocol.kbuild import nested
+    from korvet.server.authz import SHAPES, Items, _merge
+
+    version = 12
+    request_topic = nested(request_class(1, version), "FetchTopic")
+    request_partition = nested(request_class(1, version), "FetchPartition")
+    denied_topic = request_topic(topic="secret", partitions=(request_partition(
+        partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=1024),))
+    records = RecordSet()
+    records.add(b"batch bytes")
+    answer = FetchAnswer(version, 0, 9, [TopicAnswer("open", [
+        PartitionAnswer(0, 0, 5, 5, 0, records)])])
+    response_cls = response_class(1, version)
+    check = SHAPES[1].checks[0]
+    assert isinstance(check, Items)
+    merged = _merge(answer, [(check, [(denied_topic, CoreError.TOPIC_AUTHORIZATION_FAILED)])],
+                    response_cls, version)
+    _, decoded = decode_response(encode_response(3, merged)[4:], response_cls)
+    assert [t.topic for t in decoded.responses] == ["open", "secret"]
+    assert decoded.responses[0].partitions[0].records == b"batch bytes"
+    assert decoded.responses[1].partitions[0].error_code == ErrorCode.topic_authorization_failed
+    assert decoded.session_id == 9
