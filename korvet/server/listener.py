@@ -390,6 +390,9 @@ def _write(writer: asyncio.StreamWriter, fd: int | None, pieces: list[Buffer]) -
         return
     transport = writer.transport
     start, into = 0, 0
+    # A transport that is not closing still owns its socket, so ``fd`` is still this
+    # connection's (a closed socket's number may already be another connection's): checked
+    # right before the write, with no await in between.
     if not transport.get_write_buffer_size() and not transport.is_closing():
         start, into = _writev(fd, pieces)
     if start < len(pieces) and into:
