@@ -29,7 +29,8 @@ from korvet.bench.model import (
     Run,
     ceiling_client,
 )
-from korvet.bench.report import BEGIN_MARK, END_MARK
+from korvet.bench.report import BEGIN_MARK, END_MARK, memory_rows
+from korvet.bench.runner import BenchResult
 from korvet.bench.summary import find, ratios, summarize, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,9 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
                 else:
                     assert run.ok and run.records == params.records, run
             if target in KORVET_TARGETS:
+                # what the produced records take in Redis: at least their payload
+                for run in runs_of(target, client, PRODUCE):
+                    assert run.extra["redis_bytes_per_million"] >= 0.5 * run.record_size * 1e6, run
                 for mode in (PRODUCE, CONSUME):
                     ceiling = runs_of(target, ceiling_client(client), mode)
                     assert ceiling and all(r.ok for r in ceiling), ceiling
@@ -85,6 +89,7 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
         image = (out / name).read_bytes()
         assert image.startswith(PNG_MAGIC) and len(image) > 10_000, name
     assert "### Targets of the issue" in (out / "results.md").read_text()
+    assert "### Redis memory per million records" in (out / "results.md").read_text()
 
     # The doc's tables and plots come back from the JSON alone.
     doc = tmp_path / "performance.md"
@@ -167,3 +172,15 @@ def test_medians_spreads_ratios_and_verdicts() -> None:
     assert by_goal["batches produce ≥ 1.0× Kafka (100 B)"].figure == "0.20 (100,000 / 500,000)"
     assert by_goal["batches produce korvet/ceiling ≥ 0.8 (100 B)"].met is False  # 0.625
     assert by_goal["batches consume ≥ 1.0× Kafka (100 B)"].met is None  # the consume run failed
+
+
+def test_redis_memory_rows_are_medians_of_the_produce_runs_in_mib_per_million() -> None:
+    runs = [Run(KORVET_EMBEDDED, LIBRDKAFKA, PRODUCE, 1024, i, records=1000, records_per_sec=1,
+                extra={"redis_bytes_per_million": mib * 2**20})
+            for i, mib in enumerate((1100, 1000, 1300))]
+    runs.append(Run(KORVET_EMBEDDED, LIBRDKAFKA, CONSUME, 1024, 0, records=1000))  # no figure
+    params = BenchParams(topic_configs=("korvet.storage.format=batches",))
+    assert memory_rows(BenchResult(params, runs=runs)) == [
+        [KORVET_EMBEDDED, LIBRDKAFKA, "1,024", "batches", "1,100", "1,000–1,300", "3"]]
+    assert memory_rows(BenchResult(BenchParams(), runs=runs))[0][3] == "records (default)"
+

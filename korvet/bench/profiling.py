@@ -139,3 +139,26 @@ class RedisCommandStats:
                          "usec_per_record": int(values["usec"]) / records if records else 0.0})
         rows.sort(key=lambda row: -int(row["usec"]))
         return rows[:top]
+
+
+class RedisMemory:
+    """``used_memory`` of one Redis (``INFO memory``): what a produce run added to it."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url)
+
+    def used(self, settle_seconds: float = 5.0) -> int | None:
+        """Bytes in use, once no object freed in the background (a deleted topic's stream,
+        removed lazily) is pending; None when Redis cannot say."""
+        deadline = time.monotonic() + settle_seconds
+        try:
+            while True:
+                info: dict[str, Any] = self.client.info("memory")
+                if int(info.get("lazyfree_pending_objects", 0)) == 0 or time.monotonic() > deadline:
+                    return int(info["used_memory"])
+                time.sleep(0.05)
+        except (redis.RedisError, KeyError, ValueError):
+            return None
+
+    def close(self) -> None:
+        self.client.close()

@@ -7,6 +7,8 @@ regenerated from the JSON after every run (``korvet bench --render-doc results.j
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .model import CEILING_PREFIX, LATENCY, TARGET_TITLES, BenchParams
+from .model import CEILING_PREFIX, LATENCY, PRODUCE, TARGET_TITLES, BenchParams
 from .runner import BenchResult
 from .summary import Cell, Ratio, Verdict, ratios, summarize, verdicts
 
@@ -73,6 +75,24 @@ RATIO_HEADERS = ["ratio", "target", "client", "mode", "record B", "value", "korv
 VERDICT_HEADERS = ["goal (100 B records)", "target", "client", "figure (median [min–max])", "verdict"]
 
 
+MEMORY_HEADERS = ["target", "client", "record B", "storage format",
+                  "Redis MiB per million records (median)", "min–max", "runs"]
+
+
+def memory_rows(result: BenchResult) -> list[list[str]]:
+    """Redis' ``used_memory`` per million records of each Korvet target's produce runs: what
+    the records of a fresh topic take (runner.py, ``_measure_memory``)."""
+    found: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for run in result.runs:
+        figure = run.extra.get("redis_bytes_per_million")
+        if run.mode == PRODUCE and figure is not None:
+            found[(run.target, run.client, run.record_size)].append(float(figure) / 2**20)
+    storage = result.params.topic_config_map.get("korvet.storage.format", "records (default)")
+    return [[target, client, f"{size:,}", storage, f"{statistics.median(values):,.0f}",
+             f"{min(values):,.0f}–{max(values):,.0f}", str(len(values))]
+            for (target, client, size), values in sorted(found.items())]
+
+
 def _verdict_text(verdict: Verdict) -> str:
     return "not measured" if verdict.met is None else ("met" if verdict.met else "NOT met")
 
@@ -99,6 +119,15 @@ def print_tables(result: BenchResult, console: Console) -> None:
         for ratio in found:
             ratio_table.add_row(*(escape(text) for text in _ratio_row(ratio)))
         console.print(ratio_table)
+    memory = memory_rows(result)
+    if memory:
+        memory_table = Table(title="Redis used_memory per million records (after a produce run "
+                                   "less before it)")
+        for header in MEMORY_HEADERS:
+            memory_table.add_column(escape(header))
+        for row in memory:
+            memory_table.add_row(*(escape(text) for text in row))
+        console.print(memory_table)
     verdict_table = Table(title="the issue's targets")
     for header in VERDICT_HEADERS:
         verdict_table.add_column(escape(header))
@@ -175,6 +204,15 @@ def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:  # 
         out.append("### Ratios of medians")
         out.append("")
         out.append(_md_table(RATIO_HEADERS, [_ratio_row(r) for r in found]))
+        out.append("")
+    memory = memory_rows(result)
+    if memory:
+        out.append("### Redis memory per million records")
+        out.append("")
+        out.append("Redis' `used_memory` after each produce run less before it (a fresh topic; "
+                   "the records as the client sent them), per million records.")
+        out.append("")
+        out.append(_md_table(MEMORY_HEADERS, memory))
         out.append("")
     out.append(f"![throughput by record size]({image_prefix}bench-throughput.png)")
     out.append("")

@@ -10,7 +10,9 @@ latency runs; stop the broker. With ``profile``, one more produce and consume pe
 client and size runs under py-spy (not counted).
 
 CPU time per record is charged to each server process (from /proc) and to the
-client (the finished child processes' rusage) over each run.
+client (the finished child processes' rusage) over each run. For a Korvet target, Redis'
+``used_memory`` is read before and after each produce run (the topic is fresh, so the
+difference is what its records take): ``extra["redis_bytes_per_million"]``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from .model import (
     Run,
     ceiling_client,
 )
-from .profiling import PySpy, RedisCommandStats, py_spy_binary
+from .profiling import PySpy, RedisCommandStats, RedisMemory, py_spy_binary
 
 
 @dataclass
@@ -114,6 +116,8 @@ def _describe(run: Run) -> str:
         text += f", p99 {run.latency.target_p99_ms:.1f} ms"
     if run.records_per_batch:
         text += f", {run.records_per_batch:.0f} rec/batch"
+    if "redis_bytes_per_million" in run.extra:
+        text += f", Redis {run.extra['redis_bytes_per_million'] / 2**20:,.0f} MiB per million records"
     cpu = ", ".join(f"{name} {us:.1f}" for name, us in run.cpu_us_per_record.items())
     if cpu:
         text += f"; CPU µs/rec: {cpu}"
@@ -295,7 +299,10 @@ class BenchRunner:
             self._record(consume)
             self._advance(2)
             return
-        self._record(self._produce(broker, produce, topic, num_records=params.records))
+        memory = _redis_memory(broker)
+        before = memory.used() if memory else None
+        self._record(self._measure_memory(
+            self._produce(broker, produce, topic, num_records=params.records), memory, before))
         self._advance()
         self._status(f"{target}: {client} consumes {params.records:,} × {size} B (#{repeat + 1})")
         if produce.error:
@@ -311,6 +318,20 @@ class BenchRunner:
         self._drop(broker, topic)
         if target in KORVET_TARGETS:
             self._ceiling(broker, target, client, size, repeat, produce)
+
+    @staticmethod
+    def _measure_memory(run: Run, memory: RedisMemory | None, before: int | None) -> Run:
+        """What the run's records take in Redis, per million records (``used_memory`` after
+        the run less before it)."""
+        if memory is None:
+            return run
+        after = memory.used()
+        memory.close()
+        if run.ok and run.records and before is not None and after is not None:
+            run.extra["redis_bytes_per_million"] = (after - before) * 1e6 / run.records
+            run.extra["redis_used_memory_before"] = before
+            run.extra["redis_used_memory_after"] = after
+        return run
 
     def _latency(self, broker: Broker, target: str, client: str, repeat: int) -> None:
         params = self.params
@@ -425,3 +446,9 @@ class BenchRunner:
                       f"Python {summary.get('busy', 0):.0%}; top (GIL held): {escape(top)}")
             self._advance()
         self._drop(broker, topic)
+
+
+def _redis_memory(broker: Broker) -> RedisMemory | None:
+    """The broker's embedded Redis, for its ``used_memory`` (None for Kafka)."""
+    url_file = getattr(broker, "data_dir", Path("/nonexistent")) / "redis" / "redis.url"
+    return RedisMemory(url_file.read_text().strip()) if url_file.is_file() else None

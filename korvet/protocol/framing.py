@@ -23,6 +23,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from korvet.protocol.fetch_response import Buffer, FetchAnswer, join
 from korvet.protocol.response_templates import ProduceAnswer, ProduceTemplates
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -162,12 +163,23 @@ def _response_writers(
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size-prefixed response frame for a kio response dataclass (a Produce response from a
-    template of its shape when there is one: response_templates.py, the same bytes)."""
+    template of its shape when there is one: response_templates.py, the same bytes), or for a
+    ``FetchAnswer`` (fetch_response.py)."""
     if type(response) is ProduceAnswer:
         return _PRODUCE_TEMPLATES.encode_answer(correlation_id, response)
+    if isinstance(response, FetchAnswer):
+        return join(response.frame(correlation_id))
     if getattr(response, "__api_key__", None) == _PRODUCE:
         return _PRODUCE_TEMPLATES.encode(correlation_id, response)
     return _encode_with_kio(correlation_id, response)
+
+
+def encode_response_pieces(correlation_id: int, response: Any) -> list[Buffer]:
+    """``encode_response`` as a list of buffers to be written one after the other: a
+    ``FetchAnswer``'s record sets stay the buffers they are held in (no copy)."""
+    if isinstance(response, FetchAnswer):
+        return response.frame(correlation_id)
+    return [encode_response(correlation_id, response)]
 
 
 def _encode_with_kio(correlation_id: int, response: Any) -> bytes:

@@ -31,6 +31,7 @@ from korvet.core.security import rules
 from korvet.core.security.access import NOT_REQUESTED, Access
 from korvet.core.security.acl import CLUSTER_NAME, ResourceType
 from korvet.core.security.rules import ApiRule, Need
+from korvet.protocol.fetch_response import FetchAnswer
 from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.registry import CloseConnection, Deferred, Handler, RequestContext
 from korvet.protocol.response_templates import ProduceAnswer
@@ -409,6 +410,8 @@ Denied = Sequence[tuple[Items, list[tuple[Any, ErrorCode]]]]
 
 
 def _merge(response: Any, denied: Denied, response_cls: type[Any], version: int) -> Any:
+    if isinstance(response, FetchAnswer):  # the denied topics are added to kio's response
+        response = response.to_kio(response_cls)
     for check, items in denied:
         extra = tuple(check.answer(response_cls, item, version, code) for item, code in items)
         current = tuple(getattr(response, check.response_field) or ())

@@ -19,6 +19,7 @@ from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from crc32c import crc32c
 
 from korvet.core.fetch import batches_that_fit
+from korvet.protocol.fetch_response import RecordSet
 from korvet.protocol.records import BATCH_OVERHEAD
 from korvet.storage import entries
 
@@ -125,14 +126,16 @@ def _mark_log_append_time(batch: bytearray) -> None:
 
 
 def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
-                   force_first: bool) -> tuple[bytes, int, int, int]:
+                   force_first: bool) -> tuple[RecordSet, int, int, int]:
     """The response of a partition whose topic stores batches (``korvet.storage.format``):
     its raw XRANGE entries (the batch holding the fetch offset first, when one starts below it)
     as the stored batches, whole, each with its base offset set to its entry's offset and its
     leader epoch to 0 (neither is covered by the CRC). No record is looked at. Entries that are
     no batch entries (written by something else) and ids wider than ``bits`` are skipped.
-    Returns the bytes, the records in them, the offset after the last (-1 when none) and the
-    number of batches."""
+    Returns the batches as a ``RecordSet`` of buffers (no copy: each batch's first 16 bytes,
+    base offset, length and leader epoch, written anew, beside a view of the rest of its stored
+    bytes), the records in them, the offset after the last (-1 when none) and the number of
+    batches."""
     limit = 1 << bits
     found: list[tuple[int, int, bytes]] = []  # (offset, records, batch)
     for entry_id, fields in raw:
@@ -145,14 +148,13 @@ def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
             found.append(((int(ms) << bits) | seq, stored[0], stored[2]))
     taken = batches_that_fit([len(b) for _, _, b in found], max_bytes, force_first)
     if not taken:
-        return b"", 0, -1, 0
-    # One copy: each batch's first 16 bytes (base offset, length, leader epoch) written anew
-    # beside a view of the rest of its stored bytes, joined once.
+        return RecordSet(), 0, -1, 0
     pieces: list[bytes | memoryview] = []
-    records = 0
+    records = size = 0
     for offset, count, batch in found[:taken]:
         pieces.append(_HEAD.pack(offset, _LENGTH.unpack_from(batch, 8)[0], 0))
         pieces.append(memoryview(batch)[_HEAD.size:])
         records += count
+        size += len(batch)
     offset, count, _ = found[taken - 1]
-    return b"".join(pieces), records, offset + count, taken
+    return RecordSet(pieces, size), records, offset + count, taken

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Awaitable
@@ -40,9 +41,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from korvet.protocol import api_versions
+from korvet.protocol.fetch_response import Buffer
 from korvet.protocol.frame_io import read_frame
 from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeError, TruncatedFrame
-from korvet.protocol.framing import FrameError, encode_response, parse_request, peek_prefix
+from korvet.protocol.framing import (
+    FrameError,
+    encode_response,
+    encode_response_pieces,
+    parse_request,
+    peek_prefix,
+)
 from korvet.protocol.registry import ApiRegistry, CloseConnection, Deferred
 from korvet.server.connection import Connection
 from korvet.server.limits import ConnectionSlot, ListenerLimits
@@ -52,6 +60,9 @@ log = logging.getLogger("korvet.listener")
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
 _MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading stops
 _BACKLOG = 1024  # pending TCP connections the kernel queues before the broker accepts them
+
+
+_IOV_MAX = 1024  # buffers one writev takes (Linux's IOV_MAX)
 
 
 class _Later:
@@ -65,9 +76,10 @@ class _Later:
         self.deferred = deferred
 
 
-# A response on its way out: ready bytes, or a Deferred one (encoded when it resolves), each
-# with the bytes it holds in the connection's pending count.
-_Outgoing = tuple[bytes | _Later, int] | None
+# A response on its way out: ready buffers (one frame, in pieces), or a Deferred one (encoded
+# when it resolves), each with the bytes it holds in the connection's pending count.
+_Response = list[Buffer] | _Later
+_Outgoing = tuple[_Response, int] | None
 
 
 class _Close(Exception):
@@ -226,7 +238,7 @@ class KafkaListener:
                         outgoing = asyncio.Queue(maxsize=_MAX_IN_FLIGHT)
                         sender = asyncio.create_task(self._send(conn, slot, outgoing, writer))
                     await outgoing.put(answer)
-                    if not isinstance(answer[0], bytes):
+                    if not isinstance(answer[0], list):
                         # A Deferred (a Produce with appends queued for Redis): let them go
                         # out before the next request, which may already be buffered, is
                         # decoded. Without this yield a backlog of produce requests (after
@@ -249,24 +261,25 @@ class KafkaListener:
                 sender.cancel()
 
     async def _answer(self, conn: Connection, slot: ConnectionSlot,
-                      frame: bytes) -> tuple[bytes | _Later, int] | None:
+                      frame: bytes) -> tuple[_Response, int] | None:
         """Handle one request; its response with the bytes it holds in the pending count
         (the request's until it is answered, then also the response's until it is sent)."""
         held = len(frame) + 4
         slot.gate.add(held)
         slot.in_hand += 1
-        response: bytes | _Later | None = None
+        response: _Response | None = None
         try:
             response = await self._dispatch(conn, frame)
         finally:
-            if response is None or isinstance(response, bytes):  # a Deferred is in hand
+            if response is None or isinstance(response, list):  # a Deferred is in hand
                 slot.in_hand -= 1
         if response is None:
             slot.gate.release(held)
             return None
-        if isinstance(response, bytes):
-            slot.gate.add(len(response))
-            held += len(response)
+        if isinstance(response, list):
+            size = sum(len(piece) for piece in response)
+            slot.gate.add(size)
+            held += size
         return response, held
 
     async def _send(self, conn: Connection, slot: ConnectionSlot,
@@ -275,18 +288,19 @@ class KafkaListener:
         send is a system call, and on loopback it also pays for the receiver's side). What is
         ready is not held back for a response still waiting for Redis: the client (a producer
         with five requests in flight) sends its next request when it has an answer."""
+        scatter_fd = _scatter_fd(writer)
         while True:
             item = await outgoing.get()
-            ready: list[bytes] = []
+            ready: list[Buffer] = []
             released = 0
             while item is not None:
                 response, held = item
                 released += held
-                if isinstance(response, bytes):
-                    ready.append(response)
+                if isinstance(response, list):
+                    ready.extend(response)
                 else:
                     if ready and not response.deferred.ready():
-                        writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
+                        _write(writer, scatter_fd, ready)
                         slot.touch()
                         slot.gate.release(released - held)
                         ready, released = [], held
@@ -300,7 +314,7 @@ class KafkaListener:
                     break
                 item = outgoing.get_nowait()
             if ready:
-                writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
+                _write(writer, scatter_fd, ready)
                 slot.touch()
             slot.gate.release(released)
             if ready and writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
@@ -309,10 +323,10 @@ class KafkaListener:
             if item is None:
                 return
 
-    async def _dispatch(self, conn: Connection, frame: bytes) -> bytes | _Later | None:
+    async def _dispatch(self, conn: Connection, frame: bytes) -> _Response | None:
         if self.gate is not None and conn.state.auth.expects_raw_token:
             answer = await self.gate.raw_token(conn, frame)
-            return len(answer).to_bytes(4, "big") + answer
+            return [len(answer).to_bytes(4, "big") + answer]
         try:
             api_key, version, correlation_id = peek_prefix(frame)
         except FrameError as exc:
@@ -328,9 +342,9 @@ class KafkaListener:
             api = registry.get(api_key) or api
         if not supported:
             if api_key == api_versions.API_KEY:
-                return encode_response(
+                return [encode_response(
                     correlation_id, api_versions.unsupported_version_response(registry)
-                )
+                )]
             raise _Close(
                 f"{api.name} version {version} is not supported "
                 f"(supported {api.min_version}..{api.max_version})"
@@ -355,9 +369,9 @@ class KafkaListener:
             return None
         if isinstance(response, Deferred):
             return _Later(self._finish(api_key, correlation_id, response, started), response)
-        data = encode_response(correlation_id, response)
-        self.metrics.response_sent(api_key, len(data), started)
-        return data
+        pieces = encode_response_pieces(correlation_id, response)
+        self.metrics.response_sent(api_key, sum(len(piece) for piece in pieces), started)
+        return pieces
 
     async def _finish(self, api_key: int, correlation_id: int, deferred: Deferred,
                       started: float) -> bytes | None:
@@ -367,3 +381,63 @@ class KafkaListener:
         data = encode_response(correlation_id, response)
         self.metrics.response_sent(api_key, len(data), started)
         return data
+
+
+def _scatter_fd(writer: asyncio.StreamWriter) -> int | None:
+    """The socket's file descriptor when responses may be written to it straight (a plain TCP
+    socket; None under TLS, whose transport encrypts from its own queue)."""
+    if writer.get_extra_info("sslcontext") is not None:
+        return None
+    sock = writer.get_extra_info("socket")
+    return None if sock is None else int(sock.fileno())
+
+
+def _write(writer: asyncio.StreamWriter, fd: int | None, pieces: list[Buffer]) -> None:
+    """Write a frame's pieces without joining them (a Fetch response's record batches are
+    pieces of up to megabytes, held as Redis handed them over).
+
+    Python 3.11's socket transport joins what ``writelines`` is given, and copies whatever
+    the socket does not take at once into its buffer. So while the transport has nothing
+    buffered (as its own ``write`` does, it sends first and buffers only the rest), the
+    pieces go to the socket in one ``writev`` per 1,024 of them; what the socket did not take
+    then goes to the transport piece by piece (one copy, into its buffer, where a join would
+    have made two). A TLS transport queues the pieces as they are."""
+    if len(pieces) == 1:
+        writer.write(pieces[0])
+        return
+    if fd is None:
+        writer.writelines(pieces)
+        return
+    transport = writer.transport
+    start, into = 0, 0
+    # A transport that is not closing still owns its socket, so ``fd`` is still this
+    # connection's (a closed socket's number may already be another connection's): checked
+    # right before the write, with no await in between.
+    if not transport.get_write_buffer_size() and not transport.is_closing():
+        start, into = _writev(fd, pieces)
+    if start < len(pieces) and into:
+        writer.write(memoryview(pieces[start])[into:])
+        start += 1
+    for piece in pieces[start:]:
+        writer.write(piece)
+
+
+def _writev(fd: int, pieces: list[Buffer]) -> tuple[int, int]:
+    """Write as much of ``pieces`` as the socket takes now: the index of the first piece not
+    wholly written, and how many of its bytes were. An error other than a full socket is left
+    to the transport, which meets it again on its next write and closes the connection."""
+    done = 0
+    while done < len(pieces):
+        chunk = pieces[done:done + _IOV_MAX]
+        try:
+            sent = os.writev(fd, chunk)
+        except (BlockingIOError, InterruptedError):
+            return done, 0
+        except OSError:
+            return done, 0
+        for piece in chunk:
+            if sent < len(piece):
+                return done, sent
+            sent -= len(piece)
+            done += 1
+    return done, 0

@@ -97,8 +97,12 @@ def test_stored_batches_come_back_whole_at_their_offsets(
         raw_entries.append(_entry(bits, offset, raw, len(recs), max(r[0] for r in recs)))
         expected.append((offset, recs, len(raw)))
         offset += len(recs)
-    data, count, next_offset, taken = stored_batches(raw_entries, bits, max_bytes,
-                                                     force_first=force_first)
+    pieces, count, next_offset, taken = stored_batches(raw_entries, bits, max_bytes,
+                                                       force_first=force_first)
+    data = pieces.tobytes()
+    assert len(pieces) == len(data)
+    # no copy of a stored batch: its bytes after the rewritten 16-byte head are a view of them
+    assert all(isinstance(piece, memoryview) for piece in pieces.pieces[1::2])
     assert taken == batches_that_fit([size for *_, size in expected], max_bytes, force_first)
     assert len(data) == sum(size for *_, size in expected[:taken])
     assert len(data) <= max_bytes or (force_first and taken == 1)

@@ -24,7 +24,9 @@ korvet/core/fetch_session.py; this module adapts:
 5. ``sessions.on_response``: which partitions the response carries (an incremental
    response leaves out those with no news) and the session's new state; a full request
    with epoch 0 gets its new session here;
-6. ``_response``: the version's kio response.
+6. ``_response``: the response (protocol/fetch_response.py), its record sets the buffers
+   they were read into: a ``batches`` topic's stored batches go out as Redis returned them,
+   with no copy in Python (the listener writes the pieces with one ``writev``).
 
 The session table belongs to the broker (sessions outlive connections, as in Kafka),
 bounded by ``fetch.max-sessions`` (Kafka's max.incremental.fetch.session.cache.slots).
@@ -49,11 +51,9 @@ from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.topics import TopicInfo
-from korvet.protocol.kbuild import make, millis, nested, response_type
-from korvet.protocol.messages import (
-    FetchRequest,
-    FetchResponse,
-)
+from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
+from korvet.protocol.kbuild import millis
+from korvet.protocol.messages import FetchRequest
 from korvet.server.batching import entries_to_batches, stored_batches
 from korvet.server.connection import Connection
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
@@ -79,7 +79,7 @@ class PartitionFetch:
     error: ErrorCode = ErrorCode.NONE
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes | None = None
+    records: RecordSet | None = None
     taken: int = 0
     next_offset: int = -1  # after the last record returned; -1 when none
 
@@ -131,8 +131,7 @@ class FetchHandler:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
-    async def handle(self, ctx: Connection, request: FetchRequest) -> FetchResponse:
-        response_cls = response_type(type(request))
+    async def handle(self, ctx: Connection, request: FetchRequest) -> FetchAnswer:
         started = time.monotonic()
         limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
                                       getattr(request, "max_bytes", None))
@@ -145,8 +144,7 @@ class FetchHandler:
                       plan.error.name, len(asked.partitions), len(asked.forgotten),
                       len(plan.partitions))
         if plan.context is sessions.Context.ERROR:
-            return make(response_cls, throttle_time=0, error_code=plan.error, session_id=0,
-                        responses=())
+            return FetchAnswer(ctx.api_version, plan.error, 0, [])
         wanted = await self._plan(ctx.api_version, plan.partitions)
         _deny_unreadable(ctx.access, wanted)
         self._note_group_fetch(ctx, wanted)
@@ -168,11 +166,10 @@ class FetchHandler:
         if plan.context is sessions.Context.FULL:
             self._log_new_session(answer.session_id, len(plan.partitions), len(edit.remove))
         if answer.error is not ErrorCode.NONE:
-            return make(response_cls, throttle_time=0, error_code=answer.error,
-                        session_id=answer.session_id, responses=())
+            return FetchAnswer(ctx.api_version, answer.error, answer.session_id, [])
         self._read_ahead(ctx, self._next_order(answer.session_id, wanted), limits)
         carried = [part for part, keep in zip(wanted, answer.included, strict=True) if keep]
-        return _response(response_cls, ctx.api_version, carried, answer.session_id)
+        return _response(ctx.api_version, carried, answer.session_id)
 
     def _count(self, answered: list[PartitionFetch], started: float) -> None:
         """Metrics: the request's latency under each of its topics, records and errors."""
@@ -307,15 +304,15 @@ class FetchHandler:
                 data, taken, part.next_offset, stored = stored_batches(
                     result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0)
             else:
-                data, taken, part.next_offset = entries_to_batches(
+                built, taken, part.next_offset = entries_to_batches(
                     result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0,
                     log_append_time=part.topic.config.log_append_time)
-                stored = taken
+                data, stored = RecordSet.of(built), taken
             if stored:  # the size estimate is per stored entry: a record, or a whole batch
                 self.estimates.observe(store.stream_key(part.topic.name, part.partition), stored,
-                                       len(data))
+                                       data.size)
             part.records, part.taken = (data or None), taken
-            used += len(data)
+            used += data.size
         return used
 
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
@@ -323,7 +320,7 @@ class FetchHandler:
         """Start reading the response to the request that will most likely come next."""
         if not any(part.taken for part in answered):
             return  # caught up (or nothing readable): the next fetch waits for new records
-        if sum(len(part.records or b"") for part in answered) > PREDICTION_MAX_BYTES:
+        if sum(part.records.size for part in answered if part.records) > PREDICTION_MAX_BYTES:
             return
         following = [PartitionFetch(part.topic_key, part.session_key, part.topic, part.partition,
                                     part.next_offset if part.next_offset >= 0 else part.offset,
@@ -395,20 +392,11 @@ def _session_request(version: int, request: FetchRequest) -> sessions.FetchReque
                                    by_id, tuple(partitions), forgotten)
 
 
-def _response(response_cls: type[Any], version: int, wanted: list[PartitionFetch],
-              session_id: int) -> Any:
-    topic_cls = nested(response_cls, "FetchableTopicResponse")
-    partition_cls = nested(response_cls, "PartitionData")
-    grouped: dict[Any, list[Any]] = {}  # topic name or id -> partitions, in request order
+def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> FetchAnswer:
+    grouped: dict[Any, list[PartitionAnswer]] = {}  # topic name or id -> partitions, in request order
     for part in wanted:
-        grouped.setdefault(part.topic_key, []).append(make(
-            partition_cls, partition_index=part.partition, error_code=part.error,
-            high_watermark=part.high_watermark, last_stable_offset=part.high_watermark,
-            log_start_offset=part.log_start_offset, aborted_transactions=None,
-            preferred_read_replica=-1, records=part.records or b"",
-        ))
-    key_field = "topic_id" if version >= 13 else "topic"
-    topics = [make(topic_cls, **{key_field: key}, partitions=tuple(partitions))
-              for key, partitions in grouped.items()]
-    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, session_id=session_id,
-                responses=tuple(topics))
+        grouped.setdefault(part.topic_key, []).append(PartitionAnswer(
+            part.partition, part.error, part.high_watermark, part.high_watermark,
+            part.log_start_offset, part.records or RecordSet()))
+    return FetchAnswer(version, ErrorCode.NONE, session_id,
+                       [TopicAnswer(key, partitions) for key, partitions in grouped.items()])
