@@ -96,6 +96,59 @@ def test_script_follows_the_offset_codec_at_real_clock_values(
     asyncio.run(_run(redis_url, bits, batches))
 
 
+_headers = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=8))),
+                   max_size=3)
+_stamps = st.integers(0, 2**45)
+_any_record: st.SearchStrategy[entries.Record] = st.tuples(
+    _stamps, st.one_of(st.none(), st.binary(max_size=12)),
+    st.one_of(st.none(), st.binary(max_size=40)), _headers)
+_value_record: st.SearchStrategy[entries.Record] = st.tuples(
+    _stamps, st.none(), st.binary(max_size=40), st.just([]))
+_keyed_record: st.SearchStrategy[entries.Record] = st.tuples(
+    _stamps, st.binary(max_size=12), st.binary(max_size=40), st.just([]))
+
+
+@settings(max_examples=examples(0.6), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bits=st.integers(min_value=1, max_value=3),
+       batches=st.lists(st.one_of(*(st.lists(r, min_size=1, max_size=9)
+                                    for r in (_value_record, _keyed_record, _any_record))),
+                        min_size=1, max_size=4),
+       append_time=st.one_of(st.none(), st.integers(0, 2**45)))
+def test_every_argument_layout_stores_the_entry_fields(
+        redis_url: str, bits: int, batches: list[list[entries.Record]],
+        append_time: int | None) -> None:
+    """Whichever layout a batch's arguments travel in (values, keyed, fields), the stream holds
+    one entry per record at its offset with exactly ``entries.entry_fields``: what a plain
+    Redis client reads of the ``records`` format does not depend on it. Narrow widths make the
+    per-record loop carry into the next millisecond."""
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
+        await store.create_topic("t", 1, {"korvet.sequence.bits": str(bits)}, 0)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+        codec = OffsetCodec(bits)
+        expected: list[tuple[int, list[bytes]]] = []
+        for now, batch in enumerate(batches, start=1):
+            packed = entries.pack_records(batch, append_time)
+            result = await store.append(topic, 0, packed, len(batch), now, NO_TRIM,
+                                        ProducerBatch())
+            assert result.status is AppendStatus.OK
+            assert result.last_offset - result.base_offset == len(batch) - 1
+            expected += [(result.base_offset + i, entries.entry_fields(record, append_time))
+                         for i, record in enumerate(batch)]
+        raw: list[list[Any]] = await client.xrange(  # type: ignore[assignment]
+            store.stream_key("t", 0))
+        stored = [(codec.encode_id(EntryId.parse(entry_id)), list(fields))
+                  for entry_id, fields in raw]
+        assert stored == expected
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
     """Several clients append to one partition at once (as several brokers would)."""
 

@@ -32,10 +32,8 @@ def _stored(bits: int, items: Sequence[tuple[int, tuple[int, bytes | None, bytes
     codec = OffsetCodec(bits)
     raw = []
     for offset, record in items:
-        fields: list[bytes | int] = []
-        entries.encode_records([record], fields)
         entry_id = codec.decode(offset)
-        raw.append([str(entry_id).encode(), fields[1:]])
+        raw.append([str(entry_id).encode(), entries.entry_fields(record)])
     return raw
 
 
@@ -100,7 +98,7 @@ def test_entries_not_written_by_the_broker_are_skipped() -> None:
 
 
 def test_produced_batch_round_trip_through_the_entry_layout() -> None:
-    """What decode_batches gives encode_records is what the fetch loop gives back."""
+    """What decode_batches gives entry_fields is what the fetch loop gives back."""
     sent = [(1_700_000_000_000 + i, b"k%d" % i if i % 3 else None, b"v" * i,
              [("h", b"x"), ("h", None)] if i % 2 else []) for i in range(20)]
     (batch,) = decode_batches(build_batch(sent))
@@ -108,9 +106,7 @@ def test_produced_batch_round_trip_through_the_entry_layout() -> None:
     base = codec.encode(1_800_000_000_000, 5)
     raw = []
     for i, record in enumerate(batch.records):
-        fields: list[bytes | int] = []
-        entries.encode_records([record], fields)
-        raw.append([str(codec.decode(base + i)).encode(), fields[1:]])
+        raw.append([str(codec.decode(base + i)).encode(), entries.entry_fields(record)])
     data, taken, _ = entries_to_batches(raw, 10, 1 << 20, force_first=True)
     assert taken == 20
     assert [(ts, k, v, h) for _, ts, k, v, h in _read_back(data)] == [

@@ -176,7 +176,7 @@ class PartitionReplay:
         trim = trim_policy(self.config, now, 16 * n, n)
         reply: Any = self.store.call("append", [STREAM, META, TOPIC, WAITING], [
             now, self.c.bits, 0, TOPIC_ID, trim.min_id_ms, trim.max_len,
-            1 if trim.approximate else 0, -1, -1, -1, -1, n, "", *records])
+            1 if trim.approximate else 0, -1, -1, -1, -1, n, "", "fields", *records])
         status = reply[0].decode()
         assert status in ("OK", "FULL"), status
         added: tuple[tuple[int, int], ...] = ()

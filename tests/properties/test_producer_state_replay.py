@@ -117,7 +117,7 @@ class ProducerReplay:
     def deliver(self, batch: TlaValue, max_len: int) -> tuple[str, int]:
         p, e, base, n = (_get(batch, f) for f in ("p", "e", "base", "n"))
         args: list[str | int | bytes] = [0, BITS, 0, TOPIC_ID, -1, max_len, 0, _pid(self.c, p), e,
-                                         base, base + n - 1, n, ""]
+                                         base, base + n - 1, n, "", "fields"]
         for s in range(base, base + n):
             args.extend((3, "p", p.name, "e", e, "s", s))
         reply: Any = self.store.call("append", [STREAM, META, TOPIC, WAITING], args)

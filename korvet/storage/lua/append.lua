@@ -19,12 +19,16 @@
 --       5 min id ms (-1)    6 max len (-1)      7 approximate trim (1/0)
 --       8 producer id (-1)  9 producer epoch   10 base sequence (-1) 11 last sequence
 --      12 record count n   13 notify channel ("" = none)
---      14.. the entries, by the topic's korvet.storage.format:
---           records: per record, k (number of field/value pairs), then 2k field/value
---                    arguments; one entry per offset (storage/entries.py)
+--      14 the layout of the entries' arguments that follow, by the topic's
+--         korvet.storage.format (storage/entries.py):
+--           records, one entry per offset, with the fields timestamp, [key], [value],
+--           [header.<name>...] (entries.entry_fields); per record:
+--             'values': timestamp, value        (no key, a value, no header)
+--             'keyed':  timestamp, key, value   (a key, a value, no header)
+--             'fields': k, then the 2k field/value arguments (any record)
 --           batches: 'batch', then k and the 2k field/value arguments of the one entry that
 --                    holds the whole batch at its first offset; its first field is 'records',
---                    the count n (storage/entries.py, pack_batch)
+--                    the count n (entries.pack_batch)
 --
 -- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
 --   'OK'   a = first id, b = last id of the batch
@@ -58,7 +62,8 @@ local base_seq = tonumber(ARGV[10])
 local last_seq = tonumber(ARGV[11])
 local n = tonumber(ARGV[12])
 local channel = ARGV[13]
-local batch_entry = ARGV[14] == 'batch'
+local layout = ARGV[14]
+local batch_entry = layout == 'batch'
 
 local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
 if topic[1] == false or topic[1] ~= topic_id then
@@ -185,10 +190,17 @@ local ms, seq = first_after(last_ms, last_seq_id)
 if ms + math.floor((seq + n - 1) / limit) >= ms_end then
   return full_reply(start_ms or ms, start_seq or seq)
 end
-local j = 14
-if batch_entry then j = 15 end
-local k = tonumber(ARGV[j])
-local added = redis.pcall('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+-- The first entry's fields, and where the next record's arguments start.
+local fields, j
+if layout == 'values' then
+  fields, j = {'timestamp', ARGV[15], 'value', ARGV[16]}, 17
+elseif layout == 'keyed' then
+  fields, j = {'timestamp', ARGV[15], 'key', ARGV[16], 'value', ARGV[17]}, 18
+else  -- 'fields', 'batch'
+  local k = tonumber(ARGV[15])
+  fields, j = {unpack(ARGV, 16, 15 + 2 * k)}, 16 + 2 * k
+end
+local added = redis.pcall('XADD', KEYS[1], fmt(ms, seq), unpack(fields))
 if type(added) == 'table' and added.err then
   -- Refused as not above the stream's top: something else (XADD *) wrote past `last`. Continue
   -- from Redis' own last-generated id instead (nothing was written yet).
@@ -197,30 +209,56 @@ if type(added) == 'table' and added.err then
   if ms + math.floor((seq + n - 1) / limit) >= ms_end then
     return full_reply(start_ms or ms, start_seq or seq)
   end
-  redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+  redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(fields))
 end
 
 local first_ms, first_seq = ms, seq
 if start_ms == nil then
   start_ms, start_seq = first_ms, first_seq
 end
-last_ms, last_seq_id = ms, seq
 if batch_entry then
   -- One entry holds the batch: its n offsets are reserved all the same, the last is n - 1 on.
   last_ms, last_seq_id = advance(ms, seq, n - 1)
 else
-  for i = 1, n do
-    if i > 1 then
-      k = tonumber(ARGV[j])
-      redis.call('XADD', KEYS[1], fmt(ms, seq), unpack(ARGV, j + 1, j + 2 * k))
+  -- The other records, one entry each at the next ids: the per-record work of the records
+  -- format, so the loop is written out per layout (the field names are constants; the id is
+  -- the millisecond's prefix and the sequence, below 2^22, which Lua prints exactly).
+  local stream = KEYS[1]
+  local prefix = string.format('%d-', ms)
+  if layout == 'values' then
+    for _ = 2, n do
+      seq = seq + 1
+      if seq >= limit then
+        ms, seq = ms + 1, 0
+        prefix = string.format('%d-', ms)
+      end
+      redis.call('XADD', stream, prefix .. seq, 'timestamp', ARGV[j], 'value', ARGV[j + 1])
+      j = j + 2
     end
-    j = j + 1 + 2 * k
-    last_ms, last_seq_id = ms, seq
-    seq = seq + 1
-    if seq >= limit then
-      ms, seq = ms + 1, 0
+  elseif layout == 'keyed' then
+    for _ = 2, n do
+      seq = seq + 1
+      if seq >= limit then
+        ms, seq = ms + 1, 0
+        prefix = string.format('%d-', ms)
+      end
+      redis.call('XADD', stream, prefix .. seq, 'timestamp', ARGV[j], 'key', ARGV[j + 1],
+                 'value', ARGV[j + 2])
+      j = j + 3
+    end
+  else
+    for _ = 2, n do
+      seq = seq + 1
+      if seq >= limit then
+        ms, seq = ms + 1, 0
+        prefix = string.format('%d-', ms)
+      end
+      local k = tonumber(ARGV[j])
+      redis.call('XADD', stream, prefix .. seq, unpack(ARGV, j + 1, j + 2 * k))
+      j = j + 1 + 2 * k
     end
   end
+  last_ms, last_seq_id = ms, seq
 end
 local last_id = fmt(last_ms, last_seq_id)
 
