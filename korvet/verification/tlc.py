@@ -247,6 +247,15 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
               on_progress: ProgressCallback | None = None,
               extra_args: Sequence[str] = ()) -> TlcResult:
     """Run TLC on one model; stream its progress; return the parsed result."""
+    output, exit_code, wall = run_tlc(model, directory, workers=workers,
+                                      on_progress=on_progress, extra_args=extra_args)
+    return interpret_run(model, directory, output, exit_code, wall)
+
+
+def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
+            on_progress: ProgressCallback | None = None,
+            extra_args: Sequence[str] = ()) -> tuple[str, int, float]:
+    """Run TLC on one model: what it wrote, its exit code and the seconds it took."""
     with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir:
         command = tlc_command(model.module, model.config, Path(metadir),
                               [*model.extra_args, *extra_args], workers=workers)
@@ -263,7 +272,13 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
                     on_progress(_int(stats.group(1)), _int(stats.group(2)))
         exit_code = process.wait()
         wall = time.monotonic() - started
-    result = interpret(model, "".join(chunks), exit_code, wall)
+    return "".join(chunks), exit_code, wall
+
+
+def interpret_run(model: Model, directory: Path, output: str, exit_code: int,
+                  wall: float) -> TlcResult:
+    """The verdict of a run of TLC on ``model`` (its config read from ``directory``)."""
+    result = interpret(model, output, exit_code, wall)
     name_temporal_violation(result, directory / model.config)
     return result
 

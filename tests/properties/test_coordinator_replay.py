@@ -80,6 +80,7 @@ from korvet.core.coordinator import (
 )
 from korvet.verification import tlc
 from korvet.verification.values import Function, Record, TlaValue, parse_state
+from tests.support import tlc_runs
 from tests.support.examples import examples
 
 pytestmark = pytest.mark.tlc
@@ -493,16 +494,9 @@ class Graph:
 
 
 def load_graph(c: Constants) -> Graph:
-    directory = tlc.spec_dir()
-    model = next(m for m in tlc.load_models(directory) if m.name == c.model)
-    with tempfile.TemporaryDirectory(prefix="korvet-replay-") as work:
-        dot_path = Path(work) / "graph.dot"
-        result = tlc.run_model(model, directory, workers="1",
-                               extra_args=("-dump", "dot,actionlabels", str(dot_path)))
-        assert result.outcome == "pass", result.errors or result.violated
-        text = dot_path.read_text()
-    states, initial, edges = tlc.parse_dot(text)
-    return Graph(c, tlc.StateGraph(states, frozenset(initial), edges, result), discoveries(text))
+    graph, text = tlc_runs.state_graph(c.model)
+    assert graph.result.outcome == "pass", graph.result.errors or graph.result.violated
+    return Graph(c, graph, discoveries(text))
 
 
 @dataclass

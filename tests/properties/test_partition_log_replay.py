@@ -27,6 +27,7 @@ from korvet.core.topics import TopicConfig, trim_policy
 from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_bounds
 from korvet.verification import tlc
 from korvet.verification.values import Record, TlaValue
+from tests.support import tlc_runs
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
 
 CI_MODELS = ["PartitionLog", "PartitionLog-approximate"]
@@ -326,12 +327,9 @@ _graphs: dict[str, tuple[tlc.StateGraph, Constants]] = {}
 
 def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
     if name not in _graphs:
-        directory = tlc.spec_dir()
-        found = next((m for m in tlc.load_models(directory) if m.name == name), None)
-        assert found is not None, f"spec/models.yaml has no model named {name}"
-        graph = tlc.state_graph(found, directory)
+        graph, _ = tlc_runs.state_graph(name)
         assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-        _graphs[name] = graph, Constants.read(directory / found.config)
+        _graphs[name] = graph, Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
     return _graphs[name]
 
 
