@@ -108,3 +108,20 @@ def test_the_replayed_models_are_checked_here() -> None:
     ci = {m.name: m for m in CI_MODELS}
     assert ci.keys() >= tlc_runs.DUMPED, tlc_runs.DUMPED - ci.keys()
     assert all(ci[name].expect == "pass" for name in tlc_runs.DUMPED)
+
+
+def test_a_dumped_graph_is_read_back_with_its_escapes_and_shared_values() -> None:
+    """parse_dot reads TLC's -dump dot: the initial states (filled), each edge's action, and
+    labels with escaped quotes and line breaks; equal value texts give equal values."""
+    dot = "\n".join([
+        "strict digraph DiskGraph {",
+        '1 [label="/\\\\ s = \\"a\\"\\n/\\\\ n = <<1, 2>>",style = filled]',
+        '1 -> 2 [label="Step",color="black",fontcolor="black"];',
+        '2 [label="/\\\\ s = \\"q\\"\\n/\\\\ n = <<1, 2>>"];',
+        '2 -> 1 [label="Back",color="black",fontcolor="black"];',
+        "}"])
+    states, initial, edges = tlc.parse_dot(dot)
+    assert states == {"1": {"s": "a", "n": (1, 2)}, "2": {"s": "q", "n": (1, 2)}}
+    assert initial == {"1"}
+    assert edges == {"1": [("Step", "2")], "2": [("Back", "1")]}
+    assert states["1"]["n"] is states["2"]["n"]

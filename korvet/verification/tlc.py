@@ -354,19 +354,13 @@ _DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(,style = filled)?\];?$')
 _DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
 
 
+_DOT_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
 def _unescape_dot(label: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(label):
-        char = label[i]
-        if char == "\\" and i + 1 < len(label):
-            nxt = label[i + 1]
-            out.append("\n" if nxt == "n" else nxt)
-            i += 2
-            continue
-        out.append(char)
-        i += 1
-    return "".join(out)
+    """A dot label's text: ``\\n`` is a line break, a backslash before any other character
+    stands for that character."""
+    return _DOT_ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), label)
 
 
 def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
@@ -374,6 +368,7 @@ def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
     states: dict[str, dict[str, TlaValue]] = {}
     initial: set[str] = set()
     edges: dict[str, list[tuple[str, str]]] = {}
+    known: dict[str, TlaValue] = {}
     for raw_line in text.splitlines():
         line = raw_line.strip()
         edge = _DOT_EDGE.match(line)
@@ -384,7 +379,7 @@ def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
         node = _DOT_NODE.match(line)
         if node:
             node_id, label, filled = node.groups()
-            states[node_id] = parse_state(_unescape_dot(label))
+            states[node_id] = parse_state(_unescape_dot(label), known)
             if filled:
                 initial.add(node_id)
     return states, initial, edges
