@@ -110,7 +110,7 @@ class ScriptRedis:
                   reads: Callable[[Any], None]) -> tuple[object, Snapshot, list[Any]]:
         """``restore(snapshot)``, ``call``, ``snapshot()`` and the reads ``reads`` queues on
         the pipeline it is given, in one round trip: the script's reply, the keys after
-        it, and what the reads returned."""
+        it, and what the reads returned (a read that failed as its exception)."""
         self.calls += 1
         pipe = self.client.pipeline(transaction=False)
         restored = 0
@@ -125,7 +125,14 @@ class ScriptRedis:
         for k in self.keys:
             pipe.dump(k)
         reads(pipe)
-        results = pipe.execute()[restored:]
+        # The reads may fail as replies (XINFO of a stream the script deleted); a failed
+        # restore or script raises, as the calls one by one did.
+        results = pipe.execute(raise_on_error=False)
+        for failed in results[:restored + 1]:
+            if isinstance(failed, Exception):
+                self.loaded = None
+                raise failed
+        results = results[restored:]
         after = tuple(results[1:1 + len(self.keys)])
         self.loaded = after
         return results[0], after, results[1 + len(self.keys):]
