@@ -8,9 +8,11 @@ private broker for tests that stop, kill or restart it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,6 +59,28 @@ _LONGEST_FIRST = (
     "tests/conformance/test_kfake_conformance.py",  # ~50 s
     "tests/conformance/test_korvet_conformance.py",  # ~40 s
 )
+
+
+# One TLC run per model per session, shared by the verdict test and the replays
+# (tests/support/tlc_runs.py): the folder is made here, on the controller, before xdist
+# starts its workers (they inherit the variable), and removed when the session ends.
+_TLC_RUNS = "KORVET_TLC_RUNS"
+_made_tlc_runs: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get(_TLC_RUNS):
+        return
+    folder = tempfile.mkdtemp(prefix="korvet-tlc-runs-")
+    _made_tlc_runs.append(folder)
+    os.environ[_TLC_RUNS] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _made_tlc_runs:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(_TLC_RUNS, None)
+    _made_tlc_runs.clear()
 
 
 def _file_of(item: pytest.Item) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from korvet.verification import tlc
 from korvet.verification.cli import format_trace
+from tests.support import tlc_runs
 
 CI_MODELS = [m for m in tlc.load_models(tlc.spec_dir()) if m.tier == "ci"]
 
@@ -34,7 +35,7 @@ def _report(result: tlc.TlcResult) -> str:
 @pytest.mark.tlc
 @pytest.mark.parametrize("model", CI_MODELS, ids=[m.name for m in CI_MODELS])
 def test_model_has_expected_verdict(model: tlc.Model) -> None:
-    result = tlc.run_model(model, tlc.spec_dir())
+    result = tlc_runs.run(model)
     assert result.as_expected, _report(result)
     assert result.distinct > 0, _report(result)
     if model.expect == "violation":
@@ -98,3 +99,29 @@ def test_a_temporal_violation_is_named_after_the_one_property_checked() -> None:
         tlc.name_temporal_violation(result, spec / config)
         assert result.violated == wanted
         assert result.as_expected == (config == "GroupCoordinatorLiveStuckJoin.cfg")
+
+
+def test_the_replayed_models_are_checked_here() -> None:
+    """A model in tlc_runs.DUMPED gets its verdict from the run that dumps its graph for a
+    replay: it must be a ci model expected to pass, so that the verdict test above checks
+    it and the replay walks a graph TLC found nothing wrong in."""
+    ci = {m.name: m for m in CI_MODELS}
+    assert ci.keys() >= tlc_runs.DUMPED, tlc_runs.DUMPED - ci.keys()
+    assert all(ci[name].expect == "pass" for name in tlc_runs.DUMPED)
+
+
+def test_a_dumped_graph_is_read_back_with_its_escapes_and_shared_values() -> None:
+    """parse_dot reads TLC's -dump dot: the initial states (filled), each edge's action, and
+    labels with escaped quotes and line breaks; equal value texts give equal values."""
+    dot = "\n".join([
+        "strict digraph DiskGraph {",
+        '1 [label="/\\\\ s = \\"a\\"\\n/\\\\ n = <<1, 2>>",style = filled]',
+        '1 -> 2 [label="Step",color="black",fontcolor="black"];',
+        '2 [label="/\\\\ s = \\"q\\"\\n/\\\\ n = <<1, 2>>"];',
+        '2 -> 1 [label="Back",color="black",fontcolor="black"];',
+        "}"])
+    states, initial, edges = tlc.parse_dot(dot)
+    assert states == {"1": {"s": "a", "n": (1, 2)}, "2": {"s": "q", "n": (1, 2)}}
+    assert initial == {"1"}
+    assert edges == {"1": [("Step", "2")], "2": [("Back", "1")]}
+    assert states["1"]["n"] is states["2"]["n"]

@@ -247,6 +247,15 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
               on_progress: ProgressCallback | None = None,
               extra_args: Sequence[str] = ()) -> TlcResult:
     """Run TLC on one model; stream its progress; return the parsed result."""
+    output, exit_code, wall = run_tlc(model, directory, workers=workers,
+                                      on_progress=on_progress, extra_args=extra_args)
+    return interpret_run(model, directory, output, exit_code, wall)
+
+
+def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
+            on_progress: ProgressCallback | None = None,
+            extra_args: Sequence[str] = ()) -> tuple[str, int, float]:
+    """Run TLC on one model: what it wrote, its exit code and the seconds it took."""
     with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir:
         command = tlc_command(model.module, model.config, Path(metadir),
                               [*model.extra_args, *extra_args], workers=workers)
@@ -263,7 +272,13 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
                     on_progress(_int(stats.group(1)), _int(stats.group(2)))
         exit_code = process.wait()
         wall = time.monotonic() - started
-    result = interpret(model, "".join(chunks), exit_code, wall)
+    return "".join(chunks), exit_code, wall
+
+
+def interpret_run(model: Model, directory: Path, output: str, exit_code: int,
+                  wall: float) -> TlcResult:
+    """The verdict of a run of TLC on ``model`` (its config read from ``directory``)."""
+    result = interpret(model, output, exit_code, wall)
     name_temporal_violation(result, directory / model.config)
     return result
 
@@ -339,19 +354,13 @@ _DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(,style = filled)?\];?$')
 _DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
 
 
+_DOT_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
 def _unescape_dot(label: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(label):
-        char = label[i]
-        if char == "\\" and i + 1 < len(label):
-            nxt = label[i + 1]
-            out.append("\n" if nxt == "n" else nxt)
-            i += 2
-            continue
-        out.append(char)
-        i += 1
-    return "".join(out)
+    """A dot label's text: ``\\n`` is a line break, a backslash before any other character
+    stands for that character."""
+    return _DOT_ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), label)
 
 
 def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
@@ -359,6 +368,7 @@ def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
     states: dict[str, dict[str, TlaValue]] = {}
     initial: set[str] = set()
     edges: dict[str, list[tuple[str, str]]] = {}
+    known: dict[str, TlaValue] = {}
     for raw_line in text.splitlines():
         line = raw_line.strip()
         edge = _DOT_EDGE.match(line)
@@ -369,7 +379,7 @@ def parse_dot(text: str) -> tuple[dict[str, dict[str, TlaValue]], set[str],
         node = _DOT_NODE.match(line)
         if node:
             node_id, label, filled = node.groups()
-            states[node_id] = parse_state(_unescape_dot(label))
+            states[node_id] = parse_state(_unescape_dot(label), known)
             if filled:
                 initial.add(node_id)
     return states, initial, edges

@@ -233,8 +233,11 @@ def parse_value(text: str) -> TlaValue:
     return value
 
 
-def parse_state(text: str) -> dict[str, TlaValue]:
-    """Parse a TLC state: lines of the form ``/\\ name = value`` (values may span lines)."""
+def parse_state(text: str, known: dict[str, TlaValue] | None = None) -> dict[str, TlaValue]:
+    """Parse a TLC state: lines of the form ``/\\ name = value`` (values may span lines).
+
+    ``known`` maps value texts already parsed to their values (values are immutable, so
+    states may share them): a state graph repeats most variables' values in many states."""
     state: dict[str, TlaValue] = {}
     chunks = [c for c in ("\n" + text.strip()).split("\n/\\ ") if c.strip()]
     for chunk in chunks:
@@ -243,7 +246,12 @@ def parse_state(text: str) -> dict[str, TlaValue]:
         name, sep, rest = body.partition(" = ")
         if not sep:
             raise TlaParseError(f"not a state line: {chunk!r}")
-        state[name.strip()] = parse_value(rest)
+        if known is None:
+            state[name.strip()] = parse_value(rest)
+        elif rest in known:
+            state[name.strip()] = known[rest]
+        else:
+            state[name.strip()] = known[rest] = parse_value(rest)
     return state
 
 

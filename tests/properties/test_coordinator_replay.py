@@ -80,6 +80,7 @@ from korvet.core.coordinator import (
 )
 from korvet.verification import tlc
 from korvet.verification.values import Function, Record, TlaValue, parse_state
+from tests.support import tlc_runs
 from tests.support.examples import examples
 
 pytestmark = pytest.mark.tlc
@@ -424,15 +425,27 @@ INTERNAL = (SessionTimeout, PendingMemberTimeout, RebalanceTimeout, PendingSyncT
             GroupDataDeleted)
 
 Successor = tuple[str, Canon]  # (action name, abstract successor with `issued`)
+CoreCanon = tuple[Canon, int]  # (grp, issued)
 
 
-def python_successors(c: Constants, grp: TlaValue, issued: int,
-                      ) -> dict[Successor, set[Canon]]:
-    """(event name, successor) -> the sets of abstract effects of the events leading there."""
+@dataclass(frozen=True, slots=True)
+class MachineStep:
+    """One step of the machine from a spec state: an event of the spec's parameter domains."""
+
+    event: Canon  # the spec's `ev` for it (event_record)
+    name: str  # the event's class: the spec's action name
+    successor: CoreCanon  # abstract state after it, with `issued`
+    effects: frozenset[Canon]  # abstract effects
+    beyond: bool  # the group's generation is beyond the model's CONSTRAINT
+
+
+def step_all(c: Constants, grp: TlaValue, issued: int) -> list[MachineStep]:
+    """Every step the machine takes from this spec state, for every event of the spec's
+    parameter domains; a timer with nothing to do (no transition in the spec) is left out."""
     state = concretize(c, grp)
     here = abstract(c, state)
     fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
-    found: dict[Successor, set[Canon]] = {}
+    steps: list[MachineStep] = []
     for event in events_for(c, grp, issued):
         now = DEADLINE if isinstance(event, INTERNAL) else REQUEST_AT
         after, effects = step(state, event, now)
@@ -440,12 +453,39 @@ def python_successors(c: Constants, grp: TlaValue, issued: int,
         if isinstance(event, INTERNAL) and there == here and not effects:
             continue  # a timer with nothing to do: no transition in the spec
         group = after.groups.get(GROUP)
-        if group is not None and group.generation > c.max_generation:
-            continue  # outside the model's CONSTRAINT: TLC does not go there
         used = group is not None and fresh is not None and (
             fresh in group.members or fresh in group.pending)
-        key = (type(event).__name__, (there, issued + 1 if used else issued))
-        found.setdefault(key, set()).add(frozenset(effect_canon(e) for e in effects))
+        steps.append(MachineStep(
+            event_record(state.config, event), type(event).__name__,
+            (there, issued + 1 if used else issued), frozenset(effect_canon(e) for e in effects),
+            group is not None and group.generation > c.max_generation))
+    return steps
+
+
+class MachineTable:
+    """The machine's steps from each (grp, issued), stepped once. The replay, the step check
+    and the refinement runs of the whole graph share one table (a fixture); the tests that
+    plant a bug in the machine use a table of their own."""
+
+    def __init__(self, c: Constants) -> None:
+        self.constants = c
+        self.rows: dict[CoreCanon, list[MachineStep]] = {}
+
+    def steps(self, grp: TlaValue, issued: int) -> list[MachineStep]:
+        key = (canon(grp), issued)
+        if key not in self.rows:
+            self.rows[key] = step_all(self.constants, grp, issued)
+        return self.rows[key]
+
+
+def python_successors(c: Constants, grp: TlaValue, issued: int,
+                      table: MachineTable | None = None) -> dict[Successor, set[Canon]]:
+    """(event name, successor) -> the sets of abstract effects of the events leading there."""
+    found: dict[Successor, set[Canon]] = {}
+    for taken in (table or MachineTable(c)).steps(grp, issued):
+        if taken.beyond:
+            continue  # outside the model's CONSTRAINT: TLC does not go there
+        found.setdefault((taken.name, taken.successor), set()).add(taken.effects)
     return found
 
 
@@ -493,16 +533,9 @@ class Graph:
 
 
 def load_graph(c: Constants) -> Graph:
-    directory = tlc.spec_dir()
-    model = next(m for m in tlc.load_models(directory) if m.name == c.model)
-    with tempfile.TemporaryDirectory(prefix="korvet-replay-") as work:
-        dot_path = Path(work) / "graph.dot"
-        result = tlc.run_model(model, directory, workers="1",
-                               extra_args=("-dump", "dot,actionlabels", str(dot_path)))
-        assert result.outcome == "pass", result.errors or result.violated
-        text = dot_path.read_text()
-    states, initial, edges = tlc.parse_dot(text)
-    return Graph(c, tlc.StateGraph(states, frozenset(initial), edges, result), discoveries(text))
+    graph, text = tlc_runs.state_graph(c.model)
+    assert graph.result.outcome == "pass", graph.result.errors or graph.result.violated
+    return Graph(c, graph, discoveries(text))
 
 
 @dataclass
@@ -514,16 +547,18 @@ class Replay:
     divergences: list[str] = dataclass_field(default_factory=list)
 
 
-def replay(g: Graph, nodes: Iterable[str] | None = None) -> Replay:
+def replay(g: Graph, nodes: Iterable[str] | None = None,
+           table: MachineTable | None = None) -> Replay:
     """Compare the machine with the spec at ``nodes`` (default: every state of the graph)."""
     c, graph = g.constants, g.graph
     report = Replay()
     by_core: dict[tuple[Canon, int], dict[Successor, set[Canon]]] = {}
+    table = table or MachineTable(c)
 
     def successors_of(state: Mapping[str, TlaValue]) -> dict[Successor, set[Canon]]:
         key = core(state)
         if key not in by_core:
-            by_core[key] = python_successors(c, state["grp"], key[1])
+            by_core[key] = python_successors(c, state["grp"], key[1], table)
         return by_core[key]
 
     for node in graph.states if nodes is None else nodes:
@@ -578,6 +613,14 @@ def graph(request: pytest.FixtureRequest) -> Graph:
     return cached_graph(MODELS[request.param])
 
 
+_TABLES: dict[str, MachineTable] = {}
+
+
+def shared_table(c: Constants) -> MachineTable:
+    """The real machine's steps, shared by the tests that check the whole graph."""
+    return _TABLES.setdefault(c.model, MachineTable(c))
+
+
 def test_replayed_models_are_known() -> None:
     assert REPLAYED and set(REPLAYED) <= set(MODELS), REPLAYED
 
@@ -609,7 +652,7 @@ def test_constants_are_the_models(graph: Graph) -> None:
 
 def test_every_transition_of_the_spec_is_a_step_of_the_machine(graph: Graph) -> None:
     started = time.monotonic()
-    report = replay(graph)
+    report = replay(graph, table=shared_table(graph.constants))
     elapsed = time.monotonic() - started
     result = graph.graph.result
     print(f"\n{graph.constants.model}: replayed {report.states:,} spec states "
@@ -708,29 +751,15 @@ def event_record(config: Config, event: Event) -> Canon:
     return canon(record)
 
 
-CoreCanon = tuple[Canon, int]  # (grp, issued)
 StepResult = tuple[CoreCanon, Canon]  # (next state, effects)
 
 
-def machine_steps(c: Constants, grp: TlaValue, issued: int) -> dict[Canon, StepResult]:
+def machine_steps(c: Constants, grp: TlaValue, issued: int,
+                  table: MachineTable | None = None) -> dict[Canon, StepResult]:
     """ev -> (next state, effects) of every step the machine takes from this spec state,
     for every event of the spec's parameter domains (no-op timers are not steps)."""
-    state = concretize(c, grp)
-    here = abstract(c, state)
-    fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
-    steps: dict[Canon, StepResult] = {}
-    for event in events_for(c, grp, issued):
-        now = DEADLINE if isinstance(event, INTERNAL) else REQUEST_AT
-        after, effects = step(state, event, now)
-        there = here if after is state else abstract(c, after)
-        if isinstance(event, INTERNAL) and there == here and not effects:
-            continue  # a timer with nothing to do: no transition in the spec
-        group = after.groups.get(GROUP)
-        used = group is not None and fresh is not None and (
-            fresh in group.members or fresh in group.pending)
-        outs = ("set", frozenset(effect_canon(e) for e in effects))
-        steps[event_record(state.config, event)] = ((there, issued + 1 if used else issued), outs)
-    return steps
+    return {taken.event: (taken.successor, ("set", taken.effects))
+            for taken in (table or MachineTable(c)).steps(grp, issued)}
 
 
 @dataclass
@@ -752,10 +781,12 @@ def _intern(table: dict[Any, int], value: object) -> int:
     return table[value]
 
 
-def check_steps(g: Graph, nodes: Iterable[str] | None = None) -> StepCheck:
+def check_steps(g: Graph, nodes: Iterable[str] | None = None,
+                table: MachineTable | None = None) -> StepCheck:
     """Write the machine's steps from every state (or ``nodes``) of the graph into a root
     module over GroupCoordinatorSteps.tla and have TLC compare them with the spec's."""
     c, graph = g.constants, g.graph
+    table = table or MachineTable(c)
     started = time.monotonic()
     sources: dict[CoreCanon, int] = {}
     grps: dict[CoreCanon, TlaValue] = {}
@@ -773,7 +804,7 @@ def check_steps(g: Graph, nodes: Iterable[str] | None = None) -> StepCheck:
     for (grp_canon, issued) in list(sources):
         entries = sorted((_intern(events, ev), _intern(sources, there), _intern(outs, effects))
                          for ev, (there, effects) in
-                         machine_steps(c, grps[(grp_canon, issued)], issued).items())
+                         machine_steps(c, grps[(grp_canon, issued)], issued, table).items())
         pairs += len(entries)
         rows.append("<<" + ", ".join(f"<<{e}, {s}, {o}>>" for e, s, o in entries) + ">>")
     seq = ",\n    ".join
@@ -808,7 +839,7 @@ def check_steps(g: Graph, nodes: Iterable[str] | None = None) -> StepCheck:
         if result.trace:
             last = result.trace[-1].state
             source = list(sources)[int(str(last["src"])) - 1]
-            steps = machine_steps(c, grps[source], source[1])
+            steps = machine_steps(c, grps[source], source[1], table)
             violation += f"\nthe spec's step: {result.trace[-1].raw}\nthe machine's: " + \
                 repr(steps.get(canon(last["ev"]), "none"))
     return StepCheck(count, pairs, result, python_seconds, violation)
@@ -820,7 +851,7 @@ def test_every_step_of_the_spec_is_the_machines_step(graph: Graph) -> None:
     each step of StepNext from each state of the graph and finds the machine's step for
     the same event there, into the same state, with the same effects; and the machine has
     no step the spec lacks (the counts agree)."""
-    check = check_steps(graph)
+    check = check_steps(graph, table=shared_table(graph.constants))
     result = check.tlc
     print(f"\n{graph.constants.model}: {check.machine_steps:,} (state, event) steps of the machine "
           f"from {check.sources:,} states, compared by TLC with the spec's {check.tlc_steps:,} "
@@ -863,6 +894,7 @@ class Abstraction:
     """TLC's graph by abstract state, and the machine's steps from each (cached)."""
 
     graph: Graph
+    table: MachineTable
     states: dict[CoreCanon, TlaValue] = dataclass_field(default_factory=dict)
     edges: dict[CoreCanon, set[tuple[str, CoreCanon]]] = dataclass_field(default_factory=dict)
     steps: dict[CoreCanon, dict[Canon, StepResult]] = dataclass_field(default_factory=dict)
@@ -878,7 +910,8 @@ class Abstraction:
 
     def steps_from(self, key: CoreCanon) -> dict[Canon, StepResult]:
         if key not in self.steps:
-            self.steps[key] = machine_steps(self.graph.constants, self.states[key], key[1])
+            self.steps[key] = machine_steps(self.graph.constants, self.states[key], key[1],
+                                            self.table)
         return self.steps[key]
 
 
@@ -946,7 +979,7 @@ def refinement_run(a: Abstraction, data: st.DataObject, length: int) -> int:
 
 @pytest.fixture(scope="module")
 def abstraction() -> Abstraction:
-    return Abstraction(cached_graph(REPLAY))
+    return Abstraction(cached_graph(REPLAY), shared_table(REPLAY))
 
 
 @settings(max_examples=examples(0.5), deadline=None,

@@ -23,6 +23,7 @@ import pytest
 from korvet.core import lease
 from korvet.verification import tlc
 from korvet.verification.values import ModelValue, TlaValue
+from tests.support import tlc_runs
 
 MODEL_NAME = "CoordinatorLease-replay"
 
@@ -246,12 +247,9 @@ class Machine:
 
 @pytest.fixture(scope="module")
 def model() -> tuple[tlc.StateGraph, Constants]:
-    directory = tlc.spec_dir()
-    found = next((m for m in tlc.load_models(directory) if m.name == MODEL_NAME), None)
-    assert found is not None, f"spec/models.yaml has no model named {MODEL_NAME}"
-    graph = tlc.state_graph(found, directory)
+    graph, _ = tlc_runs.state_graph(MODEL_NAME)
     assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, Constants.read(directory / found.config)
+    return graph, Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
 
 
 def _replay(graph: tlc.StateGraph, c: Constants) -> list[str]:

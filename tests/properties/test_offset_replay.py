@@ -21,6 +21,7 @@ import pytest
 from korvet.core.offsets import EntryId, OffsetCodec, OffsetError
 from korvet.verification import tlc
 from korvet.verification.values import Function, ModelValue, Record, TlaValue, format_value
+from tests.support import tlc_runs
 
 MODEL_NAME = "OffsetCodec"
 
@@ -205,12 +206,10 @@ class Replay:
 
 @pytest.fixture(scope="module")
 def replay() -> Replay:
-    directory = tlc.spec_dir()
-    model = next((m for m in tlc.load_models(directory) if m.name == MODEL_NAME), None)
-    assert model is not None, f"spec/models.yaml has no model named {MODEL_NAME}"
-    graph = tlc.state_graph(model, directory)
+    graph, _ = tlc_runs.state_graph(MODEL_NAME)
     assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return Replay(graph, Constants.of(tlc.read_constants(directory / model.config)))
+    config = tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config
+    return Replay(graph, Constants.of(tlc.read_constants(config)))
 
 
 def _describe(state: dict[str, TlaValue]) -> str:

@@ -27,6 +27,7 @@ from korvet.core.topics import TopicConfig, trim_policy
 from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_bounds
 from korvet.verification import tlc
 from korvet.verification.values import Record, TlaValue
+from tests.support import tlc_runs
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
 
 CI_MODELS = ["PartitionLog", "PartitionLog-approximate"]
@@ -124,11 +125,22 @@ class PartitionReplay:
         entries keep theirs, new ones fill the last node up to NodeSize, and Redis' node
         count (XINFO radix-tree-keys) must agree."""
         pipe = self.store.client.pipeline(transaction=False)
+        self.queue_reads(pipe)
+        return self.vars_from(pipe.execute(raise_on_error=False), before, fill_after_adds,
+                              added_ids)
+
+    @staticmethod
+    def queue_reads(pipe: Any) -> None:
+        """The reads redis_vars needs, queued on a pipeline."""
         pipe.xrange(STREAM)
         pipe.exists(STREAM)
         pipe.xinfo_stream(STREAM)
         pipe.hmget(META, "last", "start")
-        entries, exists, info, (last, start) = pipe.execute(raise_on_error=False)
+
+    def vars_from(self, reads: list[Any], before: TlaValue, fill_after_adds: int,
+                  added_ids: tuple[tuple[int, int], ...] = ()) -> dict[str, TlaValue]:
+        """redis_vars from the replies of queue_reads."""
+        entries, exists, info, (last, start) = reads
         exists = bool(exists)
         assert isinstance(before, tuple)
         old: dict[object, object] = {_rec(e)["id"]: _rec(e)["node"] for e in before}
@@ -168,23 +180,27 @@ class PartitionReplay:
 
     # --- the actions --------------------------------------------------------------------
 
-    def append(self, s: dict[str, TlaValue], n: int, now: int) -> dict[str, TlaValue]:
+    def append(self, s: dict[str, TlaValue], n: int, now: int,
+               snapshot: Snapshot) -> tuple[dict[str, TlaValue], Snapshot]:
+        """append.lua on the state ``snapshot`` holds, restored, called and read back in one
+        round trip: the next state and its keys."""
         records: list[str | int | bytes] = []
         for i in range(n):
             records.extend((1, "w", "k"))  # "k": written by korvet (the spec's `by`)
             del i
         trim = trim_policy(self.config, now, 16 * n, n)
-        reply: Any = self.store.call("append", [STREAM, META, TOPIC, WAITING], [
+        reply: Any
+        reply, after, reads = self.store.call_from(snapshot, "append", [STREAM, META, TOPIC, WAITING], [
             now, self.c.bits, 0, TOPIC_ID, trim.min_id_ms, trim.max_len,
-            1 if trim.approximate else 0, -1, -1, -1, -1, n, "", "fields", *records])
+            1 if trim.approximate else 0, -1, -1, -1, -1, n, "", "fields", *records], self.queue_reads)
         status = reply[0].decode()
         assert status in ("OK", "FULL"), status
         added: tuple[tuple[int, int], ...] = ()
         if status == "OK":
             first = self.codec.encode(int(reply[1]), int(reply[2]))
             added = tuple((d.ms, d.seq) for d in (self.codec.decode(first + i) for i in range(n)))
-        return {**s, **self.redis_vars(s["stream"], _int(s["fill"]), added),
-                "appends": _int(s["appends"]) + 1}
+        return {**s, **self.vars_from(reads, s["stream"], _int(s["fill"]), added),
+                "appends": _int(s["appends"]) + 1}, after
 
     def xadd_star(self, s: dict[str, TlaValue], now: int) -> dict[str, TlaValue]:
         last_gen = s["lastGen"]
@@ -252,7 +268,7 @@ class PartitionReplay:
         if _int(s["appends"]) < c.max_appends:
             for n in range(1, c.max_batch + 1):
                 for now in c.clocks:
-                    yield run("AppendAt", lambda n=n, now=now: self.append(s, n, now))
+                    yield Successor("AppendAt", *self.append(s, n, now, snapshot))
         max_ms = self.codec.max_ms
         if _int(s["foreign"]) < c.foreign_writes:
             for now in c.clocks:
@@ -326,12 +342,9 @@ _graphs: dict[str, tuple[tlc.StateGraph, Constants]] = {}
 
 def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
     if name not in _graphs:
-        directory = tlc.spec_dir()
-        found = next((m for m in tlc.load_models(directory) if m.name == name), None)
-        assert found is not None, f"spec/models.yaml has no model named {name}"
-        graph = tlc.state_graph(found, directory)
+        graph, _ = tlc_runs.state_graph(name)
         assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-        _graphs[name] = graph, Constants.read(directory / found.config)
+        _graphs[name] = graph, Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
     return _graphs[name]
 
 

@@ -11,7 +11,7 @@ TLC's, every variable compared. A copy of the script with one rule broken must d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import pytest
 
 from korvet.verification import tlc
 from korvet.verification.values import Function, ModelValue, Record, TlaValue
+from tests.support import tlc_runs
 from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
 
 MODEL_NAME = "ProducerState"
@@ -89,8 +90,10 @@ class ProducerReplay:
         assert self.read_pstate() == state["pstate"]
         return self.store.snapshot()
 
-    def read_log(self) -> TlaValue:
-        entries: Any = self.store.client.xrange(STREAM)
+    def read_log(self, entries: Any = None) -> TlaValue:
+        """The stream as the spec's ``log`` (``entries``: an XRANGE's reply, else read now)."""
+        if entries is None:
+            entries = self.store.client.xrange(STREAM)
         log = []
         for entry_id, fields in entries:
             ms, seq = (int(x) for x in entry_id.split(b"-"))
@@ -99,10 +102,13 @@ class ProducerReplay:
                                "off": (ms << BITS) | seq}))
         return tuple(log)
 
-    def read_pstate(self) -> TlaValue:
+    def read_pstate(self, fields: Sequence[Any] | None = None) -> TlaValue:
+        """The meta hash's producer fields as the spec's ``pstate`` (``fields``: their HGET
+        replies, in the order of ``producers``, else read now)."""
+        if fields is None:
+            fields = [self.store.client.hget(META, f"p:{_pid(self.c, p)}") for p in self.c.producers]
         states: dict[object, TlaValue] = {}
-        for p in self.c.producers:
-            raw: Any = self.store.client.hget(META, f"p:{_pid(self.c, p)}")
+        for p, raw in zip(self.c.producers, fields, strict=True):
             if raw is None:
                 states[p] = NO_STATE
                 continue
@@ -114,16 +120,27 @@ class ProducerReplay:
             states[p] = Record({"epoch": epoch, "last": last, "cache": cache})
         return Function(states)
 
-    def deliver(self, batch: TlaValue, max_len: int) -> tuple[str, int]:
+    def deliver(self, snapshot: Snapshot, batch: TlaValue,
+                max_len: int) -> tuple[str, int, Snapshot, TlaValue, TlaValue]:
+        """append.lua on the state ``snapshot`` holds, in one round trip with reading its
+        result back: the status, the offset, the keys after it, ``log`` and ``pstate``."""
         p, e, base, n = (_get(batch, f) for f in ("p", "e", "base", "n"))
         args: list[str | int | bytes] = [0, BITS, 0, TOPIC_ID, -1, max_len, 0, _pid(self.c, p), e,
                                          base, base + n - 1, n, "", "fields"]
         for s in range(base, base + n):
             args.extend((3, "p", p.name, "e", e, "s", s))
-        reply: Any = self.store.call("append", [STREAM, META, TOPIC, WAITING], args)
+
+        def reads(pipe: Any) -> None:
+            pipe.xrange(STREAM)
+            for q in self.c.producers:
+                pipe.hget(META, f"p:{_pid(self.c, q)}")
+
+        reply: Any
+        reply, after, (entries, *fields) = self.store.call_from(
+            snapshot, "append", [STREAM, META, TOPIC, WAITING], args, reads)
         status = reply[0].decode()
         offset = (int(reply[1]) << BITS) | int(reply[2]) if status in ("OK", "DUP") else -1
-        return status, offset
+        return status, offset, after, self.read_log(entries), self.read_pstate(fields)
 
     def successors(self, s: dict[str, TlaValue], snapshot: Snapshot) -> Iterator[Successor]:
         c = self.c
@@ -150,9 +167,7 @@ class ProducerReplay:
         assert isinstance(net, frozenset)
         for batch in sorted(net, key=repr):
             for max_len in c.max_lens:
-                self.store.restore(snapshot)
-                status, offset = self.deliver(batch, max_len)
-                after = self.store.snapshot()
+                status, offset, after, log, pstate = self.deliver(snapshot, batch, max_len)
                 p = _get(batch, "p")
                 history: TlaValue = s["history"]
                 assert isinstance(history, tuple)
@@ -161,8 +176,8 @@ class ProducerReplay:
                                                  "n": _get(batch, "n"), "off": offset}))
                 reply = Record({"p": p, "e": _get(batch, "e"), "base": _get(batch, "base"),
                                 "n": _get(batch, "n"), "status": status, "off": offset})
-                common = {**s, "net": net - {batch}, "log": self.read_log(),
-                          "pstate": self.read_pstate(), "history": history, "reply": reply}
+                common = {**s, "net": net - {batch}, "log": log,
+                          "pstate": pstate, "history": history, "reply": reply}
                 yield Successor("Receive", common, after)
                 if status in ("OK", "DUP"):
                     unacked = _get(s["unacked"], p)
@@ -174,12 +189,9 @@ class ProducerReplay:
 
 @pytest.fixture(scope="module")
 def model() -> tuple[tlc.StateGraph, Constants]:
-    directory = tlc.spec_dir()
-    found = next((m for m in tlc.load_models(directory) if m.name == MODEL_NAME), None)
-    assert found is not None, f"spec/models.yaml has no model named {MODEL_NAME}"
-    graph = tlc.state_graph(found, directory)
+    graph, _ = tlc_runs.state_graph(MODEL_NAME)
     assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, Constants.read(directory / found.config)
+    return graph, Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import redis
 
@@ -103,6 +104,38 @@ class ScriptRedis:
         self.calls += 1
         self.loaded = None
         return self.client.evalsha(self.sha[script], len(keys), *keys, *args)
+
+    def call_from(self, snapshot: Snapshot, script: str, keys: Sequence[str],
+                  args: Sequence[str | int | bytes],
+                  reads: Callable[[Any], None]) -> tuple[object, Snapshot, list[Any]]:
+        """``restore(snapshot)``, ``call``, ``snapshot()`` and the reads ``reads`` queues on
+        the pipeline it is given, in one round trip: the script's reply, the keys after
+        it, and what the reads returned (a read that failed as its exception)."""
+        self.calls += 1
+        pipe = self.client.pipeline(transaction=False)
+        restored = 0
+        if self.loaded is not snapshot:
+            pipe.delete(*self.keys)
+            restored = 1
+            for k, dumped in zip(self.keys, snapshot, strict=True):
+                if dumped is not None:
+                    pipe.restore(k, 0, dumped, replace=True)
+                    restored += 1
+        pipe.evalsha(self.sha[script], len(keys), *keys, *args)
+        for k in self.keys:
+            pipe.dump(k)
+        reads(pipe)
+        # The reads may fail as replies (XINFO of a stream the script deleted); a failed
+        # restore or script raises, as the calls one by one did.
+        results = pipe.execute(raise_on_error=False)
+        for failed in results[:restored + 1]:
+            if isinstance(failed, Exception):
+                self.loaded = None
+                raise failed
+        results = results[restored:]
+        after = tuple(results[1:1 + len(self.keys)])
+        self.loaded = after
+        return results[0], after, results[1 + len(self.keys):]
 
     def close(self) -> None:
         self.client.flushdb()
