@@ -170,7 +170,7 @@ def seek_back(ctx: CheckContext) -> None:
     expect_eq([m.offset() for m in again], offsets[2:], "offsets read after seeking back")
 
 
-@check("consumer.group_tool_reports_committed_and_end", api=API, group_protocol=True,
+@check("consumer.group_tool_reports_committed_and_end", slow=True, api=API, group_protocol=True,
        asserts="kafka-consumer-groups --describe shows a group's committed offset as CURRENT-OFFSET "
                "and the partition's LATEST as LOG-END-OFFSET.",
        source="Kafka tool ConsumerGroupCommand (Admin listConsumerGroupOffsets + listOffsets)",
@@ -190,7 +190,7 @@ def group_tool(ctx: CheckContext) -> None:
               "(CURRENT-OFFSET, LOG-END-OFFSET)")
 
 
-@check("consumer.lag_counts_records", api=API, kafka_exact=True, group_protocol=True,
+@check("consumer.lag_counts_records", slow=True, api=API, kafka_exact=True, group_protocol=True,
        asserts="After 10 records and a commit after the 4th, kafka-consumer-groups shows LAG 6 "
                "(LATEST - committed equals the number of unread records because offsets are dense).",
        source="Kafka tool ConsumerGroupCommand (lag = log end offset - committed offset)",
