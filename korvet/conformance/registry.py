@@ -12,7 +12,10 @@ records what a reader of the catalogue needs:
 - ``kafka_exact``: the check assumes Kafka's exact offset arithmetic (offsets start
   at 0 and are dense). No other check may assume that;
 - ``requires``: a broker setting the check depends on, stated for implementers;
-- ``group_protocol``: the check drives the classic consumer-group protocol.
+- ``group_protocol``: the check drives the classic consumer-group protocol;
+- ``slow``: the check waits out a broker's timer (a session timeout, a JoinGroup held) or
+  starts a JVM: seconds on every broker. ``slow_first`` starts these first, so that a run's
+  last seconds are not one long check started late while the other workers idle.
 
 Which checks an implementation is excused from is not here: it is data, in a profile
 (``profile.py``; Korvet's and kfake's ship in ``profiles/``).
@@ -59,6 +62,7 @@ class Check:
     group_protocol: bool = False
     serial: bool = False  # runs while no other check runs (timing or Hypothesis)
     timeout: float = 90.0
+    slow: bool = False  # seconds on every broker: started first (``slow_first``)
 
     @property
     def family(self) -> str:
@@ -80,6 +84,7 @@ def check(
     group_protocol: bool = False,
     serial: bool = False,
     timeout: float = 90.0,
+    slow: bool = False,
 ) -> Callable[[CheckFn], CheckFn]:
     """Register a check function under ``name`` (see the module docstring)."""
 
@@ -93,7 +98,7 @@ def check(
         REGISTRY[name] = Check(
             name=name, api=api, asserts=" ".join(asserts.split()), source=" ".join(source.split()),
             fn=fn, kafka_exact=kafka_exact, requires=requires,
-            group_protocol=group_protocol, serial=serial, timeout=timeout,
+            group_protocol=group_protocol, serial=serial, timeout=timeout, slow=slow,
         )
         return fn
 
@@ -113,3 +118,8 @@ def select(checks: Iterable[Check], patterns: Iterable[str] | None) -> list[Chec
     wanted = [p for p in (patterns or []) if p]
     chosen = [c for c in checks if not wanted or any(fnmatch.fnmatchcase(c.name, p) for p in wanted)]
     return sorted(chosen, key=lambda c: c.name)
+
+
+def slow_first(checks: Iterable[Check]) -> list[Check]:
+    """``checks`` by name, the slow ones first: the runner starts checks in the order given."""
+    return sorted(checks, key=lambda c: (not c.slow, c.name))

@@ -105,10 +105,27 @@ def test_differential_mode_finds_nothing_unexplained_between_korvet_and_kafka(
 # -- the suite for other projects' CI, from a fresh virtualenv ---------------------------------
 
 
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env(),
                           check=False)
+
+
+def _start(command: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env())
+
+
+def _finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def test_a_fresh_virtualenv_with_only_korvet_conformance_runs_the_suite(kafka: KafkaServer,
@@ -121,15 +138,19 @@ def test_a_fresh_virtualenv_with_only_korvet_conformance_runs_the_suite(kafka: K
     if not (wheelhouse / ".downloaded").is_file():
         pytest.fail(f"{wheelhouse} is missing: run `make setup-test` (it downloads the wheels once)")
     dist, venv = tmp_path / "dist", tmp_path / "venv"
-    # The build backend (setuptools, wheel) comes from the wheelhouse too: no network.
-    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--find-links",
-                  str(wheelhouse), "-w", str(dist), str(ROOT)], cwd=tmp_path)
+    # The build backend is the setuptools [build-system] pins, installed in the suite's own
+    # environment (no isolated build environment to fill first): no network.
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
+                  "--no-build-isolation", "-w", str(dist), str(ROOT)], cwd=tmp_path)
     assert built.returncode == 0, built.stderr
-    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    # A virtualenv without pip of its own: the suite's pip installs into it (--python), which
+    # spares the bootstrap of a second pip; nothing in korvet[conformance] needs pip.
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     python, korvet_cli = str(venv / "bin" / "python"), str(venv / "bin" / "korvet")
-    installed = _run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse),
-                      "--find-links", str(dist), "korvet[conformance]"], cwd=tmp_path)
+    installed = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-compile",
+                      "--no-index", "--find-links", str(wheelhouse), "--find-links", str(dist),
+                      "korvet[conformance]"], cwd=tmp_path)
     assert installed.returncode == 0, installed.stderr
     # No server dependencies: no Redis client, and `korvet serve` says what to install.
     absent = _run([python, "-c", "import importlib.util as u; print([m for m in ('redis', 'hiredis') "
@@ -139,18 +160,20 @@ def test_a_fresh_virtualenv_with_only_korvet_conformance_runs_the_suite(kafka: K
     assert serve.returncode == 2 and "korvet[server]" in serve.stderr, serve.stderr
 
     only = ["api_versions.*", "produce.acks_*", "offset_commit.simple_group_roundtrip"]
-    # --profile korvet: the shipped profiles are package data of the wheel.
-    cli = _run([korvet_cli, "conformance", "--bootstrap", kafka.bootstrap, "--profile", "korvet",
-                "--junit-xml", "cli.xml",
-                *[a for glob in only for a in ("--only", glob)]], cwd=tmp_path)
+    # The command and the pytest plugin run side by side (each run names its own topics and
+    # groups); --profile korvet: the shipped profiles are package data of the wheel.
+    cli_run = _start([korvet_cli, "conformance", "--bootstrap", kafka.bootstrap, "--profile", "korvet",
+                      "--junit-xml", "cli.xml",
+                      *[a for glob in only for a in ("--only", glob)]], cwd=tmp_path)
+    plugin_run = _start([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
+                         "korvet.conformance", "--bootstrap", kafka.bootstrap, "--junitxml", "pytest.xml",
+                         *[a for glob in only for a in ("--conformance-only", glob)]], cwd=tmp_path)
+    cli, plugin = _finish(cli_run), _finish(plugin_run)
     assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
     expected = sorted(c.name for c in select(load_checks().values(), only))
     cases = ET.parse(tmp_path / "cli.xml").getroot().iter("testcase")
     assert sorted(str(c.get("name")) for c in cases) == expected
 
-    plugin = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "korvet.conformance",
-                   "--bootstrap", kafka.bootstrap, "--junitxml", "pytest.xml",
-                   *[a for glob in only for a in ("--conformance-only", glob)]], cwd=tmp_path)
     assert plugin.returncode == 0, plugin.stdout[-3000:] + plugin.stderr[-3000:]
     root = ET.parse(tmp_path / "pytest.xml").getroot()
     names = sorted(str(c.get("name")) for c in root.iter("testcase"))

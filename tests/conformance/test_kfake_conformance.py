@@ -46,7 +46,11 @@ def kfake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessBroker]:
 
 def test_every_check_passes_on_kfake_or_is_excused_by_its_profile(kfake: ProcessBroker,
                                                                    tmp_path: Path) -> None:
-    # the security.* checks need a secured kfake: test_security_checks_on_kfake... below
+    # the security.* checks need a secured kfake: test_security_checks_on_kfake... below.
+    # By name, not the slow ones or the crashing connection.* ones first (which would save up
+    # to 30 s): in 2 of 6 runs with connection.* first, a kafka-python consumer then never
+    # joined its group on the restarted kfake (consumer.auto_offset_reset_latest,
+    # clients.kafka_python.group_splits_partitions), a failure not seen in this order.
     checks = sorted((c for c in load_checks().values() if c.family != "security"),
                     key=lambda c: c.name)
     profile = load("kfake")

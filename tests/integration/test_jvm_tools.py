@@ -2,14 +2,15 @@
 
 One Kafka (KRaft, single node, free loopback ports) serves the whole module. Records
 go in through one client and come out through another, so each test checks that a
-tool a user would run (console producer, kafka-consumer-groups, the perf tools,
-spark.read.format("kafka")) really sees the broker's data. A missing Java or jar is
-an error here, never a skip: the set-up (`korvet jars fetch`) must provide them.
+tool a user would run (console producer, kafka-consumer-groups, the perf tools) really
+sees the broker's data. Spark's connector reading what the console producer wrote runs in
+tests/integration/test_spark_pipeline.py, on that module's SparkSession (a second session
+here would cost a JVM start). A missing Java or jar is an error here, never a skip: the
+set-up (`korvet jars fetch`) must provide them.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -22,23 +23,13 @@ from confluent_kafka.admin import AdminClient
 
 from korvet.jvm import maven
 from korvet.jvm.java_clients import ConsoleRecord, KafkaJavaTools, ProduceRecord
-from korvet.jvm.kafka_server import KafkaServer, jar_classpath
+from korvet.jvm.kafka_server import KafkaServer
+from tests.support.console_records import CONSOLE_PRODUCER_PROPERTIES, CONSOLE_RECORDS, console_records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 TOPIC = "jvm-tools-keyed"
-RECORDS = 1000
-
-
-def expected_records() -> list[ProduceRecord]:
-    return [
-        ProduceRecord(
-            key=f"key-{i % 37}",
-            value=f"value {i}, with a tab\there and a colon: {i * 7}",
-            headers=(("seq", str(i)), ("source", "console-producer"), ("empty", "")),
-        )
-        for i in range(RECORDS)
-    ]
+RECORDS = CONSOLE_RECORDS
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +51,8 @@ def tools(kafka: KafkaServer) -> KafkaJavaTools:
 @pytest.fixture(scope="module")
 def produced(tools: KafkaJavaTools) -> list[ProduceRecord]:
     """1,000 keyed records with headers, sent by the Java console producer (idempotent, acks=all)."""
-    records = expected_records()
-    tools.console_produce(
-        TOPIC,
-        records,
-        properties={"enable.idempotence": "true", "acks": "all", "retries": "5", "linger.ms": "5"},
-    )
+    records = console_records()
+    tools.console_produce(TOPIC, records, properties=CONSOLE_PRODUCER_PROPERTIES)
     return records
 
 
@@ -215,56 +202,3 @@ def test_spark_set_adds_only_what_pyspark_lacks() -> None:
     assert not set(ours) & shipped, "a spark-set jar duplicates one in pyspark/jars"
     assert ours["spark-sql-kafka-0-10_2.13"].version == pyspark.__version__
     assert {"kafka-clients", "commons-pool2", "spark-token-provider-kafka-0-10_2.13"} <= set(ours)
-
-
-@pytest.mark.spark
-def test_pyspark_reads_the_topic_with_the_kafka_connector(
-    kafka: KafkaServer, produced: list[ProduceRecord], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    jars = jar_classpath("spark").split(os.pathsep)
-    started = time.monotonic()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("korvet-jvm-tools-test")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.jars.ivy", str(tmp_path / "ivy"))
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.memory", "512m")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
-        .getOrCreate()
-    )
-    session_seconds = time.monotonic() - started
-    try:
-        started = time.monotonic()
-        frame = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap)
-            .option("subscribe", TOPIC)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .option("includeHeaders", "true")
-            .load()
-        )
-        rows = sorted(frame.collect(), key=lambda row: int(row.offset))
-        read_seconds = time.monotonic() - started
-    finally:
-        spark.stop()
-    print(f"\nSpark session {session_seconds:.1f} s, first Kafka read {read_seconds:.1f} s",
-          file=sys.stderr)
-
-    assert len(rows) == len(produced)
-    for row, (offset, sent) in zip(rows, enumerate(produced), strict=True):
-        assert (row.topic, row.partition, row.offset) == (TOPIC, 0, offset)
-        assert bytes(row.key) == (sent.key or "").encode()
-        assert bytes(row.value) == (sent.value or "").encode()
-        assert [(h.key, bytes(h.value)) for h in row.headers] == [
-            (name, (value or "").encode()) for name, value in sent.headers
-        ]

@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from korvet.jvm.java_clients import KafkaJavaTools, ProduceRecord
 from korvet.jvm.kafka_server import KafkaServer
 from korvet.pipelines import spark_session
 from korvet.pipelines.windowed_aggregates import (
@@ -41,6 +42,7 @@ from korvet.pipelines.windowed_aggregates import (
     start,
 )
 from tests.conftest import KORVET, KorvetProcess
+from tests.support.console_records import CONSOLE_PRODUCER_PROPERTIES, console_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -547,6 +549,48 @@ def test_batch_read_with_timestamps(spark: SparkSession, batch_topic: BatchTopic
     assert rows == between(0, first + 1_000, first + 3_000) + between(1, first + 9_950, after_all)
     assert len(rows) == 10 + 10
     print(f"\nbatch reads with timestamps: {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+# -- what Kafka's Java console producer wrote, through the connector -------------------------
+
+
+@pytest.fixture(scope="module")
+def console_produced(kafka: KafkaServer) -> tuple[str, list[ProduceRecord]]:
+    """1,000 keyed records with headers on Apache Kafka, sent by its Java console producer
+    (idempotent, acks=all) to a topic it creates (one partition)."""
+    topic = f"console-produced-{uuid.uuid4().hex[:8]}"
+    records = console_records()
+    KafkaJavaTools(kafka.bootstrap, timeout=120).console_produce(
+        topic, records, properties=CONSOLE_PRODUCER_PROPERTIES)
+    return topic, records
+
+
+def test_pyspark_reads_the_topic_with_the_kafka_connector(
+        spark: SparkSession, kafka: KafkaServer, console_produced: tuple[str, list[ProduceRecord]]
+) -> None:
+    topic, produced = console_produced
+    started = time.monotonic()
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        .load()
+    )
+    rows = sorted(frame.collect(), key=lambda row: int(row.offset))
+    print(f"\nconsole producer's records read with headers: {time.monotonic() - started:.1f} s",
+          file=sys.stderr)
+
+    assert len(rows) == len(produced)
+    for row, (offset, sent) in zip(rows, enumerate(produced), strict=True):
+        assert (row.topic, row.partition, row.offset) == (topic, 0, offset)
+        assert bytes(row.key) == (sent.key or "").encode()
+        assert bytes(row.value) == (sent.value or "").encode()
+        assert [(h.key, bytes(h.value)) for h in row.headers] == [
+            (name, (value or "").encode()) for name, value in sent.headers
+        ]
 
 
 # -- the command ---------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def librdkafka_transactions(ctx: CheckContext) -> None:
     expect_eq([m.value() for m in got], [b"kept-1", b"kept-2", b"kept-3"], "read_committed values")
 
 
-@check("clients.librdkafka.cooperative_sticky_group", api=API, group_protocol=True, timeout=120,
+@check("clients.librdkafka.cooperative_sticky_group", slow=True, api=API, group_protocol=True, timeout=120,
        asserts="Two confluent-kafka consumers with partition.assignment.strategy=cooperative-sticky "
                "share a 4-partition topic (each gets partitions, no partition twice) and together read "
                "every record.",
@@ -332,7 +332,7 @@ def kcat_metadata(ctx: CheckContext) -> None:
     expect(bool(meta.get("brokers")), "kcat lists no broker")
 
 
-@check("clients.java.console_roundtrip", api=API, group_protocol=True, timeout=150,
+@check("clients.java.console_roundtrip", slow=True, api=API, group_protocol=True, timeout=150,
        asserts="Kafka's Java console producer (idempotent, acks=all) writes keyed records with headers "
                "and the Java console consumer (in a group) prints them back.",
        source="Apache Kafka 4.3 ConsoleProducer / ConsoleConsumer (the Java client)",
@@ -350,7 +350,7 @@ def java_console(ctx: CheckContext) -> None:
     expect_eq(got, [(r.key, r.value, r.headers) for r in sent], "records printed by the console consumer")
 
 
-@check("clients.java.perf_roundtrip", api=API, timeout=150,
+@check("clients.java.perf_roundtrip", slow=True, api=API, timeout=150,
        asserts="kafka-producer-perf-test sends 2000 records with acks=all and every record is then "
                "readable (LATEST - EARLIEST covers them and a fetch loop reads 2000).",
        source="Apache Kafka 4.3 ProducerPerformance",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from korvet.conformance.context import CheckContext, expect, expect_eq
 from korvet.conformance.drivers import (
@@ -110,6 +111,20 @@ def restart_resumes(ctx: CheckContext) -> None:
     expect_eq([m.value() for m in rest], [b"m7", b"m8", b"m9"], "records read after the restart")
 
 
+def _group_state(consumer: Any, topic: str) -> dict[str, str]:
+    """What a kafka-python consumer without an assignment knows of its group (for the report)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    client = getattr(consumer, "_client", None)
+    cluster = getattr(client, "cluster", None)
+    return {
+        "state": str(getattr(coordinator, "state", "?")),
+        "coordinator_id": str(getattr(coordinator, "coordinator_id", "?")),
+        "generation": str(getattr(coordinator, "_generation", "?")),
+        "rejoin_needed": str(getattr(coordinator, "rejoin_needed", "?")),
+        "partitions_known": str(cluster.partitions_for_topic(topic) if cluster is not None else "?"),
+    }
+
+
 @check("consumer.auto_offset_reset_latest", api=API, group_protocol=True,
        asserts="A new group consumer with auto.offset.reset=latest skips the records already in the "
                "partition and reads only those produced after it got its position.",
@@ -124,6 +139,8 @@ def reset_latest(ctx: CheckContext) -> None:
     deadline = time.monotonic() + 30
     while not consumer.assignment() and time.monotonic() < deadline:
         consumer.poll(timeout_ms=200)
+    if not consumer.assignment():
+        ctx.note("kafka_python_group_state", _group_state(consumer, topic))
     expect(bool(consumer.assignment()), "the consumer got no assignment in 30 s")
     position = consumer.position(TopicPartition(topic, 0))
     expect_eq(position, ops.offset_of(topic, 0, LATEST), "position from auto.offset.reset=latest")
@@ -153,7 +170,7 @@ def seek_back(ctx: CheckContext) -> None:
     expect_eq([m.offset() for m in again], offsets[2:], "offsets read after seeking back")
 
 
-@check("consumer.group_tool_reports_committed_and_end", api=API, group_protocol=True,
+@check("consumer.group_tool_reports_committed_and_end", slow=True, api=API, group_protocol=True,
        asserts="kafka-consumer-groups --describe shows a group's committed offset as CURRENT-OFFSET "
                "and the partition's LATEST as LOG-END-OFFSET.",
        source="Kafka tool ConsumerGroupCommand (Admin listConsumerGroupOffsets + listOffsets)",
@@ -173,7 +190,7 @@ def group_tool(ctx: CheckContext) -> None:
               "(CURRENT-OFFSET, LOG-END-OFFSET)")
 
 
-@check("consumer.lag_counts_records", api=API, kafka_exact=True, group_protocol=True,
+@check("consumer.lag_counts_records", slow=True, api=API, kafka_exact=True, group_protocol=True,
        asserts="After 10 records and a commit after the 4th, kafka-consumer-groups shows LAG 6 "
                "(LATEST - committed equals the number of unread records because offsets are dense).",
        source="Kafka tool ConsumerGroupCommand (lag = log end offset - committed offset)",

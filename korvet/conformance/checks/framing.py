@@ -83,7 +83,7 @@ def unsupported_version(ctx: CheckContext) -> None:
     _still_serving(ctx)
 
 
-@check("connection.oversized_frame_closes_connection", api=API,
+@check("connection.oversized_frame_closes_connection", slow=True, api=API,
        asserts="A frame whose size prefix exceeds socket.request.max.bytes (100 MB by default) is "
                "refused by closing the connection before the body is read.",
        source="Kafka NetworkReceive/InvalidReceiveException; broker config socket.request.max.bytes")

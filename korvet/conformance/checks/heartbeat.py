@@ -76,7 +76,7 @@ def completing_rebalance(ctx: CheckContext) -> None:
     expect_error(member.heartbeat(), 0, "heartbeat before SyncGroup")
 
 
-@check("heartbeat.session_expiry_removes_member", api=API, group_protocol=True,
+@check("heartbeat.session_expiry_removes_member", slow=True, api=API, group_protocol=True,
        asserts="A member that stops heartbeating is removed after its session timeout (6 s here): "
                "the group becomes Empty and the member's heartbeat answers UNKNOWN_MEMBER_ID (25).",
        source=f"{COORD} (session timeout expiry); KIP-62",
@@ -97,7 +97,7 @@ def session_expiry(ctx: CheckContext) -> None:
                  "heartbeat of the expired member")
 
 
-@check("heartbeat.keeps_member_alive", api=API, group_protocol=True,
+@check("heartbeat.keeps_member_alive", slow=True, api=API, group_protocol=True,
        asserts="A member heartbeating every 1.5 s stays in the group (NONE, group Stable) well past its "
                "6 s session timeout.",
        source=f"{COORD}; KIP-62",

@@ -136,7 +136,7 @@ def raw_producers(ctx: CheckContext) -> None:
     _verdict(ctx, history, drained=True)
 
 
-@check("history.idempotent_retries_not_duplicated", api=API, timeout=120,
+@check("history.idempotent_retries_not_duplicated", slow=True, api=API, timeout=120,
        asserts="Two idempotent producers that send every batch twice (a retry after a lost answer, "
                "same producer id and sequence) concurrently: each value is stored once, at the offset "
                "the first send got, with no other anomaly.",
@@ -178,7 +178,7 @@ def idempotent_retries(ctx: CheckContext) -> None:
     expect(not repeated, f"a retry was acknowledged at another offset: {repeated[:3]}")
 
 
-@check("history.confluent_group_consumers", api=API, group_protocol=True, timeout=150,
+@check("history.confluent_group_consumers", slow=True, api=API, group_protocol=True, timeout=150,
        asserts="Two idempotent librdkafka producers and two consumers in one group (the second joins "
                "mid-run, forcing a rebalance; commits after every poll): no lost, duplicated or "
                "inconsistent writes, no non-monotonic sends, consumers never go backwards or skip "

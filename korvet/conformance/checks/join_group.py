@@ -138,7 +138,7 @@ def first_generation(ctx: CheckContext) -> None:
     expect_eq(member.join().generation, 1, "generation of the first rebalance")
 
 
-@check("join_group.initial_delay_gathers_members", api=API, group_protocol=True,
+@check("join_group.initial_delay_gathers_members", slow=True, api=API, group_protocol=True,
        asserts="Two members joining a new group 0.3 s apart end up in the same first generation: the "
                "first rebalance waits group.initial.rebalance.delay.ms for more members, and the leader "
                "is given both.",
@@ -270,7 +270,7 @@ def new_member(ctx: CheckContext) -> None:
     expect_eq((ra.generation, rb.generation), (generation + 1, generation + 1), "generations")
 
 
-@check("join_group.absent_dynamic_member_removed", api=API, group_protocol=True,
+@check("join_group.absent_dynamic_member_removed", slow=True, api=API, group_protocol=True,
        asserts="A dynamic member that does not re-join within the rebalance timeout is dropped: the "
                "rebalance completes with the members that did re-join, in the next generation.",
        source=f"{COORD} (onCompleteJoin removes dynamic members that did not re-join)")

@@ -150,7 +150,7 @@ def static_fenced(ctx: CheckContext) -> None:
     expect_error(error, FENCED_INSTANCE_ID, "SyncGroup with the replaced member id")
 
 
-@check("sync_group.member_that_never_syncs_is_removed", api=API, group_protocol=True,
+@check("sync_group.member_that_never_syncs_is_removed", slow=True, api=API, group_protocol=True,
        asserts="A member that does not send SyncGroup within the rebalance timeout after the join "
                "completes is removed and a new rebalance starts (the leader's heartbeat then answers "
                "REBALANCE_IN_PROGRESS).",
