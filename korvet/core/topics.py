@@ -239,8 +239,18 @@ class TopicConfig:
 
     explicit: Mapping[str, str] = field(default_factory=dict)
     defaults: Mapping[str, str] = field(default_factory=dict)  # broker-level overrides
+    # What get/get_int answered, by name: Produce asks about ten of them per request. Both
+    # mappings are read, never changed, once the config is made (a changed topic is read anew).
+    _strings: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _ints: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def get(self, name: str) -> str:
+        found = self._strings.get(name)
+        if found is None:
+            found = self._strings[name] = self._lookup(name)
+        return found
+
+    def _lookup(self, name: str) -> str:
         if name in self.explicit:
             return self.explicit[name]
         if name in self.defaults and not CONFIGS[name].read_only_after_create:
@@ -251,7 +261,10 @@ class TopicConfig:
         return CONFIGS[name].default
 
     def get_int(self, name: str) -> int:
-        return int(self.get(name))
+        found = self._ints.get(name)
+        if found is None:
+            found = self._ints[name] = int(self.get(name))
+        return found
 
     def source(self, name: str) -> str:
         """'topic', 'broker' or 'default' (DescribeConfigs' config source)."""

@@ -23,7 +23,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from korvet.protocol.response_templates import ProduceTemplates
+from korvet.protocol.response_templates import ProduceAnswer, ProduceTemplates
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
@@ -163,6 +163,8 @@ def _response_writers(
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size-prefixed response frame for a kio response dataclass (a Produce response from a
     template of its shape when there is one: response_templates.py, the same bytes)."""
+    if type(response) is ProduceAnswer:
+        return _PRODUCE_TEMPLATES.encode_answer(correlation_id, response)
     if getattr(response, "__api_key__", None) == _PRODUCE:
         return _PRODUCE_TEMPLATES.encode(correlation_id, response)
     return _encode_with_kio(correlation_id, response)

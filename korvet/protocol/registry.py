@@ -6,7 +6,8 @@ implements and what kio has schemas for; ApiVersions answers from this table.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -53,10 +54,16 @@ class Deferred:
     everything that must happen in order (a Produce has sent its appends) and the rest runs
     while the connection's next requests are read. Responses still go out in order."""
 
-    __slots__ = ("response",)
+    __slots__ = ("response", "waits_on")
 
-    def __init__(self, response: Awaitable[Any | None]) -> None:
+    def __init__(self, response: Awaitable[Any | None],
+                 waits_on: Sequence[asyncio.Future[Any]] = ()) -> None:
         self.response = response
+        self.waits_on = waits_on  # what the response waits for (a Produce: its appends' replies)
+
+    def ready(self) -> bool:
+        """Whether awaiting the response would not wait (False when it is not known)."""
+        return bool(self.waits_on) and all(future.done() for future in self.waits_on)
 
 
 Ctx = TypeVar("Ctx", bound=RequestContext)

@@ -13,14 +13,24 @@ messages, a LogAppendTime, a shape not seen yet) is kio's, as before.
 Fixed-width fields of ProduceResponse (every version Korvet serves) that are filled in:
 correlation id (int32), per partition the error code (int16, just before the base offset),
 base offset (int64) and log start offset (int64, versions 5+).
+
+The Produce handler does not even build kio's objects for the common answer: a
+``ProduceAnswer`` (every partition without an error message, per-record errors or a
+LogAppendTime) names its shape by the request's topics and partitions and carries the filled-in
+values only; ``encode_answer`` writes it from its shape's template, learnt (and checked against
+kio) from ``ProduceAnswer.to_kio()`` the first time. Anything that reads the response instead
+of sending it (the authorizer's merge of refused topics) asks ``to_kio()`` for kio's object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from korvet.protocol.kbuild import make, maybe_nested, nested
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -39,6 +49,63 @@ class _Template:
 
 Encoder = Callable[[int, Any], bytes]
 
+_NO_TOPIC_ID = uuid.UUID(int=0)
+TopicShape = tuple[str | None, uuid.UUID | None, tuple[int, ...]]  # name, id, partition indexes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionFields:
+    """Every field of a Produce response's partition, as plain values (-1: none)."""
+
+    index: int
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+def produce_response(response_cls: type[Any],
+                     topics: Sequence[tuple[str | None, uuid.UUID | None,
+                                            Sequence[PartitionFields]]]) -> Any:
+    """kio's ProduceResponse of ``response_cls``'s version from plain values."""
+    topic_cls = nested(response_cls, "TopicProduceResponse")
+    partition_cls = nested(response_cls, "PartitionProduceResponse")
+    error_cls = maybe_nested(response_cls, "BatchIndexAndErrorMessage")
+    return make(response_cls, throttle_time=0, responses=tuple(
+        make(topic_cls, name=name, topic_id=topic_id or _NO_TOPIC_ID, partition_responses=tuple(
+            make(partition_cls, index=p.index, error_code=p.error_code,
+                 base_offset=p.base_offset, log_append_time=p.log_append_time,
+                 log_start_offset=p.log_start_offset, error_message=p.error_message,
+                 record_errors=tuple(make(error_cls, batch_index=i, batch_index_error_message=m)
+                                     for i, m in p.record_errors) if error_cls else ())
+            for p in partitions))
+        for name, topic_id, partitions in topics))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceAnswer:
+    """A Produce response whose partitions have no error message, no per-record errors and no
+    LogAppendTime: its shape (the response class and the request's topics and partition
+    indexes, in order) and per partition its error code, base offset and log start offset."""
+
+    response_cls: type[Any]
+    topics: tuple[TopicShape, ...]
+    values: list[tuple[int, int, int]]
+
+    def to_kio(self) -> Any:
+        """The same response as kio's object."""
+        values = iter(self.values)
+        topics = []
+        for name, topic_id, indexes in self.topics:
+            partitions = []
+            for index in indexes:
+                code, base, start = next(values)
+                partitions.append(PartitionFields(index, code, base, log_start_offset=start))
+            topics.append((name, topic_id, partitions))
+        return produce_response(self.response_cls, topics)
+
 
 class ProduceTemplates:
     """Templates by response shape; ``encode`` is ``encode_response`` with the same result."""
@@ -47,6 +114,7 @@ class ProduceTemplates:
         self._encode = encode  # kio's: (correlation id, response) -> frame
         self._templates: dict[Any, _Template | None] = {}
         self._kept: dict[type[Any], tuple[str, ...]] = {}
+        self._answers: dict[tuple[type[Any], tuple[TopicShape, ...]], _Template | None] = {}
 
     def encode(self, correlation_id: int, response: Any) -> bytes:
         shape = self._shape(response)
@@ -59,9 +127,27 @@ class ProduceTemplates:
             return self._encode(correlation_id, response)
         return _fill(template, correlation_id, _values(response))
 
+    def encode_answer(self, correlation_id: int, answer: ProduceAnswer) -> bytes:
+        """``encode(correlation_id, answer.to_kio())``, without building kio's objects once
+        the answer's shape has a template."""
+        shape = (answer.response_cls, answer.topics)
+        template = self._answers.get(shape)
+        if template is None:
+            if shape in self._answers:  # no template for this shape: kio every time
+                return self._encode(correlation_id, answer.to_kio())
+            response = answer.to_kio()
+            template = _build(self._encode, response)
+            if len(self._answers) >= _MAX_TEMPLATES:
+                self._answers.clear()
+            self._answers[shape] = template
+            if template is None:
+                return self._encode(correlation_id, response)
+        return _fill(template, correlation_id, answer.values)
+
     def usable(self) -> int:
         """How many shapes have a template (the others are kio's every time)."""
-        return sum(template is not None for template in self._templates.values())
+        return sum(template is not None
+                   for kept in (self._templates, self._answers) for template in kept.values())
 
     def _kept_fields(self, cls: type[Any]) -> tuple[str, ...]:
         names = self._kept.get(cls)

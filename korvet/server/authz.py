@@ -33,6 +33,7 @@ from korvet.core.security.acl import CLUSTER_NAME, ResourceType
 from korvet.core.security.rules import ApiRule, Need
 from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.registry import CloseConnection, Deferred, Handler, RequestContext
+from korvet.protocol.response_templates import ProduceAnswer
 from korvet.server.services import Services
 
 log = logging.getLogger("korvet.authz")
@@ -350,7 +351,8 @@ class Guard:
             assert empty is not None
             response = empty(response_cls, version)
         if isinstance(response, Deferred):
-            return Deferred(_merge_later(response.response, denied, response_cls, version))
+            return Deferred(_merge_later(response.response, denied, response_cls, version),
+                            response.waits_on)
         if response is None:
             return None
         return _merge(response, denied, response_cls, version)
@@ -417,6 +419,8 @@ def _merge(response: Any, denied: Denied, response_cls: type[Any], version: int)
 async def _merge_later(pending: Awaitable[Any], denied: Denied, response_cls: type[Any],
                        version: int) -> Any:
     response = await pending
+    if isinstance(response, ProduceAnswer):  # a Produce response not built as kio's yet
+        response = response.to_kio()
     return None if response is None else _merge(response, denied, response_cls, version)
 
 

@@ -53,9 +53,21 @@ _WRITE_HIGH_WATER = 4 * 1024 * 1024
 _MAX_IN_FLIGHT = 32  # responses a connection may have pending before reading stops
 _BACKLOG = 1024  # pending TCP connections the kernel queues before the broker accepts them
 
+
+class _Later:
+    """A Deferred response on its way out: the coroutine that encodes it once it resolves, and
+    the Deferred, which tells whether it has (``ready``)."""
+
+    __slots__ = ("answer", "deferred")
+
+    def __init__(self, answer: Awaitable[bytes | None], deferred: Deferred) -> None:
+        self.answer = answer
+        self.deferred = deferred
+
+
 # A response on its way out: ready bytes, or a Deferred one (encoded when it resolves), each
 # with the bytes it holds in the connection's pending count.
-_Outgoing = tuple[bytes | Awaitable[bytes | None], int] | None
+_Outgoing = tuple[bytes | _Later, int] | None
 
 
 class _Close(Exception):
@@ -237,13 +249,13 @@ class KafkaListener:
                 sender.cancel()
 
     async def _answer(self, conn: Connection, slot: ConnectionSlot,
-                      frame: bytes) -> tuple[bytes | Awaitable[bytes | None], int] | None:
+                      frame: bytes) -> tuple[bytes | _Later, int] | None:
         """Handle one request; its response with the bytes it holds in the pending count
         (the request's until it is answered, then also the response's until it is sent)."""
         held = len(frame) + 4
         slot.gate.add(held)
         slot.in_hand += 1
-        response: bytes | Awaitable[bytes | None] | None = None
+        response: bytes | _Later | None = None
         try:
             response = await self._dispatch(conn, frame)
         finally:
@@ -260,7 +272,9 @@ class KafkaListener:
     async def _send(self, conn: Connection, slot: ConnectionSlot,
                     outgoing: asyncio.Queue[_Outgoing], writer: asyncio.StreamWriter) -> None:
         """Write responses in request order; whatever is ready goes out in one write (each
-        send is a system call, and on loopback it also pays for the receiver's side)."""
+        send is a system call, and on loopback it also pays for the receiver's side). What is
+        ready is not held back for a response still waiting for Redis: the client (a producer
+        with five requests in flight) sends its next request when it has an answer."""
         while True:
             item = await outgoing.get()
             ready: list[bytes] = []
@@ -271,8 +285,13 @@ class KafkaListener:
                 if isinstance(response, bytes):
                     ready.append(response)
                 else:
+                    if ready and not response.deferred.ready():
+                        writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
+                        slot.touch()
+                        slot.gate.release(released - held)
+                        ready, released = [], held
                     try:
-                        answer = await response  # a Deferred one, encoded when it is ready
+                        answer = await response.answer  # encoded when it is ready
                     finally:
                         slot.in_hand -= 1
                     if answer is not None:
@@ -290,8 +309,7 @@ class KafkaListener:
             if item is None:
                 return
 
-    async def _dispatch(self, conn: Connection,
-                        frame: bytes) -> bytes | Awaitable[bytes | None] | None:
+    async def _dispatch(self, conn: Connection, frame: bytes) -> bytes | _Later | None:
         if self.gate is not None and conn.state.auth.expects_raw_token:
             answer = await self.gate.raw_token(conn, frame)
             return len(answer).to_bytes(4, "big") + answer
@@ -336,7 +354,7 @@ class KafkaListener:
             self.metrics.response_sent(api_key, 0, started)
             return None
         if isinstance(response, Deferred):
-            return self._finish(api_key, correlation_id, response, started)
+            return _Later(self._finish(api_key, correlation_id, response, started), response)
         data = encode_response(correlation_id, response)
         self.metrics.response_sent(api_key, len(data), started)
         return data

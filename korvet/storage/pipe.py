@@ -26,6 +26,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+_WRITE_HIGH_WATER = 1 << 20  # bytes unsent on the socket above which writes wait for it to drain
+
 
 class RedisPipe:
     """``scripts`` are loaded first thing on every new connection, so that EVALSHA never meets
@@ -41,6 +43,7 @@ class RedisPipe:
         self._reader: asyncio.Task[None] | None = None
         self._buffer: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._write_scheduled = False  # a _write_soon is due
         self._wait: tuple[bytes, asyncio.Future[Any]] | None = None  # the buffer's shared WAIT
 
     async def send(self, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
@@ -51,8 +54,9 @@ class RedisPipe:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._buffer.append((packed, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            loop.call_soon(self._write_soon)
         if wait is None:
             return future
         if self._wait is None:
@@ -61,13 +65,39 @@ class RedisPipe:
             self._wait = (wait, waited)
         return asyncio.ensure_future(_replicated(future, self._wait[1]))
 
+    def _write_soon(self) -> None:
+        """Write what was queued in the last turn of the event loop. Done from a plain
+        callback (a task per write cost more than the rest of it) whenever the connection is
+        up, idle and not backed up; else by the ``_flush`` task, which connects, and waits
+        for the socket to drain."""
+        self._write_scheduled = False
+        if not self._buffer:
+            return
+        writer = getattr(self._connection, "_writer", None)  # redis-py's asyncio.StreamWriter
+        if (not isinstance(writer, asyncio.StreamWriter) or self._send_lock.locked()
+                or writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER):
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+            return
+        batch = self._take()
+        for _packed, future in batch:
+            self._pending.append(future)
+        try:
+            writer.writelines([p for p, _ in batch])
+        except Exception as exc:  # e.g. the transport is gone: its futures fail with it
+            self._fail(self._connection, exc)
+
+    def _take(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
+        batch, self._buffer = self._buffer, []
+        if self._wait is not None:  # after every command of the batch
+            batch.append(self._wait)
+            self._wait = None
+        return batch
+
     async def _flush(self) -> None:
         async with self._send_lock:
             while self._buffer:
-                batch, self._buffer = self._buffer, []
-                if self._wait is not None:  # after every command of the batch
-                    batch.append(self._wait)
-                    self._wait = None
+                batch = self._take()
                 try:
                     connection = await self._connect()
                     for _packed, future in batch:
@@ -134,6 +164,8 @@ class RedisPipe:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def close(self) -> None:
+        if self._write_scheduled:  # queued in this turn: out (or to the task) before closing
+            self._write_soon()
         if self._flusher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher

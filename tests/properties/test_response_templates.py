@@ -5,6 +5,7 @@ which path wrote its response."""
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from korvet.protocol import framing
 from korvet.protocol.framing import encode_response, response_class
 from korvet.protocol.kbuild import has_field, make, maybe_nested, nested
-from korvet.protocol.response_templates import ProduceTemplates
+from korvet.protocol.response_templates import ProduceAnswer, ProduceTemplates
 from korvet.server.handlers.produce import VERSIONS
 from tests.support.examples import examples
 
@@ -91,3 +92,42 @@ def test_log_append_time_shape() -> None:
     assert isinstance(response.responses[0].partition_responses[0].log_append_time,
                       datetime.datetime)
     assert encode_response(3, response) == _kio(3, response)
+
+
+# A request names its topics (v3-12) or gives their ids (v13+); the response echoes them.
+_NAMED = st.tuples(st.sampled_from(["t", "orders", "a.b-c_d"]), st.none())
+_BY_ID = st.tuples(st.none(), st.sampled_from([uuid.UUID(int=0), uuid.UUID(int=7),
+                                               uuid.UUID(int=2**128 - 1)]))
+
+
+@settings(max_examples=examples(2), deadline=None)
+@given(version=st.sampled_from(list(VERSIONS)), data=st.data(),
+       rounds=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=3))
+def test_answer_bytes_are_kio_bytes(version: int, data: st.DataObject, rounds: list[int]) -> None:
+    """A ProduceAnswer (the handler's plain response, no kio objects) is kio's object as the
+    handler built it before (``to_kio``, compared with the test's own build) and comes out as
+    kio writes that object, whether the template of its shape is new or reused."""
+    drawn = data.draw(st.lists(st.tuples(
+        _BY_ID if version >= 13 else _NAMED,
+        st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=3)), min_size=1, max_size=3))
+    topics = [(name, topic_id, indexes) for (name, topic_id), indexes in drawn]
+    templates = ProduceTemplates(_kio)
+    cls = response_class(0, version)
+    shape = tuple((name, topic_id, tuple(indexes)) for name, topic_id, indexes in topics)
+    for correlation in rounds:
+        values = [data.draw(st.tuples(_CODES.map(int), _INT64, _INT64))
+                  for _, _, indexes in topics for _ in indexes]
+        answer = ProduceAnswer(cls, shape, values)
+        got = iter(values)
+        expected = make(cls, throttle_time=0, responses=tuple(
+            make(nested(cls, "TopicProduceResponse"), name=name,
+                 topic_id=topic_id or uuid.UUID(int=0), partition_responses=tuple(
+                     make(nested(cls, "PartitionProduceResponse"), index=index,
+                          error_code=code, base_offset=base, log_append_time=-1,
+                          log_start_offset=start, record_errors=(), error_message=None)
+                     for index, (code, base, start) in zip(indexes, got, strict=False)))
+            for name, topic_id, indexes in topics))
+        assert answer.to_kio() == expected
+        assert templates.encode_answer(correlation, answer) == _kio(correlation, expected)
+        assert encode_response(correlation, answer) == _kio(correlation, expected)
+    assert templates.usable() == 1  # the shape's template was kept and reused

@@ -23,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import RedisError
 
@@ -34,7 +33,7 @@ from korvet.core import produce as produce_rules
 from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, Refusal
 from korvet.core.topics import APPEND_TIMESTAMP_HEADER, TopicInfo, trim_policy
-from korvet.protocol.kbuild import make, maybe_nested, nested, response_type
+from korvet.protocol.kbuild import response_type
 from korvet.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
@@ -48,6 +47,12 @@ from korvet.protocol.records import (
     stamp_log_append_time,
 )
 from korvet.protocol.registry import Deferred, RequestContext
+from korvet.protocol.response_templates import (
+    PartitionFields,
+    ProduceAnswer,
+    TopicShape,
+    produce_response,
+)
 from korvet.server.services import Services
 from korvet.storage import entries
 from korvet.storage.redis_store import ProducerBatch
@@ -93,6 +98,7 @@ class ProduceHandler:
         refused = produce_rules.check_request(request.acks, request.transactional_id)
         started = time.perf_counter()
         jobs: list[tuple[Any, list[Outcome]]] = []
+        waits_on: list[asyncio.Future[Any]] = []  # the appends' replies the response waits for
         for topic_data in request.topic_data:
             name = getattr(topic_data, "name", None)
             topic_id = getattr(topic_data, "topic_id", None)
@@ -117,7 +123,7 @@ class ProduceHandler:
                     self.metrics.produce_error(refusal.code)
                 else:
                     outcome = await self._send_partition(topic, partition.index,
-                                                         partition.records, started,
+                                                         partition.records, started, waits_on,
                                                          replicated=request.acks == -1)
                     if isinstance(outcome, PartitionOutcome):
                         self.metrics.produce_error(outcome.error)
@@ -129,7 +135,7 @@ class ProduceHandler:
                     if not isinstance(result, PartitionOutcome):
                         self._drain(result)
             return None
-        return Deferred(_respond(request, jobs))
+        return Deferred(_respond(request, jobs), waits_on)
 
     async def close(self) -> None:
         """Let the appends of acks=0 requests finish (they were already sent)."""
@@ -142,7 +148,8 @@ class ProduceHandler:
         task.add_done_callback(self._unanswered.discard)
 
     async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
-                              started: float, *, replicated: bool = False) -> Outcome:
+                              started: float, waits_on: list[asyncio.Future[Any]], *,
+                              replicated: bool = False) -> Outcome:
         """Validate a partition's batch and send its append. Returns the outcome when the
         batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
         services = self.services
@@ -173,6 +180,7 @@ class ProduceHandler:
                                                     producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             return _storage_error(topic, index, exc)
+        waits_on.append(sent)
         return self._appended(topic, index, batch, count, now, sent, started)
 
     async def _appended(self, topic: TopicInfo, index: int, batch: Batch | StoredBatch,
@@ -218,23 +226,28 @@ def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOut
     return PartitionOutcome.refused(index, produce_rules.storage_refusal(str(exc)))
 
 
-async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]]) -> ProduceResponse:
-    response_cls = response_type(type(request))
-    topic_cls = nested(response_cls, "TopicProduceResponse")
-    partition_cls = nested(response_cls, "PartitionProduceResponse")
-    error_cls = maybe_nested(response_cls, "BatchIndexAndErrorMessage")
-    topics = []
+async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]]
+                   ) -> ProduceResponse | ProduceAnswer:
+    """The response once every append is answered: a ``ProduceAnswer`` (written from its
+    shape's template, response_templates.py) when no partition has a message, per-record
+    errors or a LogAppendTime; kio's object otherwise."""
+    shapes: list[TopicShape] = []
+    answered: list[list[PartitionOutcome]] = []
+    plain = True
     for topic_data, results in jobs:
         outcomes = [r if isinstance(r, PartitionOutcome) else await r for r in results]
-        partitions = tuple(
-            make(partition_cls, index=o.index, error_code=o.error, base_offset=o.base_offset,
-                 log_append_time=o.log_append_time, log_start_offset=o.log_start_offset,
-                 record_errors=tuple(make(error_cls, batch_index=i, batch_index_error_message=m)
-                                     for i, m in o.record_errors) if error_cls else (),
-                 error_message=o.message)
-            for o in outcomes
-        )
-        topics.append(make(topic_cls, name=getattr(topic_data, "name", None),
-                           topic_id=getattr(topic_data, "topic_id", None) or uuid.UUID(int=0),
-                           partition_responses=partitions))
-    return make(response_cls, responses=tuple(topics), throttle_time=0)
+        for o in outcomes:
+            if o.message is not None or o.record_errors or o.log_append_time != -1:
+                plain = False
+        shapes.append((getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None),
+                       tuple(o.index for o in outcomes)))
+        answered.append(outcomes)
+    response_cls = response_type(type(request))
+    if plain:
+        return ProduceAnswer(response_cls, tuple(shapes), [
+            (o.error, o.base_offset, o.log_start_offset) for outcomes in answered for o in outcomes])
+    return cast(ProduceResponse, produce_response(response_cls, [
+        (name, topic_id, [PartitionFields(o.index, o.error, o.base_offset, o.log_append_time,
+                                          o.log_start_offset, o.message, o.record_errors)
+                          for o in outcomes])
+        for (name, topic_id, _), outcomes in zip(shapes, answered, strict=True)]))

@@ -1,0 +1,95 @@
+"""The listener's response order (korvet/server/listener.py), on a real socket with handlers
+whose Deferred responses the test resolves: responses go out in request order, and one that is
+ready is not held back while a later one still waits for Redis (a producer with several
+requests in flight sends its next request when it has an answer)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+from typing import Any
+
+from kio.index import load_request_schema
+
+from korvet.protocol.frames import FrameDecoder
+from korvet.protocol.framing import encode_request
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.registry import ApiRegistry, Deferred
+from korvet.server.connection import Connection
+from korvet.server.listener import KafkaListener
+
+_VERSION = 9
+
+
+def _produce(correlation_id: int) -> bytes:
+    cls = load_request_schema(0, _VERSION)
+    data = make(nested(cls, "TopicProduceData"), name="t", partition_data=(
+        make(nested(cls, "PartitionProduceData"), index=0, records=b"x"),))
+    request = make(cls, transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
+                   topic_data=(data,))
+    return encode_request(request, correlation_id)
+
+
+def _response(base_offset: int) -> Any:
+    cls = response_type(load_request_schema(0, _VERSION))
+    partition = make(nested(cls, "PartitionProduceResponse"), index=0, error_code=0,
+                     base_offset=base_offset, log_append_time=-1, log_start_offset=0,
+                     record_errors=(), error_message=None)
+    return make(cls, throttle_time=0, responses=(
+        make(nested(cls, "TopicProduceResponse"), name="t", partition_responses=(partition,)),))
+
+
+async def _read_correlation(reader: asyncio.StreamReader, decoder: FrameDecoder,
+                            timeout: float) -> int:
+    async def read() -> int:
+        while (frame := decoder.next_frame()) is None:
+            data = await reader.read(65536)
+            assert data, "the broker closed the connection"
+            decoder.feed(data)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        return int(correlation)
+    return await asyncio.wait_for(read(), timeout)
+
+
+async def _scenario() -> None:
+    loop = asyncio.get_running_loop()
+    appends: list[asyncio.Future[int]] = []
+
+    async def handle(conn: Connection, request: Any) -> Deferred:
+        append: asyncio.Future[int] = loop.create_future()
+        appends.append(append)
+
+        async def respond() -> Any:
+            return _response(await append)
+        return Deferred(respond(), (append,))
+
+    registry: ApiRegistry[Connection] = ApiRegistry()
+    registry.register(0, "Produce", range(3, 14), handle)
+    listener = KafkaListener(registry, port=0)
+    port = await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        decoder = FrameDecoder(min_size=4, what="response")
+        writer.write(_produce(1) + _produce(2) + _produce(3))
+        while len(appends) < 3:
+            await asyncio.sleep(0.01)
+        appends[0].set_result(10)
+        # The first is answered while the second still waits, not when the queue is empty.
+        assert await _read_correlation(reader, decoder, 5) == 1
+        appends[2].set_result(30)  # the third is ready first: still answered after the second
+        try:  # nothing comes out of order
+            got = await _read_correlation(reader, decoder, 0.2)
+            raise AssertionError(f"response {got} went out before response 2")
+        except TimeoutError:
+            pass
+        appends[1].set_result(20)
+        assert await _read_correlation(reader, decoder, 5) == 2
+        assert await _read_correlation(reader, decoder, 5) == 3
+        writer.close()
+    finally:
+        await listener.close()
+
+
+def test_ready_responses_go_out_in_order_without_waiting_for_later_ones() -> None:
+    asyncio.run(_scenario())
