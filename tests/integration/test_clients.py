@@ -140,10 +140,21 @@ def test_java_console_round_trip(korvet: KorvetProcess, unique_name: str, tmp_pa
     produced = _java_records(COUNT)
     tools.console_produce(unique_name, produced, properties={"acks": "all"}, timeout=180)
     finished = int(time.time() * 1000)
+    codec = OffsetCodec(10)
+    stored: dict[int, list[int]] = {}  # partition -> the offsets of its stored entries
+    for partition in range(PARTITIONS):
+        ids = subprocess.run(["redis-cli", "-u", korvet.redis_url, "--raw", "XRANGE",
+                              f"korvet:{{{unique_name}:{partition}}}:stream", "-", "+"],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        stored[partition] = [codec.encode_id(EntryId.parse(i)) for i in ids
+                             if i and i[0].isdigit() and "-" in i
+                             and i.replace("-", "").isdigit() and len(i) > 13]
     seen = []
     for partition in range(PARTITIONS):
-        result = tools.console_consume(unique_name, max_messages=COUNT, partition=partition,
-                                       idle_timeout_ms=5000, timeout=180)
+        # As many records as the partition holds: the consumer stops once it has printed
+        # them all instead of waiting out its idle timeout.
+        result = tools.console_consume(unique_name, max_messages=len(stored[partition]),
+                                       partition=partition, idle_timeout_ms=5000, timeout=180)
         seen.extend(result.records)
     assert len(seen) == COUNT
     by_key = {r.key: r for r in seen}
@@ -154,15 +165,8 @@ def test_java_console_round_trip(korvet: KorvetProcess, unique_name: str, tmp_pa
         assert read.timestamp_type == "CreateTime"
         assert read.timestamp is not None and started - 1000 <= read.timestamp <= finished + 1000
     # The offsets the Java consumer printed are exactly the stored entry ids.
-    codec = OffsetCodec(10)
     for partition in range(PARTITIONS):
-        ids = subprocess.run(["redis-cli", "-u", korvet.redis_url, "--raw", "XRANGE",
-                              f"korvet:{{{unique_name}:{partition}}}:stream", "-", "+"],
-                             capture_output=True, text=True, check=True).stdout.split("\n")
-        stored = [codec.encode_id(EntryId.parse(i)) for i in ids
-                  if i and i[0].isdigit() and "-" in i and i.replace("-", "").isdigit()
-                  and len(i) > 13]
-        assert sorted(r.offset for r in seen if r.partition == partition) == stored
+        assert sorted(r.offset for r in seen if r.partition == partition) == stored[partition]
 
 
 @pytest.mark.kafka
@@ -191,8 +195,10 @@ def test_idempotent_java_producer_with_forced_retries_stores_no_duplicates(
                                      f"korvet:{{{unique_name}:{partition}}}:stream"],
                                     capture_output=True, text=True, check=True)
             keys["__len__"] += int(stored.stdout.strip())
-            result = tools.console_consume(unique_name, max_messages=10_000, partition=partition,
-                                           idle_timeout_ms=4000, timeout=120)
+            # Every entry the partition holds (duplicates too): the consumer stops once it
+            # has printed them all instead of waiting out its idle timeout.
+            result = tools.console_consume(unique_name, max_messages=int(stored.stdout.strip()),
+                                           partition=partition, idle_timeout_ms=4000, timeout=120)
             keys.update(r.key for r in result.records if r.key is not None)
         assert keys.pop("__len__") == len(produced), "the partitions hold duplicates or gaps"
         duplicates = [k for k, n in keys.items() if n > 1]

@@ -16,7 +16,7 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -34,8 +34,10 @@ FIRST, LATER = 400, 400  # records before the consumer starts, and while it read
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
+    # No initial rebalance delay (not tested here): the Java consumer's group forms at once.
     process = KorvetProcess(tmp_path_factory.mktemp("fetch-sessions"), extra_args=[
-        "--log-level", "DEBUG", "--redis-appendfsync", "off", "--fetch-max-sessions", "2"])
+        "--log-level", "DEBUG", "--redis-appendfsync", "off", "--fetch-max-sessions", "2",
+        "--groups-initial-rebalance-delay-ms", "0"])
     process.start()
     yield process
     process.stop()
@@ -47,10 +49,13 @@ def records(count: int, start: int) -> list[Rec]:
                 value=b"v%d" % (start + i), headers=(), timestamp=now) for i in range(count)]
 
 
-def produce_slowly(bootstrap: str, topic: str, delay: float) -> threading.Thread:
-    """LATER records in small bursts over about a second, after ``delay`` seconds."""
+def produce_slowly(bootstrap: str, topic: str, reading: Callable[[], bool]) -> threading.Thread:
+    """LATER records in small bursts over about a second, once the consumer is ``reading``
+    (or after 30 s, when the test fails anyway)."""
     def run() -> None:
-        time.sleep(delay)
+        deadline = time.monotonic() + 30
+        while not reading() and time.monotonic() < deadline:
+            time.sleep(0.1)
         for burst in range(10):
             clients.confluent_produce(bootstrap, topic, records(LATER // 10, FIRST + burst * 40))
             time.sleep(0.1)
@@ -99,7 +104,8 @@ def test_java_consumer_reads_everything_through_an_incremental_session(
     create_topic(broker.bootstrap, unique_name, PARTITIONS)
     clients.confluent_produce(broker.bootstrap, unique_name, records(FIRST, 0))
     mark = log_size(broker)
-    producer = produce_slowly(broker.bootstrap, unique_name, delay=4.0)
+    producer = produce_slowly(broker.bootstrap, unique_name,
+                              reading=lambda: bool(session_lines(broker, mark)))
     tools = KafkaJavaTools(broker.bootstrap, timeout=120)
     result: ConsumeResult = tools.console_consume(unique_name, max_messages=FIRST + LATER,
                                                   group=f"{unique_name}-g", idle_timeout_ms=8000)
@@ -116,7 +122,8 @@ def test_kafka_python_reads_everything_through_an_incremental_session(
     create_topic(broker.bootstrap, unique_name, PARTITIONS)
     clients.confluent_produce(broker.bootstrap, unique_name, records(FIRST, 0))
     mark = log_size(broker)
-    producer = produce_slowly(broker.bootstrap, unique_name, delay=0.5)
+    producer = produce_slowly(broker.bootstrap, unique_name,
+                              reading=lambda: bool(session_lines(broker, mark)))
     got: list[Got] = clients.kafka_python_consume(broker.bootstrap, unique_name, PARTITIONS,
                                                   FIRST + LATER)
     producer.join(30)

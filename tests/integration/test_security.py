@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Secu
                                  f"User:{pki.client.subject}": "tenantm"}},
     }
     (folder / "korvet.yaml").write_text(yaml.safe_dump(settings))
-    broker = KorvetProcess(folder / "broker", extra_args=["--config", str(folder / "korvet.yaml")])
+    # No initial rebalance delay (nothing here tests it): each group's first join would
+    # otherwise wait 3 s.
+    broker = KorvetProcess(folder / "broker", extra_args=[
+        "--config", str(folder / "korvet.yaml"), "--groups-initial-rebalance-delay-ms", "0"])
     broker.start()
     try:
         ports = json.loads((folder / "listeners.json").read_text())
@@ -137,19 +141,23 @@ def acls(secured: Secured, tools: KafkaJavaTools) -> str:
     the mtls-* topics and groups; returns what --list printed."""
     config = str(secured.java_config(ADMIN))
     base = ["--bootstrap-server", secured.bootstrap("EXTERNAL"), "--command-config", config]
-    tools.run(ACL_MAIN, [*base, "--add", "--allow-principal", "User:alice",
-                         "--operation", "Read", "--operation", "Write", "--operation", "Create",
-                         "--topic", "orders.", "--resource-pattern-type", "prefixed", "--force"])
-    tools.run(ACL_MAIN, [*base, "--add", "--allow-principal", "User:alice", "--operation", "Read",
-                         "--group", "app-", "--resource-pattern-type", "prefixed", "--force"])
-    tools.run(ACL_MAIN, [*base, "--add", "--allow-principal", "User:alice", "--operation", "Read",
-                         "--topic", "read-only", "--force"])
-    tools.run(ACL_MAIN, [*base, "--add", "--allow-principal", f"User:{secured.pki.client.subject}",
-                         "--operation", "All", "--topic", "mtls-", "--group", "mtls-",
-                         "--resource-pattern-type", "prefixed", "--force"])
-    tools.run(ACL_MAIN, [*base, "--add", "--allow-principal", "User:tenant-a",
-                         "--allow-principal", "User:tenant-b", "--operation", "All",
-                         "--topic", "*", "--group", "*", "--force"])
+    grants = [
+        ["--allow-principal", "User:alice", "--operation", "Read", "--operation", "Write",
+         "--operation", "Create", "--topic", "orders.", "--resource-pattern-type", "prefixed"],
+        ["--allow-principal", "User:alice", "--operation", "Read",
+         "--group", "app-", "--resource-pattern-type", "prefixed"],
+        ["--allow-principal", "User:alice", "--operation", "Read", "--topic", "read-only"],
+        ["--allow-principal", f"User:{secured.pki.client.subject}", "--operation", "All",
+         "--topic", "mtls-", "--group", "mtls-", "--resource-pattern-type", "prefixed"],
+        ["--allow-principal", "User:tenant-a", "--allow-principal", "User:tenant-b",
+         "--operation", "All", "--topic", "*", "--group", "*"],
+    ]
+    # Independent grants: one kafka-acls each, all at once (each is a JVM that mostly
+    # starts up and waits on the broker).
+    with ThreadPoolExecutor(len(grants)) as pool:
+        for done in pool.map(lambda grant: tools.run(ACL_MAIN, [*base, "--add", *grant,
+                                                                "--force"]), grants):
+            assert done.returncode == 0
     return tools.run(ACL_MAIN, [*base, "--list"]).stdout
 
 
