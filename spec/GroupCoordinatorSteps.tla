@@ -66,7 +66,7 @@ StepNext ==
            HeartbeatReq(mid, i, gen) /\ ev' = HeartbeatEv(mid, i, gen)
     \/ \E batch \in LeaveBatches : LeaveGroupReq(batch) /\ ev' = LeaveEv(batch)
     \/ \E mid \in {NoId} \cup KnownIds, i \in Instances, gen \in {-1} \cup Gens,
-          offs \in OffsetMaps :
+          offs \in OffsetMapsOf(Partitions) :
            \E v9 \in IF grp.state = "Absent" /\ gen >= 0 THEN BOOLEAN ELSE {FALSE} :
                OffsetCommitReq(mid, i, gen, offs, v9) /\ ev' = CommitEv(mid, i, gen, offs, v9)
     \/ DeleteGroups /\ ev' = PlainEv("DeleteGroups")
