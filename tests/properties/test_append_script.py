@@ -26,6 +26,7 @@ from korvet.core.topics import TrimPolicy
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, OldLayoutError, ProducerBatch, RedisStore
 from tests.support.examples import examples
+from tests.support.script_topics import one_partition_topic
 
 NO_TRIM = TrimPolicy(-1, -1, False)
 _counter = itertools.count()
@@ -33,11 +34,8 @@ _counter = itertools.count()
 
 async def _run(url: str, bits: int, batches: list[tuple[int, int]]) -> None:
     client = aioredis.from_url(url)
-    store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-    name = "t"
-    await store.create_topic(name, 1, {"korvet.sequence.bits": str(bits)}, 0)
-    topic = await store.get_topic(name, {})
-    assert topic is not None
+    store, topic = await one_partition_topic(client, f"prop{next(_counter)}", bits)
+    name = topic.name
     codec = OffsetCodec(bits)
     last = 0  # a new stream's last-generated id is 0-0
     appended: list[range] = []
@@ -125,10 +123,7 @@ def test_every_argument_layout_stores_the_entry_fields(
 
     async def scenario() -> None:
         client = aioredis.from_url(redis_url)
-        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-        await store.create_topic("t", 1, {"korvet.sequence.bits": str(bits)}, 0)
-        topic = await store.get_topic("t", {})
-        assert topic is not None
+        store, topic = await one_partition_topic(client, f"prop{next(_counter)}", bits)
         codec = OffsetCodec(bits)
         expected: list[tuple[int, list[bytes]]] = []
         for now, batch in enumerate(batches, start=1):
@@ -154,10 +149,7 @@ def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
 
     async def scenario() -> None:
         client = aioredis.from_url(redis_url, max_connections=16)
-        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-        await store.create_topic("t", 1, {"korvet.sequence.bits": "2"}, 0)
-        topic = await store.get_topic("t", {})
-        assert topic is not None
+        store, topic = await one_partition_topic(client, f"prop{next(_counter)}", 2)
 
         async def appender(writer: int) -> list[range]:
             got = []
@@ -185,10 +177,7 @@ def test_script_refuses_a_batch_past_the_last_offset_and_clamps_a_late_clock(
 
     async def scenario() -> None:
         client = aioredis.from_url(redis_url)
-        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-        await store.create_topic("t", 1, {"korvet.sequence.bits": "22"}, 0)
-        topic = await store.get_topic("t", {})
-        assert topic is not None
+        store, topic = await one_partition_topic(client, f"prop{next(_counter)}", 22)
         codec = OffsetCodec(22)
         late = codec.max_ms + 5_000  # a clock past the last encodable millisecond
 
@@ -244,10 +233,7 @@ def test_a_full_partition_refuses_the_next_batch_at_every_width(redis_url: str,
 
     async def scenario() -> None:
         client = aioredis.from_url(redis_url)
-        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-        await store.create_topic("t", 1, {"korvet.sequence.bits": str(bits)}, 0)
-        topic = await store.get_topic("t", {})
-        assert topic is not None
+        store, topic = await one_partition_topic(client, f"prop{next(_counter)}", bits)
         codec = OffsetCodec(bits)
         await client.hset(store.meta_key("t", 0), mapping={
             "last": f"{codec.max_ms}-{codec.seq_limit - 1}", "start": "1-0"})
@@ -268,10 +254,7 @@ def test_an_append_after_a_foreign_xadd_continues_above_it(redis_url: str) -> No
 
     async def scenario() -> None:
         client = aioredis.from_url(redis_url)
-        store = RedisStore(client, keyspace=f"prop{next(_counter)}")
-        await store.create_topic("t", 1, {"korvet.sequence.bits": "2"}, 0)
-        topic = await store.get_topic("t", {})
-        assert topic is not None
+        store, topic = await one_partition_topic(client, f"prop{next(_counter)}", 2)
         codec = OffsetCodec(2)
         packed = entries.pack_records([(1, None, b"v", [])])
         first = await store.append(topic, 0, packed, 1, 5_000, NO_TRIM, ProducerBatch())

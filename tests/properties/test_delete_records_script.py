@@ -24,8 +24,9 @@ from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TrimPolicy
 from korvet.storage import entries
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
-from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+from korvet.storage.redis_store import AppendStatus, ProducerBatch
 from tests.support.examples import examples
+from tests.support.script_topics import one_partition_topic
 
 NO_TRIM = TrimPolicy(-1, -1, False)
 _keyspaces = itertools.count()
@@ -45,10 +46,7 @@ steps = st.lists(st.one_of(
 
 async def _run(url: str, bits: int, plan: list[Step]) -> None:
     client = aioredis.from_url(url)
-    store = RedisStore(client, keyspace=f"del{next(_keyspaces)}")
-    await store.create_topic("t", 1, {"korvet.sequence.bits": str(bits)}, 0)
-    topic = await store.get_topic("t", {})
-    assert topic is not None
+    store, topic = await one_partition_topic(client, f"del{next(_keyspaces)}", bits)
     admin_store = AdminStore(store)
     codec = OffsetCodec(bits)
     now = 1_000
