@@ -177,6 +177,14 @@ def kafka_python_consumer(ctx: CheckContext, *topics: str, **extra: Any) -> Any:
     consumer = KafkaConsumer(*topics, bootstrap_servers=ctx.bootstrap,
                              client_id=f"korvet-conformance-{ctx.run_id}", **extra)
     ctx.on_close(consumer.close)
+    # A subscribed consumer learns its topics' partitions before its first poll joins the group.
+    # Otherwise a kafka-python 3.0 leader can join before the metadata arrives, assign nothing,
+    # and rejoin when it does; and that rejoin can be lost: when a poll(timeout_ms=...) returns
+    # while the JoinGroup is held, the assignor then makes the metadata snapshots equal again, so
+    # need_rejoin() is False, the finished join is never applied and the member stops
+    # heartbeating until the broker expels it. Seen on kfake, which answers a JoinGroup at once.
+    for topic in topics:
+        consumer.partitions_for_topic(topic)
     return consumer
 
 
