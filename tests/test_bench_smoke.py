@@ -20,6 +20,7 @@ from korvet.bench.model import (
     JAVA,
     KAFKA,
     KORVET_EMBEDDED,
+    KORVET_NOPERSIST,
     KORVET_TARGETS,
     LATENCY,
     LIBRDKAFKA,
@@ -31,7 +32,7 @@ from korvet.bench.model import (
 )
 from korvet.bench.report import BEGIN_MARK, END_MARK, memory_rows
 from korvet.bench.runner import BenchResult
-from korvet.bench.summary import find, ratios, summarize, verdicts
+from korvet.bench.summary import find, memory_verdicts, ratios, summarize, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -76,9 +77,14 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
                 else:
                     assert run.ok and run.records == params.records, run
             if target in KORVET_TARGETS:
-                # what the produced records take in Redis: at least their payload
-                for run in runs_of(target, client, PRODUCE):
-                    assert run.extra["redis_bytes_per_million"] >= 0.5 * run.record_size * 1e6, run
+                # what the produced records take in Redis (at least their payload), and the
+                # broker's and its Redis' peak RSS, read after every run (a Python
+                # broker holds more than 20 MiB once it has served clients)
+                for run in runs_of(target, client, PRODUCE) + runs_of(target, client, CONSUME):
+                    assert run.mode == CONSUME or \
+                        run.extra["redis_bytes_per_million"] >= 0.5 * run.record_size * 1e6, run
+                    peaks = run.extra["peak_rss_bytes"]
+                    assert peaks["broker"] > 20 * 2**20 and peaks["redis"] > 0, run.extra
                 for mode in (PRODUCE, CONSUME):
                     ceiling = runs_of(target, ceiling_client(client), mode)
                     assert ceiling and all(r.ok for r in ceiling), ceiling
@@ -90,6 +96,7 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
         assert image.startswith(PNG_MAGIC) and len(image) > 10_000, name
     assert "### Targets of the issue" in (out / "results.md").read_text()
     assert "### Redis memory per million records" in (out / "results.md").read_text()
+    assert "broker RSS < 300 MiB during every run" in (out / "results.md").read_text()
 
     # The doc's tables and plots come back from the JSON alone.
     doc = tmp_path / "performance.md"
@@ -184,3 +191,21 @@ def test_redis_memory_rows_are_medians_of_the_produce_runs_in_mib_per_million() 
         [KORVET_EMBEDDED, LIBRDKAFKA, "1,024", "batches", "1,100", "1,000–1,300", "3"]]
     assert memory_rows(BenchResult(BenchParams(), runs=runs))[0][3] == "records (default)"
 
+
+def test_the_broker_rss_verdict_takes_the_largest_peak_of_each_korvet_target() -> None:
+    def run(target: str, mode: str, mib: float | None) -> Run:
+        extra = {} if mib is None else {"peak_rss_bytes": {"broker": int(mib * 2**20), "redis": 1}}
+        return Run(target, LIBRDKAFKA, mode, 100, 0, records=1000, records_per_sec=1, extra=extra)
+
+    runs = [run(KORVET_EMBEDDED, PRODUCE, 80), run(KORVET_EMBEDDED, CONSUME, 120),
+            run(KORVET_EMBEDDED, LATENCY, None), run(KORVET_NOPERSIST, PRODUCE, 310),
+            run(KAFKA, PRODUCE, 900)]  # Kafka's JVM is not judged
+    params = BenchParams(targets=(KORVET_EMBEDDED, KORVET_NOPERSIST, KAFKA))
+    judged = {v.target: v for v in memory_verdicts(runs, params)}
+    assert set(judged) == {KORVET_EMBEDDED, KORVET_NOPERSIST}
+    assert judged[KORVET_EMBEDDED].met is True
+    assert judged[KORVET_EMBEDDED].figure == "peak 120 MiB (read after each of 2 runs)"
+    assert judged[KORVET_NOPERSIST].met is False
+    unmeasured = memory_verdicts([run(KORVET_EMBEDDED, PRODUCE, None)],
+                                 BenchParams(targets=(KORVET_EMBEDDED,)))
+    assert [(v.met, v.figure) for v in unmeasured] == [(None, "not measured")]

@@ -37,6 +37,18 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _CLOCK_TICKS, int(fields[12]) / _CLOCK_TICKS
 
 
+def peak_rss_bytes(pid: int) -> int | None:
+    """The process' peak resident set so far (``VmHWM`` in /proc; None if it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a live process (0 if it is gone)."""
     return sum(cpu_times(pid))

@@ -12,7 +12,8 @@ client and size runs under py-spy (not counted).
 CPU time per record is charged to each server process (from /proc) and to the
 client (the finished child processes' rusage) over each run. For a Korvet target, Redis'
 ``used_memory`` is read before and after each produce run (the topic is fresh, so the
-difference is what its records take): ``extra["redis_bytes_per_million"]``.
+difference is what its records take): ``extra["redis_bytes_per_million"]``. After every
+run, each server process' peak RSS so far (``VmHWM``): ``extra["peak_rss_bytes"]``.
 """
 
 from __future__ import annotations
@@ -237,6 +238,12 @@ class BenchRunner:
                     # the kernel's share: socket sends and receives, AOF writes
                     run.cpu_us_per_record[f"{name}.sys"] = system * scale
                 run.cpu_us_per_record["client"] = (_children_cpu() - children) * scale
+            # Each server process' peak RSS since it started, read after every run: the
+            # largest over a target's runs is its peak over the whole benchmark.
+            peaks = {name: peak for name, pid in pids.items()
+                     if (peak := brokers.peak_rss_bytes(pid)) is not None}
+            if peaks:
+                run.extra["peak_rss_bytes"] = peaks
 
     def _measure(self, broker: Broker, run: Run, action: Callable[[], None]) -> Run:
         try:

@@ -222,3 +222,23 @@ def _batches_verdicts(found_ratios: Sequence[Ratio], params: BenchParams) -> lis
                                        f"{ratio.value:.2f} ({ratio.numerator:,.0f} / "
                                        f"{ratio.denominator:,.0f})", ratio.value >= floor))
     return out
+
+
+BROKER_RSS_LIMIT = 300 * 2**20  # issue 16: the broker's RSS stays under 300 MiB during every run
+
+
+def memory_verdicts(runs: Sequence[Run], params: BenchParams) -> list[Verdict]:
+    """The broker's peak RSS over every run of each Korvet target (``VmHWM`` read after each
+    run, so the largest is the peak since the broker started), against the issue's limit."""
+    out = []
+    goal = "broker RSS < 300 MiB during every run"
+    for target in (t for t in KORVET_TARGETS if t in params.targets):
+        peaks = [int(run.extra["peak_rss_bytes"]["broker"]) for run in runs
+                 if run.target == target and "broker" in run.extra.get("peak_rss_bytes", {})]
+        if not peaks:
+            out.append(Verdict(goal, target, "all", "not measured", None))
+            continue
+        out.append(Verdict(goal, target, "all",
+                           f"peak {max(peaks) / 2**20:,.0f} MiB (read after each of {len(peaks)} runs)",
+                           max(peaks) < BROKER_RSS_LIMIT))
+    return out
