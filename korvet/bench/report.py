@@ -97,6 +97,11 @@ def _verdict_text(verdict: Verdict) -> str:
     return "not measured" if verdict.met is None else ("met" if verdict.met else "NOT met")
 
 
+def _all_verdicts(result: BenchResult, cells: Sequence[Cell], found: Sequence[Ratio]) -> list[Verdict]:
+    """The issue's targets: the throughput, latency and ratio ones, then the broker's RSS."""
+    return [*verdicts(cells, found, result.params), *memory_verdicts(result.runs, result.params)]
+
+
 def _ratio_row(ratio: Ratio) -> list[str]:
     return [ratio.kind, ratio.target, ratio.client, ratio.mode, f"{ratio.record_size:,}",
             f"{ratio.value:.2f}", f"{ratio.numerator:,.0f}", f"{ratio.denominator:,.0f}"]
@@ -131,8 +136,7 @@ def print_tables(result: BenchResult, console: Console) -> None:
     verdict_table = Table(title="the issue's targets")
     for header in VERDICT_HEADERS:
         verdict_table.add_column(escape(header))
-    for verdict in [*verdicts(cells, found, result.params),
-                    *memory_verdicts(result.runs, result.params)]:
+    for verdict in _all_verdicts(result, cells, found):
         style = "green" if verdict.met else ("red" if verdict.met is False else "yellow")
         verdict_table.add_row(escape(verdict.goal), escape(verdict.target), escape(verdict.client),
                               escape(verdict.figure),
@@ -195,8 +199,7 @@ def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:  # 
     out.append("")
     out.append(_md_table(VERDICT_HEADERS, [
         [v.goal, v.target, v.client, v.figure, _verdict_text(v) if v.met is not False else "**NOT met**"]
-        for v in [*verdicts(cells, found, result.params),
-                  *memory_verdicts(result.runs, result.params)]]))
+        for v in _all_verdicts(result, cells, found)]))
     out.append("")
     out.append("### Results (medians over repeats, spread min–max)")
     out.append("")

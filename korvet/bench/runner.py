@@ -222,7 +222,8 @@ class BenchRunner:
     # -- one measurement -----------------------------------------------------------------
 
     @contextmanager
-    def _cpu(self, broker: Broker, run: Run) -> Iterator[None]:
+    def _process_figures(self, broker: Broker, run: Run) -> Iterator[None]:
+        """Around one run: each process' CPU per record, and each server's peak RSS after it."""
         pids = broker.processes()
         before = {name: cpu_times(pid) for name, pid in pids.items()}
         children = _children_cpu()
@@ -247,7 +248,7 @@ class BenchRunner:
 
     def _measure(self, broker: Broker, run: Run, action: Callable[[], None]) -> Run:
         try:
-            with self._cpu(broker, run):
+            with self._process_figures(broker, run):
                 action()
         except (clients.ClientError, brokers.BrokerError, OSError, ValueError) as exc:
             run.error = str(exc)[:500]
