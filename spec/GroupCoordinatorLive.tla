@@ -388,6 +388,16 @@ SettledStays ==
 
 TimePasses == []<>TimeCanPass
 
+\* A settled group holds no request back (an invariant).  With RebalanceCompletes
+\* it gives JoinsAnswered and SyncsAnswered: if HeldJoin(m) holds at some moment
+\* i, and the group is Settled at every moment from k on, then at moment
+\* max(i, k) the group is settled, so ~HeldJoin(m) (the same for HeldSync(m)).
+\* GroupCoordinator-liveness checks the two that way, because TLC pays for each
+\* leads-to (one branch per member) about as much as for all the rest of the
+\* model together: it evaluates every fairness condition again for each branch.
+\* The deep models check JoinsAnswered and SyncsAnswered themselves.
+SettledHoldsNothing == Settled => \A m \in Ids : ~HeldJoin(m) /\ ~HeldSync(m)
+
 \* The broken coordinator of GroupCoordinator-liveness-no-rearm: a heartbeat does
 \* not re-arm the member's session (the cfg substitutes it for HeartbeatsAccepted).
 NoHeartbeatRearms == {}
