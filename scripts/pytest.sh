@@ -4,11 +4,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-# Three workers on this 2-core machine (KORVET_TEST_WORKERS; 0 runs in this process): most
-# integration tests wait on brokers and timers, so with two workers the cores were idle about
-# a quarter of the run (user+sys 1,353 s of CPU in 885 s); a third worker fills them. The
-# same commit took 663 s of pytest with three workers against 701-801 s with two
-# (README, Tests). `--dist loadfile` keeps a test
+# Three workers (KORVET_TEST_WORKERS; 0 runs in this process), chosen on the project's 2-core
+# machine: most integration tests wait on brokers and timers, so with two workers the cores
+# were idle about a quarter of `make test` (user+sys 1,353 s of CPU in 885 s, set-up
+# included); a third worker fills them. Two full runs took 663 and 651 s of pytest with
+# three workers, against 701-801 s with two in the session before. `--dist loadfile` keeps a test
 # file on one worker (its module-scoped brokers start once), and `--no-loadscope-reorder`
 # hands files out longest first, as tests/conftest.py orders them, instead of by their
 # number of tests.
