@@ -43,8 +43,8 @@ _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
 # module-scoped brokers start once), and files are handed out in this order, the longest
 # first (seconds from a full run's --durations), then the rest as collected. With xdist's
 # default order (most tests first) the longest files, which have few tests, started last and
-# ran alone. The TLC models stay in one file on one worker: spread over both, two TLC runs
-# fought for the two cores while the other work waited (a full run took 23 min instead of 16).
+# ran alone. The TLC models stay in one file on one worker: spread over two workers, two TLC
+# runs fought for the two cores while the other work waited (a full run took 23 min instead of 16).
 _LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest)
     "tests/test_spec_models.py",  # 261 s of TLC runs
     "tests/integration/test_groups.py",  # 193 s: four real clients' rebalances

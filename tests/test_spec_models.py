@@ -87,18 +87,43 @@ def test_a_temporal_violation_is_named_after_the_one_property_checked() -> None:
     spec = tlc.spec_dir()
     assert tlc.read_properties(spec / "GroupCoordinatorLiveStuckJoin.cfg") == ["JoinsAnswered"]
     live_properties = tlc.read_properties(spec / "GroupCoordinatorLive.cfg")
-    assert {"JoinsAnswered", "SyncsAnswered", "RebalanceCompletes"} <= set(live_properties)
+    assert {"HeldBackAnswered", "RebalanceCompletes", "TimePasses"} <= set(live_properties)
     for config, wanted in (("GroupCoordinatorLiveStuckJoin.cfg", "Temporal property JoinsAnswered"),
                            ("GroupCoordinatorLive.cfg", "Temporal property Temporal properties "
                                                         "were violated.")):
         model = tlc.Model(name="m", module="GroupCoordinatorLive", config=config,
-                          expect="violation", expect_invariant="JoinsAnswered")
+                          expect="violation",
+                          expect_invariant="JoinsAnswered" if "Stuck" in config else "RebalanceCompletes")
         output = ("@!@!@STARTMSG 2116:1 @!@!@\nTemporal properties were violated.\n"
                   "@!@!@ENDMSG 2116 @!@!@\n")
         result = tlc.interpret(model, output, 12, 1.0)
         tlc.name_temporal_violation(result, spec / config)
         assert result.violated == wanted
         assert result.as_expected == (config == "GroupCoordinatorLiveStuckJoin.cfg")
+
+
+def test_every_liveness_model_checks_that_held_back_requests_are_answered() -> None:
+    """JoinsAnswered and SyncsAnswered hold in every liveness model expected to pass: checked
+    as properties, or (GroupCoordinator-liveness, where each leads-to costs TLC as much as
+    the rest of the model) derived from RebalanceCompletes and the invariant
+    SettledHoldsNothing, as GroupCoordinatorLive.tla argues."""
+    spec = tlc.spec_dir()
+    live = [m for m in tlc.load_models(spec)
+            if m.module == "GroupCoordinatorLive" and m.expect == "pass"]
+    assert {m.name for m in live} >= {"GroupCoordinator-liveness"}
+    for model in live:
+        properties = set(tlc.read_properties(spec / model.config))
+        invariants = set(tlc.read_invariants(spec / model.config))
+        derived = "RebalanceCompletes" in properties and "SettledHoldsNothing" in invariants
+        for wanted in ("JoinsAnswered", "SyncsAnswered"):
+            assert wanted in properties or derived, (model.name, wanted)
+    # ... and the lemma's parts say what the argument needs.
+    text = " ".join((spec / "GroupCoordinatorLive.tla").read_text().split())
+    for definition in (r"SettledHoldsNothing == Settled => \A m \in Ids : ~HeldJoin(m) /\ ~HeldSync(m)",
+                       "RebalanceCompletes == <>[]Settled",
+                       r"JoinsAnswered == \A m \in Ids : HeldJoin(m) ~> ~HeldJoin(m)",
+                       r"SyncsAnswered == \A m \in Ids : HeldSync(m) ~> ~HeldSync(m)"):
+        assert definition in text, definition
 
 
 def test_the_replayed_models_are_checked_here() -> None:

@@ -64,6 +64,24 @@ class ApiTable:
         return bool(versions) if version is None else version in versions
 
 
+CLOSE_SECONDS = 20.0  # how long one closer of a check may take (a client's close, say)
+
+
+def _close_within(closer: Callable[[], None]) -> str | None:
+    """Run ``closer`` (its exceptions ignored) for at most CLOSE_SECONDS; None when it
+    returned, else its name (it keeps running in a daemon thread)."""
+    def call() -> None:
+        with contextlib.suppress(Exception):
+            closer()
+
+    thread = threading.Thread(target=call, name="conformance-close", daemon=True)
+    thread.start()
+    thread.join(CLOSE_SECONDS)
+    if not thread.is_alive():
+        return None
+    return getattr(closer, "__qualname__", None) or repr(closer)
+
+
 class CheckContext:
     def __init__(self, check: Check, bootstrap: str, run_id: str, apis: ApiTable,
                  *, request_timeout: float = 30.0, security: Any = None,
@@ -146,11 +164,15 @@ class CheckContext:
             self._closers.append(closer)
 
     def close(self) -> None:
+        """Close what the check opened, newest first. Each closer gets CLOSE_SECONDS: a
+        client whose close blocks (librdkafka's consumer close once hung for good against a
+        kfake restarted after a crash) is left behind in a daemon thread, and the check's
+        details say so (``unclosed``), instead of the whole run waiting for it."""
         with self._lock:
             closers, self._closers = self._closers[::-1], []
-        for closer in closers:
-            with contextlib.suppress(Exception):
-                closer()
+        unclosed = [name for name in map(_close_within, closers) if name]
+        if unclosed:
+            self.note("unclosed", unclosed)
 
     def abort(self) -> None:
         self.aborted.set()

@@ -323,6 +323,11 @@ def read_properties(cfg: Path) -> list[str]:
     return [name for line in _cfg_section(cfg, "PROPERT") for name in line.split()]
 
 
+def read_invariants(cfg: Path) -> list[str]:
+    """The invariants a model config asks TLC to check (INVARIANT/INVARIANTS)."""
+    return [name for line in _cfg_section(cfg, "INVARIANT") for name in line.split()]
+
+
 def read_constants(cfg: Path) -> dict[str, TlaValue]:
     constants: dict[str, TlaValue] = {}
     for line in _cfg_section(cfg, "CONSTANT"):

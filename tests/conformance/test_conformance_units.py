@@ -684,3 +684,35 @@ def test_a_replay_step_survives_its_file() -> None:
 
     step = Step(1, 12, {"max_wait": 5, "topics": []}, ("append", 3), True)
     assert Step.from_json(json.loads(json.dumps(step.to_json()))) == step
+
+
+def test_a_close_that_never_returns_is_left_behind_and_the_check_still_reports(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client whose close blocks for good (librdkafka's consumer close once hung a whole
+    kfake run against a restarted kfake) costs its check CLOSE_SECONDS, not the run: the
+    check's result comes back, says which close was left running, and the closers
+    registered before it still ran."""
+    import threading
+
+    from korvet.conformance import context
+
+    monkeypatch.setattr(context, "CLOSE_SECONDS", 0.3)
+    never = threading.Event()
+    closed: list[str] = []
+
+    def blocks() -> None:  # a close that blocks until the test ends
+        never.wait()
+
+    def opens_clients(ctx: CheckContext) -> None:
+        ctx.on_close(lambda: closed.append("first"))
+        ctx.on_close(blocks)
+
+    check = _fake("unit.hanging_close", opens_clients)
+    started = time.monotonic()
+    result = runner.run_check(check, _context(check), KAFKA)
+    took = time.monotonic() - started
+    never.set()
+    assert result.status == runner.PASS
+    assert 0.3 <= took < 5, f"run_check took {took:.1f} s"
+    assert [name.rsplit(".", 1)[-1] for name in result.details["unclosed"]] == ["blocks"]
+    assert closed == ["first"]
