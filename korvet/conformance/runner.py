@@ -27,9 +27,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from korvet.conformance import drivers
+from korvet.conformance import context, drivers
 from korvet.conformance.brokers import Broker, BrokerError, RemoteBroker
-from korvet.conformance.context import CLOSE_SECONDS, ApiTable, CheckContext
+from korvet.conformance.context import ApiTable, CheckContext
 from korvet.conformance.messages import build_request
 from korvet.conformance.profile import KAFKA, Profile, load
 from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
@@ -219,8 +219,8 @@ class _Run:
             result = run_check(check, ctx, self.profile)
             result.started = round(began - self.began, 3)
             if ctx.details.get("unclosed"):
-                self.on_note(f"{check.name}: a close did not return within {CLOSE_SECONDS:.0f} s "
-                             f"and was left running ({', '.join(ctx.details['unclosed'])})")
+                self.on_note(f"{check.name}: a close did not return within {context.CLOSE_SECONDS:.0f}"
+                             f" s and was left running ({', '.join(ctx.details['unclosed'])})")
             return result
         finally:
             with self.lock:
