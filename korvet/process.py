@@ -13,6 +13,19 @@ from pathlib import Path
 from typing import Any
 
 
+def status_kib(pid: int, field: str) -> int | None:
+    """A kB figure of a process from /proc/PID/status (``VmRSS``, ``VmHWM``, ...); None when
+    the process is gone or has no such line."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return None
+
+
 def find_java() -> str | None:
     """``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else ``java`` from PATH; None if neither."""
     java_home = os.environ.get("JAVA_HOME")

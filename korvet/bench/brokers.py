@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from korvet.jvm.kafka_server import KafkaServer
-from korvet.process import stop_process
+from korvet.process import status_kib, stop_process
 from korvet.protocol.frame_io import call_blocking
 from korvet.protocol.framing import FrameError
 
@@ -39,14 +39,8 @@ def cpu_times(pid: int) -> tuple[float, float]:
 
 def peak_rss_bytes(pid: int) -> int | None:
     """The process' peak resident set so far (``VmHWM`` in /proc; None if it is gone)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return None
+    kib = status_kib(pid, "VmHWM")
+    return None if kib is None else kib * 1024
 
 
 def cpu_seconds(pid: int) -> float:

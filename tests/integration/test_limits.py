@@ -21,10 +21,10 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from korvet.process import status_kib
 from korvet.protocol.framing import encode_request
 from tests.conftest import KorvetProcess
 from tests.integration.test_broker_behaviour import (
@@ -44,10 +44,10 @@ MiB = 1024 * 1024
 
 
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for process {pid}")
+    kib = status_kib(pid, "VmRSS")
+    if kib is None:
+        raise AssertionError(f"no VmRSS for process {pid}")
+    return kib
 
 
 def open_fds(pid: int) -> int:
