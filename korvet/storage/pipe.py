@@ -37,6 +37,7 @@ from redis.exceptions import InvalidResponse
 
 _WRITE_HIGH_WATER = 1 << 20  # bytes unsent on the socket above which writes wait for it to drain
 _RECEIVE_BYTES = 1 << 20  # one socket read at most (a fetch reads about a megabyte)
+_PARSER_KEEPS = 4 << 20  # bytes of parser buffer kept between replies
 _CLOSE_SECONDS = 5.0  # for the transport to close, on closing the pipe
 _INCOMPLETE = object()  # hiredis' answer while the next reply has not fully arrived
 
@@ -57,6 +58,9 @@ class _Replies(asyncio.BufferedProtocol):
         self._parser = hiredis.Reader(protocolError=InvalidResponse,
                                       replyError=BaseParser.parse_error,
                                       notEnoughData=_INCOMPLETE)
+        # hiredis frees its buffer after a reply when it grew past maxbuf (64 KiB): every
+        # fetch's megabyte then grew a new one by doubling, from fresh memory.
+        self._parser.setmaxbuf(_PARSER_KEEPS)
         self._on_reply = on_reply
         self._on_lost: Callable[[BaseException], None] | None = on_lost
         self._paused = False
