@@ -146,7 +146,7 @@ def test_batch_size_sweep_runs_each_format_and_kafka_and_plots_throughput_agains
     assert (out / "bench-batch-size.png").read_bytes().startswith(PNG_MAGIC)
     markdown = (out / "results.md").read_text()
     assert "### Produce throughput against the producers' batch.size" in markdown
-    assert "![produce throughput against batch.size](img/bench-batch-size.png)" in markdown
+    assert "![produce throughput against batch.size](bench-batch-size.png)" in markdown
 
 
 def test_sweep_cells_are_medians_per_target_format_client_and_batch_size() -> None:
