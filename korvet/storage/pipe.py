@@ -231,8 +231,13 @@ class RedisPipe:
                         raise
 
     async def _connect(self) -> _Replies:
-        if self._replies is not None and not self._replies.transport.is_closing():
-            return self._replies
+        if self._replies is not None:
+            if not self._replies.transport.is_closing():
+                return self._replies
+            # Closing, and its connection_lost not delivered yet (asyncio calls it a loop turn
+            # later): what the old connection owes fails now, so that no reply of the new one
+            # is taken for a command sent on the old.
+            self._fail(self._connection, RedisConnectionError("Redis connection closing"))
         connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
         await connection.connect()  # address, TLS, AUTH, SELECT...: redis-py's handshake
         writer: asyncio.StreamWriter = connection._writer
