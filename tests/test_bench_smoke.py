@@ -25,6 +25,7 @@ from korvet.bench.model import (
     LATENCY,
     LIBRDKAFKA,
     PRODUCE,
+    SWEEP,
     BenchParams,
     Latency,
     Run,
@@ -33,6 +34,7 @@ from korvet.bench.model import (
 from korvet.bench.report import BEGIN_MARK, END_MARK, memory_rows
 from korvet.bench.runner import BenchResult
 from korvet.bench.summary import find, memory_verdicts, ratios, summarize, verdicts
+from korvet.bench.sweep import sweep_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -110,6 +112,63 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
     assert "hand-written" in text and text.rstrip().endswith("tail") and "\nold\n" not in text
     assert "![throughput by record size](img/bench-throughput.png)" in text
     assert (tmp_path / "img" / "bench-latency-cdf.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_batch_size_sweep_runs_each_format_and_kafka_and_plots_throughput_against_batch_size(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    process = subprocess.run(
+        [sys.executable, "-m", "korvet.cli", "bench", "--smoke", "--targets",
+         f"{KORVET_EMBEDDED},{KAFKA}", "--clients", LIBRDKAFKA, "--batch-sizes", "1024,16384",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
+    assert "produce throughput against the producers' batch.size" in process.stdout
+    runs = [Run.from_json(r) for r in json.loads((out / "results.json").read_text())["runs"]]
+    swept = {(r.target, r.extra.get("storage_format"), r.extra["batch_size"]): r
+             for r in runs if r.mode == SWEEP}
+    assert set(swept) == {(KORVET_EMBEDDED, "records", 1024), (KORVET_EMBEDDED, "records", 16384),
+                          (KORVET_EMBEDDED, "batches", 1024), (KORVET_EMBEDDED, "batches", 16384),
+                          (KAFKA, None, 1024), (KAFKA, None, 16384)}
+    for key, run in swept.items():
+        assert run.ok and run.records == 2_000, (key, run)
+    for target, storage in ((KORVET_EMBEDDED, "records"), (KORVET_EMBEDDED, "batches"), (KAFKA, None)):
+        small, large = swept[(target, storage, 1024)], swept[(target, storage, 16384)]
+        # the producers really used the batch.size asked for: 100 B records, about 9 to a
+        # 1 KiB batch and over a hundred to a 16 KiB one
+        assert small.records_per_batch and small.records_per_batch < 12, small
+        assert large.records_per_batch and large.records_per_batch > 50, large
+    # The main table's produce medians are at the one --batch-size only.
+    produce = find(summarize(runs), KORVET_EMBEDDED, LIBRDKAFKA, PRODUCE, 100)
+    assert produce is not None and produce.n == 1
+    assert (out / "bench-batch-size.png").read_bytes().startswith(PNG_MAGIC)
+    markdown = (out / "results.md").read_text()
+    assert "### Produce throughput against the producers' batch.size" in markdown
+    assert "![produce throughput against batch.size](bench-batch-size.png)" in markdown
+
+
+def test_sweep_cells_are_medians_per_target_format_client_and_batch_size() -> None:
+    def run(storage: str | None, batch_size: int, rate: float, repeat: int) -> Run:
+        extra: dict[str, object] = {"batch_size": batch_size}
+        if storage:
+            extra["storage_format"] = storage
+        return Run(KORVET_EMBEDDED if storage else KAFKA, JAVA, SWEEP, 100, repeat,
+                   records=1000, seconds=1.0, records_per_sec=rate, extra=extra)
+
+    runs = [run("batches", 4096, r, i) for i, r in enumerate((10.0, 30.0, 20.0))]
+    runs += [run("records", 4096, 5.0, 0), run("batches", 65536, 50.0, 0), run(None, 4096, 7.0, 0),
+             Run(KORVET_EMBEDDED, JAVA, PRODUCE, 100, 0, records=1000, seconds=1.0,
+                 records_per_sec=99.0)]
+    cells = {(c.target, c.storage_format, c.batch_size): c for c in sweep_cells(runs)}
+    assert set(cells) == {(KORVET_EMBEDDED, "batches", 4096), (KORVET_EMBEDDED, "records", 4096),
+                          (KORVET_EMBEDDED, "batches", 65536), (KAFKA, "", 4096)}
+    batches = cells[(KORVET_EMBEDDED, "batches", 4096)]
+    assert (batches.median, batches.low, batches.high, batches.n) == (20.0, 10.0, 30.0, 3)
+    # and the sweep's runs stay out of the main table's medians
+    (cell,) = [c for c in summarize(runs) if c.target == KORVET_EMBEDDED]
+    assert (cell.mode, cell.median, cell.n) == (PRODUCE, 99.0, 1)
 
 
 # What ProducerPerformance 4.3.1 printed in a run with --warmup-records and --print-metrics.

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .model import CLIENTS, TARGETS, BenchParams
+from .model import CLIENTS, STORAGE_FORMATS, TARGETS, BenchParams
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Six latency runs (three targets, two clients) wait out their fixed rate: half a second
@@ -65,6 +65,15 @@ def add_parser(commands: Any) -> None:
     bench.add_argument("--acks", default=defaults.acks, choices=("0", "1", "all", "-1"))
     bench.add_argument("--batch-size", type=int, default=defaults.batch_size,
                        help="producer batch.size in bytes (both clients)")
+    bench.add_argument("--batch-sizes", type=_int_list, default=defaults.batch_sizes,
+                       metavar="B,B",
+                       help="also sweep the producers' batch.size over these values: produce runs "
+                            "of the first record size per client, repeat and (on Korvet) storage "
+                            "format, plotted as throughput against batch.size")
+    bench.add_argument("--sweep-formats", type=_choices(STORAGE_FORMATS),
+                       default=defaults.sweep_formats, metavar=",".join(STORAGE_FORMATS),
+                       help="the storage formats (korvet.storage.format) of the sweep's Korvet "
+                            "topics")
     bench.add_argument("--linger-ms", type=int, default=defaults.linger_ms,
                        help="producer linger.ms (both clients)")
     bench.add_argument("--compression", default=defaults.compression, choices=COMPRESSIONS)
@@ -111,6 +120,7 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         "repeats": args.repeats, "targets": args.targets, "clients": args.clients,
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,
         "smoke": args.smoke, "profile": args.profile,
+        "batch_sizes": args.batch_sizes, "sweep_formats": args.sweep_formats,
     }
     if args.smoke:
         values.update(SMOKE)

@@ -35,6 +35,8 @@ PRODUCE = "produce"
 CONSUME = "consume"
 LATENCY = "latency"  # produce at a fixed rate, for the latency percentiles
 MODES = (PRODUCE, CONSUME, LATENCY)
+SWEEP = "batch-size sweep"  # produce at each --batch-sizes value (sweep.py), apart from MODES
+STORAGE_FORMATS = ("records", "batches")  # korvet.storage.format
 
 
 def ceiling_client(client: str) -> str:
@@ -66,6 +68,10 @@ class BenchParams:
     latency_record_size: int = 100
     smoke: bool = False
     profile: bool = False
+    # The batch.size sweep (sweep.py): produce runs of the first record size at each of these
+    # batch sizes, per client and repeat; on a Korvet target once per storage format.
+    batch_sizes: tuple[int, ...] = ()
+    sweep_formats: tuple[str, ...] = STORAGE_FORMATS
 
     @property
     def latency_records(self) -> int:

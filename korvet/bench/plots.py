@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from . import sweep
 from .model import (
     CEILING_PREFIX,
     CONSUME,
@@ -155,4 +156,11 @@ def plot_all(result: BenchResult, folder: Path) -> list[Path]:
     paths = [folder / THROUGHPUT_PNG, folder / LATENCY_PNG]
     plot_throughput(result, paths[0])
     plot_latency_cdf(result, paths[1])
+    cells = sweep.sweep_cells(result.runs)
+    if cells:
+        params = result.params
+        paths.append(folder / sweep.PNG)
+        sweep.plot(cells, paths[-1], f"produce throughput against batch.size: "
+                   f"{cells[0].record_size:,} B records, acks={params.acks}, linger.ms="
+                   f"{params.linger_ms}, compression={params.compression}", _pyplot())
     return paths

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import sweep
 from .model import CEILING_PREFIX, LATENCY, PRODUCE, TARGET_TITLES, BenchParams
 from .runner import BenchResult
 from .summary import Cell, Ratio, Verdict, memory_verdicts, ratios, summarize, verdicts
@@ -107,6 +108,18 @@ def _ratio_row(ratio: Ratio) -> list[str]:
             f"{ratio.value:.2f}", f"{ratio.numerator:,.0f}", f"{ratio.denominator:,.0f}"]
 
 
+def _print_rows(console: Console, title: str, headers: Sequence[str],
+                rows: Sequence[Sequence[str]]) -> None:
+    if not rows:
+        return
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(escape(header))
+    for row in rows:
+        table.add_row(*(escape(text) for text in row))
+    console.print(table)
+
+
 def print_tables(result: BenchResult, console: Console) -> None:
     cells = summarize(result.runs)
     found = ratios(cells)
@@ -117,22 +130,11 @@ def print_tables(result: BenchResult, console: Console) -> None:
     for cell in cells:
         table.add_row(*(escape(text) for text in _row(cell)))
     console.print(table)
-    if found:
-        ratio_table = Table(title="ratios of medians")
-        for header in RATIO_HEADERS:
-            ratio_table.add_column(escape(header))
-        for ratio in found:
-            ratio_table.add_row(*(escape(text) for text in _ratio_row(ratio)))
-        console.print(ratio_table)
-    memory = memory_rows(result)
-    if memory:
-        memory_table = Table(title="Redis used_memory per million records (after a produce run "
-                                   "less before it)")
-        for header in MEMORY_HEADERS:
-            memory_table.add_column(escape(header))
-        for row in memory:
-            memory_table.add_row(*(escape(text) for text in row))
-        console.print(memory_table)
+    _print_rows(console, "ratios of medians", RATIO_HEADERS, [_ratio_row(r) for r in found])
+    _print_rows(console, "Redis used_memory per million records (after a produce run less before "
+                         "it)", MEMORY_HEADERS, memory_rows(result))
+    _print_rows(console, "produce throughput against the producers' batch.size", sweep.HEADERS,
+                sweep.rows(sweep.sweep_cells(result.runs)))
     verdict_table = Table(title="the issue's targets")
     for header in VERDICT_HEADERS:
         verdict_table.add_column(escape(header))
@@ -223,6 +225,18 @@ def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:  # 
     out.append("")
     out.append(f"![produce latency CDF]({image_prefix}bench-latency-cdf.png)")
     out.append("")
+    swept = sweep.sweep_cells(result.runs)
+    if swept:
+        out.append("### Produce throughput against the producers' batch.size")
+        out.append("")
+        out.append(f"Produce runs of {swept[0].record_size:,} B records with each producer "
+                   "`batch.size` (`--batch-sizes`), everything else as above; a Korvet target "
+                   "once per storage format (`korvet.storage.format` of the topic).")
+        out.append("")
+        out.append(_md_table(sweep.HEADERS, sweep.rows(swept)))
+        out.append("")
+        out.append(f"![produce throughput against batch.size]({image_prefix}{sweep.PNG})")
+        out.append("")
     if result.profiles:
         out.append("### Profiles (py-spy on the broker, one extra run each, not counted above)")
         out.append("")

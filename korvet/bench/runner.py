@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from .model import (
     KORVET_TARGETS,
     LATENCY,
     PRODUCE,
+    SWEEP,
     BenchParams,
     Run,
     ceiling_client,
@@ -95,6 +96,8 @@ def _steps_of(params: BenchParams, target: str) -> int:
     per_run = 3 if target in KORVET_TARGETS else 2  # produce, consume (, ceiling)
     steps = len(params.record_sizes) * params.repeats * len(params.clients) * per_run
     steps += params.repeats * len(params.clients)
+    steps += (len(params.batch_sizes) * params.repeats * len(params.clients)
+              * (len(params.sweep_formats) if target in KORVET_TARGETS else 1))
     if target in KORVET_TARGETS and params.profile:
         steps += len(params.record_sizes) * len(params.clients) * 2
     return steps
@@ -154,6 +157,9 @@ class BenchRunner:
         self.result.runs.append(run)
         size = f"{run.record_size} B"
         rate = f" at {run.rate:,}/s" if run.rate else ""
+        if run.mode == SWEEP:
+            rate = f" batch.size {run.extra['batch_size']:,}" + (
+                f", {run.extra['storage_format']}" if run.extra.get("storage_format") else "")
         self._log(f"  {run.target:17} {run.client:18} {size:>7} {run.mode}{rate} #{run.repeat + 1}: "
                   f"{_describe(run)}")
 
@@ -211,6 +217,8 @@ class BenchRunner:
             for repeat in range(params.repeats):
                 for client in params.clients:
                     self._latency(broker, target, client, repeat)
+            if params.batch_sizes:
+                self._sweep(broker, target)
             if target in KORVET_TARGETS and params.profile:
                 for size in params.record_sizes:
                     for client in params.clients:
@@ -254,9 +262,10 @@ class BenchRunner:
             run.error = str(exc)[:500]
         return run
 
-    def _topic(self, broker: Broker, client: str, size: int) -> str | None:
+    def _topic(self, broker: Broker, client: str, size: int,
+               configs: dict[str, str] | None = None) -> str | None:
         name = f"bench-{client}-{size}-{uuid.uuid4().hex[:8]}"
-        configs = self.params.topic_config_map
+        configs = self.params.topic_config_map if configs is None else configs
         if isinstance(broker, brokers.KafkaBroker):  # Kafka refuses Korvet's own settings
             configs = {k: v for k, v in configs.items() if not k.startswith("korvet.")}
         try:
@@ -273,14 +282,17 @@ class BenchRunner:
             self._log(f"[yellow]{escape(str(exc))}[/yellow]")
 
     def _produce(self, broker: Broker, run: Run, topic: str, *, num_records: int,
-                 throughput: int = -1, warmup_records: int = 0) -> Run:
+                 throughput: int = -1, warmup_records: int = 0,
+                 params: BenchParams | None = None) -> Run:
+        given = params or self.params
+
         def action() -> None:
             if run.client == JAVA:
-                clients.java_produce(KafkaJavaTools(broker.bootstrap), self.params, run, topic,
+                clients.java_produce(KafkaJavaTools(broker.bootstrap), given, run, topic,
                                      num_records=num_records, throughput=throughput,
                                      warmup_records=warmup_records)
             else:
-                clients.rdkafka_produce(broker.bootstrap, self.params, run, topic,
+                clients.rdkafka_produce(broker.bootstrap, given, run, topic,
                                         num_records=num_records, throughput=throughput,
                                         warmup_records=warmup_records)
         return self._measure(broker, run, action)
@@ -356,6 +368,35 @@ class BenchRunner:
             self._drop(broker, topic)
         self._record(run)
         self._advance()
+
+    def _sweep(self, broker: Broker, target: str) -> None:
+        """Produce runs of the first record size at each ``batch_sizes`` value (the producers'
+        ``batch.size``, everything else as in the main runs), per repeat and client; on a
+        Korvet target once per storage format (``korvet.storage.format`` of the topic)."""
+        params = self.params
+        size = params.record_sizes[0]
+        formats = params.sweep_formats if target in KORVET_TARGETS else ("",)
+        for batch_size in params.batch_sizes:
+            swept = replace(params, batch_size=batch_size)
+            for repeat in range(params.repeats):
+                for client in params.clients:
+                    for storage in formats:
+                        extra: dict[str, Any] = {"batch_size": batch_size}
+                        configs = dict(params.topic_config_map)
+                        if storage:
+                            extra["storage_format"] = configs["korvet.storage.format"] = storage
+                        run = Run(target, client, SWEEP, size, repeat, extra=extra)
+                        self._status(f"{target}: {client} produces with batch.size "
+                                     f"{batch_size:,} {storage} (#{repeat + 1})")
+                        topic = self._topic(broker, client, size, configs)
+                        if topic is None:
+                            run.error = "topic not created"
+                        else:
+                            self._produce(broker, run, topic, num_records=params.records,
+                                          params=swept)
+                            self._drop(broker, topic)
+                        self._record(run)
+                        self._advance()
 
     def _ceiling(self, broker: Broker, target: str, client: str, size: int, repeat: int,
                  produce: Run) -> None:

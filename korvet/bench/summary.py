@@ -69,7 +69,7 @@ def _median(values: Iterable[float | None]) -> float | None:
 def summarize(runs: Sequence[Run]) -> list[Cell]:
     groups: dict[tuple[str, str, str, int], list[Run]] = {}
     for run in runs:
-        if run.extra.get("profiled"):
+        if run.extra.get("profiled") or run.mode not in MODES:  # the sweep's: sweep.py
             continue
         groups.setdefault((run.target, run.client, run.mode, run.record_size), []).append(run)
     cells = []

@@ -12,6 +12,13 @@ A command sent with ``wait`` (a packed ``WAIT numreplicas timeout``) is answered
 Redis' replicas have it too: the commands written together in one system call share one
 WAIT after the last of them (WAIT covers everything the connection wrote before it), so a
 burst of appends costs one round trip to the replicas, not one each.
+
+redis-py makes the connection (address, TLS, AUTH, SELECT, client name: everything its URL
+and options say) and the pipe then takes its transport over: replies are received into one
+fixed buffer and parsed by hiredis straight from it (``_Replies``), where redis-py's own
+reading goes through asyncio's ``StreamReader``, which copies every chunk twice and is read
+back 64 KiB at a time. The Fetch handler's reads of a megabyte of stored batches are the
+ones this matters for (``RedisStore.read`` uses a pipe of its own).
 """
 
 from __future__ import annotations
@@ -19,14 +26,101 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
+from redis._parsers import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse
 
 _WRITE_HIGH_WATER = 1 << 20  # bytes unsent on the socket above which writes wait for it to drain
+_RECEIVE_BYTES = 1 << 20  # one socket read at most (a fetch reads about a megabyte)
+_PARSER_KEEPS = 4 << 20  # bytes of parser buffer kept between replies
+_CLOSE_SECONDS = 5.0  # for the transport to close, on closing the pipe
+_INCOMPLETE = object()  # hiredis' answer while the next reply has not fully arrived
+
+
+class _Replies(asyncio.BufferedProtocol):
+    """The receiving side of one Redis connection: the transport reads into one fixed
+    buffer, hiredis parses the replies out of it (copying what it keeps), each goes to
+    ``on_reply`` in the order received. An error reply is handed over as the exception
+    redis-py would raise for it (``NoScriptError``, ``MovedError``, ``ResponseError``...).
+    ``on_lost`` hears once of the connection's end (or of a reply that cannot be parsed,
+    after which nothing on the connection can be trusted). It also carries the write side's
+    flow control: ``drain`` waits while the transport holds too much unsent."""
+
+    def __init__(self, transport: asyncio.Transport, on_reply: Callable[[Any], None],
+                 on_lost: Callable[[BaseException], None]) -> None:
+        self.transport = transport
+        self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
+        self._parser = hiredis.Reader(protocolError=InvalidResponse,
+                                      replyError=BaseParser.parse_error,
+                                      notEnoughData=_INCOMPLETE)
+        # hiredis frees its buffer after a reply when it grew past maxbuf (64 KiB): every
+        # fetch's megabyte then grew a new one by doubling, from fresh memory.
+        self._parser.setmaxbuf(_PARSER_KEEPS)
+        self._on_reply = on_reply
+        self._on_lost: Callable[[BaseException], None] | None = on_lost
+        self._paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._gone = False  # connection_lost came
+        self._closed: asyncio.Future[None] | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.feed(self._buffer, nbytes)
+
+    def feed(self, data: memoryview | bytes, nbytes: int) -> None:
+        self._parser.feed(data, 0, nbytes)  # type: ignore[arg-type]  # any buffer will do
+        try:
+            while (reply := self._parser.gets()) is not _INCOMPLETE:
+                self._on_reply(reply)
+        except InvalidResponse as exc:
+            self._lost(exc)
+            self.transport.abort()
+
+    def eof_received(self) -> bool:
+        return False  # Redis closed its side: close ours (connection_lost follows)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(exc or RedisConnectionError("Redis closed the connection"))
+        self._resume()
+        self._gone = True
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def _lost(self, exc: BaseException) -> None:
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._resume()
+
+    def _resume(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    async def wait_closed(self) -> None:
+        if not self._gone:
+            self._closed = self._closed or asyncio.get_running_loop().create_future()
+            await self._closed
+
+    async def drain(self) -> None:
+        if self.transport.is_closing():
+            raise RedisConnectionError("Redis connection lost")
+        if self._paused:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
 
 
 class RedisPipe:
@@ -37,10 +131,10 @@ class RedisPipe:
     def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = ()) -> None:
         self._pool = client.connection_pool
         self._scripts = scripts
-        self._connection: Any = None
+        self._connection: Any = None  # redis-py's, which made the connection and closes it
+        self._replies: _Replies | None = None  # the connection's transport, taken over
         self._pending: deque[asyncio.Future[Any]] = deque()
         self._send_lock = asyncio.Lock()
-        self._reader: asyncio.Task[None] | None = None
         self._buffer: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._write_scheduled = False  # a _write_soon is due
@@ -51,19 +145,44 @@ class RedisPipe:
         the reply's error). Commands queued within one turn of the event loop are written
         together: one system call instead of one each. With ``wait`` the future holds
         (reply, replicas that acknowledged it) once the WAIT written after it answered."""
+        future = self.submit(packed)
+        if wait is None:
+            return future
+        if self._wait is None:
+            waited: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            waited.add_done_callback(_ignore)
+            self._wait = (wait, waited)
+        return asyncio.ensure_future(_replicated(future, self._wait[1]))
+
+    def submit(self, packed: bytes) -> asyncio.Future[Any]:
+        """``send`` without a WAIT, from synchronous code: the future of the reply."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._buffer.append((packed, future))
         if not self._write_scheduled:
             self._write_scheduled = True
             loop.call_soon(self._write_soon)
-        if wait is None:
-            return future
-        if self._wait is None:
-            waited: asyncio.Future[Any] = loop.create_future()
-            waited.add_done_callback(_ignore)
-            self._wait = (wait, waited)
-        return asyncio.ensure_future(_replicated(future, self._wait[1]))
+        return future
+
+    async def call_all(self, commands: Sequence[bytes]) -> list[Any]:
+        """Send packed commands together and return their replies in order; raises the first
+        error reply (as redis-py's pipelines do) once every reply is in."""
+        futures = [self.submit(packed) for packed in commands]
+        replies: list[Any] = []
+        error: BaseException | None = None
+        for future in futures:
+            try:
+                replies.append(await future)
+            except (RedisConnectionError, asyncio.CancelledError):
+                for rest in futures:
+                    rest.add_done_callback(_ignore)
+                raise
+            except Exception as exc:
+                error = error or exc
+                replies.append(exc)
+        if error is not None:
+            raise error
+        return replies
 
     def _write_soon(self) -> None:
         """Write what was queued in the last turn of the event loop. Done from a plain
@@ -73,19 +192,16 @@ class RedisPipe:
         self._write_scheduled = False
         if not self._buffer:
             return
-        writer = getattr(self._connection, "_writer", None)  # redis-py's asyncio.StreamWriter
-        if (not isinstance(writer, asyncio.StreamWriter) or self._send_lock.locked()
-                or writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER):
+        replies = self._replies
+        if (replies is None or replies.transport.is_closing() or self._send_lock.locked()
+                or replies.transport.get_write_buffer_size() > _WRITE_HIGH_WATER):
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
             return
         batch = self._take()
         for _packed, future in batch:
             self._pending.append(future)
-        try:
-            writer.writelines([p for p, _ in batch])
-        except Exception as exc:  # e.g. the transport is gone: its futures fail with it
-            self._fail(self._connection, exc)
+        replies.transport.writelines([p for p, _ in batch])
 
     def _take(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
         batch, self._buffer = self._buffer, []
@@ -99,11 +215,11 @@ class RedisPipe:
             while self._buffer:
                 batch = self._take()
                 try:
-                    connection = await self._connect()
+                    replies = await self._connect()
                     for _packed, future in batch:
                         self._pending.append(future)
-                    await connection.send_packed_command([p for p, _ in batch],
-                                                         check_health=False)
+                    replies.transport.writelines([p for p, _ in batch])
+                    await replies.drain()
                 except BaseException as exc:
                     for _packed, future in batch:
                         if not future.done():
@@ -114,52 +230,62 @@ class RedisPipe:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
 
-    async def _connect(self) -> Any:
-        if self._connection is None:
-            connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-            await connection.connect()
-            self._connection = connection
-            self._reader = asyncio.create_task(self._read(connection), name="korvet-redis-pipe")
-            for script in self._scripts:
-                loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                loaded.add_done_callback(_ignore)
-                self._pending.append(loaded)
-                load = ("SCRIPT", "LOAD", script)
-                await connection.send_packed_command(
-                    hiredis.pack_command(load), check_health=False)  # type: ignore[arg-type]
-        return self._connection
+    async def _connect(self) -> _Replies:
+        if self._replies is not None:
+            if not self._replies.transport.is_closing():
+                return self._replies
+            # Closing, and its connection_lost not delivered yet (asyncio calls it a loop turn
+            # later): what the old connection owes fails now, so that no reply of the new one
+            # is taken for a command sent on the old.
+            self._fail(self._connection, RedisConnectionError("Redis connection closing"))
+        connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        await connection.connect()  # address, TLS, AUTH, SELECT...: redis-py's handshake
+        writer: asyncio.StreamWriter = connection._writer
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        replies = _Replies(transport, self._reply,
+                           lambda exc: self._fail(connection, exc))
+        # Anything redis-py read past its handshake's replies (nothing, as Redis only answers)
+        leftover = bytes(getattr(connection._reader, "_buffer", b""))
+        transport.set_protocol(replies)
+        if leftover:
+            replies.feed(leftover, len(leftover))
+        if not transport.is_reading():
+            transport.resume_reading()
+        self._connection, self._replies = connection, replies
+        for script in self._scripts:
+            loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            loaded.add_done_callback(_ignore)
+            self._pending.append(loaded)
+            transport.write(hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
+        return replies
 
     async def call(self, packed: bytes) -> Any:
         return await (await self.send(packed))
 
-    async def _read(self, connection: Any) -> None:
-        try:
-            while True:
-                try:
-                    reply = await connection.read_response(disconnect_on_error=False)
-                except ResponseError as exc:
-                    reply = exc
-                if not self._pending:
-                    continue
-                future = self._pending.popleft()
-                if future.done():
-                    continue
-                if isinstance(reply, Exception):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the connection broke: every reply still owed fails
-            self._fail(connection, exc)
+    def _reply(self, reply: Any) -> None:
+        if not self._pending:
+            return
+        future = self._pending.popleft()
+        if future.done():
+            return
+        if isinstance(reply, Exception):
+            future.set_exception(reply)
+        else:
+            future.set_result(reply)
 
     def _fail(self, connection: Any, exc: BaseException) -> None:
-        if self._connection is connection:
-            self._connection = None
+        """The connection broke: every reply still owed fails, and the next command
+        connects anew."""
+        if self._connection is not connection:
+            return
+        self._connection, replies, self._replies = None, self._replies, None
         while self._pending:
             future = self._pending.popleft()
             if not future.done():
                 future.set_exception(RedisConnectionError(f"Redis connection lost: {exc}"))
+        if replies is not None:
+            replies.transport.abort()
         task = asyncio.create_task(connection.disconnect(nowait=True))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
@@ -169,14 +295,20 @@ class RedisPipe:
         if self._flusher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
         if self._connection is not None:
+            connection, replies = self._connection, self._replies
+            self._connection, self._replies = None, None
+            # redis-py's own wait for the close would wait for its protocol, no longer the
+            # transport's: the pipe's own hears of it.
             with contextlib.suppress(Exception):
-                await self._connection.disconnect()
-            self._connection = None
+                await connection.disconnect(nowait=True)
+            if replies is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(replies.wait_closed(), _CLOSE_SECONDS)
+        while self._pending:
+            future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(RedisConnectionError("the Redis pipe is closed"))
 
 
 async def _replicated(reply: asyncio.Future[Any], waited: asyncio.Future[Any]) -> tuple[Any, int]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from importlib import resources
@@ -129,10 +129,14 @@ class RedisStore:
         # Cluster, the connection to the master of the partition's slot (cluster_pipe.py).
         self.cluster: ClusterPipes | None = None
         self.pipe: RedisPipe | None = None
+        # Fetches read through a pipe of their own on one Redis (its replies parsed straight
+        # from the socket's buffer: storage/pipe.py), not behind the appends.
+        self.reads: RedisPipe | None = None
         if isinstance(client, RedisCluster):
             self.cluster = ClusterPipes(client, scripts=(_lua("append.lua"),))
         else:
             self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
+            self.reads = RedisPipe(client, scripts=(_lua("batch_holder.lua"),))
         self.topics_key = f"{keyspace}:{{topics}}:names"
         self.topic_ids_key = f"{keyspace}:{{topics}}:ids"
         self.producer_ids_key = f"{keyspace}:producer-ids"
@@ -387,6 +391,9 @@ class RedisStore:
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
                   for topic, _p, offset, _c in reads]
+        if self.reads is not None:
+            replies = iter(await self.reads.call_all(self._read_commands(reads, firsts)))
+            return await self._partition_reads(reads, {}, replies)
         holders = await self._holders(reads, firsts)
         pipe = self.redis.pipeline(transaction=False)
         for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
@@ -403,6 +410,30 @@ class RedisStore:
             # just closed (its writer is None): a lost connection, for the caller to answer
             # with a retriable error rather than drop the client's connection.
             raise RedisConnectionError(f"Redis connection lost during a read: {exc}") from exc
+        return await self._partition_reads(reads, holders, replies)
+
+    def _read_commands(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
+                       firsts: Sequence[str]) -> list[bytes]:
+        """A read's commands on one Redis, packed for the reads' pipe (which loads
+        batch_holder.lua on connecting): per partition, for a ``batches`` topic the batch
+        holding the offset when it starts below it, then XRANGE and the meta hash's bounds."""
+        commands: list[bytes] = []
+        pack = hiredis.pack_command
+        for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
+            stream = self.stream_key(topic.name, partition)
+            if topic.config.stores_batches:
+                commands.append(pack(("EVALSHA", self._batch_holder.sha, 1, stream, first,  # type: ignore[arg-type]
+                                      topic.config.sequence_bits)))
+            commands.append(pack(("XRANGE", stream, first, "+", "COUNT", count)))  # type: ignore[arg-type]
+            commands.append(pack(("HMGET", self.meta_key(topic.name, partition),  # type: ignore[arg-type]
+                                  "last", "start")))
+        return commands
+
+    async def _partition_reads(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
+                               holders: Mapping[int, Any], replies: Iterator[Any]
+                               ) -> list[PartitionRead]:
+        """Each partition's entries below its high watermark, and its bounds, from the
+        replies of the read's commands (in their order)."""
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
@@ -446,8 +477,12 @@ class RedisStore:
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
         codec = OffsetCodec(topic.config.sequence_bits)
-        meta: list[Any] = await self.redis.hmget(self.meta_key(topic.name, partition),
-                                                  "last", "start")
+        meta: Any
+        if self.reads is not None:  # every fetch answered from a read-ahead asks: kept cheap
+            meta = await self.reads.call(hiredis.pack_command((  # type: ignore[arg-type]
+                "HMGET", self.meta_key(topic.name, partition), "last", "start")))
+        else:
+            meta = await self.redis.hmget(self.meta_key(topic.name, partition), "last", "start")
         if meta[0] is None and meta[1] is None:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
@@ -484,6 +519,8 @@ class RedisStore:
     async def close(self) -> None:
         if self.pipe is not None:
             await self.pipe.close()
+        if self.reads is not None:
+            await self.reads.close()
         if self.cluster is not None:
             await self.cluster.close()
 

@@ -551,6 +551,18 @@ def test_a_redis_behind_tls_and_an_acl_user_and_sessions_that_are_reauthenticate
         client = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(pki.ca.cert),
                              username="korvet", password=password)
         assert client.xlen("korvet:{over-tls-redis:0}:stream") == 40
+        # Fetches read over the broker's own connection to Redis, TLS and ACL user included.
+        consumer = Consumer({**config, "group.id": "over-tls-redis",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["over-tls-redis"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 40 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value() or b"")
+        consumer.close()
+        assert got == [str(i).encode() for i in range(40)]
         log = broker.log_tail(100_000)
         assert "re-authenticated as User:dave" in log, "librdkafka did not re-authenticate"
         assert "session expired" not in log
