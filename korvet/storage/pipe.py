@@ -36,8 +36,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError
 
 _WRITE_HIGH_WATER = 1 << 20  # bytes unsent on the socket above which writes wait for it to drain
-_RECEIVE_BYTES = 1 << 20  # one socket read at most (a fetch reads about a megabyte)
-_PARSER_KEEPS = 4 << 20  # bytes of parser buffer kept between replies
+# One socket read at most, and the bytes of parser buffer kept between replies (hiredis
+# gives back what it grew past that after each reply; its own default is 64 KiB). A pipe
+# for fetches, whose replies are about a megabyte, wants more of both (RedisStore.reads).
+SMALL_REPLIES = (64 << 10, 64 << 10)
+LARGE_REPLIES = (1 << 20, 4 << 20)
 _CLOSE_SECONDS = 5.0  # for the transport to close, on closing the pipe
 _INCOMPLETE = object()  # hiredis' answer while the next reply has not fully arrived
 # RESP3 out-of-band messages (with protocol=3: client tracking, maintenance notices) answer
@@ -55,15 +58,17 @@ class _Replies(asyncio.BufferedProtocol):
     flow control: ``drain`` waits while the transport holds too much unsent."""
 
     def __init__(self, transport: asyncio.Transport, on_reply: Callable[[Any], None],
-                 on_lost: Callable[[BaseException], None]) -> None:
+                 on_lost: Callable[[BaseException], None],
+                 sizes: tuple[int, int] = SMALL_REPLIES) -> None:
         self.transport = transport
-        self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
+        receive, keep = sizes
+        self._buffer = memoryview(bytearray(receive))
         self._parser = hiredis.Reader(protocolError=InvalidResponse,
                                       replyError=BaseParser.parse_error,
                                       notEnoughData=_INCOMPLETE)
-        # hiredis frees its buffer after a reply when it grew past maxbuf (64 KiB): every
-        # fetch's megabyte then grew a new one by doubling, from fresh memory.
-        self._parser.setmaxbuf(_PARSER_KEEPS)
+        # hiredis frees its buffer after a reply when it grew past maxbuf: with its 64 KiB
+        # every fetch's megabyte grew a new one by doubling, from fresh memory.
+        self._parser.setmaxbuf(keep)
         self._on_reply = on_reply
         self._on_lost: Callable[[BaseException], None] | None = on_lost
         self._paused = False
@@ -132,8 +137,10 @@ class RedisPipe:
     NOSCRIPT on it (even after Redis restarted): a NOSCRIPT retried by each request on its own
     could reorder them."""
 
-    def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = ()) -> None:
+    def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = (),
+                 sizes: tuple[int, int] = SMALL_REPLIES) -> None:
         self._pool = client.connection_pool
+        self._sizes = sizes  # receive buffer and parser buffer kept: SMALL_ or LARGE_REPLIES
         self._scripts = scripts
         self._connection: Any = None  # redis-py's, which made the connection and closes it
         self._replies: _Replies | None = None  # the connection's transport, taken over
@@ -261,7 +268,7 @@ class RedisPipe:
                 await connection.disconnect(nowait=True)
             raise
         replies = _Replies(transport, lambda reply: self._reply(connection, reply),
-                           lambda exc: self._fail(connection, exc))
+                           lambda exc: self._fail(connection, exc), self._sizes)
         # Anything redis-py read past its handshake's replies (nothing, as Redis only answers)
         leftover = bytes(getattr(connection._reader, "_buffer", b""))
         transport.set_protocol(replies)

@@ -79,7 +79,7 @@ def test_replies_come_in_order_and_an_error_reply_raises_as_redis_py_raises_it(
 
 def test_replies_larger_than_one_socket_read_arrive_whole(redis_server: EmbeddedRedis) -> None:
     stream = f"pipe-{uuid.uuid4().hex}"
-    big = os.urandom(3 << 20)  # three times the receive buffer
+    big = os.urandom(3 << 20)  # larger than any receive buffer (LARGE_REPLIES: 1 MiB)
     entries = [os.urandom(16_384) for _ in range(200)]
 
     async def body(pipe: RedisPipe, client: aioredis.Redis) -> None:
