@@ -22,14 +22,17 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterDownError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 
 from korvet.storage.pipe import RedisPipe
 
 log = logging.getLogger("korvet.cluster")
 
-_REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
+# The replies that say "not here, not now": MOVED (MovedError is an AskError), ASK, TRYAGAIN,
+# CLUSTERDOWN and MASTERDOWN (ClusterDownError's). redis-py's parser strips the code from the
+# message, so they are told apart by class.
+_REDIRECTS = (AskError, TryAgainError, ClusterDownError)
 _ATTEMPTS = 20  # resends after redirects: a failover settles within a few topology reads
 
 
@@ -67,10 +70,10 @@ class ClusterPipes:
             try:
                 return await sent
             except ResponseError as exc:
-                if not str(exc).startswith(_REDIRECTS) or attempt == _ATTEMPTS - 1:
+                if not isinstance(exc, _REDIRECTS) or attempt == _ATTEMPTS - 1:
                     raise
-                log.info("append to %s redirected (%s); reading the cluster's topology", key,
-                         str(exc).split(" ", 1)[0])
+                log.info("append to %s redirected (%s %s); reading the cluster's topology", key,
+                         type(exc).__name__, exc)
                 if attempt:  # the slot table was read already: give the cluster a moment
                     await asyncio.sleep(min(0.5, 0.02 * 2 ** attempt))
                 # Redirected appends wake in the order their replies came (the shared read's

@@ -33,13 +33,19 @@ import hiredis
 import redis.asyncio as aioredis
 from redis._parsers import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse
+from redis.exceptions import InvalidResponse, NoScriptError
 
 _WRITE_HIGH_WATER = 1 << 20  # bytes unsent on the socket above which writes wait for it to drain
-_RECEIVE_BYTES = 1 << 20  # one socket read at most (a fetch reads about a megabyte)
-_PARSER_KEEPS = 4 << 20  # bytes of parser buffer kept between replies
+# One socket read at most, and the bytes of parser buffer kept between replies (hiredis
+# gives back what it grew past that after each reply; its own default is 64 KiB). A pipe
+# for fetches, whose replies are about a megabyte, wants more of both (RedisStore.reads).
+SMALL_REPLIES = (64 << 10, 64 << 10)
+LARGE_REPLIES = (1 << 20, 4 << 20)
 _CLOSE_SECONDS = 5.0  # for the transport to close, on closing the pipe
 _INCOMPLETE = object()  # hiredis' answer while the next reply has not fully arrived
+# RESP3 out-of-band messages (with protocol=3: client tracking, maintenance notices) answer
+# no command: they are dropped, as redis-py's own reading drops them.
+_PUSH: tuple[type, ...] = tuple(t for t in (getattr(hiredis, "PushNotification", None),) if t)
 
 
 class _Replies(asyncio.BufferedProtocol):
@@ -52,15 +58,17 @@ class _Replies(asyncio.BufferedProtocol):
     flow control: ``drain`` waits while the transport holds too much unsent."""
 
     def __init__(self, transport: asyncio.Transport, on_reply: Callable[[Any], None],
-                 on_lost: Callable[[BaseException], None]) -> None:
+                 on_lost: Callable[[BaseException], None],
+                 sizes: tuple[int, int] = SMALL_REPLIES) -> None:
         self.transport = transport
-        self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
+        receive, keep = sizes
+        self._buffer = memoryview(bytearray(receive))
         self._parser = hiredis.Reader(protocolError=InvalidResponse,
                                       replyError=BaseParser.parse_error,
                                       notEnoughData=_INCOMPLETE)
-        # hiredis frees its buffer after a reply when it grew past maxbuf (64 KiB): every
-        # fetch's megabyte then grew a new one by doubling, from fresh memory.
-        self._parser.setmaxbuf(_PARSER_KEEPS)
+        # hiredis frees its buffer after a reply when it grew past maxbuf: with its 64 KiB
+        # every fetch's megabyte grew a new one by doubling, from fresh memory.
+        self._parser.setmaxbuf(keep)
         self._on_reply = on_reply
         self._on_lost: Callable[[BaseException], None] | None = on_lost
         self._paused = False
@@ -78,7 +86,8 @@ class _Replies(asyncio.BufferedProtocol):
         self._parser.feed(data, 0, nbytes)  # type: ignore[arg-type]  # any buffer will do
         try:
             while (reply := self._parser.gets()) is not _INCOMPLETE:
-                self._on_reply(reply)
+                if not isinstance(reply, _PUSH):
+                    self._on_reply(reply)
         except InvalidResponse as exc:
             self._lost(exc)
             self.transport.abort()
@@ -128,8 +137,10 @@ class RedisPipe:
     NOSCRIPT on it (even after Redis restarted): a NOSCRIPT retried by each request on its own
     could reorder them."""
 
-    def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = ()) -> None:
+    def __init__(self, client: aioredis.Redis, scripts: tuple[str | bytes, ...] = (),
+                 sizes: tuple[int, int] = SMALL_REPLIES) -> None:
         self._pool = client.connection_pool
+        self._sizes = sizes  # receive buffer and parser buffer kept: SMALL_ or LARGE_REPLIES
         self._scripts = scripts
         self._connection: Any = None  # redis-py's, which made the connection and closes it
         self._replies: _Replies | None = None  # the connection's transport, taken over
@@ -139,6 +150,8 @@ class RedisPipe:
         self._flusher: asyncio.Task[None] | None = None
         self._write_scheduled = False  # a _write_soon is due
         self._wait: tuple[bytes, asyncio.Future[Any]] | None = None  # the buffer's shared WAIT
+        self._reloading = False  # the scripts are being loaded again after a NOSCRIPT
+        self._closed = False
 
     async def send(self, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
         """Queue a packed command (in call order) and return the future of its reply (or
@@ -156,6 +169,8 @@ class RedisPipe:
 
     def submit(self, packed: bytes) -> asyncio.Future[Any]:
         """``send`` without a WAIT, from synchronous code: the future of the reply."""
+        if self._closed:
+            raise RedisConnectionError("the Redis pipe is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._buffer.append((packed, future))
@@ -201,7 +216,10 @@ class RedisPipe:
         batch = self._take()
         for _packed, future in batch:
             self._pending.append(future)
-        replies.transport.writelines([p for p, _ in batch])
+        try:
+            replies.transport.writelines([p for p, _ in batch])
+        except Exception as exc:  # e.g. the transport is gone: its futures fail with it
+            self._fail(self._connection, exc)
 
     def _take(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
         batch, self._buffer = self._buffer, []
@@ -239,12 +257,18 @@ class RedisPipe:
             # is taken for a command sent on the old.
             self._fail(self._connection, RedisConnectionError("Redis connection closing"))
         connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        await connection.connect()  # address, TLS, AUTH, SELECT...: redis-py's handshake
-        writer: asyncio.StreamWriter = connection._writer
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        replies = _Replies(transport, self._reply,
-                           lambda exc: self._fail(connection, exc))
+        try:
+            await connection.connect()  # address, TLS, AUTH, SELECT...: redis-py's handshake
+            writer: asyncio.StreamWriter = connection._writer
+            transport = writer.transport
+            if not isinstance(transport, asyncio.Transport):
+                raise RedisConnectionError(f"unexpected Redis transport {transport!r}")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await connection.disconnect(nowait=True)
+            raise
+        replies = _Replies(transport, lambda reply: self._reply(connection, reply),
+                           lambda exc: self._fail(connection, exc), self._sizes)
         # Anything redis-py read past its handshake's replies (nothing, as Redis only answers)
         leftover = bytes(getattr(connection._reader, "_buffer", b""))
         transport.set_protocol(replies)
@@ -253,26 +277,53 @@ class RedisPipe:
         if not transport.is_reading():
             transport.resume_reading()
         self._connection, self._replies = connection, replies
+        self._load_scripts()
+        return replies
+
+    def _load_scripts(self) -> None:
+        """SCRIPT LOAD of every script, ahead of whatever is sent next on the connection. A
+        refusal that is the connection's (e.g. -LOADING while a restarted Redis reads its
+        data) fails the connection in ``_reply``: the next one loads them again."""
+        assert self._replies is not None
         for script in self._scripts:
             loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             loaded.add_done_callback(_ignore)
             self._pending.append(loaded)
-            transport.write(hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
-        return replies
+            self._replies.transport.write(
+                hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
 
     async def call(self, packed: bytes) -> Any:
         return await (await self.send(packed))
 
-    def _reply(self, reply: Any) -> None:
-        if not self._pending:
+    def _reply(self, connection: Any, reply: Any) -> None:
+        if connection is not self._connection:
+            return
+        if not self._pending:  # a reply no command asked for: the stream is out of step
+            self._fail(connection, InvalidResponse("a Redis reply no command was waiting for"))
             return
         future = self._pending.popleft()
-        if future.done():
-            return
         if isinstance(reply, Exception):
-            future.set_exception(reply)
-        else:
+            if not future.done():
+                future.set_exception(reply)
+            if isinstance(reply, RedisConnectionError):  # -LOADING, an AUTH refusal...
+                self._fail(connection, reply)
+            elif isinstance(reply, NoScriptError):
+                self._reload()
+        elif not future.done():
             future.set_result(reply)
+
+    def _reload(self) -> None:
+        """Redis lost its scripts under a live connection (SCRIPT FLUSH, a failover behind a
+        proxy): load them again ahead of what comes next. The command that met NOSCRIPT
+        fails; its caller retries."""
+        if self._reloading or not self._scripts or self._replies is None:
+            return
+        self._reloading = True
+        futures = [self.submit(hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
+                   for script in self._scripts]
+        for future in futures:
+            future.add_done_callback(_ignore)
+        futures[-1].add_done_callback(lambda _f: setattr(self, "_reloading", False))
 
     def _fail(self, connection: Any, exc: BaseException) -> None:
         """The connection broke: every reply still owed fails, and the next command
@@ -290,30 +341,36 @@ class RedisPipe:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def close(self) -> None:
+        """Write what is queued, then close: what is still owed fails now (Redis may have
+        run it), and nothing more is taken."""
         if self._write_scheduled:  # queued in this turn: out (or to the task) before closing
             self._write_soon()
         if self._flusher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher
-        if self._connection is not None:
-            connection, replies = self._connection, self._replies
-            self._connection, self._replies = None, None
-            # redis-py's own wait for the close would wait for its protocol, no longer the
-            # transport's: the pipe's own hears of it.
-            with contextlib.suppress(Exception):
-                await connection.disconnect(nowait=True)
-            if replies is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(replies.wait_closed(), _CLOSE_SECONDS)
+        self._closed = True
+        connection, replies = self._connection, self._replies
+        self._connection, self._replies = None, None
         while self._pending:
             future = self._pending.popleft()
             if not future.done():
                 future.set_exception(RedisConnectionError("the Redis pipe is closed"))
+        if connection is not None:
+            # redis-py's own wait for the close would wait for its protocol, no longer the
+            # transport's: the pipe's own hears of it.
+            with contextlib.suppress(Exception):
+                await connection.disconnect(nowait=True)
+        if replies is not None:
+            try:
+                await asyncio.wait_for(replies.wait_closed(), _CLOSE_SECONDS)
+            except Exception:  # not closed in time (or the wait failed): abort it
+                replies.transport.abort()
 
 
 async def _replicated(reply: asyncio.Future[Any], waited: asyncio.Future[Any]) -> tuple[Any, int]:
     result = await reply
-    return result, int(await waited)
+    # shared by every command written with it: one caller's cancellation is not the others'
+    return result, int(await asyncio.shield(waited))
 
 
 def _ignore(future: asyncio.Future[Any]) -> None:

@@ -45,7 +45,7 @@ from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.cluster_pipe import ClusterPipes
 from korvet.storage.entries import PackedRecords
-from korvet.storage.pipe import RedisPipe
+from korvet.storage.pipe import LARGE_REPLIES, RedisPipe
 
 
 def _lua(name: str) -> str:
@@ -136,7 +136,8 @@ class RedisStore:
             self.cluster = ClusterPipes(client, scripts=(_lua("append.lua"),))
         else:
             self.pipe = RedisPipe(client, scripts=(_lua("append.lua"),))
-            self.reads = RedisPipe(client, scripts=(_lua("batch_holder.lua"),))
+            self.reads = RedisPipe(client, scripts=(_lua("batch_holder.lua"),),
+                                   sizes=LARGE_REPLIES)
         self.topics_key = f"{keyspace}:{{topics}}:names"
         self.topic_ids_key = f"{keyspace}:{{topics}}:ids"
         self.producer_ids_key = f"{keyspace}:producer-ids"

@@ -79,7 +79,7 @@ def test_replies_come_in_order_and_an_error_reply_raises_as_redis_py_raises_it(
 
 def test_replies_larger_than_one_socket_read_arrive_whole(redis_server: EmbeddedRedis) -> None:
     stream = f"pipe-{uuid.uuid4().hex}"
-    big = os.urandom(3 << 20)  # three times the receive buffer
+    big = os.urandom(3 << 20)  # larger than any receive buffer (LARGE_REPLIES: 1 MiB)
     entries = [os.urandom(16_384) for _ in range(200)]
 
     async def body(pipe: RedisPipe, client: aioredis.Redis) -> None:
@@ -115,6 +115,39 @@ def test_a_killed_connection_fails_what_it_owed_and_the_next_command_reconnects_
     run_with_pipe(redis_server.url, body, scripts=(script,))
 
 
+def test_scripts_flushed_under_a_live_connection_are_loaded_again(redis_server: EmbeddedRedis) -> None:
+    script = "return 'still here'"
+    sha = hashlib.sha1(script.encode()).hexdigest()
+
+    async def body(pipe: RedisPipe, client: aioredis.Redis) -> None:
+        first = await pipe.call(pack("CLIENT", "ID"))
+        assert await pipe.call(pack("EVALSHA", sha, 0)) == b"still here"
+        await client.script_flush()  # as an operator, or a failover behind a proxy, would
+        with pytest.raises(NoScriptError):  # the command that met NOSCRIPT fails...
+            await pipe.call(pack("EVALSHA", sha, 0))
+        # ...and the pipe loaded its scripts again, on the same connection
+        assert await pipe.call(pack("EVALSHA", sha, 0)) == b"still here"
+        assert await pipe.call(pack("CLIENT", "ID")) == first
+
+    run_with_pipe(redis_server.url, body, scripts=(script,))
+
+
+def test_closing_fails_what_is_owed_and_takes_nothing_more(redis_server: EmbeddedRedis) -> None:
+    key = f"pipe-{uuid.uuid4().hex}"
+
+    async def body(pipe: RedisPipe, _client: aioredis.Redis) -> None:
+        assert await pipe.call(pack("PING")) == b"PONG"
+        owed = pipe.submit(pack("BLPOP", key, 30))
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(pipe.close(), 10)
+        with pytest.raises(RedisConnectionError, match="closed"):
+            await asyncio.wait_for(owed, 1)
+        with pytest.raises(RedisConnectionError, match="closed"):
+            pipe.submit(pack("PING"))
+
+    run_with_pipe(redis_server.url, body)
+
+
 class _Transport:
     def abort(self) -> None:
         raise AssertionError("well-formed replies never abort the connection")
@@ -141,6 +174,19 @@ def test_replies_cut_anywhere_by_the_socket_come_out_the_same(replies: list[byte
     assert [repr(r) for r in pieces] == [repr(r) for r in whole]
     assert all(isinstance(r, ResponseError) for r, raw in zip(whole, replies, strict=True)
                if raw.startswith(b"-"))
+    assert [r for r in whole if not isinstance(r, Exception)] == [
+        EXPECTED[raw] for raw in replies if not raw.startswith(b"-")]
+
+
+EXPECTED = {b"+OK\r\n": b"OK", b":42\r\n": 42, b"$-1\r\n": None, b"$5\r\nhello\r\n": b"hello",
+            b"*2\r\n$1\r\na\r\n*1\r\n:7\r\n": [b"a", [7]], b"*0\r\n": [], b"$0\r\n\r\n": b""}
+
+
+def test_resp3_push_messages_are_no_commands_replies() -> None:
+    got: list[Any] = []
+    stream = b">2\r\n$10\r\ninvalidate\r\n*0\r\n+OK\r\n>2\r\n$7\r\nmessage\r\n:1\r\n:5\r\n"
+    _Replies(_Transport(), got.append, lambda exc: None).feed(stream, len(stream))  # type: ignore[arg-type]
+    assert got == [b"OK", 5]
 
 
 def test_fetches_and_appends_go_on_when_the_brokers_redis_restarts(tmp_path: Path) -> None:
@@ -153,7 +199,11 @@ def test_fetches_and_appends_go_on_when_the_brokers_redis_restarts(tmp_path: Pat
         for future in admin.create_topics([NewTopic(
                 topic, 1, 1, config={"korvet.storage.format": "batches"})]).values():
             future.result(30)
-        produce(broker.bootstrap, topic, range(0, 50))
+        produce(broker.bootstrap, topic, range(0, 40))
+        assert consume(broker.bootstrap, topic, 40) == [str(i).encode() for i in range(40)]
+        # Scripts flushed under live connections: the broker loads them again.
+        redis.Redis.from_url(url).script_flush()
+        produce(broker.bootstrap, topic, range(40, 50))
         assert consume(broker.bootstrap, topic, 50) == [str(i).encode() for i in range(50)]
         server.stop()  # its scripts go with it; the broker's connections break
         server.start()
@@ -169,7 +219,7 @@ def test_fetches_and_appends_go_on_when_the_brokers_redis_restarts(tmp_path: Pat
 
 def produce(bootstrap: str, topic: str, values: range) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "message.timeout.ms": 30_000})
+                         "message.timeout.ms": 30_000, "enable.idempotence": True})
     failed: list[str] = []
     for value in values:
         producer.produce(topic, str(value).encode(),
