@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .model import CLIENTS, SWEEP, TARGETS, Run
+from .model import CLIENTS, KAFKA, SWEEP, TARGETS, Run
 
 PNG = "bench-batch-size.png"
 HEADERS = ("target", "storage format", "client", "batch.size B", "rec/s (median)", "min–max",
@@ -92,7 +92,7 @@ def plot(cells: Sequence[SweepCell], path: Path, title: str, pyplot: Any) -> Non
         xs = [c.batch_size for c in members]
         ys = [c.median for c in members]
         errors = [[c.median - c.low for c in members], [c.high - c.median for c in members]]
-        dashed = members[0].target == "kafka"
+        dashed = members[0].target == KAFKA
         axis.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=label,
                       linestyle="--" if dashed else "-")
     axis.set_xscale("log", base=2)

@@ -3,8 +3,8 @@
 Appends are one EVALSHA each. Sent one at a time and awaited, they leave the broker
 and Redis taking turns: the broker idles while Redis runs the script and Redis idles
 while the broker decodes the next batch. ``RedisPipe`` sends every command on one
-connection as soon as it is ready and a reader task hands out the replies in order
-(Redis answers a connection's commands in the order it received them). Commands
+connection as soon as it is ready, and the replies are handed out in order as they are
+read (Redis answers a connection's commands in the order it received them). Commands
 submitted in some order are also executed in that order, which is what keeps one
 producer connection's batches in order while several are in flight.
 
@@ -141,7 +141,10 @@ class RedisPipe:
                  sizes: tuple[int, int] = SMALL_REPLIES) -> None:
         self._pool = client.connection_pool
         self._sizes = sizes  # receive buffer and parser buffer kept: SMALL_ or LARGE_REPLIES
-        self._scripts = scripts
+        # SCRIPT LOAD of each script, packed once: sent first on every new connection, and
+        # again after a NOSCRIPT
+        self._script_loads = [hiredis.pack_command(("SCRIPT", "LOAD", script))  # type: ignore[arg-type]
+                              for script in scripts]
         self._connection: Any = None  # redis-py's, which made the connection and closes it
         self._replies: _Replies | None = None  # the connection's transport, taken over
         self._pending: deque[asyncio.Future[Any]] = deque()
@@ -285,12 +288,11 @@ class RedisPipe:
         refusal that is the connection's (e.g. -LOADING while a restarted Redis reads its
         data) fails the connection in ``_reply``: the next one loads them again."""
         assert self._replies is not None
-        for script in self._scripts:
+        for packed in self._script_loads:
             loaded: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             loaded.add_done_callback(_ignore)
             self._pending.append(loaded)
-            self._replies.transport.write(
-                hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
+            self._replies.transport.write(packed)
 
     async def call(self, packed: bytes) -> Any:
         return await (await self.send(packed))
@@ -316,11 +318,10 @@ class RedisPipe:
         """Redis lost its scripts under a live connection (SCRIPT FLUSH, a failover behind a
         proxy): load them again ahead of what comes next. The command that met NOSCRIPT
         fails; its caller retries."""
-        if self._reloading or not self._scripts or self._replies is None:
+        if self._reloading or not self._script_loads or self._replies is None:
             return
         self._reloading = True
-        futures = [self.submit(hiredis.pack_command(("SCRIPT", "LOAD", script)))  # type: ignore[arg-type]
-                   for script in self._scripts]
+        futures = [self.submit(packed) for packed in self._script_loads]
         for future in futures:
             future.add_done_callback(_ignore)
         futures[-1].add_done_callback(lambda _f: setattr(self, "_reloading", False))
@@ -331,14 +332,18 @@ class RedisPipe:
         if self._connection is not connection:
             return
         self._connection, replies, self._replies = None, self._replies, None
-        while self._pending:
-            future = self._pending.popleft()
-            if not future.done():
-                future.set_exception(RedisConnectionError(f"Redis connection lost: {exc}"))
+        self._fail_owed(f"Redis connection lost: {exc}")
         if replies is not None:
             replies.transport.abort()
         task = asyncio.create_task(connection.disconnect(nowait=True))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    def _fail_owed(self, message: str) -> None:
+        """Every reply still owed fails (its command may or may not have run)."""
+        while self._pending:
+            future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(RedisConnectionError(message))
 
     async def close(self) -> None:
         """Write what is queued, then close: what is still owed fails now (Redis may have
@@ -351,10 +356,7 @@ class RedisPipe:
         self._closed = True
         connection, replies = self._connection, self._replies
         self._connection, self._replies = None, None
-        while self._pending:
-            future = self._pending.popleft()
-            if not future.done():
-                future.set_exception(RedisConnectionError("the Redis pipe is closed"))
+        self._fail_owed("the Redis pipe is closed")
         if connection is not None:
             # redis-py's own wait for the close would wait for its protocol, no longer the
             # transport's: the pipe's own hears of it.

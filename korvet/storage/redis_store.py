@@ -120,7 +120,6 @@ class RedisStore:
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
-        self._holder_loaded = False
         # Per (topic, partition, topic id): the fixed parts of its append command.
         self._append_heads: dict[tuple[str, int, str, int], tuple[str, bytes, bytes, bytes]] = {}
         self._stamp_script = _lua("stamp_partition.lua")
@@ -385,9 +384,8 @@ class RedisStore:
         """
         try:
             return await self._read(reads)
-        except NoScriptError:  # Redis restarted (or flushed its scripts) since they were loaded
-            self._holder_loaded = False
-            return await self._read(reads)
+        except NoScriptError:  # Redis lost its scripts under a live connection: the reads'
+            return await self._read(reads)  # pipe has queued them again ahead of the retry
 
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
@@ -395,13 +393,11 @@ class RedisStore:
         if self.reads is not None:
             replies = iter(await self.reads.call_all(self._read_commands(reads, firsts)))
             return await self._partition_reads(reads, {}, replies)
+        # Redis Cluster: redis-py's cluster pipeline, the batch holders read before it.
         holders = await self._holders(reads, firsts)
         pipe = self.redis.pipeline(transaction=False)
         for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
             stream = self.stream_key(topic.name, partition)
-            if topic.config.stores_batches and self.cluster is None:
-                # The batch holding the offset starts below it (a fetch from inside a batch).
-                pipe.evalsha(self._batch_holder.sha, 1, stream, first, topic.config.sequence_bits)
             pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
         try:
@@ -439,7 +435,7 @@ class RedisStore:
         for index, (topic, partition, _offset, _count) in enumerate(reads):
             codec = OffsetCodec(topic.config.sequence_bits)
             holder = holders.get(index)
-            if topic.config.stores_batches and self.cluster is None:
+            if topic.config.stores_batches and self.reads is not None:  # in the replies
                 holder = next(replies)
             raw_entries, meta = next(replies), next(replies)
             if holder:
@@ -453,21 +449,14 @@ class RedisStore:
 
     async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
                        firsts: Sequence[str]) -> dict[int, Any]:
-        """For the reads of ``batches`` topics, the batch entry holding the offset when it
-        starts below it (batch_holder.lua). On one Redis the scripts go in the read's
-        pipeline (EVALSHA: redis-py's own script objects would check every pipeline's scripts
-        with SCRIPT EXISTS first, a round trip per fetch), so they are loaded here first; on
-        a cluster redis-py refuses EVALSHA in a pipeline, so each runs as its own call (all at
-        once, each on its partition's master; a master without the script, such as a
-        promoted replica, is given it by redis-py on NOSCRIPT), before the pipeline as on one
-        Redis."""
+        """On Redis Cluster, for the reads of ``batches`` topics, the batch entry holding the
+        offset when it starts below it (batch_holder.lua). redis-py refuses EVALSHA in a
+        cluster pipeline, so each runs as its own call (all at once, each on its partition's
+        master; a master without the script, such as a promoted replica, is given it by
+        redis-py on NOSCRIPT), before the pipeline. (On one Redis the EVALSHA goes in the
+        read's commands on the reads' pipe, which loads the script: ``_read_commands``.)"""
         wanted = [i for i, (topic, *_) in enumerate(reads) if topic.config.stores_batches]
         if not wanted:
-            return {}
-        if self.cluster is None:
-            if not self._holder_loaded:
-                await self.redis.script_load(self._batch_holder.script)
-                self._holder_loaded = True
             return {}
         found = await asyncio.gather(*(
             self._batch_holder(keys=[self.stream_key(reads[i][0].name, reads[i][1])],
