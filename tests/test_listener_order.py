@@ -93,3 +93,54 @@ async def _scenario() -> None:
 
 def test_ready_responses_go_out_in_order_without_waiting_for_later_ones() -> None:
     asyncio.run(_scenario())
+
+
+async def _bunches() -> None:
+    loop = asyncio.get_running_loop()
+    writes: list[list[int]] = []  # the correlation ids of the appends each pipe write carried
+    queued: list[int] = []
+
+    def write() -> None:  # as RedisPipe does: one write per loop round, of what is queued
+        writes.append(list(queued))
+        queued.clear()
+
+    async def handle(conn: Connection, request: Any) -> Deferred:
+        if not queued:
+            loop.call_soon(write)
+        queued.append(conn.correlation_id)
+        append: asyncio.Future[int] = loop.create_future()
+        append.set_result(conn.correlation_id)
+
+        async def respond() -> Any:
+            return _response(await append)
+        return Deferred(respond(), (append,))
+
+    registry: ApiRegistry[Connection] = ApiRegistry()
+    registry.register(0, "Produce", range(3, 14), handle)
+    listener = KafkaListener(registry, port=0)
+    port = await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        decoder = FrameDecoder(min_size=4, what="response")
+        writer.write(b"".join(_produce(c) for c in range(1, 21)))  # 20 requests at once
+        assert [await _read_correlation(reader, decoder, 5) for _ in range(20)] == list(
+            range(1, 21))
+        # Requests that came together share a write to Redis, at most 8 of them: a backlog
+        # is not decoded whole before its first append leaves.
+        assert [c for w in writes for c in w] == list(range(1, 21))
+        assert max(len(w) for w in writes) == 8, writes
+        assert writes[0] == list(range(1, 9)), writes
+        # A request alone does not wait for a bunch to fill.
+        writer.write(_produce(21))
+        assert await _read_correlation(reader, decoder, 5) == 21
+        assert writes[-1] == [21]
+        writer.close()
+    finally:
+        await listener.close()
+
+
+def test_produce_requests_that_come_together_send_their_appends_together() -> None:
+    """Produce requests already buffered on a connection are decoded back to back (at most
+    8) before their appends leave, so one write carries them to Redis; the appends and the
+    responses keep the requests' order, and a lone request is answered at once."""
+    asyncio.run(_bunches())

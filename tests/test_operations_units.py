@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from korvet.core import coordinator as core
@@ -161,3 +163,40 @@ def test_the_test_clock_moves_only_when_posted_to_and_steps_the_due_timers() -> 
     for refused in (negative, word, missing):
         assert refused.startswith(b"HTTP/1.1 400 ") and b"advance_ms" in refused
     assert after.endswith(b'{"now_ms": 1250}\n'), "a refused move leaves the clock alone"
+
+
+_OBSERVED = st.lists(st.tuples(st.sampled_from(["PRODUCE", "FETCH", "x\"y\\z"]),
+                               st.floats(min_value=0, max_value=2e8, allow_nan=False)),
+                     max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OBSERVED)
+def test_lean_series_scrape_as_prometheus_clients_own(observed: list[tuple[str, float]]) -> None:
+    """The per-request series (``LeanCounter``, ``LeanHistogram``) print what
+    prometheus_client's Counter and Histogram print for the same updates: names, labels,
+    cumulative ``le`` buckets (a value on a bound counts in it), sums and counts."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+
+    from korvet.server.metrics import SIZE_BUCKETS, LeanCounter, LeanHistogram
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # as BrokerMetrics does
+
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    their_count = Counter("c", "doc", ["api"], registry=theirs)
+    their_hist = Histogram("h_bytes", "doc", ["api"], buckets=SIZE_BUCKETS, registry=theirs)
+    our_count = LeanCounter("c", "doc", ("api",), registry=ours)
+    our_hist = LeanHistogram("h_bytes", "doc", ("api",), buckets=SIZE_BUCKETS, registry=ours)
+    for api, value in observed:
+        their_count.labels(api).inc(value)
+        their_hist.labels(api).observe(value)
+        our_count.labels(api).inc(value)
+        our_hist.labels(api).observe(value)
+    for value in SIZE_BUCKETS[:3]:  # exactly on a bound
+        their_hist.labels("FETCH").observe(value)
+        our_hist.labels("FETCH").observe(value)
+    if observed:
+        their_count.remove(observed[0][0])
+        our_count.remove(observed[0][0])
+    assert sorted(generate_latest(ours).decode().splitlines()) == sorted(
+        generate_latest(theirs).decode().splitlines())

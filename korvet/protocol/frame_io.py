@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Any
 
-from korvet.protocol.frames import FrameDecoder
+from korvet.protocol.frames import SIZE_BYTES, FrameDecoder, TruncatedFrame
 from korvet.protocol.framing import FrameError, decode_response, encode_request, response_class
 
 _CHUNK = 256 * 1024
@@ -46,14 +46,24 @@ def read_frame_blocking(sock: socket.socket, decoder: FrameDecoder,
 async def read_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> bytes | None:
     """The next frame from an asyncio stream, or None when the peer closed cleanly between
     frames. Raises TruncatedFrame when it closed inside one, FrameSizeError on a bad size
-    prefix."""
-    while (frame := decoder.next_frame()) is None:
-        data = await reader.read(max(decoder.wanted, _CHUNK))
-        if not data:
-            decoder.at_eof()
-            return None
-        decoder.feed(data)
-    return frame
+    prefix (checked by ``decoder``'s rules before any of the body is read).
+
+    Only the decoder's size rules are used: the body is taken straight from the stream's
+    buffer (``readexactly``: one copy), not through the decoder's own buffer, which cost two
+    more copies of every request and a few microseconds of a produce request's time."""
+    try:
+        prefix = await reader.readexactly(SIZE_BYTES)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise TruncatedFrame(f"connection closed {len(exc.partial)} bytes into a "
+                                 f"{decoder.what}") from None
+        return None
+    size = decoder.size_of(prefix)
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        raise TruncatedFrame(f"connection closed {SIZE_BYTES + len(exc.partial)} bytes into a "
+                             f"{decoder.what} of {size} bytes") from None
 
 
 def call_blocking(host: str, port: int, request: Any, *, timeout: float = 10.0,

@@ -15,7 +15,8 @@ manner of h11's ``ReceiveBuffer``), so its rules are tested on their own
 - ``at_eof`` says whether the peer stopped between frames or in the middle of one.
 
 ``frame_io.py`` has the two small loops that connect a decoder to a blocking socket
-and to an asyncio stream.
+and to an asyncio stream; the asyncio one (the listener's) applies only the decoder's
+size rules (``size_of``) and takes each body from the stream's own buffer.
 """
 
 from __future__ import annotations
@@ -103,14 +104,19 @@ class FrameDecoder:
     def _check_prefix(self) -> None:
         if self._next_size >= 0 or len(self._buffer) < SIZE_BYTES:
             return
-        (size,) = _SIZE.unpack_from(self._buffer, 0)
+        self._next_size = self.size_of(self._buffer)
+
+    def size_of(self, prefix: bytes | bytearray) -> int:
+        """The size a frame's 4-byte prefix announces. Raises FrameSizeError when it is
+        refused (for readers that take the body from their own buffer: ``read_frame``)."""
+        size: int = _SIZE.unpack_from(prefix, 0)[0]
         if size < self.min_size:
             raise FrameSizeError(size, f"invalid {self.what} size {size} "
                                        f"(at least {self.min_size} bytes)")
         if size > self.max_size:
             raise FrameSizeError(size, f"{self.what} of {size} bytes exceeds the limit of "
                                        f"{self.max_size} bytes")
-        self._next_size = size
+        return size
 
 
 def frame(body: bytes) -> bytes:

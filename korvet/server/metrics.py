@@ -11,7 +11,10 @@ Two kinds of metrics:
 * **Counted on the hot path**, by the listener (requests, frames, connections), the
   Produce and Fetch handlers (records, latencies, errors by code) and the coordinator
   (rebalances). Each series' child object is looked up once and kept (``labels()``
-  costs a dictionary lookup and a lock); an increment is then about a microsecond.
+  costs a dictionary lookup and a lock). The series updated on every request are
+  ``LeanCounter`` and ``LeanHistogram`` families: plain numbers the event loop adds to,
+  printed at scrape time as prometheus_client prints its own (3.6 µs of metrics per
+  produce request instead of 12).
 * **Read at scrape time** (``Scraper.refresh``, before each exposition): Redis'
   round-trip time and memory, groups by state, members, consumer lag, storage sizes.
   Nothing of those is maintained per request.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -38,14 +42,19 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from korvet.core.coordinator.state import CoordinatorState, GroupState
 from korvet.core.errors import ErrorCode
@@ -67,6 +76,106 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
+
+
+class CountChild:
+    """One series of a ``LeanCounter``: a plain number (see ``LeanFamily``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class HistogramChild:
+    """One series of a ``LeanHistogram``: a count per bucket (the last one ``+Inf``) and a
+    sum, cumulated only when scraped."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        self.counts[bisect_left(self.bounds, amount)] += 1  # the first bound >= amount
+
+
+class LeanFamily(Collector):
+    """A labelled counter or histogram for the request path, exposed like prometheus_client's
+    (same names, ``_total``, ``_bucket{le}``, ``_sum``, ``_count``), without its per-update
+    lock and checks: prometheus_client's ``Histogram.observe`` takes a lock twice and its
+    ``Counter.inc`` once, and the per-request series (frame sizes, latencies, bytes, records)
+    cost 12 µs per produce request that way. The broker updates them from its event loop
+    only; a scrape from another thread reads numbers that may be one update apart."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...] | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self.buckets = buckets
+        self._children: dict[tuple[str, ...], CountChild | HistogramChild] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def _child(self, values: tuple[str, ...]) -> CountChild | HistogramChild:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = (CountChild() if self.buckets is None
+                                              else HistogramChild(self.buckets))
+        return child
+
+    def remove(self, *values: str) -> None:
+        del self._children[values]
+
+    def collect(self) -> Iterator[Metric]:
+        labels = list(self.labelnames)
+        if self.buckets is None:
+            counter = CounterMetricFamily(self.name, self.documentation, labels=labels)
+            for values, child in list(self._children.items()):
+                assert isinstance(child, CountChild)
+                counter.add_metric(list(values), child.value)
+            yield counter
+            return
+        histogram = HistogramMetricFamily(self.name, self.documentation, labels=labels)
+        names = [floatToGoString(bound) for bound in self.buckets]  # type: ignore[no-untyped-call]
+        names.append("+Inf")
+        for values, child in list(self._children.items()):
+            assert isinstance(child, HistogramChild)
+            counts, total = list(child.counts), 0
+            cumulative: list[tuple[str, float]] = []
+            for le, count in zip(names, counts, strict=True):
+                total += count
+                cumulative.append((le, total))
+            histogram.add_metric(list(values), cumulative, child.sum)
+        yield histogram
+
+
+class LeanCounter(LeanFamily):
+    def labels(self, *values: str) -> CountChild:
+        child = self._child(values)
+        assert isinstance(child, CountChild)
+        return child
+
+
+class LeanHistogram(LeanFamily):
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...], registry: CollectorRegistry | None = None) -> None:
+        super().__init__(name, documentation, labelnames, buckets, registry)
+
+    def labels(self, *values: str) -> HistogramChild:
+        child = self._child(values)
+        assert isinstance(child, HistogramChild)
+        return child
 
 
 class _ApiSeries:
@@ -103,45 +212,46 @@ class BrokerMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         r = self.registry = CollectorRegistry()
         # --- the original product's names -------------------------------------------------
-        self.produce_records = Counter(
-            "korvet_broker_produce_records", "Records appended, by topic", ["topic"], registry=r)
-        self.produce_seconds = Histogram(
+        # The series updated on every request are ``Lean`` families (see ``LeanFamily``).
+        self.produce_records = LeanCounter(
+            "korvet_broker_produce_records", "Records appended, by topic", ("topic",), registry=r)
+        self.produce_seconds = LeanHistogram(
             "korvet_broker_produce_seconds",
             "Produce latency per topic: from the request's arrival to Redis' answer to the "
-            "append of its batch", ["topic"], buckets=LATENCY_BUCKETS, registry=r)
-        self.fetch_seconds = Histogram(
+            "append of its batch", ("topic",), buckets=LATENCY_BUCKETS, registry=r)
+        self.fetch_seconds = LeanHistogram(
             "korvet_broker_fetch_seconds",
             "Fetch latency per topic in the request, long-poll wait (max.wait.ms) included",
-            ["topic"], buckets=LATENCY_BUCKETS, registry=r)
-        self.frame_size = Histogram(
+            ("topic",), buckets=LATENCY_BUCKETS, registry=r)
+        self.frame_size = LeanHistogram(
             "korvet_broker_frame_size_bytes",
             "Kafka frame sizes (without the 4-byte size prefix), by API and direction "
-            "(request, response)", ["api_key", "direction"], buckets=SIZE_BUCKETS, registry=r)
+            "(request, response)", ("api_key", "direction"), buckets=SIZE_BUCKETS, registry=r)
         self.failures = Counter(
             "korvet_broker_failures",
             "Failed operations: produce and fetch partitions answered with an error, requests "
             "whose handler failed, connections closed for bad input or a refused "
             "authentication", ["operation"], registry=r)
-        self.storage_writes = Counter(
+        self.storage_writes = LeanCounter(
             "korvet_storage_write_messages", "Records written to storage, by tier (local: Redis)",
-            ["tier"], registry=r).labels("local")
+            ("tier",), registry=r).labels("local")
         # --- requests, connections, bytes ------------------------------------------------------
-        self.requests = Counter("korvet_broker_requests", "Requests answered, by API",
-                                ["api_key"], registry=r)
-        self.request_seconds = Histogram(
+        self.requests = LeanCounter("korvet_broker_requests", "Requests answered, by API",
+                                    ("api_key",), registry=r)
+        self.request_seconds = LeanHistogram(
             "korvet_broker_request_seconds",
             "Request latency by API: from the frame's arrival to its response being ready",
-            ["api_key"], buckets=LATENCY_BUCKETS, registry=r)
+            ("api_key",), buckets=LATENCY_BUCKETS, registry=r)
         self.connections = Gauge("korvet_broker_connections", "Open client connections",
                                  registry=r)
         self.connections_accepted = Counter("korvet_broker_connections_accepted",
                                             "Client connections accepted", registry=r)
-        network = Counter("korvet_broker_network_bytes",
-                          "Bytes received and sent on Kafka connections (frames with their "
-                          "size prefix)", ["direction"], registry=r)
+        network = LeanCounter("korvet_broker_network_bytes",
+                              "Bytes received and sent on Kafka connections (frames with their "
+                              "size prefix)", ("direction",), registry=r)
         self.bytes_in, self.bytes_out = network.labels("in"), network.labels("out")
-        self.fetch_records = Counter("korvet_broker_fetch_records", "Records fetched, by topic",
-                                     ["topic"], registry=r)
+        self.fetch_records = LeanCounter("korvet_broker_fetch_records",
+                                         "Records fetched, by topic", ("topic",), registry=r)
         self.produce_errors = Counter(
             "korvet_broker_produce_errors", "Produce partitions answered with an error, by code",
             ["error"], registry=r)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import struct
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from korvet.protocol.frame_io import read_frame
 from korvet.protocol.frames import (
     REQUEST_MIN_SIZE,
     FrameDecoder,
@@ -98,3 +100,56 @@ def test_a_bad_prefix_behind_good_frames_is_found_once_they_are_taken() -> None:
 def test_limits_must_be_ordered() -> None:
     with pytest.raises(ValueError):
         FrameDecoder(min_size=10, max_size=5)
+
+
+def _stream_reader(chunks: list[bytes], *, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=64)  # far below the frames: flow control is exercised
+    for chunk in chunks:
+        reader.feed_data(chunk)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+@given(bodies, st.lists(st.integers(min_value=0, max_value=4000), max_size=30),
+       st.integers(min_value=0, max_value=4))
+def test_the_listeners_reader_gives_the_decoders_frames_and_stops_where_it_does(
+        frames: list[bytes], cuts: list[int], cut_last: int) -> None:
+    """``read_frame`` (the listener's loop, taking bodies from the stream's own buffer) reads
+    the frames the decoder reads from the same stream in any chunks; a stream that ends
+    between frames ends it with None, one that ends inside a frame (its prefix or its body)
+    with TruncatedFrame."""
+    stream = b"".join(frame(b) for b in frames)
+    if frames and cut_last:
+        stream = stream[:-min(cut_last, len(frame(frames[-1])))]
+    ends = list(itertools.accumulate(len(frame(b)) for b in frames))
+    whole = [b for b, end in zip(frames, ends, strict=True) if end <= len(stream)]
+
+    async def read_all() -> tuple[list[bytes], bool]:
+        reader = _stream_reader(_chunks(stream, cuts))
+        decoder = FrameDecoder(what="request")
+        out: list[bytes] = []
+        try:
+            while (got := await read_frame(reader, decoder)) is not None:
+                out.append(got)
+        except TruncatedFrame:
+            return out, True
+        return out, False
+
+    out, truncated = asyncio.run(read_all())
+    assert out == whole
+    assert truncated == (len(stream) not in (0, *ends))
+
+
+@pytest.mark.parametrize("size", [-1, 0, REQUEST_MIN_SIZE - 1, 1025])
+def test_the_listeners_reader_refuses_a_bad_size_before_reading_the_body(size: int) -> None:
+    async def read() -> None:
+        # Only the prefix has arrived and the stream stays open: a reader that waited for
+        # the body before checking the size would hang here instead of raising.
+        reader = _stream_reader([struct.pack(">i", size)], eof=False)
+        decoder = FrameDecoder(min_size=REQUEST_MIN_SIZE, max_size=1024, what="request")
+        await asyncio.wait_for(read_frame(reader, decoder), 5)
+
+    with pytest.raises(FrameSizeError) as raised:
+        asyncio.run(read())
+    assert raised.value.size == size
