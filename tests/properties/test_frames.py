@@ -103,7 +103,7 @@ def test_limits_must_be_ordered() -> None:
 
 
 def _stream_reader(chunks: list[bytes], *, eof: bool = True) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=64)  # far below the frames: flow control is exercised
+    reader = asyncio.StreamReader(limit=64)  # readexactly is not bound by it, as the listener's
     for chunk in chunks:
         reader.feed_data(chunk)
     if eof:
