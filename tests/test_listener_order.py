@@ -6,8 +6,10 @@ requests in flight sends its next request when it has an answer)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import struct
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kio.index import load_request_schema
@@ -52,13 +54,14 @@ async def _read_correlation(reader: asyncio.StreamReader, decoder: FrameDecoder,
     return await asyncio.wait_for(read(), timeout)
 
 
-async def _scenario() -> None:
-    loop = asyncio.get_running_loop()
-    appends: list[asyncio.Future[int]] = []
-
+@contextlib.asynccontextmanager
+async def _connected(append_of: Callable[[Connection], asyncio.Future[int]]
+                     ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter,
+                                              FrameDecoder]]:
+    """A listener whose Produce handler answers a Deferred on ``append_of``'s future (the
+    test settles it), and a client connection to it with a decoder of its responses."""
     async def handle(conn: Connection, request: Any) -> Deferred:
-        append: asyncio.Future[int] = loop.create_future()
-        appends.append(append)
+        append = append_of(conn)
 
         async def respond() -> Any:
             return _response(await append)
@@ -70,7 +73,21 @@ async def _scenario() -> None:
     port = await listener.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        decoder = FrameDecoder(min_size=4, what="response")
+        yield reader, writer, FrameDecoder(min_size=4, what="response")
+        writer.close()
+    finally:
+        await listener.close()
+
+
+async def _scenario() -> None:
+    loop = asyncio.get_running_loop()
+    appends: list[asyncio.Future[int]] = []
+
+    def append_of(conn: Connection) -> asyncio.Future[int]:
+        appends.append(loop.create_future())
+        return appends[-1]
+
+    async with _connected(append_of) as (reader, writer, decoder):
         writer.write(_produce(1) + _produce(2) + _produce(3))
         while len(appends) < 3:
             await asyncio.sleep(0.01)
@@ -86,9 +103,6 @@ async def _scenario() -> None:
         appends[1].set_result(20)
         assert await _read_correlation(reader, decoder, 5) == 2
         assert await _read_correlation(reader, decoder, 5) == 3
-        writer.close()
-    finally:
-        await listener.close()
 
 
 def test_ready_responses_go_out_in_order_without_waiting_for_later_ones() -> None:
@@ -104,24 +118,15 @@ async def _bunches() -> None:
         writes.append(list(queued))
         queued.clear()
 
-    async def handle(conn: Connection, request: Any) -> Deferred:
+    def append_of(conn: Connection) -> asyncio.Future[int]:
         if not queued:
             loop.call_soon(write)
         queued.append(conn.correlation_id)
         append: asyncio.Future[int] = loop.create_future()
         append.set_result(conn.correlation_id)
+        return append
 
-        async def respond() -> Any:
-            return _response(await append)
-        return Deferred(respond(), (append,))
-
-    registry: ApiRegistry[Connection] = ApiRegistry()
-    registry.register(0, "Produce", range(3, 14), handle)
-    listener = KafkaListener(registry, port=0)
-    port = await listener.start()
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        decoder = FrameDecoder(min_size=4, what="response")
+    async with _connected(append_of) as (reader, writer, decoder):
         writer.write(b"".join(_produce(c) for c in range(1, 21)))  # 20 requests at once
         assert [await _read_correlation(reader, decoder, 5) for _ in range(20)] == list(
             range(1, 21))
@@ -134,9 +139,6 @@ async def _bunches() -> None:
         writer.write(_produce(21))
         assert await _read_correlation(reader, decoder, 5) == 21
         assert writes[-1] == [21]
-        writer.close()
-    finally:
-        await listener.close()
 
 
 def test_produce_requests_that_come_together_send_their_appends_together() -> None:
