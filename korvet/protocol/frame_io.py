@@ -88,9 +88,10 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     connection reads many requests per system call and an idle one holds little. A frame
     larger than the buffer grows it to the frame's size once its size prefix passed the
     decoder's rules (``read_frame``), and it goes back to 16 KiB when that frame has been
-    taken and the connection waits. While the buffer is full of whole frames not yet taken,
-    reading pauses (the socket's own buffers then hold the client back, as the stream
-    reader's limit did). The ``StreamReader`` the callback gets receives nothing but the end
+    taken and the connection waits. While the buffer is full of frames not yet taken, reading
+    pauses until half of it is taken or the reader needs more (the socket's own buffers then
+    hold the client back, as the stream reader's limit did; a client such as librdkafka, with
+    up to a million requests in flight, fills it as fast as it is read). The ``StreamReader`` the callback gets receives nothing but the end
     of the stream; read frames from this protocol (``writer.transport.get_protocol()``).
     """
 
@@ -167,7 +168,8 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                     begin = self._start + SIZE_BYTES
                     self._start += self._wanted
                     self._wanted = 0
-                    self._pause(False)
+                    if self._paused and 2 * (self._end - self._start) <= len(self._buffer):
+                        self._pause(False)  # half of it taken: read on
                     return bytes(self._view[begin:self._start])
             if self._ended:
                 if have:
