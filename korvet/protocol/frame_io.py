@@ -80,7 +80,7 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     asyncio's ``StreamReader`` appends every chunk the transport reads to a ``bytearray``
     and cuts each ``readexactly`` off its front; with several requests buffered (a producer
     with requests in flight), both reallocate and copy what is left, over and over: about a
-    sixth of the broker's time on a Produce of 1 KiB records (docs/performance.md, "A receive
+    sixth of the broker's profile samples on a Produce of 1 KiB records (docs/performance.md, "A receive
     buffer of the listener's own"). Here the socket is read straight into the buffer
     (``recv_into``), and each frame is copied out of it once.
 
@@ -91,8 +91,9 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     taken and the connection waits. While the buffer is full of frames not yet taken, reading
     pauses until half of it is taken or the reader needs more (the socket's own buffers then
     hold the client back, as the stream reader's limit did; a client such as librdkafka, with
-    up to a million requests in flight, fills it as fast as it is read). The ``StreamReader`` the callback gets receives nothing but the end
-    of the stream; read frames from this protocol (``writer.transport.get_protocol()``).
+    up to a million requests in flight, fills it as fast as it is read). The ``StreamReader``
+    the callback gets receives nothing but the end of the stream; read frames from this
+    protocol (``writer.transport.get_protocol()``).
     """
 
     def __init__(self, client_connected_cb: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
