@@ -111,6 +111,7 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._reading: asyncio.ReadTransport | None = None
+        self._loop_of_reader: asyncio.AbstractEventLoop | None = None
 
     # -- the transport's side
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -181,7 +182,9 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             if not have and len(self._buffer) > _BUSY_BUFFER:
                 self._move(_FIRST_BUFFER)  # a big frame was taken: give its room back
             self._pause(False)  # more bytes are needed: read them
-            self._waiter = asyncio.get_running_loop().create_future()
+            if self._loop_of_reader is None:  # asyncio's lookup costs a getpid() system call
+                self._loop_of_reader = asyncio.get_running_loop()
+            self._waiter = self._loop_of_reader.create_future()
             try:
                 await self._waiter
             finally:

@@ -396,16 +396,17 @@ class _Bunch:
     keeps a backlog (after any pause of the broker) from being decoded whole before its first
     append leaves, which made the broker and Redis take turns instead of working at once."""
 
-    __slots__ = ("bytes", "requests")
+    __slots__ = ("bytes", "loop", "requests")
 
     def __init__(self) -> None:
         self.requests = self.bytes = 0  # decoded since the pipes last had a chance to write
+        self.loop = asyncio.get_running_loop()
 
     async def deferred(self, size: int) -> None:
         if not self.requests:
             # Runs in the loop's next round, with the pipes' writes, however it comes: the
             # yield below or this connection's next read waiting for bytes.
-            asyncio.get_running_loop().call_soon(self._written)
+            self.loop.call_soon(self._written)
         self.requests += 1
         self.bytes += size
         if self.requests >= _BUNCH_REQUESTS or self.bytes >= _BUNCH_BYTES:
