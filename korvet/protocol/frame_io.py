@@ -80,9 +80,9 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     asyncio's ``StreamReader`` appends every chunk the transport reads to a ``bytearray``
     and cuts each ``readexactly`` off its front; with several requests buffered (a producer
     with requests in flight), both reallocate and copy what is left, over and over: about a
-    sixth of the broker's profile samples on a Produce of 1 KiB records (docs/performance.md, "A receive
-    buffer of the listener's own"). Here the socket is read straight into the buffer
-    (``recv_into``), and each frame is copied out of it once.
+    sixth of the broker's profile samples on a Produce of 1 KiB records
+    (docs/performance.md, "A receive buffer of the listener's own"). Here the socket is read
+    straight into the buffer (``recv_into``), and each frame is copied out of it once.
 
     The buffer starts at 16 KiB and doubles, up to 256 KiB, while reads fill it, so a busy
     connection reads many requests per system call and an idle one holds little. A frame
