@@ -1,8 +1,9 @@
-"""The two loops that connect a ``FrameDecoder`` to a transport.
+"""What connects a ``FrameDecoder`` to a transport.
 
 ``read_frame_blocking`` serves blocking sockets (the conformance client, probes,
-tests); ``read_frame`` serves asyncio streams (the listener, test proxies). The
-decoder enforces the framing rules; these only move bytes.
+tests); ``read_frame`` serves asyncio streams (test proxies); ``FrameProtocol`` is the
+listener's connection protocol, which receives into a buffer of its own. The decoder
+enforces the framing rules; these only move bytes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from korvet.protocol.frames import SIZE_BYTES, FrameDecoder, TruncatedFrame
@@ -64,6 +66,157 @@ async def read_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> byt
     except asyncio.IncompleteReadError as exc:
         raise TruncatedFrame(f"connection closed {SIZE_BYTES + len(exc.partial)} bytes into a "
                              f"{decoder.what} of {size} bytes") from None
+
+
+_FIRST_BUFFER = 16 * 1024  # a connection's receive buffer when it opens
+_BUSY_BUFFER = 256 * 1024  # what it grows to while reads keep filling it
+
+
+class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """A server connection's protocol that receives into one buffer of its own and hands
+    out whole frames (``read_frame``); writing stays asyncio's (the ``StreamWriter`` the
+    connection callback gets, with its flow control).
+
+    asyncio's ``StreamReader`` appends every chunk the transport reads to a ``bytearray``
+    and cuts each ``readexactly`` off its front; with several requests buffered (a producer
+    with requests in flight), both reallocate and copy what is left, over and over: about a
+    sixth of the broker's profile samples on a Produce of 1 KiB records
+    (docs/performance.md, "A receive buffer of the listener's own"). Here the socket is read
+    straight into the buffer (``recv_into``), and each frame is copied out of it once.
+
+    The buffer starts at 16 KiB and doubles, up to 256 KiB, while reads fill it, so a busy
+    connection reads many requests per system call and an idle one holds little. A frame
+    larger than the buffer grows it to the frame's size once its size prefix passed the
+    decoder's rules (``read_frame``), and it goes back to 16 KiB when that frame has been
+    taken and the connection waits. While the buffer is full of frames not yet taken, reading
+    pauses until half of it is taken or the reader needs more (the socket's own buffers then
+    hold the client back, as the stream reader's limit did; a client such as librdkafka, with
+    up to a million requests in flight, fills it as fast as it is read). The ``StreamReader``
+    the callback gets receives nothing but the end of the stream; read frames from this
+    protocol (``writer.transport.get_protocol()``).
+    """
+
+    def __init__(self, client_connected_cb: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                                      Awaitable[None] | None]) -> None:
+        self._frames_reader = asyncio.StreamReader()  # the writer checks it for exceptions
+        super().__init__(self._frames_reader, client_connected_cb)
+        self._buffer = bytearray(_FIRST_BUFFER)
+        self._view = memoryview(self._buffer)
+        self._start = 0  # the first byte not taken yet
+        self._end = 0  # one past the last byte received
+        self._wanted = 0  # bytes the frame at _start needs in all, once its prefix passed
+        self._grow = False  # the last read filled the buffer: double it before the next
+        self._ended = False
+        self._error: BaseException | None = None
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._reading: asyncio.ReadTransport | None = None
+        self._loop_of_reader: asyncio.AbstractEventLoop | None = None
+
+    # -- the transport's side
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._reading = transport if isinstance(transport, asyncio.ReadTransport) else None
+        super().connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._start == self._end:
+            self._start = self._end = 0
+        size = len(self._buffer)
+        if self._grow:
+            size = max(size, min(2 * size, _BUSY_BUFFER))
+            self._grow = False
+        size = max(size, self._wanted)
+        if size > len(self._buffer) or self._end == size:
+            if self._start == 0 and self._end == size:
+                size *= 2  # full of what was not taken, yet read from (never an empty buffer)
+            self._move(size)
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+        if self._end == len(self._buffer):
+            self._grow = True
+            if self._start == 0 and len(self._buffer) >= max(_BUSY_BUFFER, self._wanted):
+                # Full of bytes not taken, and as big as it gets: read on once some are.
+                self._pause(True)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return bool(super().eof_received())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._error = exc
+        self._wake()
+        super().connection_lost(exc)
+
+    # -- the connection's side
+    async def read_frame(self, decoder: FrameDecoder) -> bytes | None:
+        """The next frame, or None when the peer closed cleanly between frames. Raises
+        TruncatedFrame when it closed inside one, FrameSizeError on a bad size prefix (as soon
+        as the prefix is here, before any of the body), and the connection's error when it
+        was lost to one (as ``StreamReader.readexactly`` does)."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            have = self._end - self._start
+            if have >= SIZE_BYTES:
+                if not self._wanted:
+                    self._wanted = SIZE_BYTES + decoder.size_of(
+                        self._view[self._start:self._start + SIZE_BYTES])
+                if have >= self._wanted:
+                    begin = self._start + SIZE_BYTES
+                    self._start += self._wanted
+                    self._wanted = 0
+                    if self._paused and 2 * (self._end - self._start) <= len(self._buffer):
+                        self._pause(False)  # half of it taken: read on
+                    return bytes(self._view[begin:self._start])
+            if self._ended:
+                if have:
+                    of = f" of {self._wanted - SIZE_BYTES} bytes" if self._wanted else ""
+                    raise TruncatedFrame(f"connection closed {have} bytes into a "
+                                         f"{decoder.what}{of}")
+                return None
+            if not have and len(self._buffer) > _BUSY_BUFFER:
+                self._move(_FIRST_BUFFER)  # a big frame was taken: give its room back
+            self._pause(False)  # more bytes are needed: read them
+            if self._loop_of_reader is None:  # asyncio's lookup costs a getpid() system call
+                self._loop_of_reader = asyncio.get_running_loop()
+            self._waiter = self._loop_of_reader.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _move(self, size: int) -> None:
+        """Put what is not taken at the front of a buffer of ``size`` bytes (a new one unless
+        it is the same size: the transport may still hold a view of the old)."""
+        live = self._end - self._start
+        if size != len(self._buffer):
+            buffer = bytearray(size)
+            view = memoryview(buffer)
+            view[:live] = self._view[self._start:self._end]
+            self._buffer, self._view = buffer, view
+        elif self._start:
+            self._view[:live] = bytes(self._view[self._start:self._end])
+        self._start, self._end = 0, live
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _pause(self, paused: bool) -> None:
+        if paused == self._paused:
+            return
+        self._paused = paused
+        transport = self._reading
+        if transport is not None and not transport.is_closing():
+            if paused:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
 
 def call_blocking(host: str, port: int, request: Any, *, timeout: float = 10.0,

@@ -106,7 +106,7 @@ class FrameDecoder:
             return
         self._next_size = self.size_of(self._buffer)
 
-    def size_of(self, prefix: bytes | bytearray) -> int:
+    def size_of(self, prefix: bytes | bytearray | memoryview) -> int:
         """The size a frame's 4-byte prefix announces. Raises FrameSizeError when it is
         refused (for readers that take the body from their own buffer: ``read_frame``)."""
         size: int = _SIZE.unpack_from(prefix, 0)[0]

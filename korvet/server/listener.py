@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from korvet.protocol import api_versions
 from korvet.protocol.fetch_response import Buffer
-from korvet.protocol.frame_io import read_frame
+from korvet.protocol.frame_io import FrameProtocol
 from korvet.protocol.frames import REQUEST_MIN_SIZE, FrameDecoder, FrameSizeError, TruncatedFrame
 from korvet.protocol.framing import (
     FrameError,
@@ -151,10 +151,10 @@ class KafkaListener:
         return self._server is not None and self._server.is_serving()
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, reuse_address=True, limit=1 << 20,
-            ssl=self.ssl_context, ssl_handshake_timeout=10 if self.ssl_context else None,
-            backlog=_BACKLOG,
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameProtocol(self._on_connection), self.host, self.port,
+            reuse_address=True, ssl=self.ssl_context,
+            ssl_handshake_timeout=10 if self.ssl_context else None, backlog=_BACKLOG,
         )
         self.limits.start()
         return self.bound_port
@@ -170,7 +170,9 @@ class KafkaListener:
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, _: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = writer.transport.get_protocol()
+        assert isinstance(frames, FrameProtocol)
         peer = writer.get_extra_info("peername") or ("?", 0)
         slot = self.limits.admit(str(peer[0]), writer.transport.abort)
         if slot is None:
@@ -189,7 +191,7 @@ class KafkaListener:
         try:
             if self.gate is not None:
                 self.gate.open_connection(conn, self.name, writer.get_extra_info("peercert"))
-            await self._serve(conn, slot, reader, writer)
+            await self._serve(conn, slot, frames, writer)
         except (_Close, CloseConnection) as reason:
             self.metrics.connection_refused()
             log.warning("closing connection %s (client %r): %s", conn.connection_id,
@@ -210,7 +212,7 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, conn: Connection, slot: ConnectionSlot, reader: asyncio.StreamReader,
+    async def _serve(self, conn: Connection, slot: ConnectionSlot, frames: FrameProtocol,
                      writer: asyncio.StreamWriter) -> None:
         # Responses go out in request order through one queue; a Deferred response (a
         # Produce whose appends are in flight) lets the next requests be read meanwhile.
@@ -224,7 +226,7 @@ class KafkaListener:
             while sender is None or not sender.done():
                 await slot.gate.wait_to_read()
                 try:
-                    frame = await read_frame(reader, decoder)
+                    frame = await frames.read_frame(decoder)
                 except FrameSizeError as exc:
                     if exc.size > max_bytes:
                         raise _Close(f"frame of {exc.size} bytes exceeds broker.max-request-bytes "
@@ -394,16 +396,17 @@ class _Bunch:
     keeps a backlog (after any pause of the broker) from being decoded whole before its first
     append leaves, which made the broker and Redis take turns instead of working at once."""
 
-    __slots__ = ("bytes", "requests")
+    __slots__ = ("bytes", "loop", "requests")
 
     def __init__(self) -> None:
         self.requests = self.bytes = 0  # decoded since the pipes last had a chance to write
+        self.loop = asyncio.get_running_loop()
 
     async def deferred(self, size: int) -> None:
         if not self.requests:
             # Runs in the loop's next round, with the pipes' writes, however it comes: the
             # yield below or this connection's next read waiting for bytes.
-            asyncio.get_running_loop().call_soon(self._written)
+            self.loop.call_soon(self._written)
         self.requests += 1
         self.bytes += size
         if self.requests >= _BUNCH_REQUESTS or self.bytes >= _BUNCH_BYTES:

@@ -155,6 +155,7 @@ class RedisPipe:
         self._wait: tuple[bytes, asyncio.Future[Any]] | None = None  # the buffer's shared WAIT
         self._reloading = False  # the scripts are being loaded again after a NOSCRIPT
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connection is on
 
     async def send(self, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
         """Queue a packed command (in call order) and return the future of its reply (or
@@ -174,7 +175,9 @@ class RedisPipe:
         """``send`` without a WAIT, from synchronous code: the future of the reply."""
         if self._closed:
             raise RedisConnectionError("the Redis pipe is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asyncio's lookup costs a getpid() system call: once per pipe
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._buffer.append((packed, future))
         if not self._write_scheduled:
@@ -332,6 +335,7 @@ class RedisPipe:
         if self._connection is not connection:
             return
         self._connection, replies, self._replies = None, self._replies, None
+        self._loop = None  # the next connection's loop is looked up again
         self._fail_owed(f"Redis connection lost: {exc}")
         if replies is not None:
             replies.transport.abort()
@@ -355,7 +359,7 @@ class RedisPipe:
                 await self._flusher
         self._closed = True
         connection, replies = self._connection, self._replies
-        self._connection, self._replies = None, None
+        self._connection, self._replies, self._loop = None, None, None
         self._fail_owed("the Redis pipe is closed")
         if connection is not None:
             # redis-py's own wait for the close would wait for its protocol, no longer the

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from korvet.protocol.frame_io import read_frame
+from korvet.protocol.frame_io import FrameProtocol, read_frame
 from korvet.protocol.frames import (
     REQUEST_MIN_SIZE,
     FrameDecoder,
@@ -153,3 +153,150 @@ def test_the_listeners_reader_refuses_a_bad_size_before_reading_the_body(size: i
     with pytest.raises(FrameSizeError) as raised:
         asyncio.run(read())
     assert raised.value.size == size
+
+
+# Bodies for the listener's own receive buffer: small ones and some past its first 16 KiB
+# (and its 256 KiB while busy), so it grows, moves what it holds to its front and shrinks back.
+_listener_bodies = st.lists(
+    st.one_of(st.binary(max_size=300),
+              st.builds(lambda n, b: bytes([b]) * n + b"end", st.integers(0, 300_000),
+                        st.integers(0, 255))),
+    max_size=8)
+
+
+async def _feed(protocol: FrameProtocol, chunk: bytes) -> None:
+    """What a transport does with a chunk it reads: into the protocol's buffer, as much at a
+    time as the buffer offers (an SSL transport hands over decrypted bytes the same way)."""
+    while chunk:
+        buffer = protocol.get_buffer(-1)
+        assert len(buffer) > 0, "the protocol offered no room to read into"
+        n = min(len(buffer), len(chunk))
+        buffer[:n] = chunk[:n]
+        protocol.buffer_updated(n)
+        chunk = chunk[n:]
+
+
+@given(_listener_bodies, st.lists(st.integers(min_value=0, max_value=700_000), max_size=30),
+       st.integers(min_value=0, max_value=4), st.lists(st.integers(0, 3), max_size=30))
+def test_the_listeners_protocol_gives_the_decoders_frames_and_stops_where_it_does(
+        frames: list[bytes], cuts: list[int], cut_last: int, turns: list[int]) -> None:
+    """``FrameProtocol`` (the listener's connections, receiving into a buffer of their own)
+    reads the frames the decoder reads from the same stream, whatever the transport's reads
+    and however far the reader lags behind them; a stream that ends between frames ends it
+    with None, one that ends inside a frame (its prefix or its body) with TruncatedFrame."""
+    stream = b"".join(frame(b) for b in frames)
+    if frames and cut_last:
+        stream = stream[:-min(cut_last, len(frame(frames[-1])))]
+    ends = list(itertools.accumulate(len(frame(b)) for b in frames))
+    whole = [b for b, end in zip(frames, ends, strict=True) if end <= len(stream)]
+
+    async def read_all() -> tuple[list[bytes], bool]:
+        protocol = FrameProtocol(lambda reader, writer: None)
+        decoder = FrameDecoder(what="request")
+        out: list[bytes] = []
+
+        async def reader() -> bool:
+            try:
+                while (got := await protocol.read_frame(decoder)) is not None:
+                    out.append(got)
+            except TruncatedFrame:
+                return True
+            return False
+
+        reading = asyncio.create_task(reader())
+        for i, chunk in enumerate(_chunks(stream, cuts)):
+            await _feed(protocol, chunk)
+            for _ in range(turns[i] if i < len(turns) else 1):  # the reader may lag
+                await asyncio.sleep(0)
+        protocol.eof_received()
+        return out, await asyncio.wait_for(reading, 5)
+
+    out, truncated = asyncio.run(read_all())
+    assert out == whole
+    assert truncated == (len(stream) not in (0, *ends))
+
+
+@pytest.mark.parametrize("size", [-1, 0, REQUEST_MIN_SIZE - 1, 1025])
+def test_the_listeners_protocol_refuses_a_bad_size_before_the_body(size: int) -> None:
+    async def read() -> None:
+        protocol = FrameProtocol(lambda reader, writer: None)
+        await _feed(protocol, struct.pack(">i", size))  # and the stream stays open
+        decoder = FrameDecoder(min_size=REQUEST_MIN_SIZE, max_size=1024, what="request")
+        await asyncio.wait_for(protocol.read_frame(decoder), 5)
+
+    with pytest.raises(FrameSizeError) as raised:
+        asyncio.run(read())
+    assert raised.value.size == size
+
+
+def test_a_big_request_does_not_keep_its_room_once_taken() -> None:
+    """A 4 MiB request grows the connection's buffer to hold it; once it is taken and the
+    connection waits for more, the buffer is back to its first size (an idle connection that
+    once sent a big request does not hold megabytes)."""
+    async def scenario() -> tuple[int, int]:
+        protocol = FrameProtocol(lambda reader, writer: None)
+        body = bytes(range(256)) * (4 * 4096)
+        decoder = FrameDecoder(what="request")
+        reading = asyncio.ensure_future(protocol.read_frame(decoder))
+        await _feed(protocol, frame(body)[:100])  # the prefix: its size passes the rules
+        await asyncio.sleep(0)
+        await _feed(protocol, frame(body)[100:] + frame(b"next-request"))
+        held = len(protocol._buffer)
+        assert await reading == body
+        assert await protocol.read_frame(decoder) == b"next-request"
+        waiting = asyncio.ensure_future(protocol.read_frame(decoder))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        idle = len(protocol.get_buffer(-1))
+        protocol.eof_received()
+        assert await waiting is None
+        return held, idle
+
+    held, idle = asyncio.run(scenario())
+    assert held >= 4 * 1024 * 1024 + 4  # it grew to hold the big request
+    assert idle <= 16 * 1024
+
+
+def test_a_client_that_sends_faster_than_the_broker_reads_is_held_back_by_the_socket() -> None:
+    """Over a real loopback connection: while the listener takes no request, its connection
+    stops reading once its buffer is full (256 KiB), so 32 MiB of requests wait in the
+    client's socket instead of the broker's memory; then every request is read, in order,
+    the last one bigger than that buffer (which the stopped connection must read on for)."""
+    requests = [bytes([i % 251]) * 65_536 + i.to_bytes(4, "big") for i in range(512)]
+    requests.append(b"big" * 200_000)
+
+    async def scenario() -> tuple[int, int, list[bytes]]:
+        connected: asyncio.Future[FrameProtocol] = asyncio.get_running_loop().create_future()
+
+        async def on_connection(reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+            protocol = writer.transport.get_protocol()
+            assert isinstance(protocol, FrameProtocol)
+            connected.set_result(protocol)
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: FrameProtocol(on_connection), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            protocol = await asyncio.wait_for(connected, 5)
+            writer.writelines(frame(r) for r in requests)
+            for _ in range(200):  # until the client's own buffer holds what is not read
+                await asyncio.sleep(0.01)
+                if writer.transport.get_write_buffer_size() > 0 and protocol._paused:
+                    break
+            unsent = writer.transport.get_write_buffer_size()
+            held = len(protocol._buffer)
+            decoder = FrameDecoder(max_size=1 << 20, what="request")
+            got = [await asyncio.wait_for(protocol.read_frame(decoder), 10)
+                   for _ in requests]
+            writer.close()
+            assert await asyncio.wait_for(protocol.read_frame(decoder), 10) is None
+            return unsent, held, [g for g in got if g is not None]
+        finally:
+            server.close()
+
+    unsent, held, got = asyncio.run(scenario())
+    assert unsent > 0
+    assert held <= 256 * 1024
+    assert got == requests
