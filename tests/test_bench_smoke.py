@@ -8,9 +8,11 @@ says nothing about speed: docs/performance.md holds the figures of a full run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _assert_warmed_up(log: str, data: dict[str, Any], params: BenchParams, runs: list[Run]) -> None:
+    """Each target's broker is warmed up first (a JVM broker compiles its hot paths during its
+    first runs): one produce and consume per client, logged and kept apart, not measured."""
+    assert params.warmup_runs == 1
+    logged = re.findall(r"(produce|consume)\s+warm-up\s+#1\s+\(not\s+recorded\)", log)
+    assert logged.count(PRODUCE) == len(params.targets) * len(params.clients), log[-3000:]
+    for target in params.targets:
+        for client in params.clients:
+            warm = [w for w in data["meta"]["warmups"]
+                    if (w["target"], w["client"], w["mode"]) == (target, client, PRODUCE)]
+            assert len(warm) == 1 and warm[0]["records_per_sec"] > 0, warm
+            measured = [r for r in runs if (r.target, r.client, r.mode) == (target, client, PRODUCE)]
+            assert len(measured) == params.repeats  # the warm-up is not among them
+
+
 @pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.clients
@@ -60,6 +77,9 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
 
     def runs_of(target: str, client: str, mode: str) -> list[Run]:
         return [r for r in runs if (r.target, r.client, r.mode) == (target, client, mode)]
+
+    _assert_warmed_up(process.stderr, data, params, runs)
+    assert "unrecorded produce and consume run(s)" in (out / "results.md").read_text()
 
     for target in params.targets:
         for client in params.clients:
@@ -204,6 +224,13 @@ def _run(target: str, client: str, mode: str, rate: float, repeat: int, p99: flo
     latency = Latency(1, 2, 1, 2, p99, 3, steady_p99_ms=p99) if p99 is not None else None
     return Run(target, client, mode, 100, repeat, records=1000, records_per_sec=rate,
                latency=latency, rate=50_000 if mode == LATENCY else None)
+
+
+def test_results_written_before_warm_ups_existed_read_as_having_none() -> None:
+    old = BenchParams().to_json()
+    del old["warmup_runs"]
+    assert BenchParams.from_json(old).warmup_runs == 0
+    assert BenchParams.from_json(BenchParams().to_json()).warmup_runs == 1
 
 
 def test_medians_spreads_ratios_and_verdicts() -> None:

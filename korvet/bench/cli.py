@@ -83,6 +83,10 @@ def add_parser(commands: Any) -> None:
                        help="a config of every benchmark topic (and the ceiling's), e.g. "
                             "retention.ms=-1; repeatable")
     bench.add_argument("--repeats", type=int, default=defaults.repeats)
+    bench.add_argument("--warmup-runs", type=int, default=defaults.warmup_runs,
+                       help="unrecorded produce and consume runs per client and record size on "
+                            "each target before its measured runs (a JVM broker compiles its hot "
+                            "paths during its first runs); 0: none")
     bench.add_argument("--targets", type=_choices(TARGETS), default=defaults.targets,
                        metavar=",".join(TARGETS))
     bench.add_argument("--clients", type=_choices(CLIENTS), default=defaults.clients,
@@ -121,11 +125,14 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,
         "smoke": args.smoke, "profile": args.profile,
         "batch_sizes": args.batch_sizes, "sweep_formats": args.sweep_formats,
+        "warmup_runs": args.warmup_runs,
     }
     if args.smoke:
         values.update(SMOKE)
     if values["records"] < 1 or values["repeats"] < 1 or values["partitions"] < 1:
         raise ValueError("--records, --repeats and --partitions must be positive")
+    if values["warmup_runs"] < 0:
+        raise ValueError("--warmup-runs must be 0 or more")
     if any("=" not in item or item.startswith("=") for item in values["topic_configs"]):
         raise ValueError("--topic-config takes NAME=VALUE")
     if values["latency_rate"] < 1:

@@ -158,13 +158,21 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _warmup_text(params: BenchParams) -> str:
+    if not params.warmup_runs:
+        return "no warm-up run; "
+    return (f"first {params.warmup_runs} unrecorded produce and consume run(s) per client and "
+            "record size on each target (the warm-up); ")
+
+
 def _params_text(params: BenchParams) -> str:
     sizes = ", ".join(f"{s} B" for s in params.record_sizes)
     return (f"record sizes {sizes}; {params.records:,} records per run; {params.partitions} "
             f"partition(s); acks={params.acks}; batch.size={params.batch_size:,}; "
             f"linger.ms={params.linger_ms}; compression={params.compression}; idempotence "
             f"{'on' if params.idempotence else 'off'}; topic configs "
-            f"{', '.join(params.topic_configs) or 'the defaults'}; {params.repeats} repeat(s); latency runs "
+            f"{', '.join(params.topic_configs) or 'the defaults'}; {_warmup_text(params)}"
+            f"{params.repeats} repeat(s); latency runs "
             f"{params.latency_records:,} × {params.latency_record_size} B at "
             f"{params.latency_rate:,} rec/s, the first {params.latency_warmup_records:,} "
             "being the warm-up")

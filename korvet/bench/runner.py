@@ -18,6 +18,7 @@ run, each server process' peak RSS so far (``VmHWM``): ``extra["peak_rss_bytes"]
 
 from __future__ import annotations
 
+import itertools
 import json
 import resource
 import subprocess
@@ -96,6 +97,7 @@ def _steps_of(params: BenchParams, target: str) -> int:
     per_run = 3 if target in KORVET_TARGETS else 2  # produce, consume (, ceiling)
     steps = len(params.record_sizes) * params.repeats * len(params.clients) * per_run
     steps += params.repeats * len(params.clients)
+    steps += params.warmup_runs * len(params.record_sizes) * len(params.clients) * 2
     steps += (len(params.batch_sizes) * params.repeats * len(params.clients)
               * (len(params.sweep_formats) if target in KORVET_TARGETS else 1))
     if target in KORVET_TARGETS and params.profile:
@@ -210,22 +212,30 @@ class BenchRunner:
         self._log(f"[bold]{target}[/bold] at {broker.bootstrap} "
                   f"(started in {getattr(broker, 'startup_seconds', 0.0):.1f} s)")
         try:
-            for size in params.record_sizes:
-                for repeat in range(params.repeats):
-                    for client in params.clients:
-                        self._produce_consume(broker, target, client, size, repeat)
-            for repeat in range(params.repeats):
-                for client in params.clients:
-                    self._latency(broker, target, client, repeat)
-            if params.batch_sizes:
-                self._sweep(broker, target)
-            if target in KORVET_TARGETS and params.profile:
-                for size in params.record_sizes:
-                    for client in params.clients:
-                        self._profiled(broker, target, client, size)
+            self._runs(broker, target)
         finally:
             self._status(f"{target}: stopping the broker")
             broker.stop()
+
+    def _runs(self, broker: Broker, target: str) -> None:
+        """Every run of one target, on its started broker: the warm-up first."""
+        params = self.params
+        for warmup, size, client in itertools.product(range(params.warmup_runs),
+                                                      params.record_sizes, params.clients):
+            self._warm_up(broker, target, client, size, warmup)
+        for size in params.record_sizes:
+            for repeat in range(params.repeats):
+                for client in params.clients:
+                    self._produce_consume(broker, target, client, size, repeat)
+        for repeat in range(params.repeats):
+            for client in params.clients:
+                self._latency(broker, target, client, repeat)
+        if params.batch_sizes:
+            self._sweep(broker, target)
+        if target in KORVET_TARGETS and params.profile:
+            for size in params.record_sizes:
+                for client in params.clients:
+                    self._profiled(broker, target, client, size)
 
     # -- one measurement -----------------------------------------------------------------
 
@@ -338,6 +348,33 @@ class BenchRunner:
         self._drop(broker, topic)
         if target in KORVET_TARGETS:
             self._ceiling(broker, target, client, size, repeat, produce)
+
+    def _warm_up(self, broker: Broker, target: str, client: str, size: int, number: int) -> None:
+        """A produce and a consume run like the measured ones, not recorded: logged, and kept
+        in the results' meta (``warmups``) to show what a cold broker does."""
+        params = self.params
+        self._status(f"{target}: warm-up, {client} produces {params.records:,} × {size} B")
+        topic = self._topic(broker, client, size)
+        runs = [Run(target, client, PRODUCE, size, number), Run(target, client, CONSUME, size, number)]
+        if topic is None:
+            runs[0].error = runs[1].error = "topic not created"
+        else:
+            self._produce(broker, runs[0], topic, num_records=params.records)
+            self._advance()
+            if runs[0].error:
+                runs[1].error = "nothing to read: the produce run failed"
+            elif client != JAVA or self._has_groups:
+                self._status(f"{target}: warm-up, {client} consumes {params.records:,} × {size} B")
+                self._consume(broker, runs[1], topic, num_records=params.records)
+            self._drop(broker, topic)
+        self._advance(2 if topic is None else 1)
+        for run in runs:
+            if run.records or run.error:
+                self._log(f"  {target:17} {client:18} {size:>7} {run.mode} warm-up "
+                          f"#{number + 1} (not recorded): {_describe(run)}")
+                self.result.meta.setdefault("warmups", []).append(
+                    {"target": target, "client": client, "record_size": size, "mode": run.mode,
+                     "records_per_sec": run.records_per_sec, "error": run.error})
 
     @staticmethod
     def _measure_memory(run: Run, memory: RedisMemory | None, before: int | None) -> Run:
