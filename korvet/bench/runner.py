@@ -1,6 +1,9 @@
 """Run the whole benchmark: every target, one at a time, with progress, into a ``BenchResult``.
 
-Per target: start the broker; for each record size and repeat, each client produces
+Per target: start the broker; warm it up (``warmup_runs`` rounds in which each client
+produces and consumes once per record size, logged and kept in ``meta["warmups"]``, not
+among the runs: a JVM broker compiles its hot paths during its first runs); for each record
+size and repeat, each client produces
 ``records`` records to a fresh topic and reads them back (the topic is deleted
 afterwards, so memory and disk stay small), and for a Korvet target the ceiling
 (korvet/bench/ceiling.py) follows at once, in batches of the size that produce run
