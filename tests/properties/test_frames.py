@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections.abc import Awaitable, Callable
 
 import pytest
 from hypothesis import given
@@ -111,6 +112,28 @@ def _stream_reader(chunks: list[bytes], *, eof: bool = True) -> asyncio.StreamRe
     return reader
 
 
+def _cut_stream(frames: list[bytes], cut_last: int) -> tuple[bytes, list[bytes], bool]:
+    """The frames' stream with its last ``cut_last`` bytes (at most the last frame's) cut off:
+    the stream, the frames it still holds whole, and whether it ends inside a frame."""
+    stream = b"".join(frame(b) for b in frames)
+    if frames and cut_last:
+        stream = stream[:-min(cut_last, len(frame(frames[-1])))]
+    ends = list(itertools.accumulate(len(frame(b)) for b in frames))
+    whole = [b for b, end in zip(frames, ends, strict=True) if end <= len(stream)]
+    return stream, whole, len(stream) not in (0, *ends)
+
+
+async def _read_to_end(read: Callable[[], Awaitable[bytes | None]]) -> tuple[list[bytes], bool]:
+    """Frames until the stream ends: those read, and whether it ended inside one."""
+    out: list[bytes] = []
+    try:
+        while (got := await read()) is not None:
+            out.append(got)
+    except TruncatedFrame:
+        return out, True
+    return out, False
+
+
 @given(bodies, st.lists(st.integers(min_value=0, max_value=4000), max_size=30),
        st.integers(min_value=0, max_value=4))
 def test_the_listeners_reader_gives_the_decoders_frames_and_stops_where_it_does(
@@ -119,40 +142,18 @@ def test_the_listeners_reader_gives_the_decoders_frames_and_stops_where_it_does(
     the frames the decoder reads from the same stream in any chunks; a stream that ends
     between frames ends it with None, one that ends inside a frame (its prefix or its body)
     with TruncatedFrame."""
-    stream = b"".join(frame(b) for b in frames)
-    if frames and cut_last:
-        stream = stream[:-min(cut_last, len(frame(frames[-1])))]
-    ends = list(itertools.accumulate(len(frame(b)) for b in frames))
-    whole = [b for b, end in zip(frames, ends, strict=True) if end <= len(stream)]
+    stream, whole, cut_inside = _cut_stream(frames, cut_last)
 
     async def read_all() -> tuple[list[bytes], bool]:
         reader = _stream_reader(_chunks(stream, cuts))
         decoder = FrameDecoder(what="request")
-        out: list[bytes] = []
-        try:
-            while (got := await read_frame(reader, decoder)) is not None:
-                out.append(got)
-        except TruncatedFrame:
-            return out, True
-        return out, False
+        return await _read_to_end(lambda: read_frame(reader, decoder))
 
     out, truncated = asyncio.run(read_all())
     assert out == whole
-    assert truncated == (len(stream) not in (0, *ends))
+    assert truncated == cut_inside
 
 
-@pytest.mark.parametrize("size", [-1, 0, REQUEST_MIN_SIZE - 1, 1025])
-def test_the_listeners_reader_refuses_a_bad_size_before_reading_the_body(size: int) -> None:
-    async def read() -> None:
-        # Only the prefix has arrived and the stream stays open: a reader that waited for
-        # the body before checking the size would hang here instead of raising.
-        reader = _stream_reader([struct.pack(">i", size)], eof=False)
-        decoder = FrameDecoder(min_size=REQUEST_MIN_SIZE, max_size=1024, what="request")
-        await asyncio.wait_for(read_frame(reader, decoder), 5)
-
-    with pytest.raises(FrameSizeError) as raised:
-        asyncio.run(read())
-    assert raised.value.size == size
 
 
 # Bodies for the listener's own receive buffer: small ones and some past its first 16 KiB
@@ -184,48 +185,47 @@ def test_the_listeners_protocol_gives_the_decoders_frames_and_stops_where_it_doe
     reads the frames the decoder reads from the same stream, whatever the transport's reads
     and however far the reader lags behind them; a stream that ends between frames ends it
     with None, one that ends inside a frame (its prefix or its body) with TruncatedFrame."""
-    stream = b"".join(frame(b) for b in frames)
-    if frames and cut_last:
-        stream = stream[:-min(cut_last, len(frame(frames[-1])))]
-    ends = list(itertools.accumulate(len(frame(b)) for b in frames))
-    whole = [b for b, end in zip(frames, ends, strict=True) if end <= len(stream)]
+    stream, whole, cut_inside = _cut_stream(frames, cut_last)
 
     async def read_all() -> tuple[list[bytes], bool]:
         protocol = FrameProtocol(lambda reader, writer: None)
         decoder = FrameDecoder(what="request")
-        out: list[bytes] = []
-
-        async def reader() -> bool:
-            try:
-                while (got := await protocol.read_frame(decoder)) is not None:
-                    out.append(got)
-            except TruncatedFrame:
-                return True
-            return False
-
-        reading = asyncio.create_task(reader())
+        reading = asyncio.create_task(_read_to_end(lambda: protocol.read_frame(decoder)))
         for i, chunk in enumerate(_chunks(stream, cuts)):
             await _feed(protocol, chunk)
             for _ in range(turns[i] if i < len(turns) else 1):  # the reader may lag
                 await asyncio.sleep(0)
         protocol.eof_received()
-        return out, await asyncio.wait_for(reading, 5)
+        return await asyncio.wait_for(reading, 5)
 
     out, truncated = asyncio.run(read_all())
     assert out == whole
-    assert truncated == (len(stream) not in (0, *ends))
+    assert truncated == cut_inside
 
 
+async def _stream_reader_read(prefix: bytes, decoder: FrameDecoder) -> bytes | None:
+    return await read_frame(_stream_reader([prefix], eof=False), decoder)
+
+
+async def _protocol_read(prefix: bytes, decoder: FrameDecoder) -> bytes | None:
+    protocol = FrameProtocol(lambda reader, writer: None)
+    await _feed(protocol, prefix)
+    return await protocol.read_frame(decoder)
+
+
+@pytest.mark.parametrize("read", [_stream_reader_read, _protocol_read],
+                         ids=["read_frame", "FrameProtocol"])
 @pytest.mark.parametrize("size", [-1, 0, REQUEST_MIN_SIZE - 1, 1025])
-def test_the_listeners_protocol_refuses_a_bad_size_before_the_body(size: int) -> None:
-    async def read() -> None:
-        protocol = FrameProtocol(lambda reader, writer: None)
-        await _feed(protocol, struct.pack(">i", size))  # and the stream stays open
+def test_the_listeners_readers_refuse_a_bad_size_before_reading_the_body(
+        size: int, read: Callable[[bytes, FrameDecoder], Awaitable[bytes | None]]) -> None:
+    async def read_prefix() -> None:
+        # Only the prefix has arrived and the stream stays open: a reader that waited for
+        # the body before checking the size would hang here instead of raising.
         decoder = FrameDecoder(min_size=REQUEST_MIN_SIZE, max_size=1024, what="request")
-        await asyncio.wait_for(protocol.read_frame(decoder), 5)
+        await asyncio.wait_for(read(struct.pack(">i", size), decoder), 5)
 
     with pytest.raises(FrameSizeError) as raised:
-        asyncio.run(read())
+        asyncio.run(read_prefix())
     assert raised.value.size == size
 
 
