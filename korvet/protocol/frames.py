@@ -14,9 +14,9 @@ manner of h11's ``ReceiveBuffer``), so its rules are tested on their own
 - bytes after the last whole frame wait for the next ``feed``;
 - ``at_eof`` says whether the peer stopped between frames or in the middle of one.
 
-``frame_io.py`` has the two small loops that connect a decoder to a blocking socket
-and to an asyncio stream; the asyncio one (the listener's) applies only the decoder's
-size rules (``size_of``) and takes each body from the stream's own buffer.
+``frame_io.py`` connects a decoder to a blocking socket, to an asyncio stream and, for
+the listener, to a connection's own receive buffer (``FrameProtocol``); the last two apply
+only the decoder's size rules (``size_of``) and take each body from their own buffer.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class FrameDecoder:
 
     def size_of(self, prefix: bytes | bytearray | memoryview) -> int:
         """The size a frame's 4-byte prefix announces. Raises FrameSizeError when it is
-        refused (for readers that take the body from their own buffer: ``read_frame``)."""
+        refused (for readers that take the body from their own buffer: ``read_frame``,
+        ``FrameProtocol``)."""
         size: int = _SIZE.unpack_from(prefix, 0)[0]
         if size < self.min_size:
             raise FrameSizeError(size, f"invalid {self.what} size {size} "
