@@ -71,8 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Run the Kafka broker. Without --redis-url it starts an embedded redis-server on a "
             "free loopback port with its data under --data-dir. Settings come from defaults, "
             "then --config FILE (YAML), then KORVET_* environment variables, then these flags."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        ),  # each flag's help names its default and variable (argparse's defaults are None)
     )
     config.add_arguments(serve)
     serve.set_defaults(func=_serve)

@@ -29,7 +29,8 @@ SERVED: dict[int, range] = {
     20: range(1, 7), 22: range(0, 7), 23: range(2, 5), 32: range(1, 5), 33: range(0, 3),
     37: range(0, 4), 42: range(0, 3), 44: range(0, 2), 47: range(0, 1), 60: range(0, 3),
     # the admin APIs operators' tools call (server/handlers/admin.py)
-    21: range(0, 3), 35: range(1, 6), 61: range(0, 1), 75: range(0, 1),
+    21: range(0, 3), 35: range(1, 6), 61: range(0, 1), 75: range(0, 1), 43: range(0, 3),
+    46: range(0, 1), 66: range(0, 3),
     # the security APIs (server/handlers/security.py)
     17: range(0, 2), 36: range(0, 3), 29: range(1, 4), 30: range(1, 4), 31: range(1, 4),
     50: range(0, 1), 51: range(0, 1), 48: range(0, 2),

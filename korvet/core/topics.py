@@ -71,36 +71,100 @@ def validate_partition_count(count: int) -> int:
 
 # --- topic configuration -------------------------------------------------------------
 
-def _long(low: int | None = None) -> Callable[[str], str]:
+# Values are read as Kafka's ConfigDef reads them (Kafka 4.3.1, ``ConfigDef.parseType``): the
+# text is trimmed as Java's String.trim does (every character up to U+0020), an INT or LONG is
+# Java's parseInt/parseLong (an optional sign and digits: no '_', no spaces inside, within the
+# type's range), a BOOLEAN is true or false in any case, a STRING is compared as it is, and a
+# LIST is split at commas with the spaces around them. tests/integration/test_topic_config_defs.py
+# holds these rules equal to Kafka's own for every setting Kafka knows.
+
+_JAVA_WHITESPACE = "".join(chr(c) for c in range(0x21))
+_INTEGER = re.compile(r"[+-]?\d+")
+_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
+_HEX_DOUBLE = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
+_RANGES = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _trim(value: str) -> str:
+    return value.strip(_JAVA_WHITESPACE)
+
+
+def _whole(kind: str, low: int | None = None, high: int | None = None,
+           *, also: int | None = None) -> Callable[[str], str]:
+    """An INT or LONG setting within [low, high] (either open), or exactly ``also``."""
+    lowest, highest = _RANGES[kind]
+
     def check(value: str) -> str:
-        try:
-            number = int(value)
-        except ValueError:
-            raise TopicConfigError(f"expected an integer, got {value!r}") from None
-        if low is not None and number < low:
-            raise TopicConfigError(f"must be at least {low}, got {number}")
+        text = _trim(value)
+        if not _INTEGER.fullmatch(text) or not lowest <= int(text) <= highest:
+            raise TopicConfigError(f"not a number of type {kind.upper()}: {value!r}")
+        number = int(text)
+        if number != also and ((low is not None and number < low)
+                               or (high is not None and number > high)):
+            bounds = (f"at least {low}" if high is None else f"at most {high}" if low is None
+                      else f"within {low}..{high}")
+            raise TopicConfigError(f"must be {bounds}{'' if also is None else f' or {also}'}, "
+                                   f"got {number}")
         return str(number)
     return check
 
 
+def _long(low: int | None = None) -> Callable[[str], str]:
+    return _whole("long", low)
+
+
+def _int(low: int | None = None, high: int | None = None, *,
+         also: int | None = None) -> Callable[[str], str]:
+    return _whole("int", low, high, also=also)
+
+
+def _ratio(value: str) -> str:
+    """A DOUBLE within [0, 1] (Java's Double.parseDouble; NaN passes Kafka's range check too)."""
+    text = _trim(value)
+    if _DOUBLE.fullmatch(text):
+        number = float(text.rstrip("fFdD"))
+    elif _HEX_DOUBLE.fullmatch(text):
+        number = float.fromhex(text.rstrip("fFdD"))
+    else:
+        raise TopicConfigError(f"not a number of type DOUBLE: {value!r}")
+    if number < 0 or number > 1:
+        raise TopicConfigError(f"must be within 0..1, got {text}")
+    return text
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def check(value: str) -> str:
-        if value not in options:
+        text = _trim(value)
+        if text not in options:
             raise TopicConfigError(f"must be one of {', '.join(options)}, got {value!r}")
-        return value
+        return text
     return check
 
 
 def _boolean(value: str) -> str:
-    lowered = value.strip().lower()
+    lowered = _trim(value).lower()
     if lowered not in ("true", "false"):
         raise TopicConfigError(f"expected true or false, got {value!r}")
     return lowered
 
 
+def _list_items(value: str) -> list[str]:
+    text = _trim(value)
+    return re.split(r"\s*,\s*", text) if text else []
+
+
+def _throttled_replicas(value: str) -> str:
+    """Kafka's list of partition:broker pairs, or '*' for all."""
+    items = _list_items(value)
+    if items != ["*"] and not all(re.fullmatch(r"([0-9]+:[0-9]+)?", i.strip()) for i in items):
+        raise TopicConfigError(
+            f"must be a list of partition:broker pairs such as 0:101,1:102, or '*', got {value!r}")
+    return ",".join(items)
+
+
 def _cleanup_policy(value: str) -> str:
-    policies = [p.strip() for p in value.split(",") if p.strip()]
-    if policies != ["delete"]:
+    policies = _list_items(value)
+    if set(policies) != {"delete"}:
         raise TopicConfigError(
             "only cleanup.policy=delete is supported: Redis Streams keep every entry until "
             "retention trims it, and Korvet has no log compaction"
@@ -109,16 +173,12 @@ def _cleanup_policy(value: str) -> str:
 
 
 def _sequence_bits(value: str) -> str:
-    checked = int(_long()(value))
+    checked = int(_int()(value))
     if not MIN_SEQUENCE_BITS <= checked <= MAX_SEQUENCE_BITS:
         raise TopicConfigError(
             f"must be within {MIN_SEQUENCE_BITS}..{MAX_SEQUENCE_BITS}, got {checked}"
         )
     return str(checked)
-
-
-def _anything(value: str) -> str:
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,80 +187,106 @@ class ConfigDef:
     default: str
     check: Callable[[str], str]
     doc: str
+    kind: str = "string"  # Kafka's ConfigDef type: boolean, string, int, long, double or list
     effective: bool = True  # False: accepted and reported, but Korvet does not act on it
     sensitive: bool = False
     read_only_after_create: bool = False
 
 
 CONFIG_DEFS: tuple[ConfigDef, ...] = (
-    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only 'delete'"),
+    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only 'delete'", kind="list"),
     ConfigDef("retention.ms", "604800000", _long(-1),
-              "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all"),
-    ConfigDef("retention.bytes", "-1", _long(-1),
+              "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all",
+              kind="long"),
+    ConfigDef("retention.bytes", "-1", _long(),
               "approximate size bound per partition, turned into an entry count (XTRIM MAXLEN) "
-              "from the average stored record size of each appended batch; -1: no bound"),
-    ConfigDef("max.message.bytes", "1048588", _long(0),
-              "largest record batch accepted (MESSAGE_TOO_LARGE above it)"),
+              "from the average stored record size of each appended batch; negative: no bound",
+              kind="long"),
+    ConfigDef("max.message.bytes", "1048588", _int(0),
+              "largest record batch accepted (MESSAGE_TOO_LARGE above it)", kind="int"),
     ConfigDef("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's timestamps; LogAppendTime uses the broker's clock"),
     ConfigDef("message.timestamp.after.max.ms", "3600000", _long(0),
-              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far ahead of the broker"),
+              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far ahead of the broker",
+              kind="long"),
     ConfigDef("message.timestamp.before.max.ms", "9223372036854775807", _long(0),
-              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far behind the broker"),
+              "reject (INVALID_TIMESTAMP) CreateTime timestamps this far behind the broker",
+              kind="long"),
     ConfigDef("compression.type", "producer",
-              _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-              "accepted; records are stored uncompressed in Redis and fetched uncompressed",
-              effective=False),
+              _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+              "Korvet never recompresses: a `records` topic stores records uncompressed, a "
+              "`batches` topic each batch as the producer sent it", effective=False),
     ConfigDef("korvet.sequence.bits", str(DEFAULT_SEQUENCE_BITS), _sequence_bits,
               "offset = ms * 2^bits + seq: at most 2^bits offsets per millisecond per partition",
-              read_only_after_create=True),
+              kind="int", read_only_after_create=True),
     ConfigDef(STORAGE_FORMAT, RECORDS, _choice(*STORAGE_FORMATS),
               "how records sit in a partition's stream: 'records', one entry per record (readable "
               "by any Redis client), or 'batches', one entry per produced record batch, stored as "
-              "the producer sent it (fixed at creation; default from topics.storage-format)",
+              "the producer sent it (default from topics.storage-format)",
               read_only_after_create=True),
     ConfigDef("korvet.retention.records", "-1", _long(-1),
               "keep at most this many records per partition (exact XTRIM MAXLEN; with "
               "korvet.storage.format=batches whole batches, counted from the appended batch's "
-              "size); -1: no bound"),
+              "size); -1: no bound", kind="long"),
     ConfigDef("korvet.trim.approximate", "false", _boolean,
-              "trim with '~' (whole listpack nodes, cheaper) instead of exactly"),
+              "trim with '~' (whole listpack nodes, cheaper) instead of exactly", kind="boolean"),
     ConfigDef("log.append.timestamp.header", "false", _boolean,
               f"add a header '{APPEND_TIMESTAMP_HEADER}' with the broker's arrival time (ms since "
               "the epoch, decimal text) to every record, as the original product does; the "
-              "record's own timestamp is kept"),
-    # Accepted for compatibility with tools that set them; they have no effect here.
-    ConfigDef("segment.ms", "604800000", _long(1), "no effect (no segments)", effective=False),
-    ConfigDef("segment.bytes", "1073741824", _long(14), "no effect (no segments)",
+              "record's own timestamp is kept", kind="boolean"),
+    # Kafka 4.3.1's other topic settings, read as Kafka reads them (type, range), accepted for
+    # the tools that set them; they have no effect here.
+    ConfigDef("compression.gzip.level", "-1", _int(1, 9, also=-1),
+              "the level a broker recompressing to gzip would use (Korvet does not recompress)",
+              kind="int", effective=False),
+    ConfigDef("compression.lz4.level", "9", _int(1, 17),
+              "the level a broker recompressing to lz4 would use (Korvet does not recompress)",
+              kind="int", effective=False),
+    ConfigDef("compression.zstd.level", "3", _int(-131072, 22),
+              "the level a broker recompressing to zstd would use (Korvet does not recompress)",
+              kind="int", effective=False),
+    ConfigDef("segment.ms", "604800000", _long(1), "no segments", kind="long", effective=False),
+    ConfigDef("segment.bytes", "1073741824", _int(1048576), "no segments", kind="int",
               effective=False),
-    ConfigDef("min.insync.replicas", "1", _long(1), "no effect (Redis persistence)",
+    ConfigDef("min.insync.replicas", "1", _int(1), "Redis' persistence and replicas decide",
+              kind="int", effective=False),
+    ConfigDef("unclean.leader.election.enable", "false", _boolean, "no leader elections",
+              kind="boolean", effective=False),
+    ConfigDef("min.cleanable.dirty.ratio", "0.5", _ratio, "no log compaction", kind="double",
               effective=False),
-    ConfigDef("unclean.leader.election.enable", "false", _boolean, "no effect", effective=False),
-    ConfigDef("min.cleanable.dirty.ratio", "0.5", _anything, "no effect", effective=False),
-    ConfigDef("delete.retention.ms", "86400000", _long(0), "no effect", effective=False),
-    ConfigDef("file.delete.delay.ms", "60000", _long(0), "no effect", effective=False),
-    ConfigDef("flush.messages", "9223372036854775807", _long(1), "no effect (Redis appendfsync)",
+    ConfigDef("delete.retention.ms", "86400000", _long(0), "no log compaction", kind="long",
               effective=False),
-    ConfigDef("flush.ms", "9223372036854775807", _long(0), "no effect (Redis appendfsync)",
+    ConfigDef("file.delete.delay.ms", "60000", _long(0), "no segment files", kind="long",
               effective=False),
-    ConfigDef("index.interval.bytes", "4096", _long(0), "no effect", effective=False),
-    ConfigDef("segment.index.bytes", "10485760", _long(4), "no effect", effective=False),
-    ConfigDef("segment.jitter.ms", "0", _long(0), "no effect", effective=False),
-    ConfigDef("preallocate", "false", _boolean, "no effect", effective=False),
-    ConfigDef("message.downconversion.enable", "true", _boolean, "no effect", effective=False),
-    ConfigDef("local.retention.ms", "-2", _long(-2), "no effect (no tiered storage)",
+    ConfigDef("flush.messages", "9223372036854775807", _long(1), "Redis' appendfsync decides",
+              kind="long", effective=False),
+    ConfigDef("flush.ms", "9223372036854775807", _long(0), "Redis' appendfsync decides",
+              kind="long", effective=False),
+    ConfigDef("index.interval.bytes", "4096", _int(0), "no offset index", kind="int",
               effective=False),
-    ConfigDef("local.retention.bytes", "-2", _long(-2), "no effect (no tiered storage)",
+    ConfigDef("segment.index.bytes", "10485760", _int(4), "no offset index", kind="int",
               effective=False),
-    ConfigDef("remote.storage.enable", "false", _boolean, "no effect (no tiered storage)",
+    ConfigDef("segment.jitter.ms", "0", _long(0), "no segments", kind="long", effective=False),
+    ConfigDef("preallocate", "false", _boolean, "no segment files", kind="boolean",
               effective=False),
-    ConfigDef("follower.replication.throttled.replicas", "", _anything, "no effect",
+    ConfigDef("local.retention.ms", "-2", _long(-2), "no tiered storage", kind="long",
               effective=False),
-    ConfigDef("leader.replication.throttled.replicas", "", _anything, "no effect",
+    ConfigDef("local.retention.bytes", "-2", _long(-2), "no tiered storage", kind="long",
               effective=False),
-    ConfigDef("max.compaction.lag.ms", "9223372036854775807", _long(1), "no effect",
+    ConfigDef("remote.storage.enable", "false", _boolean, "no tiered storage", kind="boolean",
               effective=False),
-    ConfigDef("min.compaction.lag.ms", "0", _long(0), "no effect", effective=False),
+    ConfigDef("remote.log.copy.disable", "false", _boolean, "no tiered storage",
+              kind="boolean", effective=False),
+    ConfigDef("remote.log.delete.on.disable", "false", _boolean, "no tiered storage",
+              kind="boolean", effective=False),
+    ConfigDef("follower.replication.throttled.replicas", "", _throttled_replicas,
+              "no replication", kind="list", effective=False),
+    ConfigDef("leader.replication.throttled.replicas", "", _throttled_replicas,
+              "no replication", kind="list", effective=False),
+    ConfigDef("max.compaction.lag.ms", "9223372036854775807", _long(1), "no log compaction",
+              kind="long", effective=False),
+    ConfigDef("min.compaction.lag.ms", "0", _long(0), "no log compaction", kind="long",
+              effective=False),
 )
 
 CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in CONFIG_DEFS}

@@ -47,9 +47,20 @@ _TOPICS = """
 ## Topic configurations
 
 Set them when a topic is created (CreateTopics; `kafka-topics --create --config k=v`) or later
-with AlterConfigs and IncrementalAlterConfigs (`kafka-configs --alter`). Unknown names are
-refused with INVALID_CONFIG, like Kafka. Those marked *no effect* are accepted so that tools
-which set them keep working, and DescribeConfigs reports them, but Korvet does not act on them.
+with AlterConfigs and IncrementalAlterConfigs (`kafka-configs --alter`). Names and values are
+read as Apache Kafka 4.3.1 reads them (the same names, types, ranges and defaults; tested
+against Kafka's own definitions); unknown names and bad values are refused with
+INVALID_CONFIG, like Kafka. Those marked *no effect* are accepted so that tools which set them
+keep working, and DescribeConfigs reports them, but Korvet does not act on them.
+
+Kafka's own `kafka-topics --create` refuses, before sending anything, a `--config` name that
+Kafka does not know: the `korvet.*` settings and `log.append.timestamp.header` cannot be given
+to it. Set those at creation through any admin client (`Admin.createTopics` in Java,
+`AdminClient.create_topics` in confluent-kafka), with a declared topic or name pattern
+(`KORVET_TOPICS_<N>_STORAGE_FORMAT`, above), or for every new topic with the broker's
+`topics.*` defaults; the ones that may change later also with `kafka-configs --alter`, which
+sends them as they are. The settings marked *fixed at creation* cannot be changed or deleted
+afterwards (INVALID_CONFIG).
 
 | config | default | effect |
 |---|---|---|

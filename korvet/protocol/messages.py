@@ -137,6 +137,12 @@ if TYPE_CHECKING:
     import kio.schema.describe_topic_partitions.v0.response as describe_topic_partitions_v0_response
     import kio.schema.describe_user_scram_credentials.v0.request as describe_user_scram_credentials_v0_request
     import kio.schema.describe_user_scram_credentials.v0.response as describe_user_scram_credentials_v0_response  # noqa: E501
+    import kio.schema.elect_leaders.v0.request as elect_leaders_v0_request
+    import kio.schema.elect_leaders.v0.response as elect_leaders_v0_response
+    import kio.schema.elect_leaders.v1.request as elect_leaders_v1_request
+    import kio.schema.elect_leaders.v1.response as elect_leaders_v1_response
+    import kio.schema.elect_leaders.v2.request as elect_leaders_v2_request
+    import kio.schema.elect_leaders.v2.response as elect_leaders_v2_response
     import kio.schema.fetch.v4.request as fetch_v4_request
     import kio.schema.fetch.v4.response as fetch_v4_response
     import kio.schema.fetch.v5.request as fetch_v5_request
@@ -275,6 +281,14 @@ if TYPE_CHECKING:
     import kio.schema.list_offsets.v10.response as list_offsets_v10_response
     import kio.schema.list_offsets.v11.request as list_offsets_v11_request
     import kio.schema.list_offsets.v11.response as list_offsets_v11_response
+    import kio.schema.list_partition_reassignments.v0.request as list_partition_reassignments_v0_request
+    import kio.schema.list_partition_reassignments.v0.response as list_partition_reassignments_v0_response
+    import kio.schema.list_transactions.v0.request as list_transactions_v0_request
+    import kio.schema.list_transactions.v0.response as list_transactions_v0_response
+    import kio.schema.list_transactions.v1.request as list_transactions_v1_request
+    import kio.schema.list_transactions.v1.response as list_transactions_v1_response
+    import kio.schema.list_transactions.v2.request as list_transactions_v2_request
+    import kio.schema.list_transactions.v2.response as list_transactions_v2_response
     import kio.schema.metadata.v0.request as metadata_v0_request
     import kio.schema.metadata.v0.response as metadata_v0_response
     import kio.schema.metadata.v1.request as metadata_v1_request
@@ -920,6 +934,18 @@ if TYPE_CHECKING:
         | delete_groups_v2_response.DeleteGroupsResponse
     )
 
+    ElectLeadersRequest: TypeAlias = (  # api key 43
+        elect_leaders_v0_request.ElectLeadersRequest
+        | elect_leaders_v1_request.ElectLeadersRequest
+        | elect_leaders_v2_request.ElectLeadersRequest
+    )
+
+    ElectLeadersResponse: TypeAlias = (  # api key 43
+        elect_leaders_v0_response.ElectLeadersResponse
+        | elect_leaders_v1_response.ElectLeadersResponse
+        | elect_leaders_v2_response.ElectLeadersResponse
+    )
+
     IncrementalAlterConfigsRequest: TypeAlias = (  # api key 44
         incremental_alter_configs_v0_request.IncrementalAlterConfigsRequest
         | incremental_alter_configs_v1_request.IncrementalAlterConfigsRequest
@@ -928,6 +954,14 @@ if TYPE_CHECKING:
     IncrementalAlterConfigsResponse: TypeAlias = (  # api key 44
         incremental_alter_configs_v0_response.IncrementalAlterConfigsResponse
         | incremental_alter_configs_v1_response.IncrementalAlterConfigsResponse
+    )
+
+    ListPartitionReassignmentsRequest: TypeAlias = (  # api key 46
+        list_partition_reassignments_v0_request.ListPartitionReassignmentsRequest
+    )
+
+    ListPartitionReassignmentsResponse: TypeAlias = (  # api key 46
+        list_partition_reassignments_v0_response.ListPartitionReassignmentsResponse
     )
 
     OffsetDeleteRequest: TypeAlias = (  # api key 47
@@ -982,6 +1016,18 @@ if TYPE_CHECKING:
 
     DescribeProducersResponse: TypeAlias = (  # api key 61
         describe_producers_v0_response.DescribeProducersResponse
+    )
+
+    ListTransactionsRequest: TypeAlias = (  # api key 66
+        list_transactions_v0_request.ListTransactionsRequest
+        | list_transactions_v1_request.ListTransactionsRequest
+        | list_transactions_v2_request.ListTransactionsRequest
+    )
+
+    ListTransactionsResponse: TypeAlias = (  # api key 66
+        list_transactions_v0_response.ListTransactionsResponse
+        | list_transactions_v1_response.ListTransactionsResponse
+        | list_transactions_v2_response.ListTransactionsResponse
     )
 
     DescribeTopicPartitionsRequest: TypeAlias = (  # api key 75
@@ -1050,8 +1096,12 @@ else:  # at run time the names exist for imports; nothing checks them
     CreatePartitionsResponse = Any
     DeleteGroupsRequest = Any
     DeleteGroupsResponse = Any
+    ElectLeadersRequest = Any
+    ElectLeadersResponse = Any
     IncrementalAlterConfigsRequest = Any
     IncrementalAlterConfigsResponse = Any
+    ListPartitionReassignmentsRequest = Any
+    ListPartitionReassignmentsResponse = Any
     OffsetDeleteRequest = Any
     OffsetDeleteResponse = Any
     DescribeClientQuotasRequest = Any
@@ -1064,5 +1114,7 @@ else:  # at run time the names exist for imports; nothing checks them
     DescribeClusterResponse = Any
     DescribeProducersRequest = Any
     DescribeProducersResponse = Any
+    ListTransactionsRequest = Any
+    ListTransactionsResponse = Any
     DescribeTopicPartitionsRequest = Any
     DescribeTopicPartitionsResponse = Any

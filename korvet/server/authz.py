@@ -274,9 +274,11 @@ SHAPES: dict[int, Shape] = {
         empty=_empty(results=())),)),
     42: Shape((Items("groups_names", "results", _flat_answer("DeletableGroupResult", "group_id"),
                      name_of=str, empty=_empty(results=())),)),
+    43: Shape((Whole(lambda r: CLUSTER_NAME, _whole_error(replica_election_results=())),)),
     44: Shape((Items("resources", "responses", _config_answer("AlterConfigsResourceResponse"),
                      name_of=lambda r: r.resource_name, kind_of=_config_kind,
                      empty=_empty(responses=())),)),
+    46: Shape((Whole(lambda r: CLUSTER_NAME, _whole_error(error_message=None, topics=())),)),
     47: Shape((
         Whole(_group_id, _whole_error(topics=())),
         Items("topics", "topics", _topic_answer(

@@ -144,6 +144,12 @@ class Tenant:
              self.admin.describe_producers),
             (admin.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions",
              admin.DESCRIBE_TOPIC_PARTITIONS_VERSIONS, self.admin.describe_topic_partitions),
+            (admin.ELECT_LEADERS, "ElectLeaders", admin.ELECT_LEADERS_VERSIONS,
+             self.admin.elect_leaders),
+            (admin.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments",
+             admin.LIST_PARTITION_REASSIGNMENTS_VERSIONS, self.admin.list_partition_reassignments),
+            (admin.LIST_TRANSACTIONS, "ListTransactions", admin.LIST_TRANSACTIONS_VERSIONS,
+             self.admin.list_transactions),
         ):
             self.register(key, name, versions, admin_handler)
         for key, name, versions, handler in (

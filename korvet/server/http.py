@@ -22,6 +22,7 @@ log = logging.getLogger("korvet.http")
 
 _READ_TIMEOUT = 10.0
 _MAX_HEADER_LINES = 100
+_CLOSE_SECONDS = 5.0  # how long stopping waits for the open connections, then the server
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 
@@ -65,14 +66,17 @@ class HttpServer:
         return port
 
     async def close(self) -> None:
+        """Stop listening, end the open connections (a scraper keeps its connection alive),
+        then await the server's close, which from Python 3.12.1 waits for them; bounded."""
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
         for task in list(self._clients):
             task.cancel()
         if self._clients:
-            await asyncio.gather(*self._clients, return_exceptions=True)
+            await asyncio.wait(list(self._clients), timeout=_CLOSE_SECONDS)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), _CLOSE_SECONDS)
 
     async def _on_connection(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> None:

@@ -136,6 +136,55 @@ def test_config_changes_that_must_be_refused(korvet: KorvetProcess, unique_name:
     assert error_of(client.describe_configs([missing])[missing]) == "UNKNOWN_TOPIC_OR_PART"
 
 
+def _redis(korvet: KorvetProcess, *command: str) -> str:
+    return subprocess.run(["redis-cli", "-u", korvet.redis_url, *command], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_a_setting_fixed_at_creation_cannot_be_deleted(korvet: KorvetProcess,
+                                                       unique_name: str) -> None:
+    """Deleting korvet.sequence.bits would make the topic read its stored offsets with another
+    width (its records gone from every fetch): refused, and the records still read back."""
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1, config={"korvet.sequence.bits": "12"})]
+                         )[unique_name].result(30)
+    with WireClient(korvet.bootstrap) as wire:
+        wire.request(produce_request(unique_name, {0: batch(5)}))
+    for name in ("korvet.sequence.bits", "korvet.storage.format"):
+        resource = ConfigResource("topic", unique_name, incremental_configs=[
+            ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)])
+        with pytest.raises(KafkaException) as caught:
+            client.incremental_alter_configs([resource])[resource].result(30)
+        error = caught.value.args[0]
+        assert error.name() == "INVALID_CONFIG"
+        assert f"{name} cannot be deleted" in error.str()
+    configs = _described(client, unique_name)
+    assert configs["korvet.sequence.bits"].value == "12"
+    assert configs["korvet.storage.format"].value == "records"
+    assert _redis(korvet, "HGET", f"korvet:{{topics}}:topic:{unique_name}",
+                  "config.korvet.sequence.bits") == "12"
+    assert len(clients.confluent_consume(korvet.bootstrap, unique_name, 1, 5, timeout=30)) == 5
+
+
+def test_a_setting_kafka_no_longer_has_does_not_block_changes(korvet: KorvetProcess,
+                                                              unique_name: str) -> None:
+    """message.downconversion.enable (removed in Kafka 4) stored with a topic by an earlier
+    Korvet: the topic's settings can still be changed, and the old one goes with the change."""
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, 1)])[unique_name].result(30)
+    key = f"korvet:{{topics}}:topic:{unique_name}"
+    _redis(korvet, "HSET", key, "config.message.downconversion.enable", "true")
+    _redis(korvet, "PUBLISH", "korvet:topic-changes", unique_name)  # brokers read it anew
+    resource = ConfigResource("topic", unique_name, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(30)
+    assert _described(client, unique_name)["retention.ms"].value == "3600000"
+    assert _redis(korvet, "HEXISTS", key, "config.message.downconversion.enable") == "0"
+    refused = ConfigResource("topic", unique_name, incremental_configs=[ConfigEntry(
+        "message.downconversion.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+    assert error_of(client.incremental_alter_configs([refused])[refused]) == "INVALID_CONFIG"
+
+
 def test_broker_configs_are_readable(korvet: KorvetProcess) -> None:
     client = admin(korvet)
     resource = ConfigResource("broker", "0")

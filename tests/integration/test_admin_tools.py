@@ -217,3 +217,35 @@ def test_kafka_transactions_describe_producers_shows_the_idempotent_producer(
     assert last_sequence == str(RECORDS - 1)
     assert abs(int(last_timestamp) - time.time() * 1000) < 120_000
     assert txn_start == "None"
+
+
+def test_leader_election_reassignment_and_transaction_listings_answer_as_kafka(
+        broker: KorvetProcess, tools: KafkaJavaTools, unique_name: str) -> None:
+    """The routine checks of an operator, answered as Apache Kafka 4.3.1 answers them on one
+    node (outputs observed with the same tools against it): every partition already has its
+    one replica as leader, nothing is being reassigned, no transaction exists."""
+    create_topic(broker.bootstrap, unique_name, 2)
+
+    def elect(*args: str) -> subprocess.CompletedProcess[str]:
+        return tools.run("org.apache.kafka.tools.LeaderElectionCommand",
+                         ["--bootstrap-server", tools.bootstrap, *args], check=False)
+
+    for kind in ("preferred", "unclean"):
+        done = elect("--election-type", kind, "--topic", unique_name, "--partition", "1")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"Valid replica already elected for partitions {unique_name}-1"
+    every = elect("--election-type", "preferred", "--all-topic-partitions")
+    assert (every.returncode, every.stdout.strip()) == (0, ""), every.stderr
+    for topic, partition, says in ((unique_name + "-none", "0", "No such topic as"),
+                                   (unique_name, "7", "No such partition as")):
+        failed = elect("--election-type", "preferred", "--topic", topic, "--partition", partition)
+        assert failed.returncode == 1
+        assert (f"Error completing leader election (PREFERRED) for partition: {topic}-{partition}: "
+                "org.apache.kafka.common.errors.UnknownTopicOrPartitionException: "
+                f"{says} {topic}") in failed.stdout, failed.stdout
+    listed = tools.run("org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+                       ["--bootstrap-server", tools.bootstrap, "--list"])
+    assert listed.stdout.strip() == "No partition reassignments found."
+    transactions = run(tools, "TransactionsCommand", "list")
+    assert transactions.strip().split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                            "TransactionState"]

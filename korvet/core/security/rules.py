@@ -108,8 +108,11 @@ RULES: Mapping[int, ApiRule] = {
     36: ApiRule("SaslAuthenticate", before_auth=True),
     37: ApiRule("CreatePartitions", (_topics(Operation.ALTER),)),
     42: ApiRule("DeleteGroups", (Need(Scope.GROUPS, Operation.DELETE, _GROUP_DENIED),)),
+    43: ApiRule("ElectLeaders", (Need(Scope.CLUSTER, Operation.ALTER, _CLUSTER_DENIED),)),
     44: ApiRule("IncrementalAlterConfigs", (Need(Scope.CONFIG_RESOURCES, Operation.ALTER_CONFIGS,
                                                  _TOPIC_DENIED),)),
+    46: ApiRule("ListPartitionReassignments", (Need(Scope.CLUSTER, Operation.DESCRIBE,
+                                                    _CLUSTER_DENIED),)),
     47: ApiRule("OffsetDelete", (Need(Scope.GROUP, Operation.DELETE, _GROUP_DENIED),
                                  _topics(Operation.READ))),
     48: ApiRule("DescribeClientQuotas", (Need(Scope.CLUSTER, Operation.DESCRIBE_CONFIGS,
@@ -120,6 +123,7 @@ RULES: Mapping[int, ApiRule] = {
                                                    _CLUSTER_DENIED),)),
     60: ApiRule("DescribeCluster", custom=True),  # only its authorized-operations field
     61: ApiRule("DescribeProducers", (_topics(Operation.READ),)),
+    66: ApiRule("ListTransactions", ()),  # lists the ids one may DESCRIBE: none exist
     75: ApiRule("DescribeTopicPartitions", custom=True),  # as Metadata: DESCRIBE topic
 }
 

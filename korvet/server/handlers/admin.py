@@ -1,5 +1,6 @@
 """The admin APIs operators' tools call: DeleteRecords (21), DescribeLogDirs (35),
-DescribeProducers (61), DescribeTopicPartitions (75).
+ElectLeaders (43), ListPartitionReassignments (46), DescribeProducers (61), ListTransactions
+(66), DescribeTopicPartitions (75).
 
 Kafka's rules are in korvet/core/admin.py; Redis access in korvet/storage/admin_store.py.
 
@@ -14,6 +15,11 @@ Kafka's rules are in korvet/core/admin.py; Redis access in korvet/storage/admin_
   replicas), and Redis' memory limit as the volume's total and usable bytes (v4+).
 - DescribeTopicPartitions (Kafka 4's ``kafka-topics --describe`` and Admin.describeTopics):
   paged by the core rule; one replica, this broker, leads every partition at epoch 0.
+- ElectLeaders (``kafka-leader-election``), ListPartitionReassignments
+  (``kafka-reassign-partitions --list``), ListTransactions (``kafka-transactions list``): what
+  Kafka answers for a cluster where one replica, the broker asked, leads every partition and
+  no transaction exists: no election is needed (ELECTION_NOT_NEEDED for each partition named;
+  none listed when all are asked), no reassignment is in progress, no transaction is listed.
 - DescribeProducers (``kafka-transactions describe-producers``): the idempotent producers
   the append script remembers for the partition: id, epoch, last sequence and the broker's
   clock at their last append (Kafka reports the batch's max timestamp there). No
@@ -45,6 +51,12 @@ from korvet.protocol.messages import (
     DescribeProducersResponse,
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.services import Services
@@ -53,6 +65,14 @@ from korvet.storage.admin_store import AdminStore, LogStartOutcome
 log = logging.getLogger("korvet.admin")
 
 DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 21, 35, 61, 75
+ELECT_LEADERS, LIST_PARTITION_REASSIGNMENTS, LIST_TRANSACTIONS = 43, 46, 66
+ELECT_LEADERS_VERSIONS = range(0, 3)
+LIST_PARTITION_REASSIGNMENTS_VERSIONS = range(0, 1)
+LIST_TRANSACTIONS_VERSIONS = range(0, 3)
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
+# Kafka's transaction states (TransactionState): ListTransactions names any other filter.
+TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
+                                "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
 DELETE_RECORDS_VERSIONS = range(0, 3)
 DESCRIBE_LOG_DIRS_VERSIONS = range(1, 6)
 DESCRIBE_PRODUCERS_VERSIONS = range(0, 1)
@@ -70,7 +90,7 @@ def log_dir_name(redis_url: str, keyspace: str) -> str:
 
 
 class AdminHandler:
-    """The four admin APIs of one broker."""
+    """The admin APIs of one broker."""
 
     def __init__(self, services: Services, redis_url: str,
                  log_start_moved: Callable[[], None] = lambda: None) -> None:
@@ -202,6 +222,51 @@ class AdminHandler:
                        if page.next_cursor is not None else None)
         return make(response_cls, throttle_time=0,
                     topics=tuple(topic_entry(t) for t in page.topics), next_cursor=next_cursor)
+
+    # -- ElectLeaders, ListPartitionReassignments, ListTransactions ------------------------
+
+    async def elect_leaders(self, ctx: RequestContext,
+                            request: ElectLeadersRequest) -> ElectLeadersResponse:
+        response_cls = response_type(type(request))
+        result_cls = nested(response_cls, "ReplicaElectionResult")
+        partition_cls = nested(response_cls, "PartitionResult")
+        if getattr(request, "election_type", PREFERRED) not in (PREFERRED, UNCLEAN):  # v1+
+            return make(response_cls, throttle_time=0, error_code=ErrorCode.invalid_request,
+                        replica_election_results=())
+        results = []
+        # All partitions asked (null): Kafka lists only those whose election was needed.
+        for entry in request.topic_partitions or ():
+            topic = await self.services.topics.get(entry.topic)
+            partitions = []
+            for index in entry.partitions:
+                if topic is None or not 0 <= index < topic.partitions:
+                    partitions.append(make(
+                        partition_cls, partition_id=index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message=(f"No such topic as {entry.topic}" if topic is None
+                                       else f"No such partition as {entry.topic}-{index}")))
+                else:
+                    partitions.append(make(
+                        partition_cls, partition_id=index,
+                        error_code=ErrorCode.election_not_needed,
+                        error_message="Leader election not needed for topic partition."))
+            results.append(make(result_cls, topic=entry.topic, partition_result=tuple(partitions)))
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                    replica_election_results=tuple(results))
+
+    async def list_partition_reassignments(
+            self, ctx: RequestContext,
+            request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+        """Nothing is ever being reassigned (every partition has its one replica)."""
+        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+                    error_message=None, topics=())
+
+    async def list_transactions(self, ctx: RequestContext,
+                                request: ListTransactionsRequest) -> ListTransactionsResponse:
+        """Korvet has no transactions (InitProducerId refuses a transactional id)."""
+        unknown = tuple(s for s in request.state_filters if s not in TRANSACTION_STATES)
+        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+                    unknown_state_filters=unknown, transaction_states=())
 
     # -- DescribeProducers ---------------------------------------------------------------
 

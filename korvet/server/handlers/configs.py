@@ -43,20 +43,14 @@ TOPIC, BROKER = 2, 4
 # DescribeConfigs config sources
 SOURCE_CODES = {"topic": 1, "broker": 4, "default": 5}
 # DescribeConfigs v3+ config types
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+_CONFIG_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
+                 "double": DOUBLE, "list": LIST}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def config_type(definition: rules.ConfigDef) -> int:
-    if definition.name == "cleanup.policy":
-        return LIST
-    if definition.name == "korvet.sequence.bits":
-        return INT
-    if definition.default in ("true", "false"):
-        return BOOLEAN
-    if definition.default.lstrip("-").isdigit():
-        return LONG
-    return STRING
+    return _CONFIG_TYPES[definition.kind]
 
 
 def _doc(definition: rules.ConfigDef) -> str:
@@ -195,7 +189,15 @@ _FIXED_WHY = {
 
 def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
     for definition in rules.CONFIG_DEFS:
-        if not definition.read_only_after_create or definition.name not in wanted:
+        if not definition.read_only_after_create:
+            continue
+        if definition.name not in wanted:
+            if definition.name in current.explicit:
+                # A DELETE: the topic would read its stored entries with the built-in default.
+                raise _Refused(ErrorCode.invalid_config,
+                               f"{definition.name} cannot be deleted: it is fixed when the topic "
+                               f"is created ({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); "
+                               f"it is {current.get(definition.name)!r}")
             continue
         if wanted[definition.name] != current.get(definition.name):
             raise _Refused(ErrorCode.invalid_config,
@@ -224,7 +226,9 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
             if topic is None:
                 raise _Refused(ErrorCode.unknown_topic_or_partition,
                                f"Topic '{resource.resource_name}' does not exist.")
-            current = dict(topic.config.explicit)
+            stored = topic.config.explicit
+            # A setting Korvet no longer knows (one Kafka removed) is dropped by the next change.
+            current = {name: value for name, value in stored.items() if name in rules.CONFIGS}
             if incremental:
                 wanted = dict(current)
                 for entry in resource.configs:
@@ -249,7 +253,7 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
             except rules.TopicConfigError as exc:
                 raise _Refused(ErrorCode.invalid_config, str(exc)) from None
             if not request.validate_only:
-                removed = [name for name in current if name not in validated]
+                removed = [name for name in stored if name not in validated]
                 await services.store.update_topic_configs(topic.name, validated, removed)
                 services.topics.invalidate(topic.name)
         except _Refused as refused:

@@ -238,8 +238,13 @@ class FetchHandler:
         if prepared is not None:
             try:
                 done, done_used = await prepared
-            except (RedisError, OSError, asyncio.CancelledError):
+            except (RedisError, OSError):
                 done, done_used = [], 0
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this connection is being closed, not only the read-ahead
+                done, done_used = [], 0  # the read-ahead alone was cancelled: read anew
             if done and not await self._still_above_log_start(done):
                 done = []
             if done and done_used >= limits.min_bytes:

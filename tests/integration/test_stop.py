@@ -1,0 +1,60 @@
+"""`korvet serve` stops promptly on SIGTERM while Kafka clients stay connected, as a Kafka
+broker does: clients never close their connections themselves, so a broker that waited for
+them (Python 3.12's Server.wait_closed does) or that kept serving a connection whose task
+missed its cancel (a fetch awaiting its read-ahead) would only end with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from korvet.process import stop_process
+from tests.conftest import ROOT, KorvetProcess
+from tests.integration.test_clients import create_topic
+from tests.support.wire import WireClient
+
+pytestmark = [pytest.mark.clients, pytest.mark.slow]
+
+PROMPT_SECONDS = 4.0  # under the listener's 5 s bound: no connection needed it
+
+
+def _stop_seconds(broker: KorvetProcess) -> float:
+    assert broker.process is not None
+    started = time.monotonic()
+    stop_process(broker.process, signal.SIGTERM, timeout=60)
+    broker.process = None
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_sigterm_stops_the_broker_while_clients_keep_their_connections(
+        tmp_path: Path, round_: int) -> None:
+    broker = KorvetProcess(tmp_path / "broker").start()
+    topics = (f"flowing-{round_}", f"empty-{round_}", f"trickled-{round_}")
+    for topic, partitions in zip(topics, (2, 1, 1), strict=True):
+        create_topic(broker.bootstrap, topic, partitions)
+    idle = WireClient(broker.bootstrap)  # connected, asks nothing more
+    clients = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.stop_clients", broker.bootstrap, *topics,
+         f"stop-{round_}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    try:
+        assert clients.stdout is not None
+        assert clients.stdout.readline().strip() == "flowing", broker.log_tail()
+        time.sleep(2 + round_)  # records flow: fetches read ahead, some wait for data
+        took = _stop_seconds(broker)
+        log = broker.log_path.read_text(errors="replace") if broker.log_path else ""
+        assert took < PROMPT_SECONDS, f"SIGTERM took {took:.1f} s\n{broker.log_tail()}"
+        assert "had not ended" not in log
+        assert "embedded Redis stopped" in log
+    finally:
+        clients.kill()
+        clients.wait()
+        idle.close()
+        broker.stop()
