@@ -469,6 +469,9 @@ class GroupCoordinator:
             except (NotCoordinator, CoordinatorUnavailable) as exc:
                 log.info("group clean-up skipped: %s", exc)
                 continue
+            except Exception:  # the next round tries again
+                log.exception("group clean-up failed")
+                continue
             if isinstance(reply, core.DeleteGroupsReply):
                 deleted = [r.group_id for r in reply.results if r.error is core.ErrorCode.NONE]
                 if deleted:
