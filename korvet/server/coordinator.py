@@ -503,7 +503,9 @@ class GroupCoordinator:
                     if await self.store.ensure_redis_group(ref.stream_key, group_id, ref.bits,
                                                            fetch_offset):
                         self.redis_groups.add((group_id, ref.stream_key))
-                except (RedisError, OSError) as exc:
+                except (RedisError, OSError, AttributeError) as exc:
+                    # AttributeError: redis-py's cluster client can pick a connection a
+                    # failover just closed (its writer is None); the next fetch tries again.
                     log.debug("XGROUP CREATE %s %s failed: %s", ref.stream_key, group_id, exc)
 
 
