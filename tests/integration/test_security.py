@@ -34,6 +34,7 @@ import pytest
 import redis
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from korvet.conformance.checks.security import TlsWireClient
 from korvet.core.security import scram
@@ -390,6 +391,10 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
             ssl.create_default_context(cafile=str(secured.pki.ca.cert)).wrap_socket(
                 tls_on_plaintext, server_hostname="localhost")
         # alice may only read "read-only": her writes are refused and nothing is stored
+        admin = AdminClient(secured.sasl(ADMIN))
+        admin.create_topics([NewTopic("read-only", 1)])["read-only"].result(30)
+        denied = ("korvet_broker_produce_errors_total", (("error", "TOPIC_AUTHORIZATION_FAILED"),))
+        denied_before = _metrics(secured).get(denied, 0.0)
         producer = Producer({**secured.sasl(ALICE), "message.timeout.ms": 10_000})
         failures: list[KafkaError | None] = []
         producer.produce("read-only", value=b"not allowed",
@@ -398,6 +403,7 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
         assert failures and failures[0] is not None
         assert failures[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert store.xlen("korvet:{read-only:0}:stream") == 0
+        assert _metrics(secured).get(denied, 0.0) >= denied_before + 1, "refusal not counted"
         # a request before authentication: the connection closes, nothing is created
         host, port = secured.bootstrap("EXTERNAL").split(":")
         early = TlsWireClient(host, int(port), ca_file=str(secured.pki.ca.cert), timeout=5)
