@@ -162,6 +162,10 @@ SETTINGS: tuple[Setting, ...] = (
             "largest session timeout a member may ask"),
     Setting("groups.max-size", int, 2**31 - 1,
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
+    Setting("groups.retention-check-interval-ms", int, 600_000,
+            "every this often, delete the empty groups that have no committed offsets, as "
+            "Kafka's offsets.retention.check.interval.ms does (0: never); committed offsets "
+            "themselves are kept until their group is deleted", unit="ms"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
     # Test-only (korvet spec test-live): the coordinator's clock stands still and moves only

@@ -36,12 +36,19 @@ def add_parser(commands: Any) -> None:
         description=("Add, list and delete the users SASL listeners authenticate (SCRAM-SHA-256, "
                      "SCRAM-SHA-512, and PLAIN against them). Redis is the broker's: --redis-url, "
                      "or the embedded Redis of a broker running with --data-dir."))
-    parser.add_argument("--config", metavar="FILE", help="the broker's YAML settings")
-    parser.add_argument("--redis-url", help="the broker's Redis (default: its embedded Redis)")
-    parser.add_argument("--data-dir", help="the broker's data folder (embedded Redis)")
-    parser.add_argument("--keyspace", help="the broker's redis.keyspace")
+    # Where Redis is may be given before or after the subcommand (`korvet users add
+    # --redis-url URL alice`); after it, only what is given overrides what came before.
+    for target, default in ((parser, None), (where := argparse.ArgumentParser(add_help=False),
+                                             argparse.SUPPRESS)):
+        target.add_argument("--config", metavar="FILE", default=default,
+                            help="the broker's YAML settings")
+        target.add_argument("--redis-url", default=default,
+                            help="the broker's Redis (default: its embedded Redis)")
+        target.add_argument("--data-dir", default=default,
+                            help="the broker's data folder (embedded Redis)")
+        target.add_argument("--keyspace", default=default, help="the broker's redis.keyspace")
     sub = parser.add_subparsers(dest="users_command", required=True)
-    add = sub.add_parser("add", help="add a user or change its password")
+    add = sub.add_parser("add", help="add a user or change its password", parents=[where])
     add.add_argument("name")
     add.add_argument("--mechanism", choices=[*sorted(scram.MECHANISMS), "all"], default="all",
                      help="which SCRAM credentials to store (default: both)")
@@ -50,8 +57,8 @@ def add_parser(commands: Any) -> None:
                           f"(default {DEFAULT_ITERATIONS})")
     add.add_argument("--password-env", metavar="VAR",
                      help="read the password from this environment variable")
-    sub.add_parser("list", help="list users and their mechanisms")
-    delete = sub.add_parser("delete", help="delete a user's credentials")
+    sub.add_parser("list", help="list users and their mechanisms", parents=[where])
+    delete = sub.add_parser("delete", help="delete a user's credentials", parents=[where])
     delete.add_argument("name")
     delete.add_argument("--mechanism", choices=[*sorted(scram.MECHANISMS), "all"], default="all")
     parser.set_defaults(func=run)
@@ -89,7 +96,8 @@ async def _run(args: argparse.Namespace, settings: config.Config) -> int:
     security = SecuritySettings.from_config(settings)
     url = _redis_url(settings)
     try:
-        client = await connect_redis(url, security.redis if settings.get_str("redis.url") else None)
+        client = await connect_redis(url, security.redis if settings.get_str("redis.url") else None,
+                                     cluster=settings.get_bool("redis.cluster"))
     except StartupError as exc:
         print(f"korvet users: {exc}", file=sys.stderr)
         return 2

@@ -16,8 +16,8 @@ from typing import cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from korvet.config import Config
 from korvet.core.limits import Limits
@@ -30,6 +30,7 @@ from korvet.server.http import HttpServer, Route
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
+from korvet.server.redis_urls import join_seeds, split_seeds
 from korvet.server.tls import TlsError, redis_options, server_context
 from korvet.storage.redis_store import OldLayoutError
 
@@ -44,6 +45,11 @@ def with_credentials(url: str, username: str = "", password: str = "") -> str:
     """``url`` with redis.username / redis.password in it (they override the URL's own)."""
     if not username and not password:
         return url
+    url, seeds = split_seeds(url)
+    return join_seeds(_with_credentials(url, username, password), seeds)
+
+
+def _with_credentials(url: str, username: str, password: str) -> str:
     parts = urlsplit(url)
     user = quote(username, safe="") if username else (parts.username or "")
     secret = quote(password, safe="") if password else (parts.password or "")
@@ -95,13 +101,20 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
     the storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs
     (per node pipes for appends, one transaction per group, SCAN on every master)."""
     auth = auth or RedisAuth()
-    url = with_credentials(url, auth.username, auth.password)
     shown = masked(url)
+    try:
+        url, seeds = split_seeds(with_credentials(url, auth.username, auth.password))
+    except ValueError as exc:
+        raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
+    if seeds and not cluster:
+        raise StartupError(f"the Redis URL {shown} names several nodes: that is for a Redis "
+                           "Cluster (--redis-cluster, KORVET_REDIS_CLUSTER=true)")
     client: aioredis.Redis
     try:
         if cluster:
             client = cast(aioredis.Redis, RedisCluster.from_url(
                 url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
+                startup_nodes=[ClusterNode(host, port) for host, port in seeds] or None,
                 **redis_options(auth, url)))
         else:
             client = aioredis.from_url(url, decode_responses=False,
@@ -111,10 +124,12 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
         info = await client.info("server")
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError) as exc:
         with contextlib.suppress(Exception):
             await client.aclose()
-        raise StartupError(f"cannot reach Redis at {shown}: {exc}") from exc
+        hint = (" (with --redis-cluster the URL may name several seed nodes: "
+                "redis://host1:port1,host2:port2)" if cluster else "")
+        raise StartupError(f"cannot reach Redis at {shown}: {exc}{hint}") from exc
     version = str(info.get("redis_version", "0"))
     head = version.split(".", 1)[0]
     major = int(head) if head.isdigit() else 0

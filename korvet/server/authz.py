@@ -346,6 +346,7 @@ class Guard:
                 denied.append((check, refused))
         if not denied:
             return await handler(ctx, request)
+        self._count_refused(rule, denied)
         remaining = any(getattr(request, c.field(request)) for c, _ in denied)
         if remaining or denied[0][0].empty is None:
             response = await handler(ctx, request)
@@ -359,6 +360,22 @@ class Guard:
         if response is None:
             return None
         return _merge(response, denied, response_cls, version)
+
+    def _count_refused(self, rule: ApiRule, denied: list[tuple[Items, list[tuple[Any, ErrorCode]]]]
+                       ) -> None:
+        """Produce and Fetch partitions refused here count as the handlers' own errors do
+        (korvet_broker_produce_errors / fetch_errors, docs/users/operations.md)."""
+        metrics = self.services.metrics
+        if rule.name == "Produce":
+            count, partitions = metrics.produce_error, "partition_data"
+        elif rule.name == "Fetch":
+            count, partitions = metrics.fetch_error, "partitions"
+        else:
+            return
+        for _, refused in denied:
+            for item, code in refused:
+                for _ in getattr(item, partitions, ()) or ():
+                    count(int(code))
 
     async def _split(self, need: Need, check: Items, access: Access,
                      request: Any) -> tuple[Any, list[tuple[Any, ErrorCode]]]:

@@ -106,6 +106,7 @@ class Tenant:
             event_log=event_log,
             clock=self.test_clock,
             on_step=broker.metrics.coordinator_stepped,
+            clean_up_every_ms=config.get_int("groups.retention-check-interval-ms"),
         )
         self.services.coordinator = self.coordinator
         self.membership: Membership | None = None

@@ -97,8 +97,9 @@ class GroupCoordinator:
                  partition_ref: Callable[[str, int], PartitionRef | None],
                  event_log: str = "", clock: Callable[[], int] | None = None,
                  on_step: Callable[[core.CoordinatorState, core.CoordinatorState, str | None],
-                                   None] | None = None) -> None:
+                                   None] | None = None, clean_up_every_ms: int = 0) -> None:
         self.store = store
+        self._clean_up_every_ms = clean_up_every_ms  # 0: empty groups are never removed
         self._on_step = on_step  # (state before, state after, the event's group): metrics
         self.partition_ref = partition_ref
         self.state = core.initial_state(config)
@@ -171,6 +172,9 @@ class GroupCoordinator:
         self._index_members()
         self._tasks = [asyncio.create_task(self._run(), name="korvet-coordinator"),
                        asyncio.create_task(self._timer(), name="korvet-coordinator-timer")]
+        if self._clean_up_every_ms > 0:
+            self._tasks.append(asyncio.create_task(self._clean_up(),
+                                                   name="korvet-coordinator-clean-up"))
         await self.submit_internal(core.Restart())
 
     async def close(self) -> None:
@@ -450,6 +454,31 @@ class GroupCoordinator:
             await self._queue.put(_Tick())
             await self._wakeup.wait()
 
+    async def _clean_up(self) -> None:
+        """Kafka's periodic group clean-up: every ``groups.retention-check-interval-ms`` the
+        empty groups without committed offsets this broker coordinates are deleted, by the
+        DeleteGroups step a client's request takes (logged as such in the event log)."""
+        while True:
+            await asyncio.sleep(self._clean_up_every_ms / 1000)
+            removable = tuple(g for g in core.removable_groups(self.state) if self.owns(g))
+            if not removable:
+                continue
+            try:
+                reply = await self.request(core.DeleteGroups(
+                    request_id=self.next_request_id(), group_ids=removable))
+            except (NotCoordinator, CoordinatorUnavailable) as exc:
+                log.info("group clean-up skipped: %s", exc)
+                continue
+            except Exception:  # the next round tries again
+                log.exception("group clean-up failed")
+                continue
+            if isinstance(reply, core.DeleteGroupsReply):
+                deleted = [r.group_id for r in reply.results if r.error is core.ErrorCode.NONE]
+                if deleted:
+                    log.info("deleted %d empty group(s) without committed offsets: %s",
+                             len(deleted), ", ".join(deleted[:10])
+                             + (" ..." if len(deleted) > 10 else ""))
+
     # --- who fetches for a group ------------------------------------------------------------
 
     def _index_members(self) -> None:
@@ -474,7 +503,9 @@ class GroupCoordinator:
                     if await self.store.ensure_redis_group(ref.stream_key, group_id, ref.bits,
                                                            fetch_offset):
                         self.redis_groups.add((group_id, ref.stream_key))
-                except (RedisError, OSError) as exc:
+                except (RedisError, OSError, AttributeError) as exc:
+                    # AttributeError: redis-py's cluster client can pick a connection a
+                    # failover just closed (its writer is None); the next fetch tries again.
                     log.debug("XGROUP CREATE %s %s failed: %s", ref.stream_key, group_id, exc)
 
 

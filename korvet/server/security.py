@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from korvet.core.security import sasl, scram
 from korvet.core.security.access import OPEN, Access
 from korvet.core.security.acl import AclSet
+from korvet.protocol.registry import CloseConnection
 from korvet.security_config import SecuritySettings
 from korvet.storage.security import AclStore, CredentialStore
 
@@ -137,8 +138,12 @@ class Security:
         try:
             found = await self.credentials.get(request.username, request.mechanisms)
         except (RedisError, OSError) as exc:
-            log.warning("cannot read the credentials of %r: %s", request.username, exc)
-            found = None
+            # Not "invalid credentials": Kafka's clients take that as final and stop. A
+            # connection closed mid-authentication is retried, as with a broker that is down.
+            log.warning("cannot read the credentials of %r (%s): closing the connection, the "
+                        "client retries", request.username, exc)
+            raise CloseConnection(f"credentials of {request.username!r} unreadable: {exc}"
+                                  ) from exc
         if found is None:
             mechanism = request.mechanisms[0]
             return sasl.CredentialLoaded(mechanism, self.decoy(request.username, mechanism),

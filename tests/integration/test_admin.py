@@ -211,3 +211,50 @@ def test_approximate_trimming_is_per_topic(korvet: KorvetProcess, unique_name: s
             wire.request(produce_request(unique_name, {0: batch(100, start=round_ * 100)}))
     kept = xlen(korvet, unique_name)
     assert 100 <= kept < 1000, f"approximate trimming kept {kept} of 1000 entries"
+
+
+def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
+    """Kafka's periodic clean-up: a group whose consumer left without committing (a console
+    consumer without --group) goes from ListGroups and Redis; a group whose consumer committed
+    stays, with its offset."""
+    from confluent_kafka import Consumer, Producer
+
+    broker = KorvetProcess(tmp_path / "broker",
+                           extra_args=["--groups-retention-check-interval-ms", "1000"]).start()
+    try:
+        client = admin(broker)
+        client.create_topics([NewTopic("cleaned", 1)])["cleaned"].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce("cleaned", b"one")
+        assert producer.flush(30) == 0
+        for group, commits in (("left-without-committing", False), ("committed", True)):
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            consumer.subscribe(["cleaned"])
+            message = None
+            deadline = time.monotonic() + 30
+            while message is None and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+            assert message is not None and message.error() is None
+            if commits:
+                consumer.commit(message=message, asynchronous=False)
+            consumer.close()
+
+        def listed() -> set[str]:
+            return {g.group_id for g in client.list_consumer_groups().result(30).valid}
+
+        deadline = time.monotonic() + 15
+        while "left-without-committing" in listed() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert listed() == {"committed"}
+        def keys(pattern: str) -> list[str]:
+            return subprocess.run(["redis-cli", "-u", broker.redis_url, "--scan", "--pattern",
+                                   pattern], capture_output=True, text=True,
+                                  check=True).stdout.split()
+
+        assert keys("*left-without-committing*") == []
+        assert keys("*committed*") != []  # the kept group's snapshot and offsets
+        log = broker.log_path.read_text() if broker.log_path else ""
+        assert "deleted 1 empty group(s) without committed offsets: left-without-committing" in log
+    finally:
+        broker.stop()

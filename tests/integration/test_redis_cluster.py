@@ -15,6 +15,7 @@ One cluster and one broker for the module.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
@@ -27,7 +28,9 @@ import pytest
 import redis
 import redis.cluster
 
-from tests.conftest import KorvetProcess
+from korvet.process import free_port
+from tests.conftest import KORVET, ROOT, KorvetProcess
+from tests.integration import clients
 from tests.integration.test_clients import create_topic
 from tests.support.redis_cluster import RedisCluster
 
@@ -517,3 +520,32 @@ def test_acks_all_waits_for_the_masters_replica(on_cluster: OnCluster) -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCluster,
+                                                                  tmp_path: Path) -> None:
+    """Like Kafka's bootstrap.servers, the cluster's URL may name several seed nodes: a broker
+    whose first seed is down starts from the next one. When none answers, `korvet serve`
+    says so and exits 2, without a traceback."""
+    dead = free_port()
+    live = on_cluster.cluster.ports[1]
+    broker = KorvetProcess(tmp_path / "seeds", extra_args=[
+        "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{live}", "--redis-cluster"]).start()
+    try:
+        topic = f"seeds-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap, topic, 2)
+        records = [clients.Rec(i % 2, b"k", f"v{i}".encode(), (), int(time.time() * 1000))
+                   for i in range(10)]
+        clients.confluent_produce(broker.bootstrap, topic, records)
+        got = clients.confluent_consume(broker.bootstrap, topic, 2, 10, timeout=30)
+        assert sorted(g.value or b"" for g in got) == sorted(r.value or b"" for r in records)
+    finally:
+        broker.stop()
+    refused = subprocess.run(
+        [*KORVET, "serve", "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{free_port()}",
+         "--redis-cluster", "--port", "0", "--no-http-enabled",
+         "--data-dir", str(tmp_path / "none")], capture_output=True, text=True, timeout=120,
+        cwd=ROOT, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert "cannot reach Redis at redis://127.0.0.1:" in refused.stderr
+    assert "several seed nodes" in refused.stderr and "Traceback" not in refused.stderr

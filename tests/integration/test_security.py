@@ -34,6 +34,7 @@ import pytest
 import redis
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from korvet.conformance.checks.security import TlsWireClient
 from korvet.core.security import scram
@@ -390,6 +391,10 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
             ssl.create_default_context(cafile=str(secured.pki.ca.cert)).wrap_socket(
                 tls_on_plaintext, server_hostname="localhost")
         # alice may only read "read-only": her writes are refused and nothing is stored
+        admin = AdminClient(secured.sasl(ADMIN))
+        admin.create_topics([NewTopic("read-only", 1)])["read-only"].result(30)
+        denied = ("korvet_broker_produce_errors_total", (("error", "TOPIC_AUTHORIZATION_FAILED"),))
+        denied_before = _metrics(secured).get(denied, 0.0)
         producer = Producer({**secured.sasl(ALICE), "message.timeout.ms": 10_000})
         failures: list[KafkaError | None] = []
         producer.produce("read-only", value=b"not allowed",
@@ -398,6 +403,7 @@ def test_refused_clients_get_errors_and_the_broker_keeps_serving(secured: Secure
         assert failures and failures[0] is not None
         assert failures[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert store.xlen("korvet:{read-only:0}:stream") == 0
+        assert _metrics(secured).get(denied, 0.0) >= denied_before + 1, "refusal not counted"
         # a request before authentication: the connection closes, nothing is created
         host, port = secured.bootstrap("EXTERNAL").split(":")
         early = TlsWireClient(host, int(port), ca_file=str(secured.pki.ca.cert), timeout=5)
@@ -570,3 +576,54 @@ def test_a_redis_behind_tls_and_an_acl_user_and_sessions_that_are_reauthenticate
         assert "rediss://127.0.0.1" in log
     finally:
         broker.stop()
+
+
+def test_while_redis_is_down_a_login_is_retried_not_refused(tmp_path: Path) -> None:
+    """The credentials live in Redis: while it is unreachable the broker cannot check them.
+    It closes the connection (the client retries, as with a broker that is down) instead of
+    answering "invalid credentials", which Kafka's clients take as final."""
+    port = free_port()
+    redis_command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path)]
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(redis_command, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return process
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    server = start_redis()
+    url = f"redis://127.0.0.1:{port}/0"
+    listeners = tmp_path / "listeners.json"
+    broker = KorvetProcess(tmp_path / "broker", extra_args=[
+        "--redis-url", url, "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "--broker-listeners-file", str(listeners)])
+    broker.start()
+    try:
+        subprocess.run([*KORVET, "users", "--redis-url", url, "add", "erin"], input="e-secret\n",
+                       text=True, cwd=ROOT, check=True, capture_output=True, timeout=60)
+        sasl_port = json.loads(listeners.read_text())["SASL_PLAINTEXT"]
+        stop_process(server, timeout=10)  # Redis goes away (its AOF keeps erin)
+        errors: list[Any] = []
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_port}",
+                             "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "erin",
+                             "sasl.password": "e-secret", "message.timeout.ms": 60000,
+                             "error_cb": errors.append})
+        producer.produce("while-redis-was-down", value=b"kept")
+        producer.poll(3)  # logins fail meanwhile
+        server = start_redis()
+        assert producer.flush(60) == 0, "the record was not delivered once Redis was back"
+        assert all(e.code() != KafkaError._AUTHENTICATION for e in errors), errors
+        assert "closing the connection, the client retries" in broker.log_tail(100_000)
+    finally:
+        broker.stop()
+        stop_process(server, timeout=10)

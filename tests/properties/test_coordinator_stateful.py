@@ -71,6 +71,7 @@ from korvet.core.coordinator import (
     new_member_id,
     next_deadline,
     offset_fetch,
+    removable_groups,
     step,
     to_snapshot,
 )
@@ -349,6 +350,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert isinstance(cleanup, DeleteGroupData)
             assert self.h.state.groups[cleanup.group_id].state is GroupState.DEAD
 
+    @rule()
+    def periodic_clean_up(self) -> None:
+        """The broker's clean-up (groups.retention-check-interval-ms) deletes what
+        removable_groups names with DeleteGroups: every one of them is deleted, and no
+        group with a member or a committed offset is ever named."""
+        removable = removable_groups(self.h.state)
+        for group_id in removable:
+            group = self.h.state.groups[group_id]
+            assert not group.members and not group.offsets and group.state is GroupState.EMPTY
+        if removable:
+            effects = self.apply(DeleteGroups(self.h.rid(), removable), None)
+            (reply,) = replies(effects, DeleteGroupsReply)
+            assert isinstance(reply, DeleteGroupsReply)
+            assert [r.error for r in reply.results] == [ErrorCode.NONE] * len(removable)
+
     @rule(group=st.sampled_from(GROUPS))
     def cleanup_done(self, group: str) -> None:
         self.apply(GroupDataDeleted(group), group)
@@ -484,6 +500,21 @@ TestCoordinatorMachine.settings = settings(
 
 
 # --- example tests: error codes ------------------------------------------------------------
+
+def test_the_clean_up_removes_an_empty_group_without_offsets_only() -> None:
+    """What Kafka's periodic clean-up removes: a group its last member left without
+    committing (a console consumer without --group); a group with committed offsets
+    (members gone or never there) and a group with members stay."""
+    h = Harness()
+    left = h.stable_group("console", group="left")
+    h.leave("left", (left["console"], None))
+    assert h.state.groups["left"].state is GroupState.EMPTY
+    h.commit("committed", "", -1, offset=3)
+    h.stable_group("c1", group="active")
+    assert removable_groups(h.state) == ("left",)
+    h.delete(*removable_groups(h.state))
+    assert [g.group_id for g in list_groups(h.state)] == ["active", "committed"]
+
 
 def test_unknown_member_id_for_a_heartbeat_of_a_member_the_group_does_not_know() -> None:
     h = Harness()

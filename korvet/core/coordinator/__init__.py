@@ -53,6 +53,7 @@ from korvet.core.coordinator.queries import (
     describe_group,
     list_groups,
     offset_fetch,
+    removable_groups,
 )
 from korvet.core.coordinator.snapshot import (
     SnapshotError,
@@ -89,5 +90,5 @@ __all__ = [
     "RebalanceTimeout", "Reply", "RequestEvent", "Restart", "SessionTimeout", "SnapshotError",
     "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicDeleted", "TopicPartition", "describe_group",
     "due_timeouts", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
-    "new_member_id", "next_deadline", "offset_fetch", "read_group", "step", "to_snapshot",
+    "new_member_id", "next_deadline", "offset_fetch", "read_group", "removable_groups", "step", "to_snapshot",
 ]

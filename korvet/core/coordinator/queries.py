@@ -1,5 +1,5 @@
 """Read-only questions the adapter answers without a step: DescribeGroups,
-ListGroups, OffsetFetch."""
+ListGroups, OffsetFetch, and which groups the periodic clean-up deletes."""
 
 from __future__ import annotations
 
@@ -87,3 +87,13 @@ def offset_fetch(state: CoordinatorState, group_id: str,
     if partitions is None:
         return tuple(sorted(offsets.items()))
     return tuple((tp, offsets.get(tp)) for tp in partitions)
+
+
+def removable_groups(state: CoordinatorState) -> tuple[str, ...]:
+    """The groups Kafka's periodic clean-up (offsets.retention.check.interval.ms) deletes:
+    Empty, with no member, no pending join and no committed offset. The adapter deletes them
+    with DeleteGroups, the step a client's request takes; a group that changed meanwhile is
+    answered NON_EMPTY_GROUP there and stays."""
+    return tuple(sorted(
+        g.group_id for g in state.groups.values()
+        if g.state is GroupState.EMPTY and not g.members and not g.pending and not g.offsets))

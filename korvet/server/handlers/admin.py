@@ -59,6 +59,7 @@ from korvet.protocol.messages import (
     ListTransactionsResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.redis_urls import split_seeds
 from korvet.server.services import Services
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
 
@@ -81,7 +82,7 @@ DESCRIBE_TOPIC_PARTITIONS_VERSIONS = range(0, 1)
 
 def log_dir_name(redis_url: str, keyspace: str) -> str:
     """The Redis the data lives in, as DescribeLogDirs names it: no user or password."""
-    parts = urlsplit(redis_url)
+    parts = urlsplit(split_seeds(redis_url)[0])  # a cluster's first seed node
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
     if parts.port is not None:
