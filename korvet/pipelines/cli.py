@@ -23,7 +23,9 @@ def add_parser(commands: Any) -> None:
         "pipeline",
         help="run the Spark Structured Streaming pipeline (JSON events -> windowed aggregates)",
         description=(
-            "Read JSON events ({\"event_id\", \"key\", \"amount\", \"event_time\"}) from a topic "
+            "Read JSON events ({\"event_id\", \"key\", \"amount\", \"event_time\"}; amount a whole "
+            "number: Spark reads it as BIGINT, and a value it cannot read so counts as no "
+            "amount) from a topic "
             "with Spark's Kafka connector, aggregate them per key in tumbling event-time "
             "windows with a watermark, and write each final window to Parquet and to another "
             "topic (Kafka sink). Both outputs are checkpointed under --checkpoint: running the "

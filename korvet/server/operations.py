@@ -96,6 +96,8 @@ class Scraper:
                 if snapshot.redis_up:
                     snapshot.redis_memory = await redis_memory(self.services.store.redis)
                     await self._streams(coordinator.durable_view if coordinator else None)
+                else:  # the health check answered DOWN: nothing else was read from Redis
+                    snapshot.scrape_errors += 1
             except (RedisError, OSError) as exc:
                 log.warning("metrics scrape could not read Redis: %s", exc)
                 snapshot.redis_up = False

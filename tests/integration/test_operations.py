@@ -264,6 +264,8 @@ def test_every_dashboard_query_names_a_metric_the_broker_exports(broker: KorvetP
 
 def test_readiness_fails_and_liveness_holds_when_redis_goes(
         broker: KorvetProcess, external: KorvetProcess) -> None:
+    errors_before = _value(_scrape(broker)[0], "korvet_scrape_errors_total")
+    assert errors_before is not None
     external.stop()  # its embedded Redis, which `broker` uses, stops with it
     status, _, body = _get(broker.http_port, "/health/readiness")
     assert status == 503
@@ -274,6 +276,7 @@ def test_readiness_fails_and_liveness_holds_when_redis_goes(
     assert _get(broker.http_port, "/actuator/health")[0] == 503
     samples, _ = _scrape(broker)
     assert _value(samples, "korvet_redis_up") == 0
+    assert _value(samples, "korvet_scrape_errors_total") == errors_before + 1
 
 
 def test_dashboard_file_is_grafana_json() -> None:
