@@ -215,8 +215,11 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     url = config.get_str("redis.url")
     print(f"korvet: using {redis_choice(config)}", file=sys.stderr, flush=True)
     if url:
-        url = with_credentials(url, config.get_str("redis.username"),
-                               config.get_str("redis.password"))
+        try:
+            url = with_credentials(url, config.get_str("redis.username"),
+                                   config.get_str("redis.password"))
+        except ValueError as exc:  # a seed node that is no host:port
+            raise StartupError(f"cannot use the Redis URL {masked(url)}: {exc}") from exc
     else:
         embedded = EmbeddedRedis(
             data_dir=Path(config.get_str("data.dir")),

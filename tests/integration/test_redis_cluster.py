@@ -549,3 +549,11 @@ def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCl
     assert refused.returncode == 2, refused.stderr
     assert "cannot reach Redis at redis://127.0.0.1:" in refused.stderr
     assert "several seed nodes" in refused.stderr and "Traceback" not in refused.stderr
+    malformed = subprocess.run(
+        [*KORVET, "serve", "--redis-url", f"redis://127.0.0.1:{live},127.0.0.1:port",
+         "--redis-cluster", "--redis-password", "secret", "--port", "0", "--no-http-enabled",
+         "--data-dir", str(tmp_path / "malformed")], capture_output=True, text=True, timeout=120,
+        cwd=ROOT, check=False)
+    assert malformed.returncode == 2, malformed.stderr
+    assert "a seed node must be host:port, got '127.0.0.1:port'" in malformed.stderr
+    assert "Traceback" not in malformed.stderr and "secret" not in malformed.stderr
