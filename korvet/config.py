@@ -164,8 +164,13 @@ SETTINGS: tuple[Setting, ...] = (
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
     Setting("groups.retention-check-interval-ms", int, 600_000,
             "every this often, delete the empty groups that have no committed offsets, as "
-            "Kafka's offsets.retention.check.interval.ms does (0: never); committed offsets "
-            "themselves are kept until their group is deleted", unit="ms"),
+            "Kafka's offsets.retention.check.interval.ms does (0: never); the same rounds "
+            "expire committed offsets (groups.offsets-retention-ms)", unit="ms"),
+    Setting("groups.offsets-retention-ms", int, 604_800_000,
+            "committed offsets of a group that has been empty (no members) this long are "
+            "deleted with the group at the next clean-up round, as Kafka's "
+            "offsets.retention.minutes does (7 days; -1: keep them until the group is "
+            "deleted)", unit="ms"),
     Setting("groups.event-log", str, "",
             "append every coordinator input and output to this file (NDJSON); empty: off"),
     # Test-only (korvet spec test-live): the coordinator's clock stands still and moves only
@@ -734,6 +739,7 @@ def validate(config: Config) -> None:
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
+    _validate_group_retention(config)
     if config.get_bool("redis.cluster") and not config.get_str("redis.url"):
         raise ConfigError(
             f"redis.cluster is true ({config.source('redis.cluster')}) but no redis.url names a "
@@ -750,6 +756,15 @@ def validate_security(config: Config) -> None:
         SecuritySettings.from_config(config)
     except SecuritySettingsError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _validate_group_retention(config: Config) -> None:
+    if config.get_int("groups.retention-check-interval-ms") < 0:
+        raise ConfigError("groups.retention-check-interval-ms must be at least 0 (0: never)")
+    retention = config.get_int("groups.offsets-retention-ms")
+    if retention < 1 and retention != -1:
+        raise ConfigError(f"groups.offsets-retention-ms must be at least 1, or -1 (keep "
+                          f"offsets until their group is deleted), got {retention}")
 
 
 def _validate_limits(config: Config) -> None:

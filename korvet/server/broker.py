@@ -107,6 +107,7 @@ class Tenant:
             clock=self.test_clock,
             on_step=broker.metrics.coordinator_stepped,
             clean_up_every_ms=config.get_int("groups.retention-check-interval-ms"),
+            offsets_retention_ms=config.get_int("groups.offsets-retention-ms"),
         )
         self.services.coordinator = self.coordinator
         self.membership: Membership | None = None

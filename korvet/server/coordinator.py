@@ -80,6 +80,16 @@ class _Forget:
     done: asyncio.Future[None]
 
 
+@dataclass(frozen=True, slots=True)
+class _CleanUp:
+    """A round of the periodic clean-up. The stepping task picks the groups to delete and
+    steps DeleteGroups with nothing in between, so a commit that arrives meanwhile is
+    either before the choice (and keeps its group) or after the deletion (and starts the
+    group anew), as Kafka's expiry under the group's lock."""
+
+    done: asyncio.Future[tuple[core.DeleteGroupsReply | None, frozenset[str]]]
+
+
 _REQUESTS = (core.JoinGroup, core.SyncGroup, core.Heartbeat, core.LeaveGroup, core.OffsetCommit,
              core.OffsetDelete, core.DeleteGroups)
 
@@ -97,15 +107,20 @@ class GroupCoordinator:
                  partition_ref: Callable[[str, int], PartitionRef | None],
                  event_log: str = "", clock: Callable[[], int] | None = None,
                  on_step: Callable[[core.CoordinatorState, core.CoordinatorState, str | None],
-                                   None] | None = None, clean_up_every_ms: int = 0) -> None:
+                                   None] | None = None, clean_up_every_ms: int = 0,
+                 offsets_retention_ms: int = -1) -> None:
         self.store = store
         self._clean_up_every_ms = clean_up_every_ms  # 0: empty groups are never removed
+        self._offsets_retention_ms = offsets_retention_ms  # -1: offsets never expire
+        # group -> the clock of the last step that wrote it or left it with members, or of
+        # its load (core.expired_groups counts the offsets' retention from there)
+        self.last_active: dict[str, int] = {}
         self._on_step = on_step  # (state before, state after, the event's group): metrics
         self.partition_ref = partition_ref
         self.state = core.initial_state(config)
         self._config = config
-        self._queue: asyncio.Queue[core.Event | _Tick | _Adopt | _Forget | None] = \
-            asyncio.Queue()
+        self._queue: asyncio.Queue[
+            core.Event | _Tick | _Adopt | _Forget | _CleanUp | None] = asyncio.Queue()
         self._waiting: dict[int, asyncio.Future[core.Reply]] = {}
         self._waiting_group: dict[int, str] = {}
         # Several brokers on one Redis: the leases this broker holds (server/ownership.py)
@@ -150,6 +165,9 @@ class GroupCoordinator:
                         len(state.groups), plan.record.floor)
         self.state = state
         self.durable = {g: durability.snapshot_of(group) for g, group in state.groups.items()}
+        # Kafka keeps when an Empty group became Empty; a restart counts from the load, so
+        # offsets are kept at least as long as Kafka keeps them, never shorter.
+        self.last_active = dict.fromkeys(state.groups, now)
         raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
                   if plan.lossy}
         if self.ownership is not None:
@@ -157,6 +175,7 @@ class GroupCoordinator:
             self.state = core.CoordinatorState(config=self._config, groups={},
                                                generation_floor=plan.record.floor)
             self.durable = {}
+            self.last_active = {}
         self._loaded_run_id = run_id
         durable = await self.store.write_load(plan.record, raised, fsync_always)
         if groups:
@@ -272,6 +291,8 @@ class GroupCoordinator:
                         await self._apply(timeout)
                 elif isinstance(item, _Adopt | _Forget):
                     self._take_or_drop(item)
+                elif isinstance(item, _CleanUp):
+                    await self._clean_up_step(item)
                 else:
                     await self._apply(item)
             except Exception:
@@ -282,6 +303,8 @@ class GroupCoordinator:
                         future.set_exception(CoordinatorUnavailable("coordinator error"))
             if isinstance(item, _Tick) and item.done is not None and not item.done.done():
                 item.done.set_result(None)
+            if isinstance(item, _CleanUp) and not item.done.done():
+                item.done.set_result((None, frozenset()))
             self._wakeup.set()
 
     async def run_due_timers(self) -> None:
@@ -303,7 +326,10 @@ class GroupCoordinator:
             else:
                 groups[item.group_id] = restarted_group(group, self._config, self._clock())
                 self.durable[item.group_id] = durability.snapshot_of(group)
+                self.last_active[item.group_id] = self._clock()
         self.state = dataclasses.replace(self.state, groups=groups)
+        if item.group_id not in groups:
+            self.last_active.pop(item.group_id, None)
         if isinstance(item, _Forget):
             for request_id, group_id in list(self._waiting_group.items()):
                 future = self._waiting.get(request_id)
@@ -334,6 +360,7 @@ class GroupCoordinator:
                 else:
                     self.durable[group_id] = snapshot
             sent = list(ready.replies)
+            self._note_activity(ready.touched, getattr(event, "group_id", None), now)
             for cleanup in ready.cleanups:
                 task = asyncio.create_task(self._delete_group_data(cleanup.group_id))
                 self._cleanups.add(task)
@@ -346,6 +373,19 @@ class GroupCoordinator:
         for reply in sent:
             self._reply(reply)
         self._index_members()
+
+    def _note_activity(self, touched: frozenset[str], group_id: str | None, now: int) -> None:
+        """What the offsets' retention counts from: a step that wrote the group (a commit, a
+        join, a leave, a session expiry: its snapshot or offsets) or left it with members.
+        Reads (OffsetFetch, DescribeGroups) are no steps and a step that changes nothing
+        durable of an Empty group does not count, as in Kafka: a tool watching a group's lag
+        does not keep its offsets forever."""
+        for gid in touched | ({group_id} if group_id else set()):
+            group = self.state.groups.get(gid)
+            if group is None or group.state is core.GroupState.DEAD:
+                self.last_active.pop(gid, None)
+            elif gid in touched or group.members:
+                self.last_active[gid] = now
 
     def _log(self, entry: dict[str, Any]) -> None:
         if self._event_log is not None:
@@ -456,28 +496,54 @@ class GroupCoordinator:
 
     async def _clean_up(self) -> None:
         """Kafka's periodic group clean-up: every ``groups.retention-check-interval-ms`` the
-        empty groups without committed offsets this broker coordinates are deleted, by the
-        DeleteGroups step a client's request takes (logged as such in the event log)."""
+        groups this broker coordinates that are empty and have no committed offsets, or
+        whose offsets expired (``groups.offsets-retention-ms``: empty that long), are
+        deleted, by the DeleteGroups step a client's request takes (logged as such in the
+        event log)."""
         while True:
             await asyncio.sleep(self._clean_up_every_ms / 1000)
-            removable = tuple(g for g in core.removable_groups(self.state) if self.owns(g))
-            if not removable:
-                continue
-            try:
-                reply = await self.request(core.DeleteGroups(
-                    request_id=self.next_request_id(), group_ids=removable))
-            except (NotCoordinator, CoordinatorUnavailable) as exc:
-                log.info("group clean-up skipped: %s", exc)
-                continue
-            except Exception:  # the next round tries again
-                log.exception("group clean-up failed")
-                continue
-            if isinstance(reply, core.DeleteGroupsReply):
-                deleted = [r.group_id for r in reply.results if r.error is core.ErrorCode.NONE]
-                if deleted:
-                    log.info("deleted %d empty group(s) without committed offsets: %s",
-                             len(deleted), ", ".join(deleted[:10])
-                             + (" ..." if len(deleted) > 10 else ""))
+            await self.clean_up_once()
+
+    async def clean_up_once(self) -> None:
+        """One round of the clean-up (the stepping task does it: ``_clean_up_step``)."""
+        done: asyncio.Future[tuple[core.DeleteGroupsReply | None, frozenset[str]]] = \
+            asyncio.get_running_loop().create_future()
+        await self._queue.put(_CleanUp(done))
+        reply, expired = await done
+        if reply is None:
+            return
+        deleted = [r.group_id for r in reply.results if r.error is core.ErrorCode.NONE]
+        for label, names in (
+                ("empty group(s) without committed offsets",
+                 [g for g in deleted if g not in expired]),
+                ("empty group(s) whose committed offsets expired",
+                 [g for g in deleted if g in expired])):
+            if names:
+                log.info("deleted %d %s: %s", len(names), label,
+                         ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+        failed = [r for r in reply.results if r.error is not core.ErrorCode.NONE]
+        if failed:
+            log.info("group clean-up kept %d group(s) for now: %s", len(failed), ", ".join(
+                f"{r.group_id} ({r.error.name})" for r in failed[:10]))
+
+    async def _clean_up_step(self, item: _CleanUp) -> None:
+        expired = frozenset(core.expired_groups(self.state, self.last_active, self._clock(),
+                                                self._offsets_retention_ms))
+        removable = tuple(sorted(g for g in {*core.removable_groups(self.state), *expired}
+                                 if self.owns(g)))
+        if not removable:
+            item.done.set_result((None, expired))
+            return
+        event = core.DeleteGroups(request_id=self.next_request_id(), group_ids=removable)
+        future: asyncio.Future[core.Reply] = asyncio.get_running_loop().create_future()
+        self._waiting[event.request_id] = future
+        try:
+            await self._apply(event)
+        finally:
+            self._waiting.pop(event.request_id, None)
+        reply = future.result() if future.done() and not future.exception() else None
+        item.done.set_result((reply if isinstance(reply, core.DeleteGroupsReply) else None,
+                              expired))
 
     # --- who fetches for a group ------------------------------------------------------------
 

@@ -258,3 +258,77 @@ def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
         assert "deleted 1 empty group(s) without committed offsets: left-without-committing" in log
     finally:
         broker.stop()
+
+
+def test_committed_offsets_expire_once_their_group_has_been_empty_for_the_retention(
+        tmp_path: Any) -> None:
+    """Kafka's offsets.retention.minutes (groups.offsets-retention-ms, 4 s here): a group
+    whose consumer committed and left keeps its offset for the retention, while a tool
+    reads it, then loses it with the group; a group whose consumer stays keeps its offset
+    past the retention."""
+    from confluent_kafka import (
+        Consumer,
+        ConsumerGroupTopicPartitions,
+        Producer,
+        TopicPartition,
+    )
+
+    retention_s = 4.0
+    broker = KorvetProcess(tmp_path / "broker", extra_args=[
+        "--groups-retention-check-interval-ms", "300",
+        "--groups-offsets-retention-ms", str(int(retention_s * 1000))]).start()
+    try:
+        client = admin(broker)
+        client.create_topics([NewTopic("expiring", 1)])["expiring"].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for value in (b"one", b"two"):
+            producer.produce("expiring", value)
+        assert producer.flush(30) == 0
+
+        def consumer_of(group: str) -> tuple[Any, int]:
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            consumer.subscribe(["expiring"])
+            message = None
+            deadline = time.monotonic() + 30
+            while message is None and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+            assert message is not None and message.error() is None
+            consumer.commit(message=message, asynchronous=False)
+            offset = message.offset()
+            assert offset is not None
+            return consumer, offset + 1
+
+        stays, position = consumer_of("stays")
+        gone, gone_position = consumer_of("expires")
+        gone.close()
+        left_at = time.monotonic()
+
+        def listed() -> set[str]:
+            return {g.group_id for g in client.list_consumer_groups().result(30).valid}
+
+        def committed(group: str) -> int:
+            request = ConsumerGroupTopicPartitions(group, [TopicPartition("expiring", 0)])
+            result = client.list_consumer_group_offsets([request])[group].result(30)
+            return int(result.topic_partitions[0].offset)
+
+        while "expires" in listed():
+            elapsed = time.monotonic() - left_at
+            if elapsed < retention_s - 1:
+                assert committed("expires") == gone_position  # read while waiting: reads keep nothing
+            assert elapsed < retention_s + 15, "the expired group was never deleted"
+            stays.poll(0.2)  # the member that stays keeps its session
+            time.sleep(0.2)
+        assert time.monotonic() - left_at >= retention_s - 0.5, "deleted before the retention"
+        assert committed("expires") == -1001  # OFFSET_INVALID: no committed offset
+        while time.monotonic() - left_at < retention_s + 1:
+            stays.poll(0.2)
+        assert "stays" in listed() and committed("stays") == position
+        stays.close()
+        log = broker.log_path.read_text() if broker.log_path else ""
+        assert "deleted 1 empty group(s) whose committed offsets expired: expires" in log
+        keys = subprocess.run(["redis-cli", "-u", broker.redis_url, "--scan", "--pattern",
+                               "*expires*"], capture_output=True, text=True, check=True).stdout
+        assert keys.split() == []
+    finally:
+        broker.stop()

@@ -65,6 +65,7 @@ from korvet.core.coordinator import (
     TopicPartition,
     describe_group,
     due_timeouts,
+    expired_groups,
     from_snapshot,
     initial_state,
     list_groups,
@@ -365,6 +366,29 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert isinstance(reply, DeleteGroupsReply)
             assert [r.error for r in reply.results] == [ErrorCode.NONE] * len(removable)
 
+    @rule(since=st.integers(0, 10), retention=st.integers(1, 10))
+    def offsets_expire(self, since: int, retention: int) -> None:
+        """The clean-up's offset expiry (groups.offsets-retention-ms), every group last
+        active at ``since`` and the clock at 10: it names only Empty groups without members
+        with committed offsets, every such group once its time has run out, and the
+        DeleteGroups it steps deletes every one of them with its offsets."""
+        now = 10
+        expired = expired_groups(self.h.state, dict.fromkeys(self.h.state.groups, since),
+                                 now, retention)
+        for group in self.h.state.groups.values():
+            empty = (group.state is GroupState.EMPTY and not group.members
+                     and not group.pending and bool(group.offsets))
+            assert (group.group_id in expired) == (empty and now - since >= retention)
+        assert expired_groups(self.h.state, {}, now, retention) == ()
+        assert expired_groups(self.h.state, dict.fromkeys(self.h.state.groups, 0), now, -1) == ()
+        if expired:
+            effects = self.apply(DeleteGroups(self.h.rid(), expired), None)
+            (reply,) = replies(effects, DeleteGroupsReply)
+            assert isinstance(reply, DeleteGroupsReply)
+            assert [r.error for r in reply.results] == [ErrorCode.NONE] * len(expired)
+            for group_id in expired:
+                assert offset_fetch(self.h.state, group_id) == ()
+
     @rule(group=st.sampled_from(GROUPS))
     def cleanup_done(self, group: str) -> None:
         self.apply(GroupDataDeleted(group), group)
@@ -514,6 +538,30 @@ def test_the_clean_up_removes_an_empty_group_without_offsets_only() -> None:
     assert removable_groups(h.state) == ("left",)
     h.delete(*removable_groups(h.state))
     assert [g.group_id for g in list_groups(h.state)] == ["active", "committed"]
+
+
+def test_offsets_expire_once_their_group_has_been_empty_for_the_retention() -> None:
+    """Kafka's offsets.retention.minutes for classic groups: an Empty group's offsets go
+    once it has been Empty (here: last active) for the retention; a group with members
+    keeps its offsets however old they are, and so does a group the adapter has no time
+    for. The expired group is deleted with its offsets, as Kafka removes a group whose
+    last offset expired."""
+    h = Harness()
+    left = h.stable_group("c1", group="left")
+    h.commit("left", left["c1"], 1, offset=7)
+    h.leave("left", (left["c1"], None))
+    active = h.stable_group("c2", group="active")
+    h.commit("active", active["c2"], 1, offset=3)
+    h.commit("standalone", "", -1, offset=2)
+    seen = {"left": 1_000, "active": 0, "standalone": 5_000}
+    assert expired_groups(h.state, seen, 1_999, 1_000) == ()
+    assert expired_groups(h.state, seen, 2_000, 1_000) == ("left",)
+    assert expired_groups(h.state, seen, 6_000, 1_000) == ("left", "standalone")
+    assert expired_groups(h.state, {"active": 0}, 10**9, 1_000) == ()
+    assert expired_groups(h.state, seen, 10**9, -1) == ()
+    h.delete("left")
+    assert offset_fetch(h.state, "left") == ()
+    assert [g.group_id for g in list_groups(h.state)] == ["active", "standalone"]
 
 
 def test_unknown_member_id_for_a_heartbeat_of_a_member_the_group_does_not_know() -> None:

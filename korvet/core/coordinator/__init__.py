@@ -51,6 +51,7 @@ from korvet.core.coordinator.queries import (
     GroupDescription,
     ListedGroup,
     describe_group,
+    expired_groups,
     list_groups,
     offset_fetch,
     removable_groups,
@@ -89,6 +90,6 @@ __all__ = [
     "PendingMember", "PendingMemberTimeout", "PendingSyncTimeout", "PersistOffsets", "Protocol",
     "RebalanceTimeout", "Reply", "RequestEvent", "Restart", "SessionTimeout", "SnapshotError",
     "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicDeleted", "TopicPartition", "describe_group",
-    "due_timeouts", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
+    "due_timeouts", "expired_groups", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
     "new_member_id", "next_deadline", "offset_fetch", "read_group", "removable_groups", "step", "to_snapshot",
 ]

@@ -1,9 +1,10 @@
 """Read-only questions the adapter answers without a step: DescribeGroups,
-ListGroups, OffsetFetch, and which groups the periodic clean-up deletes."""
+ListGroups, OffsetFetch, and which groups the periodic clean-up deletes (empty ones
+without offsets, and those whose offsets expired)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from korvet.core.coordinator.errors import ErrorCode
@@ -97,3 +98,23 @@ def removable_groups(state: CoordinatorState) -> tuple[str, ...]:
     return tuple(sorted(
         g.group_id for g in state.groups.values()
         if g.state is GroupState.EMPTY and not g.members and not g.pending and not g.offsets))
+
+
+def expired_groups(state: CoordinatorState, last_active: Mapping[str, int], now_ms: int,
+                   retention_ms: int) -> tuple[str, ...]:
+    """The groups whose committed offsets Kafka's offsets.retention.minutes expires (KIP-211,
+    classic protocol): Empty, with no member and no pending join, for ``retention_ms``.
+    Kafka counts from the moment the group became Empty, or a group that never had members
+    from each offset's commit; ``last_active`` holds, per group, the adapter's time of the
+    last step that wrote the group or left it with members (a commit, a join, a leave, a
+    session expiry), which is never earlier. A group without a time there, and every group
+    when ``retention_ms`` is negative, is kept. Once every offset of an Empty group has
+    expired Kafka removes the group; the adapter deletes these with DeleteGroups, which
+    answers NON_EMPTY_GROUP, and keeps the group, if a member came meanwhile."""
+    if retention_ms < 0:
+        return ()
+    return tuple(sorted(
+        g.group_id for g in state.groups.values()
+        if g.state is GroupState.EMPTY and not g.members and not g.pending and g.offsets
+        and (since := last_active.get(g.group_id)) is not None
+        and now_ms - since >= retention_ms))
