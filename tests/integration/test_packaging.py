@@ -56,6 +56,11 @@ def test_the_wheel_carries_the_broker_and_its_data_files(installed: Path) -> Non
                             "import korvet; print(korvet.__file__)"],
                            capture_output=True, text=True, check=True, cwd=installed).stdout
     assert where.startswith(str(installed / "venv")), where
+    # `python -m korvet` is the `korvet` command too
+    version = subprocess.run([str(installed / "venv" / "bin" / "python"), "-m", "korvet",
+                              "--version"], capture_output=True, text=True, check=True,
+                             cwd=installed).stdout
+    assert version.startswith("korvet "), version
 
 
 @pytest.fixture
