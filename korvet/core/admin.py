@@ -6,8 +6,8 @@
   and the offset (it never moves back), and the response's low watermark is the new log
   start. A partition named twice in one request counts once, with the last offset
   (``unique_partitions``); a topic named twice is one entry and one named with no partition is
-  left out of the response (``delete_records_targets``). Korvet topics only have
-  cleanup.policy=delete, so Kafka's POLICY_VIOLATION for compacted topics never applies.
+  left out of the response (``delete_records_targets``). A compacted topic's records cannot
+  be deleted: POLICY_VIOLATION (``topics.records_deletable``, checked by the handler).
 - DescribeTopicPartitions (75): ``describe_topic_partitions`` pages through topics in name
   order, at most ``min(response_partition_limit, 2000)`` partitions a response, with a
   cursor (topic, first partition) to continue from. With no topics named, every topic is

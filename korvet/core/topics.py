@@ -162,14 +162,36 @@ def _throttled_replicas(value: str) -> str:
     return ",".join(items)
 
 
+CLEANUP_POLICIES = ("compact", "delete")
+
+
 def _cleanup_policy(value: str) -> str:
+    """Kafka's list of compact and delete. Korvet acts on it as a Kafka broker whose log
+    cleaner never runs: with delete, retention.ms and retention.bytes trim old records;
+    without it (compact alone, or an empty list), they do not and every record is kept until
+    DeleteRecords or the topic's deletion. Records are never compacted: a reader from the
+    start sees every value of a key, the latest last, which is what Kafka promises of a
+    compacted log (the latest value of each key stays; older ones may)."""
     policies = _list_items(value)
-    if set(policies) != {"delete"}:
-        raise TopicConfigError(
-            "only cleanup.policy=delete is supported: Redis Streams keep every entry until "
-            "retention trims it, and Korvet has no log compaction"
-        )
-    return "delete"
+    for policy in policies:
+        if policy not in CLEANUP_POLICIES:
+            raise TopicConfigError(
+                f"Invalid value {policy} for configuration cleanup.policy: String must be "
+                f"one of: {', '.join(CLEANUP_POLICIES)}")
+    return ",".join(policies)
+
+
+def records_deletable(config: TopicConfig) -> bool:
+    """Whether DeleteRecords may move the topic's log start: not for a compacted topic
+    (compact without delete: POLICY_VIOLATION), as in Kafka 4.3; an empty policy may."""
+    policies = config.get("cleanup.policy").split(",")
+    return "delete" in policies or "compact" not in policies
+
+
+def retention_applies(config: TopicConfig) -> bool:
+    """Whether retention.ms and retention.bytes (and korvet.retention.records) trim the
+    topic: its cleanup.policy has delete, as in Kafka."""
+    return "delete" in config.get("cleanup.policy").split(",")  # stored as _cleanup_policy gives
 
 
 def _sequence_bits(value: str) -> str:
@@ -194,7 +216,9 @@ class ConfigDef:
 
 
 CONFIG_DEFS: tuple[ConfigDef, ...] = (
-    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only 'delete'", kind="list"),
+    ConfigDef("cleanup.policy", "delete", _cleanup_policy,
+              "delete: retention trims old records; compact (or empty): kept until "
+              "DeleteRecords, never compacted (as with Kafka's log cleaner off)", kind="list"),
     ConfigDef("retention.ms", "604800000", _long(-1),
               "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all",
               kind="long"),
@@ -406,6 +430,8 @@ def trim_policy(config: TopicConfig, now_ms: int, batch_bytes: int, batch_record
     ``entries`` the stream entries it becomes (default: one per record). MAXLEN counts
     entries: with one entry per batch (the ``batches`` format) the record and byte bounds are
     turned into entries by this batch's records per entry and bytes per entry."""
+    if not retention_applies(config):
+        return TrimPolicy(-1, -1, config.get("korvet.trim.approximate") == "true")
     retention_ms = config.get_int("retention.ms")
     min_id = now_ms - retention_ms if retention_ms >= 0 else -1
     stored = batch_records if entries is None else entries

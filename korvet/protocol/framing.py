@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from korvet.protocol.fetch_response import Buffer, FetchAnswer, join
+from korvet.protocol.guard import check_counts
 from korvet.protocol.response_templates import ProduceAnswer, ProduceTemplates
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -85,6 +86,7 @@ def parse_request(frame: bytes | memoryview) -> RequestFrame:
     view = memoryview(frame)
     try:
         header, header_size = header_reader(view, 0)
+        check_counts(api_key, api_version, view, header_size)  # before kio sizes any array
         try:
             body, body_size = body_reader(view, header_size)
         except ValueError:  # kio: "timedelta milliseconds overflow", among others

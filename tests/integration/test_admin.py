@@ -65,8 +65,37 @@ def test_replication_factor_and_partition_errors(korvet: KorvetProcess, unique_n
     assert error_of(client.create_topics([NewTopic(unique_name, 1, config={"no.such": "1"})])
                     [unique_name]) == "INVALID_CONFIG"
     assert error_of(client.create_topics([NewTopic(unique_name, 1,
-                                                   config={"cleanup.policy": "compact"})])
+                                                   config={"cleanup.policy": "compacted"})])
                     [unique_name]) == "INVALID_CONFIG"
+
+
+@pytest.mark.parametrize("storage_format", ["records", "batches"])
+def test_retention_trims_only_with_the_delete_policy(korvet: KorvetProcess, unique_name: str,
+                                                     storage_format: str) -> None:
+    """Kafka's cleanup.policy: with delete, retention.ms drops old records; compact alone
+    (or an empty policy) keeps them, as Kafka does for a compacted topic whose cleaner has
+    not run: Kafka Connect's and Kafka Streams' topics need it. Korvet never compacts, so a
+    reader sees every value of a key, the latest last."""
+    client = admin(korvet)
+    kept = {"delete": 2, "compact,delete": 2, "compact": 5, "": 5}
+    topics = {policy: f"{unique_name}-{number}" for number, policy in enumerate(kept)}
+    for policy, topic in topics.items():
+        client.create_topics([NewTopic(topic, 1, config={
+            "cleanup.policy": policy, "retention.ms": "300",
+            "korvet.storage.format": storage_format})])[topic].result(30)
+        described = client.describe_configs([ConfigResource("topic", topic)])
+        (entries,) = [future.result(30) for future in described.values()]
+        assert entries["cleanup.policy"].value == policy
+    old = clients.make_records(3, 1, base_ts=int(time.time() * 1000))
+    for topic in topics.values():
+        clients.confluent_produce(korvet.bootstrap, topic, old)
+    time.sleep(0.6)
+    new = [clients.Rec(0, b"k0", f"new {i}".encode(), (), int(time.time() * 1000))
+           for i in range(2)]
+    for policy, topic in topics.items():
+        clients.confluent_produce(korvet.bootstrap, topic, new)
+        got = clients.confluent_consume(korvet.bootstrap, topic, 1, kept[policy], timeout=10)
+        assert [g.value for g in got] == [r.value for r in (old + new)[-kept[policy]:]], policy
 
 
 def test_delete_topic_removes_streams_and_metadata(korvet: KorvetProcess, unique_name: str) -> None:

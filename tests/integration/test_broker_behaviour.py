@@ -114,6 +114,21 @@ def test_garbage_frame_closes_only_that_connection(korvet: KorvetProcess) -> Non
     assert api_versions_ok(korvet)
 
 
+def test_a_request_announcing_billions_of_entries_closes_only_that_connection(
+        korvet: KorvetProcess) -> None:
+    """A 29-byte Metadata v12 whose topics array announces 4,294,967,294 entries: kio's
+    reader sized the array from the count and the failed allocation aborted the broker (a
+    new user's fuzzing found it). Now only the sender's connection closes."""
+    frame = bytes.fromhex("0003000c00000001000178" "00" "ffffffff0f" "0000000000000000")
+    with WireClient(korvet.bootstrap) as bystander, WireClient(korvet.bootstrap) as attacker:
+        bystander.request(request(18, 3, client_software_name="a", client_software_version="1"))
+        attacker.send_raw(struct.pack(">i", len(frame)) + frame)
+        assert attacker.is_closed_by_peer()
+        assert bystander.request(request(18, 0)).error_code == ErrorCode.none
+    assert "announces 4294967294 entries" in korvet.log_tail(200)
+    assert api_versions_ok(korvet)
+
+
 def test_oversized_frame_is_rejected_before_it_is_read(korvet: KorvetProcess) -> None:
     with WireClient(korvet.bootstrap) as client:
         client.send_raw(struct.pack(">i", 200 * 1024 * 1024))  # over the 100 MiB default

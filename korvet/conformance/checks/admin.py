@@ -59,6 +59,23 @@ def already_exists(ctx: CheckContext) -> None:
     expect_eq(len(ops.topic_metadata(topic.name).partitions), 2, "partitions after the refused create")
 
 
+@check("create_topics.already_exists_before_configs_and_partitions", api=CREATE,
+       asserts="Creating a topic that exists answers TOPIC_ALREADY_EXISTS (36) even when the "
+               "request also carries a config value or a partition count Kafka would refuse: "
+               "the topic's existence is checked first, so a create-if-missing tool (Kafka "
+               "Connect's, Kafka Streams') can tell that the topic is there.",
+       source="Kafka ReplicationControlManager.createTopics (existing topics are marked before "
+              "configs and partitions are validated)")
+def already_exists_first(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic = ops.create_topic()
+    for label, request in (("retention.ms=abc", {"configs": {"retention.ms": "abc"}}),
+                           ("num_partitions=0", {"num_partitions": 0})):
+        result = _create_one(ops, {"name": topic.name, **request})
+        expect_error(result.error_code, TOPIC_ALREADY_EXISTS,
+                     f"CreateTopics of an existing topic with {label}")
+
+
 @check("create_topics.validate_only_creates_nothing", api=CREATE,
        asserts="CreateTopics with validate_only=true answers NONE for a valid topic but does not "
                "create it.",

@@ -23,7 +23,7 @@ DP = "DescribeProducers (61)"
 DTP = "DescribeTopicPartitions (75)"
 SESSIONS = "Fetch sessions (KIP-227)"
 
-OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = 1, 3, 42
+OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, POLICY_VIOLATION = 1, 3, 42, 44
 FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR = 70, 71, 106
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -104,6 +104,26 @@ def delete_never_back(ctx: CheckContext) -> None:
     expect_eq(_delete(ops, topic.name, [(0, offsets[1])]), [(0, offsets[3])],
               "DeleteRecords below the log start")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), offsets[3], "EARLIEST afterwards")
+
+
+@check("delete_records.compacted_topic", api=DR,
+       asserts="DeleteRecords on a topic with cleanup.policy=compact answers POLICY_VIOLATION "
+               "(44) and leaves the log start where it was; with an empty cleanup.policy (no "
+               "cleanup: records kept until deleted) it deletes.",
+       source="ReplicaManager.deleteRecordsOnLocalLog (a compacted log's records cannot be "
+              "deleted)")
+def delete_compacted(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic = ops.create_topic(configs={"cleanup.policy": "compact"})
+    offsets = [ops.produce_ok(topic, 0, [Rec(v.encode(), key=b"k")]) for v in "abc"]
+    start = ops.offset_of(topic, 0, EARLIEST)
+    expect_eq([code for code, _ in _delete(ops, topic.name, [(0, offsets[2])])],
+              [POLICY_VIOLATION], "DeleteRecords error with cleanup.policy=compact")
+    expect_eq(ops.offset_of(topic, 0, EARLIEST), start, "EARLIEST afterwards")
+    kept = ops.create_topic(configs={"cleanup.policy": ""})
+    offsets = [ops.produce_ok(kept, 0, [Rec(v.encode(), key=b"k")]) for v in "abc"]
+    expect_eq(_delete(ops, kept.name, [(0, offsets[2])]), [(0, offsets[2])],
+              "DeleteRecords (error, low watermark) with an empty cleanup.policy")
 
 
 @check("delete_records.unknown_partition", api=DR,

@@ -40,7 +40,7 @@ from redis.exceptions import RedisError
 from korvet.core import admin as rules
 from korvet.core.errors import ErrorCode as CoreError
 from korvet.core.security.acl import Operation, ResourceType
-from korvet.core.topics import TopicInfo, is_internal
+from korvet.core.topics import TopicInfo, is_internal, records_deletable
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     DeleteRecordsRequest,
@@ -123,6 +123,8 @@ class AdminHandler:
                       offset: int) -> tuple[int, int]:
         if topic is None or not 0 <= partition < topic.partitions:
             return CoreError.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
+        if not records_deletable(topic.config):
+            return CoreError.POLICY_VIOLATION, rules.NO_LOW_WATERMARK
         try:
             start, high_watermark = await self.services.store.offsets(topic, partition)
             outcome = rules.delete_records(offset, start, high_watermark)

@@ -1,10 +1,11 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
 
-Kafka's rules and error codes: invalid names -> INVALID_TOPIC_EXCEPTION (17),
-existing -> TOPIC_ALREADY_EXISTS (36), partitions < 1 -> INVALID_PARTITIONS (37),
+Kafka's rules and error codes, in Kafka's order: a topic named twice in one request ->
+INVALID_REQUEST (42), invalid names -> INVALID_TOPIC_EXCEPTION (17), existing ->
+TOPIC_ALREADY_EXISTS (36, whatever else the request asks), partitions < 1 -> INVALID_PARTITIONS (37),
 a replication factor this single-copy store cannot give -> INVALID_REPLICATION_FACTOR
-(38), bad configs -> INVALID_CONFIG (40), a topic named twice in one request ->
-INVALID_REQUEST (42). ``validate_only`` checks everything and changes nothing.
+(38), bad configs -> INVALID_CONFIG (40). ``validate_only`` checks everything and
+changes nothing.
 Partition streams are created lazily by the first append.
 """
 
@@ -116,6 +117,10 @@ async def create_topics(services: Services, ctx: RequestContext,
                 rules.validate_topic_name(name)
             except rules.TopicNameError as exc:
                 raise _Refused(ErrorCode.invalid_topic_exception, str(exc)) from None
+            if await services.topics.get(name) is not None:
+                # Kafka marks existing topics before it validates configs and partitions:
+                # a create-if-missing tool learns the topic is there whatever it asked.
+                raise _Refused(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
             partitions = _partition_count(services, topic)
             configs = _configs(topic)
             try:
