@@ -92,14 +92,20 @@ REDIS_SOCKET_READ_SIZE = 1 << 20
 
 
 async def connect_redis(url: str, auth: RedisAuth | None = None, *,
-                        cluster: bool = False) -> aioredis.Redis:
+                        cluster: bool = False, pool_size: int = 256,
+                        pool_wait_ms: int = 10_000) -> aioredis.Redis:
     """A client of the Redis at ``url`` (>= 7), with the ACL user and password of ``auth``
     put into the URL (``with_credentials``) and its TLS files (``rediss://``); errors name
     the URL without its password. With ``cluster``, a client of the Redis Cluster that
     ``url`` is one node of (redis-py's RedisCluster: it reads the slot table from that node
     and follows MOVED redirects and failovers). RedisCluster has the same command methods;
     the storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs
-    (per node pipes for appends, one transaction per group, SCAN on every master)."""
+    (per node pipes for appends, one transaction per group, SCAN on every master).
+
+    At most ``pool_size`` connections (per node of a cluster); with one Redis a request
+    that finds them all busy waits ``pool_wait_ms`` for one (redis-py's blocking pool: its
+    default pool of 100 refused the 101st at once, and a burst of 200 consumers starting
+    together had connections closed). A ``max_connections`` in the URL wins."""
     auth = auth or RedisAuth()
     shown = masked(url)
     try:
@@ -115,11 +121,12 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
             client = cast(aioredis.Redis, RedisCluster.from_url(
                 url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
                 startup_nodes=[ClusterNode(host, port) for host, port in seeds] or None,
-                **redis_options(auth, url)))
+                max_connections=pool_size, **redis_options(auth, url)))
         else:
-            client = aioredis.from_url(url, decode_responses=False,
-                                       socket_read_size=REDIS_SOCKET_READ_SIZE,
-                                       **redis_options(auth, url))
+            client = aioredis.Redis.from_pool(aioredis.BlockingConnectionPool.from_url(
+                url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
+                max_connections=pool_size, timeout=pool_wait_ms / 1000,
+                **redis_options(auth, url)))
     except ValueError as exc:
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
@@ -237,7 +244,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     http: HttpServer | None = None
     try:
         client = await connect_redis(url, settings.redis if not embedded else None,
-                                     cluster=config.get_bool("redis.cluster"))
+                                     cluster=config.get_bool("redis.cluster"),
+                                     pool_size=config.get_int("redis.pool-size"),
+                                     pool_wait_ms=config.get_int("redis.pool-max-wait"))
         broker = Broker(config, client, redis_url=url, security=settings)
         await _start_broker(broker)
         listeners = _listeners(config, settings, broker)
