@@ -37,6 +37,11 @@ from korvet.storage.redis_store import OldLayoutError
 log = logging.getLogger("korvet")
 
 
+class RedisLost(RuntimeError):
+    """The embedded redis-server exited while the broker served: the broker stops (exit 1)
+    so that whatever supervises it starts it again, Redis with it."""
+
+
 class StartupError(RuntimeError):
     """The broker cannot start; the message says what to do."""
 
@@ -259,7 +264,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         _announce(config, settings, ports, url)
         if ready is not None:
             ready.set()
-        await _wait_for_stop_signal()
+        lost = await _wait_for_stop_signal(embedded)
+        if lost is not None:
+            raise RedisLost(lost)
         log.info("stopping")
     finally:
         if http is not None:
@@ -310,18 +317,33 @@ async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) 
     return server
 
 
-async def _wait_for_stop_signal() -> None:
+async def _wait_for_stop_signal(embedded: EmbeddedRedis | None = None) -> str | None:
+    """Wait for SIGINT or SIGTERM; None then. With the embedded Redis, also watch its
+    process: if it exits (killed, out of memory), say why, as the text returned."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), _EMBEDDED_WATCH_SECONDS)
+            if stop.is_set():
+                return None
+            process = embedded.process if embedded is not None else None
+            if process is not None and (code := process.poll()) is not None:
+                assert embedded is not None
+                return (f"the embedded Redis exited (exit code {code}) while the broker served; "
+                        f"the broker stops so that it is restarted with it. Its log ends:\n"
+                        f"{embedded.log_tail()}")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(sig)
+
+
+_EMBEDDED_WATCH_SECONDS = 0.5
 
 
 def tune_garbage_collector() -> None:
@@ -346,4 +368,7 @@ def run(config: Config) -> int:
     except StartupError as exc:
         log.error("%s", exc)
         return 2
+    except RedisLost as exc:
+        log.error("%s", exc)
+        return 1
     return 0
