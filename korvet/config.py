@@ -122,6 +122,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redis.cluster", bool, False,
             "redis.url is one node of a Redis Cluster (or a Redis Enterprise database with the OSS "
             "Cluster API): the broker discovers the others and follows failovers; needs redis.url"),
+    Setting("redis.pool-size", int, 256,
+            "most connections the broker opens to Redis (to each node of a Redis Cluster) for "
+            "its requests; a request that finds them all busy waits up to "
+            "redis.pool-max-wait for one (appends have a connection of their own)"),
+    Setting("redis.pool-max-wait", int, 10_000,
+            "how long a request waits for a free Redis connection when all redis.pool-size "
+            "are busy, before it fails (its client retries); not on a Redis Cluster, whose "
+            "client fails at once", unit="ms"),
     Setting("redis.wait-replicas", int, 0,
             "answer an acks=all produce only once this many replicas of the partition's Redis "
             "master have the batch (Redis' WAIT; batches written together share one WAIT), "
@@ -307,11 +315,9 @@ _BY_ENV = {e: s for s in SETTINGS for e in s.envs}
 # note, not the "unknown setting" warning a typo gets.
 
 INERT: Mapping[str, str] = {
-    "redis.pool-size": "redis-py opens Redis connections as they are needed",
-    "redis.metadata-pool-size": "redis-py opens Redis connections as they are needed",
-    "redis.committed-offset-pool-size": "redis-py opens Redis connections as they are needed",
-    "redis.archival-source-pool-size": "redis-py opens Redis connections as they are needed",
-    "redis.pool-max-wait": "redis-py opens Redis connections as they are needed",
+    "redis.metadata-pool-size": "one pool of redis.pool-size connections serves every request",
+    "redis.committed-offset-pool-size": "one pool of redis.pool-size connections serves every request",
+    "redis.archival-source-pool-size": "one pool of redis.pool-size connections serves every request",
     "redis.io-threads": "one asyncio event loop does all Redis I/O",
     "redis.metrics.enabled": "Redis round-trip latency is always exported (korvet_redis_*)",
     "redis.metrics.histogram": "Redis round-trip latency is always exported (korvet_redis_*)",
@@ -777,6 +783,8 @@ def _validate_limits(config: Config) -> None:
     low = config.get_int("broker.resume-pending-bytes")
     if not 0 <= low <= high:
         raise ConfigError("broker.resume-pending-bytes must be within 0..broker.max-pending-bytes")
+    if config.get_int("redis.pool-size") < 1 or config.get_int("redis.pool-max-wait") < 0:
+        raise ConfigError("redis.pool-size must be at least 1 and redis.pool-max-wait at least 0")
     if config.get_int("fetch.max-sessions") < 0:
         raise ConfigError("fetch.max-sessions must not be negative")
 

@@ -37,6 +37,11 @@ from korvet.storage.redis_store import OldLayoutError
 log = logging.getLogger("korvet")
 
 
+class RedisLost(RuntimeError):
+    """The embedded redis-server exited while the broker served: the broker stops (exit 1)
+    so that whatever supervises it starts it again, Redis with it."""
+
+
 class StartupError(RuntimeError):
     """The broker cannot start; the message says what to do."""
 
@@ -92,14 +97,20 @@ REDIS_SOCKET_READ_SIZE = 1 << 20
 
 
 async def connect_redis(url: str, auth: RedisAuth | None = None, *,
-                        cluster: bool = False) -> aioredis.Redis:
+                        cluster: bool = False, pool_size: int = 256,
+                        pool_wait_ms: int = 10_000) -> aioredis.Redis:
     """A client of the Redis at ``url`` (>= 7), with the ACL user and password of ``auth``
     put into the URL (``with_credentials``) and its TLS files (``rediss://``); errors name
     the URL without its password. With ``cluster``, a client of the Redis Cluster that
     ``url`` is one node of (redis-py's RedisCluster: it reads the slot table from that node
     and follows MOVED redirects and failovers). RedisCluster has the same command methods;
     the storage layer checks ``isinstance(client, RedisCluster)`` where a cluster differs
-    (per node pipes for appends, one transaction per group, SCAN on every master)."""
+    (per node pipes for appends, one transaction per group, SCAN on every master).
+
+    At most ``pool_size`` connections (per node of a cluster); with one Redis a request
+    that finds them all busy waits ``pool_wait_ms`` for one (redis-py's blocking pool: its
+    default pool of 100 refused the 101st at once, and a burst of 200 consumers starting
+    together had connections closed). A ``max_connections`` in the URL wins."""
     auth = auth or RedisAuth()
     shown = masked(url)
     try:
@@ -115,11 +126,12 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
             client = cast(aioredis.Redis, RedisCluster.from_url(
                 url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
                 startup_nodes=[ClusterNode(host, port) for host, port in seeds] or None,
-                **redis_options(auth, url)))
+                max_connections=pool_size, **redis_options(auth, url)))
         else:
-            client = aioredis.from_url(url, decode_responses=False,
-                                       socket_read_size=REDIS_SOCKET_READ_SIZE,
-                                       **redis_options(auth, url))
+            client = aioredis.Redis.from_pool(aioredis.BlockingConnectionPool.from_url(
+                url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
+                max_connections=pool_size, timeout=pool_wait_ms / 1000,
+                **redis_options(auth, url)))
     except ValueError as exc:
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
@@ -237,7 +249,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     http: HttpServer | None = None
     try:
         client = await connect_redis(url, settings.redis if not embedded else None,
-                                     cluster=config.get_bool("redis.cluster"))
+                                     cluster=config.get_bool("redis.cluster"),
+                                     pool_size=config.get_int("redis.pool-size"),
+                                     pool_wait_ms=config.get_int("redis.pool-max-wait"))
         broker = Broker(config, client, redis_url=url, security=settings)
         await _start_broker(broker)
         listeners = _listeners(config, settings, broker)
@@ -250,7 +264,9 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
         _announce(config, settings, ports, url)
         if ready is not None:
             ready.set()
-        await _wait_for_stop_signal()
+        lost = await _wait_for_stop_signal(embedded)
+        if lost is not None:
+            raise RedisLost(lost)
         log.info("stopping")
     finally:
         if http is not None:
@@ -301,18 +317,33 @@ async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) 
     return server
 
 
-async def _wait_for_stop_signal() -> None:
+async def _wait_for_stop_signal(embedded: EmbeddedRedis | None = None) -> str | None:
+    """Wait for SIGINT or SIGTERM; None then. With the embedded Redis, also watch its
+    process: if it exits (killed, out of memory), say why, as the text returned."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), _EMBEDDED_WATCH_SECONDS)
+            if stop.is_set():
+                return None
+            process = embedded.process if embedded is not None else None
+            if process is not None and (code := process.poll()) is not None:
+                assert embedded is not None
+                return (f"the embedded Redis exited (exit code {code}) while the broker served; "
+                        f"the broker stops so that it is restarted with it. Its log ends:\n"
+                        f"{embedded.log_tail()}")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(sig)
+
+
+_EMBEDDED_WATCH_SECONDS = 0.5
 
 
 def tune_garbage_collector() -> None:
@@ -337,4 +368,7 @@ def run(config: Config) -> int:
     except StartupError as exc:
         log.error("%s", exc)
         return 2
+    except RedisLost as exc:
+        log.error("%s", exc)
+        return 1
     return 0

@@ -107,7 +107,7 @@ class EmbeddedRedis:
             # Most likely another process took the port between our probe and the bind.
             self._kill()
             self.port = 0
-        log_tail = self._log_tail()
+        log_tail = self.log_tail()
         self._release_lock()
         raise RedisStartError(f"embedded redis-server did not start; its log ends with:\n{log_tail}")
 
@@ -191,7 +191,7 @@ class EmbeddedRedis:
             (self.redis_dir / "redis.url").unlink()
         self._release_lock()
 
-    def _log_tail(self, lines: int = 15) -> str:
+    def log_tail(self, lines: int = 15) -> str:
         log = self.redis_dir / "redis.log"
         if not log.is_file():
             return "(no log)"

@@ -40,6 +40,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from redis.exceptions import RedisError
+
 from korvet.protocol import api_versions
 from korvet.protocol.fetch_response import Buffer
 from korvet.protocol.frame_io import FrameProtocol
@@ -213,6 +215,10 @@ class KafkaListener:
             pass  # the client went away; nothing to answer
         except asyncio.CancelledError:
             pass
+        except RedisError as exc:  # Redis down, stalled or refusing: the client retries
+            self.metrics.request_failed()
+            log.warning("closing connection %s (client %r): Redis failed while answering it: "
+                        "%s: %s", conn.connection_id, conn.client_id, type(exc).__name__, exc)
         except Exception:
             self.metrics.request_failed()
             log.exception("closing connection %s after an unexpected error", conn.connection_id)

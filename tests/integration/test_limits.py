@@ -20,7 +20,9 @@ import resource
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -277,3 +279,36 @@ def test_kafkas_socket_request_max_bytes_name_limits_frames(strict: KorvetProces
         assert client.is_closed_by_peer()
     assert "socket.request.max.bytes, 4096" in strict.log_tail(100)
     assert served(strict)
+
+
+def test_a_burst_of_requests_waits_for_redis_connections_instead_of_failing(
+        tmp_path: Path) -> None:
+    """redis.pool-size (2 here): 60 clients whose requests all need Redis at once (Metadata
+    of topics not in the broker's cache) are all answered, the extra ones waiting for a
+    connection. redis-py's default pool refused the 101st concurrent command at once, and a
+    burst of 200 consumers starting together had connections closed."""
+    from kio.index import load_request_schema
+
+    from korvet.protocol.framing import decode_response, response_class
+    from korvet.protocol.kbuild import make, nested
+
+    broker = KorvetProcess(tmp_path / "broker", extra_args=[
+        "--redis-pool-size", "2", "--redis-appendfsync", "off"]).start()
+    try:
+        cls = load_request_schema(3, 12)
+        clients = [WireClient(broker.bootstrap, timeout=30) for _ in range(60)]
+        for number, client in enumerate(clients):
+            topic = make(nested(cls, "MetadataRequestTopic"), name=f"burst-{number}",
+                         topic_id=uuid.UUID(int=0))
+            client.send_raw(encode_request(make(cls, topics=(topic,),
+                                                allow_auto_topic_creation=False,
+                                                include_topic_authorized_operations=False), 7))
+        answered = []
+        for client in clients:
+            _, body = decode_response(client.read_frame(), response_class(3, 12))
+            answered.append(int(body.topics[0].error_code))
+            client.close()
+        assert answered == [3] * 60  # UNKNOWN_TOPIC_OR_PARTITION, each one answered
+        assert "Too many connections" not in broker.log_tail(500)
+    finally:
+        broker.stop()

@@ -16,6 +16,7 @@ import pytest
 
 from korvet.process import stop_process
 from tests.conftest import ROOT, KorvetProcess
+from tests.integration.test_broker_behaviour import request
 from tests.integration.test_clients import create_topic
 from tests.support.wire import WireClient
 
@@ -58,3 +59,30 @@ def test_sigterm_stops_the_broker_while_clients_keep_their_connections(
         clients.wait()
         idle.close()
         broker.stop()
+
+
+def test_the_broker_stops_when_its_embedded_redis_dies(tmp_path: Path) -> None:
+    """kill -9 of the embedded redis-server (the process an out-of-memory killer picks):
+    the broker used to stay up with nothing to serve from, liveness UP, readiness down for
+    good. It now exits with code 1 and says why, so a supervisor restarts both; the data
+    folder is usable again at once."""
+    broker = KorvetProcess(tmp_path / "broker").start()
+    assert broker.process is not None
+    children = subprocess.run(["pgrep", "-P", str(broker.process.pid), "redis-server"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    assert len(children) == 1, children
+    subprocess.run(["kill", "-9", children[0]], check=True)
+    try:
+        code = broker.process.wait(timeout=15)
+    finally:
+        if broker.process.poll() is None:
+            broker.process.kill()
+    broker.process = None
+    assert code == 1
+    assert "the embedded Redis exited (exit code -9) while the broker served" in broker.log_tail()
+    again = KorvetProcess(tmp_path / "broker").start()
+    try:
+        with WireClient(again.bootstrap) as client:
+            assert client.request(request(18, 0)).error_code == 0
+    finally:
+        again.stop()
