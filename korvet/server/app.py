@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
 import signal
 import ssl
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -162,7 +164,10 @@ def listener_limits(config: Config) -> ListenerLimits:
         resume_pending_bytes=config.get_int("broker.resume-pending-bytes"),
         idle_ms=config.get_int("broker.connections-max-idle-ms"),
     )
-    raise_open_files_limit(limits.max_connections)
+    admitted = raise_open_files_limit(limits.max_connections,
+                                      redis_pool=config.get_int("redis.pool-size"))
+    if admitted < limits.max_connections:
+        limits = dataclasses.replace(limits, max_connections=admitted)
     return ListenerLimits(limits, max_request_bytes=config.get_int("broker.max-request-bytes"))
 
 
@@ -221,7 +226,30 @@ def _announce(config: Config, settings: SecuritySettings, ports: dict[str, int],
              f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
 
 
+class _AcceptErrors:
+    """asyncio's handler for errors it cannot raise, with one difference: a failed accept()
+    for want of file descriptors (asyncio logs one per attempt, thousands a second, when
+    the open-files limit is reached) is logged once per 10 s with a count and a hint."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.logged_at = -10.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != "socket.accept() out of system resource":
+            loop.default_exception_handler(context)
+            return
+        self.count += 1
+        now = time.monotonic()
+        if now - self.logged_at >= 10.0:
+            log.error("could not accept %d connection(s): %s; the open-files limit is reached "
+                      "(raise it with ulimit -n, or set broker.max-connections lower)",
+                      self.count, context.get("exception"))
+            self.logged_at, self.count = now, 0
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+    asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
     settings = SecuritySettings.from_config(config)
     embedded: EmbeddedRedis | None = None
     url = config.get_str("redis.url")

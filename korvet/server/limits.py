@@ -105,6 +105,8 @@ class ListenerLimits:
         self._per_address: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()
         self._refusals_logged_at: dict[str, float] = {}
+        self._last_refused: dict[str, str] = {}
+        self._refusal_flush: dict[str, asyncio.TimerHandle] = {}
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -129,14 +131,26 @@ class ListenerLimits:
                 del self._per_address[slot.address]
 
     def _note_refusal(self, refusal: str, address: str) -> None:
-        """Log refusals at most once per interval and limit, with how many there were."""
+        """Log refusals at most once per interval and limit, with how many there were; the
+        ones held back are counted in the next line, at the latest one interval later."""
         self._refused[refusal] += 1
+        self._last_refused[refusal] = address
         now = time.monotonic()
         if now - self._refusals_logged_at.get(refusal, -_REFUSAL_LOG_INTERVAL) >= \
                 _REFUSAL_LOG_INTERVAL:
-            self._refusals_logged_at[refusal] = now
+            self._log_refusals(refusal)
+        elif refusal not in self._refusal_flush:
+            with contextlib.suppress(RuntimeError):  # no running loop: the next refusal logs
+                self._refusal_flush[refusal] = asyncio.get_running_loop().call_later(
+                    _REFUSAL_LOG_INTERVAL, self._log_refusals, refusal)
+
+    def _log_refusals(self, refusal: str) -> None:
+        self._refusal_flush.pop(refusal, None)
+        count = self._refused.pop(refusal, 0)
+        if count:
+            self._refusals_logged_at[refusal] = time.monotonic()
             log.warning("refused %d connection(s) over %s (the last from %s); %d open",
-                        self._refused.pop(refusal), refusal, address, len(self.slots))
+                        count, refusal, self._last_refused.get(refusal, "?"), len(self.slots))
 
     # -- idle connections ----------------------------------------------------------------
 
@@ -145,6 +159,9 @@ class ListenerLimits:
             self._reaper = asyncio.create_task(self._close_idle())
 
     async def close(self) -> None:
+        for pending in self._refusal_flush.values():
+            pending.cancel()
+        self._refusal_flush.clear()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -167,22 +184,32 @@ class ListenerLimits:
         return len(idle)
 
 
-_SPARE_FILES = 1024  # Redis connections, the data files, the embedded Redis' pipes
+_SPARE_FILES = 128  # besides the Redis pool: data files, pipes, HTTP, the embedded Redis
 
 
-def raise_open_files_limit(max_connections: int) -> None:
+def raise_open_files_limit(max_connections: int, redis_pool: int = 256) -> int:
     """Raise this process' open-files limit (soft, up to the hard one) so that
-    ``max_connections`` sockets fit, as servers do; a lower hard limit is logged."""
+    ``max_connections`` client sockets fit beside ``redis_pool`` Redis connections and a
+    few spare files, as servers do. Returns the client connections the broker admits: fewer
+    than ``max_connections`` when the limit cannot fit them (logged), so that a connection
+    over it is refused cleanly instead of every accept() failing with "Too many open files"
+    (asyncio then logged each failure, thousands a second)."""
+    spares = redis_pool + _SPARE_FILES
+    unbounded = max_connections >= 2**31 - 1
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_connections + _SPARE_FILES
+    wanted = hard if unbounded else max_connections + spares
     if hard != resource.RLIM_INFINITY:
         wanted = min(wanted, hard)
-    if wanted > soft:
+    if wanted > soft and wanted != resource.RLIM_INFINITY:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft != resource.RLIM_INFINITY and soft < max_connections + _SPARE_FILES \
-            and max_connections < 2**31 - 1:
-        log.warning("the open-files limit (%d) is below max.connections (%d) plus spares: "
-                    "raise it (ulimit -n) or connections will fail to open", soft,
-                    max_connections)
+    if soft == resource.RLIM_INFINITY or soft >= max_connections + spares:
+        return max_connections
+    fits = max(soft - spares, soft // 2)
+    log.warning("the open-files limit (%d, after raising it to the hard limit) leaves room for "
+                "%d client connections beside %d Redis connections and spare files: the "
+                "broker admits at most %d%s; raise the limit (ulimit -n) for more", soft, fits,
+                redis_pool, fits, "" if unbounded else
+                f" (max.connections asks for {max_connections})")
+    return fits

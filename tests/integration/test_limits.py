@@ -312,3 +312,40 @@ def test_a_burst_of_requests_waits_for_redis_connections_instead_of_failing(
         assert "Too many connections" not in broker.log_tail(500)
     finally:
         broker.stop()
+
+
+def test_a_low_open_files_limit_refuses_extra_connections_cleanly(tmp_path: Path) -> None:
+    """A broker whose open-files limit is 512 (soft and hard) admits the client connections
+    that fit beside its Redis pool (256) and spare files, warns about it at start, and
+    refuses the rest by closing them. Before, with max.connections unbounded, accept()
+    failed with "Too many open files" and asyncio logged each failure, thousands of lines a
+    second, while Redis connections failed too."""
+    from tests.conftest import KORVET
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1024:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    broker = KorvetProcess(tmp_path / "broker", command=["prlimit", "--nofile=512:512", *KORVET],
+                           extra_args=["--redis-appendfsync", "off"]).start()
+    clients: list[socket.socket] = []
+    try:
+        assert "leaves room for 256 client connections" in broker.log_tail(100)
+        for _ in range(400):
+            clients.append(socket.create_connection(("127.0.0.1", broker.port), timeout=10))
+        time.sleep(1.0)
+        refused = 0
+        for sock in clients:
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                refused += sock.recv(1) == b""
+        assert refused == 400 - 256, refused
+        for sock in clients:
+            sock.close()
+        assert served(broker)
+        log = broker.log_tail(400)
+        assert "out of system resource" not in log and "Too many open files" not in log
+        assert "connection(s) over max.connections" in log
+    finally:
+        for sock in clients:
+            sock.close()
+        broker.stop()
