@@ -7,6 +7,7 @@ group's snapshot and offsets are written in one MULTI/EXEC on a cluster too:
     {ks}:{group:G}:commit:{topic}:{p}   hash: offset, metadata, leader-epoch, committed
                                         (the committed offset of one partition for G)
     {ks}:{group:G}:commits              set of the stream keys G has offsets for
+    {ks}:{group:G}:redis-groups         set of the stream keys G has a Redis consumer group on
     {ks}:group-ids                      set of the group ids that have a snapshot
     {ks}:coordinator                    hash: bands, floor, redis-run-id, clean: what the
                                         coordinator keeps about its loads (durability.py)
@@ -79,6 +80,11 @@ class GroupStore:
 
     def index_key(self, group: str) -> str:
         return self.group_key(group, "commits")
+
+    def redis_groups_key(self, group: str) -> str:
+        """The streams the group's Redis consumer group was created on: deleting the group
+        destroys those, not every stream's (a SCAN of the whole keyspace per group)."""
+        return self.group_key(group, "redis-groups")
 
     def lease_key(self, group: str) -> str:
         """The group's coordinator lease (korvet/storage/leases.py), in the group's slot, so
@@ -201,6 +207,9 @@ class GroupStore:
         fetch (docs/spec/stream-group.md). An existing group (BUSYGROUP, e.g. after a broker restart)
         keeps its position. A partition without a stream yet is left for a later fetch.
         Returns True when the Redis group exists afterwards."""
+        # Noted first, so a Redis group never exists unnoted (a noted stream without one is
+        # harmless: its XGROUP DESTROY answers 0).
+        await self.redis.sadd(self.redis_groups_key(group), stream_key)
         try:
             await self.redis.execute_command(  # type: ignore[no-untyped-call]
                 "XGROUP", "CREATE", stream_key, group, _id_before(bits, fetch_offset))
@@ -213,40 +222,31 @@ class GroupStore:
             raise
         return True
 
-    async def destroy_redis_groups(self, group: str) -> int:
-        """XGROUP DESTROY the group on every partition stream (SCAN on every master,
-        pipelined)."""
-        pattern = f"{_escape(self.ks)}:{{*}}:stream"
+    async def destroy_redis_groups(self, group: str, streams: Sequence[str]) -> int:
+        """XGROUP DESTROY the group on these streams (pipelined, 200 at a time)."""
         destroyed = 0
-        batch: list[str] = []
-
-        async def flush() -> int:
+        for start in range(0, len(streams), 200):
             pipe = self.redis.pipeline(transaction=False)
-            for stream_key in batch:
+            for stream_key in streams[start:start + 200]:
                 pipe.execute_command("XGROUP", "DESTROY", stream_key, group)
             results = await pipe.execute(raise_on_error=False)
-            batch.clear()
-            return sum(1 for r in results if r == 1)
-
-        async for key in self.redis.scan_iter(match=pattern, count=500, _type="stream"):
-            batch.append(_text(key))
-            if len(batch) >= 200:
-                destroyed += await flush()
-        if batch:
-            destroyed += await flush()
+            destroyed += sum(1 for r in results if r == 1)
         return destroyed
 
     async def delete_group(self, group: str) -> None:
-        """Everything Redis keeps for a group: offsets, index, snapshot, Redis groups."""
+        """Everything Redis keeps for a group: offsets, index, snapshot, and its Redis
+        consumer groups on the streams it committed on or fetched from as a group."""
         keys = sorted(_text(k) for k in await self.redis.smembers(self.index_key(group)))
+        noted = {_text(k) for k in await self.redis.smembers(self.redis_groups_key(group))}
 
         def queue(pipe: Any, group: str) -> None:
             for key in keys:
                 pipe.execute_command("UNLINK", self.commit_key(key, group))
-            pipe.execute_command("UNLINK", self.index_key(group), self.snapshot_key(group))
+            pipe.execute_command("UNLINK", self.index_key(group), self.snapshot_key(group),
+                                 self.redis_groups_key(group))
 
         await self._per_group([group], queue, gone=[group])
-        await self.destroy_redis_groups(group)
+        await self.destroy_redis_groups(group, sorted(noted | set(keys)))
 
     # --- coordinator snapshots and the load record -------------------------------------------
 
@@ -365,11 +365,6 @@ def _id_before(bits: int, offset: int) -> str:
 def partition_of(stream_key: str) -> str:
     """``topic:partition`` from a stream key ``{ks}:{topic:partition}:stream``."""
     return stream_key[stream_key.rfind("{") + 1:stream_key.rfind("}")]
-
-
-def _escape(pattern: str) -> str:
-    """Escape glob characters for SCAN MATCH (keyspaces and group ids are user text)."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in pattern)
 
 
 def id_before(bits: int, offset: int) -> str:
