@@ -11,11 +11,19 @@ Decoding is strict, because a bad batch must be refused whole: CRC (CORRUPT_MESS
 magic other than 2, a truncated batch, a record count that disagrees with the
 header, or offset deltas that are not 0..n-1 (INVALID_RECORD). Compressed batches
 (gzip, snappy, lz4, zstd) are decompressed; records are stored uncompressed.
+
+A batch whose records hold more than ``max_bytes`` once decompressed (the broker passes
+socket.request.max.bytes: no uncompressed request could carry them) is MESSAGE_TOO_LARGE, an
+error clients do not retry: a few hundred kilobytes of gzip can hold a gigabyte of zeros. A
+gzip batch is measured before it is decompressed (its decompressed records section), in
+bounded memory; for the other codecs the records' keys and values are counted as they are
+walked, once the codec has decompressed the batch (which the compiled codec does whole).
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -48,7 +56,12 @@ class RecordBatchError(ValueError):
 
 
 CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10  # what Kafka answers for a batch over max.message.bytes
 INVALID_RECORD = 87
+MAX_DECOMPRESSED = 100 * 1024 * 1024  # socket.request.max.bytes' default
+_GZIP = 1
+_CHUNK = 1 << 20
+_DEFLATE_RATIO = 1032  # deflate's largest ratio of output to input bytes
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
@@ -123,18 +136,20 @@ class StoredBatch:
         return _last_sequence(self.base_sequence, self.count)
 
 
-def decode_batches(data: bytes | memoryview | None) -> list[Batch]:
+def decode_batches(data: bytes | memoryview | None,
+                   max_bytes: int = MAX_DECOMPRESSED) -> list[Batch]:
     """Split and validate every batch of a produce request's records field."""
-    return [_decode_one(raw) for raw in split_batches(data)]
+    return [_decode_one(raw, max_bytes) for raw in split_batches(data)]
 
 
-def scan_batches(data: bytes | memoryview | None) -> list[StoredBatch]:
+def scan_batches(data: bytes | memoryview | None,
+                 max_bytes: int = MAX_DECOMPRESSED) -> list[StoredBatch]:
     """``decode_batches`` for the ``batches`` storage format: the same checks (a batch one
     refuses the other refuses too), keeping each batch's bytes and its records' timestamps
     instead of the records. The CRC is checked once, here; the records are walked once (the
     compiled codec decompresses them) to check their offsets and count and to read their
     timestamps, and are not kept."""
-    return [_scan_one(raw) for raw in split_batches(data)]
+    return [_scan_one(raw, max_bytes) for raw in split_batches(data)]
 
 
 def split_batches(data: bytes | memoryview | None) -> list[bytes]:
@@ -163,20 +178,52 @@ def split_batches(data: bytes | memoryview | None) -> list[bytes]:
     return batches
 
 
-def _walk(batch: DefaultRecordBatch, stamps: bool) -> tuple[list[RecordTuple], list[int]]:
-    """The records (or only their timestamps), checking that offset deltas are 0..n-1."""
+def _too_large(max_bytes: int) -> RecordBatchError:
+    return RecordBatchError(
+        MESSAGE_TOO_LARGE, f"the record batch decompresses to more than {max_bytes} bytes "
+        "(socket.request.max.bytes): no request could carry these records uncompressed")
+
+
+def _check_gzip_size(raw: bytes, max_bytes: int) -> None:
+    """Refuse a gzip batch whose records would decompress to more than ``max_bytes``,
+    decompressing it a megabyte at a time and keeping nothing (the codec then decompresses
+    it whole)."""
+    if (raw[22] & 0x07) != _GZIP or (len(raw) - BATCH_OVERHEAD) * _DEFLATE_RATIO <= max_bytes:
+        return  # deflate gives at most about 1,032 bytes a byte: this one cannot be too large
+    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
+    total = 0
+    data: bytes | memoryview = memoryview(raw)[BATCH_OVERHEAD:]
+    try:
+        while data and not inflate.eof:
+            total += len(inflate.decompress(data, _CHUNK))
+            if total > max_bytes:
+                raise _too_large(max_bytes)
+            data = inflate.unconsumed_tail
+    except zlib.error:
+        return  # not gzip after all: the codec refuses it (CORRUPT_MESSAGE)
+
+
+def _walk(batch: DefaultRecordBatch, stamps: bool,
+          max_bytes: int = MAX_DECOMPRESSED) -> tuple[list[RecordTuple], list[int]]:
+    """The records (or only their timestamps), checking that offset deltas are 0..n-1 and
+    that the records' keys and values fit in ``max_bytes``."""
     records: list[RecordTuple] = []
     timestamps: list[int] = []
+    held = 0
     try:
         for index, record in enumerate(batch):
             if record.offset != index:  # base offset is 0 on produce; deltas must be 0..n-1
                 raise RecordBatchError(
                     INVALID_RECORD, f"record {index} has offset delta {record.offset}"
                 )
+            key, value = record.key, record.value
+            held += (len(key) if key else 0) + (len(value) if value else 0)
+            if held > max_bytes:
+                raise _too_large(max_bytes)
             if stamps:
                 timestamps.append(record.timestamp)
             else:
-                records.append((record.timestamp, record.key, record.value, record.headers))
+                records.append((record.timestamp, key, value, record.headers))
     except RecordBatchError:
         raise
     except UnsupportedCodecError as exc:
@@ -209,10 +256,11 @@ def _check_crc(raw: bytes) -> None:
         raise RecordBatchError(CORRUPT_MESSAGE, "record batch CRC does not match its content")
 
 
-def _scan_one(raw: bytes) -> StoredBatch:
+def _scan_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> StoredBatch:
     _check_crc(raw)
+    _check_gzip_size(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
-    _, stamps = _walk(batch, True)
+    _, stamps = _walk(batch, True, max_bytes)
     _check_count(raw, batch, len(stamps))
     attributes = batch.attributes
     return StoredBatch(
@@ -231,10 +279,11 @@ def _scan_one(raw: bytes) -> StoredBatch:
     )
 
 
-def _decode_one(raw: bytes) -> Batch:
+def _decode_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> Batch:
     _check_crc(raw)
+    _check_gzip_size(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
-    records, _ = _walk(batch, False)
+    records, _ = _walk(batch, False, max_bytes)
     _check_count(raw, batch, len(records))
     attributes = batch.attributes
     return Batch(

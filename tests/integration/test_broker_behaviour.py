@@ -188,6 +188,31 @@ def test_request_with_a_corrupt_second_batch_writes_neither(korvet: KorvetProces
     assert xlen(korvet, unique_name) == 0
 
 
+@pytest.mark.parametrize("storage_format", ["records", "batches"])
+def test_a_gzip_bomb_is_message_too_large(korvet: KorvetProcess, unique_name: str,
+                                         storage_format: str) -> None:
+    """One record of 101 MiB of zeros, about 100 KB of gzip on the wire (under the topic's
+    max.message.bytes): its records would hold more than socket.request.max.bytes (100 MiB),
+    so it is MESSAGE_TOO_LARGE, which clients do not retry, and nothing is stored. Before, it
+    was decompressed, stored and answered; a bigger one failed in Redis as a retriable
+    KAFKA_STORAGE_ERROR, retried until the broker held gigabytes."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from korvet.protocol.records import build_batch
+
+    topic = f"{unique_name}-{storage_format}"
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"korvet.storage.format": storage_format})]
+                        )[topic].result(30)
+    bomb = build_batch([(0, None, bytes(101 * 1024 * 1024), [])], compression=1)
+    assert len(bomb) < 1_000_000
+    with WireClient(korvet.bootstrap) as client:
+        response = client.request(produce_request(topic, {0: bomb}))
+    assert response.responses[0].partition_responses[0].error_code == (
+        ErrorCode.message_too_large)
+    assert xlen(korvet, topic) == 0
+
+
 def test_produce_to_unknown_topic_and_partition(korvet: KorvetProcess, unique_name: str) -> None:
     create_topic(korvet.bootstrap, unique_name, partitions=1)
     with WireClient(korvet.bootstrap) as client:

@@ -88,6 +88,8 @@ class ProduceHandler:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        # a batch's records may hold at most what one request may: socket.request.max.bytes
+        self.max_decompressed = services.config.get_int("broker.max-request-bytes")
         self.metrics = services.metrics
         self._unanswered: set[asyncio.Future[PartitionOutcome]] = set()
 
@@ -155,7 +157,8 @@ class ProduceHandler:
         services = self.services
         batches: Sequence[Batch | StoredBatch]
         try:
-            batches = scan_batches(data) if topic.config.stores_batches else decode_batches(data)
+            batches = (scan_batches(data, self.max_decompressed) if topic.config.stores_batches
+                       else decode_batches(data, self.max_decompressed))
         except RecordBatchError as exc:
             return PartitionOutcome(index, ErrorCode(exc.code), message=str(exc))
         refusal = produce_rules.check_batch_count(len(batches))
