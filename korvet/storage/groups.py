@@ -262,9 +262,10 @@ class GroupStore:
 
     async def load_record(self) -> CoordinatorRecord | None:
         raw: dict[Any, Any] = await self.redis.hgetall(self.record_key)
-        if not raw:
-            return None
         fields = {_text(k): _text(v) for k, v in raw.items()}
+        fields.pop(_FSYNC_RESTORE, None)  # a barrier's note, not part of the record
+        if not fields:
+            return None
         try:
             return CoordinatorRecord(bands=int(fields.get("bands", "0")),
                                      floor=int(fields.get("floor", "0")),
@@ -277,7 +278,9 @@ class GroupStore:
     async def redis_identity(self) -> tuple[str, bool]:
         """Redis' run id (new at every Redis start) and whether it fsyncs every write it
         acknowledges (appendonly yes, appendfsync always). A Redis that will not say is
-        taken not to."""
+        taken not to. First, an ``appendfsync always`` that a broker stopped in the middle
+        of its fsync barrier left behind is set back (``undo_fsync_barrier``)."""
+        await self.undo_fsync_barrier()
         if self.cluster:
             return await self._cluster_identity()
         info: dict[str, Any] = await self.redis.info("server")
@@ -330,12 +333,33 @@ class GroupStore:
             return True
         return await self._with_fsync_barrier(write)
 
+    async def undo_fsync_barrier(self) -> None:
+        """A broker killed between its barrier's ``CONFIG SET appendfsync always`` and the
+        set back left Redis fsyncing every write, and the next start would have taken that
+        for the operator's choice. The barrier notes the value it replaces in the record
+        (``fsync-restore``) first: set it back if Redis still says ``always``."""
+        try:
+            left = await self.redis.hget(self.record_key, _FSYNC_RESTORE)
+            if left is None:
+                return
+            config: dict[Any, Any] = await self.redis.config_get("appendfsync")
+            if _text(next(iter(config.values()))) == "always":
+                await self.redis.config_set("appendfsync", _text(left))
+                log.warning("appendfsync was left at 'always' by a broker stopped during its "
+                            "start-up write; set back to %r", _text(left))
+            await self.redis.hdel(self.record_key, _FSYNC_RESTORE)
+        except ResponseError as exc:  # no CONFIG (renamed, ACL): nothing was changed either
+            log.debug("appendfsync not checked: %s", exc)
+
     async def _with_fsync_barrier(self, write: Callable[[], Awaitable[None]]) -> bool:
         """Redis 7.0 has no per-write fsync (WAITAOF is 7.2): with ``appendfsync always``
-        set for the moment of the write, Redis fsyncs its file before it answers."""
+        set for the moment of the write, Redis fsyncs its file before it answers. The value
+        it replaces is noted in the record first, so a broker stopped in between has it set
+        back at the next start (``undo_fsync_barrier``)."""
         try:
             config: dict[Any, Any] = await self.redis.config_get("appendfsync")
             previous = _text(next(iter(config.values())))  # on a cluster: one node's (all alike)
+            await self.redis.hset(self.record_key, _FSYNC_RESTORE, previous)
             await self.redis.config_set("appendfsync", "always")
         except Exception as exc:  # no CONFIG (renamed, ACL): the write is made plainly
             log.warning("cannot make the coordinator's load record durable (CONFIG SET "
@@ -347,11 +371,15 @@ class GroupStore:
             await write()
         finally:
             await self.redis.config_set("appendfsync", previous)
+            await self.redis.hdel(self.record_key, _FSYNC_RESTORE)
         return True
 
     async def mark_clean(self) -> None:
         """The clean-stop mark, written after the coordinator's last write."""
         await self.redis.hset(self.record_key, "clean", "1")
+
+
+_FSYNC_RESTORE = "fsync-restore"  # the record's field: appendfsync to set back
 
 
 def _id_before(bits: int, offset: int) -> str:

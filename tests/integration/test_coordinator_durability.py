@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,3 +216,38 @@ def test_a_crash_whose_redis_kept_running_keeps_the_generation(tmp_path: Path,
     loads = [json.loads(line)["load"] for line in event_log.read_text().splitlines()
              if '"load"' in line]
     assert [load["lossy"] for load in loads] == [False, False]
+
+
+def test_an_fsync_barrier_left_behind_by_a_killed_broker_is_undone(tmp_path: Path) -> None:
+    """A broker killed between the start-up barrier's CONFIG SET appendfsync always and the
+    set back left a shared Redis fsyncing every write for good, and the next broker took it
+    for the operator's choice (a new user's trial). The barrier now notes what it replaced,
+    and the next start sets it back."""
+    redis_server = EmbeddedRedis(tmp_path / "redis", appendfsync="everysec")
+    url = redis_server.start()
+
+    def redis(*args: str) -> str:
+        return subprocess.run(["redis-cli", "-u", url, "--raw", *args], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--redis-url", url])
+    try:
+        broker.start()
+        broker.stop()
+        assert redis("CONFIG", "GET", "appendfsync").splitlines()[1] == "everysec"
+        assert redis("HEXISTS", "korvet:coordinator", "fsync-restore") == "0"
+        # what a broker killed inside its barrier leaves
+        redis("CONFIG", "SET", "appendfsync", "always")
+        redis("HSET", "korvet:coordinator", "fsync-restore", "everysec")
+        broker.start()
+        assert redis("CONFIG", "GET", "appendfsync").splitlines()[1] == "everysec"
+        assert redis("HEXISTS", "korvet:coordinator", "fsync-restore") == "0"
+        assert "appendfsync was left at 'always'" in broker.log_tail(100)
+        # an operator's own 'always' (no note) is kept
+        broker.stop()
+        redis("CONFIG", "SET", "appendfsync", "always")
+        broker.start()
+        assert redis("CONFIG", "GET", "appendfsync").splitlines()[1] == "always"
+    finally:
+        broker.stop()
+        redis_server.stop()
