@@ -5,7 +5,7 @@ entries: a request of a few dozen bytes announcing four billion entries made it 
 tens of gigabytes, and a failed allocation aborts the process (Rust's handler), which no
 Python ``except`` catches. Each request body is therefore walked first, by the same schema
 kio reads it with, and an array whose entries cannot fit in the bytes left in the frame
-(``count * smallest entry > bytes left``) makes the request malformed (``CountError``), so
+(``count * smallest entry > bytes left``) makes the request malformed (``MalformedBody``), so
 only the connection that sent it is closed.
 
 The walk reads sizes and counts only, builds nothing, and stops quietly where the frame ends
@@ -32,7 +32,7 @@ from kio.serial._introspect import (
 )
 
 # (buffer, position, end) -> the position after the value; raises _Short where the frame
-# ends (or a length is negative where it may not be) and CountError for an impossible count.
+# ends (or a length is negative where it may not be) and MalformedBody for an impossible count.
 Skim = Callable[[memoryview, int, int], int]
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
@@ -42,8 +42,10 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-class CountError(ValueError):
-    """An array announces more entries than the rest of the frame can hold."""
+class MalformedBody(ValueError):
+    """An array announces more entries than the rest of the frame can hold, or a field the
+    schema says cannot be null was sent as null (Kafka: "non-nullable field ... was
+    serialized as null", and the connection is closed)."""
 
 
 class _Short(Exception):
@@ -75,33 +77,44 @@ def _fixed(size: int) -> Skim:
     return skim
 
 
-def _sized(kind: str, flexible: bool) -> Skim:
+def _sized(kind: str, flexible: bool, name: str, nullable: bool) -> Skim:
     """A string or bytes: compact (uvarint length + 1, 0 for null) when flexible, else an
     int16 (string) or int32 (bytes, records) length, -1 for null."""
     if flexible:
         def compact(buf: memoryview, pos: int, end: int) -> int:
             length, pos = _uvarint(buf, pos, end)
+            if length == 0 and not nullable:
+                raise _null(name)
             return pos + max(length - 1, 0)
         return compact
     fmt = _I16 if kind == "string" else _I32
 
     def legacy(buf: memoryview, pos: int, end: int) -> int:
         length, pos = _int(fmt, buf, pos, end)
+        if length < 0 and not nullable:
+            raise _null(name)
         return pos + max(length, 0)
     return legacy
 
 
-def _array(item: Skim, smallest: int, fixed: int | None, flexible: bool, name: str) -> Skim:
+def _null(name: str) -> MalformedBody:
+    return MalformedBody(f"non-nullable field {name} was serialized as null")
+
+
+def _array(item: Skim, smallest: int, fixed: int | None, flexible: bool, name: str,
+           nullable: bool) -> Skim:
     def skim(buf: memoryview, pos: int, end: int) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos, end)
             count -= 1
         else:
             count, pos = _int(_I32, buf, pos, end)
+        if count < 0 and not nullable:
+            raise _null(name)
         if count <= 0:
             return pos
         if count * smallest > end - pos:
-            raise CountError(f"array {name} announces {count} entries, more than the "
+            raise MalformedBody(f"array {name} announces {count} entries, more than the "
                              f"{end - pos} bytes left in the request can hold")
         if fixed is not None:
             return pos + count * fixed
@@ -128,18 +141,23 @@ def _field(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> tuple
     kind = field.metadata.get("kafka_type")
     shape = classify_field(field)
     name = field.name
+    # a tagged field is absent rather than null; the header's client_id is read apart
+    nullable = tagged or is_optional(field)
     if isinstance(shape, PrimitiveField | PrimitiveTupleField):
         assert isinstance(kind, str)
         size = _FIXED.get(kind)
-        item = _fixed(size) if size is not None else _sized(kind, flexible)
+        array = isinstance(shape, PrimitiveTupleField)
+        item = (_fixed(size) if size is not None
+                else _sized(kind, flexible, name, nullable and not array))
         smallest = size if size is not None else (1 if flexible else (2 if kind == "string" else 4))
-        if isinstance(shape, PrimitiveTupleField):
-            return _array(item, smallest, size, flexible, name), (1 if flexible else 4)
+        if array:
+            return _array(item, smallest, size, flexible, name, nullable), (1 if flexible else 4)
         return item, smallest
     assert isinstance(shape, EntityField | EntityTupleField)
     entity, smallest = _entity(shape.type_)
     if isinstance(shape, EntityTupleField):
-        return _array(entity, max(smallest, 1), None, flexible, name), (1 if flexible else 4)
+        return (_array(entity, max(smallest, 1), None, flexible, name, nullable),
+                (1 if flexible else 4))
     if is_optional(field) and not tagged:
         return _nullable(entity), 1
     return entity, smallest
@@ -188,7 +206,7 @@ def _request(api_key: int, api_version: int) -> Skim:
 
 def body_end(api_key: int, api_version: int, frame: memoryview, body_start: int) -> int | None:
     """Where the request body that starts at ``body_start`` ends, by the walk; None where
-    the walk stops early (the frame ends, or holds what kio will refuse). Raises CountError
+    the walk stops early (the frame ends, or holds what kio will refuse). Raises MalformedBody
     if an array announces more entries than the frame can hold."""
     try:
         end = _request(api_key, api_version)(frame, body_start, len(frame))
@@ -198,6 +216,6 @@ def body_end(api_key: int, api_version: int, frame: memoryview, body_start: int)
 
 
 def check_counts(api_key: int, api_version: int, frame: memoryview, body_start: int) -> None:
-    """Raise CountError if an array of the request body announces more entries than the
+    """Raise MalformedBody if an array of the request body announces more entries than the
     frame can hold; say nothing of anything else (kio's reader does)."""
     body_end(api_key, api_version, frame, body_start)

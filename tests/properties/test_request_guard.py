@@ -69,6 +69,23 @@ def test_an_impossible_array_count_is_a_malformed_request(name: str) -> None:
         parse_request(bytes.fromhex(ABORTED[name]))
 
 
+@pytest.mark.parametrize(("frame", "field"), [
+    # DescribeConfigs v1, resources null: its handler failed with a TypeError and a traceback
+    ("0020000100000001000178" "ffffffff" "00", "resources"),
+    # DescribeProducers v0 (flexible), topics null
+    ("003d000000000001000178" "00" "00" "00", "topics"),
+    # CreateTopics v4, a topic whose name is null
+    ("0013000400000001000178" "00000001" "ffff" "00000001" "0001" "00000000" "00000000"
+     "00000000" "00", "name"),
+])
+def test_a_null_where_kafka_allows_none_is_a_malformed_request(frame: str, field: str) -> None:
+    """Kafka refuses a non-nullable field sent as null ("non-nullable field ... was
+    serialized as null") and closes the connection; kio read it as None and the handler
+    then failed."""
+    with pytest.raises(FrameError, match=f"non-nullable field {field} was serialized as null"):
+        parse_request(bytes.fromhex(frame))
+
+
 @pytest.mark.parametrize(("api_key", "version"), [(0, 9), (0, 13), (1, 12), (1, 17), (3, 12),
                                                   (8, 9), (11, 9), (19, 7), (21, 2), (32, 4)])
 def test_a_request_with_any_four_bytes_overwritten_never_aborts(api_key: int, version: int) -> None:
