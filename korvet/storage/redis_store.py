@@ -261,17 +261,32 @@ class RedisStore:
             return False
         topic_id, partitions = _text(reply[0]), int(reply[1])
         await self._per_partition(self._drop_script, name, range(partitions), [topic_id])
-        # Committed offsets of every group for this topic's partitions go with it (SCAN runs
-        # on every master of a cluster; UNLINK is split by slot).
+        # Committed offsets of every group for this topic's partitions go with it, and the
+        # partitions leave the groups' indexes of committed and Redis-group streams (SCAN
+        # runs on every master of a cluster; UNLINK is split by slot).
         pattern = f"{_escape(self.ks)}:{{group:*}}:commit:{name}:*"
         batch: list[bytes] = []
+
+        async def flush() -> None:
+            pipe = self.redis.pipeline(transaction=False)
+            for key in batch:
+                text = _text(key)
+                group_tag = text[:text.rfind(f":commit:{name}:")]  # {ks}:{group:G}
+                partition = text[text.rfind(":") + 1:]
+                if partition.isdigit():
+                    stream = self.stream_key(name, int(partition))
+                    pipe.srem(f"{group_tag}:commits", stream)
+                    pipe.srem(f"{group_tag}:redis-groups", stream)
+            await pipe.execute(raise_on_error=False)
+            await self.redis.unlink(*batch)
+            batch.clear()
+
         async for key in self.redis.scan_iter(match=pattern, count=500):
             batch.append(key)
             if len(batch) >= 500:
-                await self.redis.unlink(*batch)
-                batch.clear()
+                await flush()
         if batch:
-            await self.redis.unlink(*batch)
+            await flush()
         await self.redis.publish(self.topic_channel, name)
         return True
 

@@ -413,3 +413,32 @@ def test_deleting_a_group_destroys_only_its_own_redis_groups(tmp_path: Any) -> N
         assert redis("--scan", "--pattern", "*reader*").split() == []
     finally:
         broker.stop()
+
+
+def test_deleting_a_topic_takes_it_out_of_the_groups_indexes(korvet: KorvetProcess,
+                                                            unique_name: str) -> None:
+    """A group's index of the partitions it has offsets for loses a deleted topic's
+    partitions with their offsets (a new user's trial found them left behind until the
+    group itself was deleted)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    client = admin(korvet)
+    gone, kept = f"{unique_name}-gone", f"{unique_name}-kept"
+    for future in client.create_topics([NewTopic(gone, 2), NewTopic(kept, 1)]).values():
+        future.result(30)
+    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": unique_name,
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(gone, 0, 5), TopicPartition(gone, 1, 5),
+                             TopicPartition(kept, 0, 5)], asynchronous=False)
+    consumer.close()
+
+    def index() -> list[str]:
+        return sorted(subprocess.run(
+            ["redis-cli", "-u", korvet.redis_url, "--raw", "SMEMBERS",
+             f"korvet:{{group:{unique_name}}}:commits"],
+            capture_output=True, text=True, check=True).stdout.split())
+
+    assert index() == sorted([f"korvet:{{{gone}:0}}:stream", f"korvet:{{{gone}:1}}:stream",
+                              f"korvet:{{{kept}:0}}:stream"])
+    client.delete_topics([gone])[gone].result(30)
+    assert index() == [f"korvet:{{{kept}:0}}:stream"]
