@@ -141,6 +141,8 @@ SETTINGS: tuple[Setting, ...] = (
             "prefix of every Redis key the broker writes (the original's korvet.namespace)",
             ("--keyspace",), also=("namespace", "broker.keyspace")),
     Setting("redis.server-binary", str, "redis-server", "redis-server used for the embedded Redis"),
+    Setting("redis.embedded-port", int, 0,
+            "loopback port of the embedded Redis (0: a free one, chosen at each start)"),
     Setting("redis.appendfsync", str, "everysec",
             "embedded Redis: AOF fsync policy (always, everysec, no) or 'off' for no persistence"),
     Setting("redis.aof-rewrite-min-mb", int, 1024,
@@ -783,6 +785,8 @@ def _validate_limits(config: Config) -> None:
     low = config.get_int("broker.resume-pending-bytes")
     if not 0 <= low <= high:
         raise ConfigError("broker.resume-pending-bytes must be within 0..broker.max-pending-bytes")
+    if not 0 <= config.get_int("redis.embedded-port") <= 65535:
+        raise ConfigError("redis.embedded-port must be within 0..65535")
     if config.get_int("redis.pool-size") < 1 or config.get_int("redis.pool-max-wait") < 0:
         raise ConfigError("redis.pool-size must be at least 1 and redis.pool-max-wait at least 0")
     if config.get_int("fetch.max-sessions") < 0:

@@ -91,7 +91,8 @@ class EmbeddedRedis:
             )
         self.redis_dir.mkdir(parents=True, exist_ok=True)
         self._take_lock()
-        for _attempt in range(5):
+        pinned = self.port
+        for _attempt in range(1 if pinned else 5):
             self.port = self.port or free_port(self.host)
             self.process = subprocess.Popen(
                 self._command(),
@@ -106,10 +107,12 @@ class EmbeddedRedis:
                 return self.url
             # Most likely another process took the port between our probe and the bind.
             self._kill()
-            self.port = 0
+            self.port = pinned
         log_tail = self.log_tail()
         self._release_lock()
-        raise RedisStartError(f"embedded redis-server did not start; its log ends with:\n{log_tail}")
+        where = (f" on port {pinned} (redis.embedded-port: is it in use?)" if pinned else "")
+        raise RedisStartError(
+            f"embedded redis-server did not start{where}; its log ends with:\n{log_tail}")
 
     def _command(self) -> list[str]:
         persistence = (
@@ -139,12 +142,28 @@ class EmbeddedRedis:
                 with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
                     sock.sendall(b"PING\r\n")
                     if sock.recv(64).startswith(b"+PONG"):
-                        # AOF loading answers -LOADING to PING; +PONG means ready.
-                        return True
+                        # AOF loading answers -LOADING to PING; +PONG means ready. The
+                        # answer must come from our child, not from whatever already
+                        # held the port (a pinned redis.embedded-port in use).
+                        return self._is_ours(sock)
             except OSError:
                 pass
             time.sleep(0.05)
         return False
+
+    def _is_ours(self, sock: socket.socket) -> bool:
+        """Whether the Redis on this connection is our child process (INFO's process_id)."""
+        sock.sendall(b"INFO server\r\n")
+        data = b""
+        while b"\r\n" not in data or len(data) < int(data[1:data.index(b"\r\n")]) + 4:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+            if not data.startswith(b"$"):
+                return False
+        assert self.process is not None
+        return f"process_id:{self.process.pid}\r\n".encode() in data
 
     def _take_lock(self) -> None:
         lock_path = self.redis_dir / "korvet.lock"

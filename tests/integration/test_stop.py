@@ -86,3 +86,23 @@ def test_the_broker_stops_when_its_embedded_redis_dies(tmp_path: Path) -> None:
             assert client.request(request(18, 0)).error_code == 0
     finally:
         again.stop()
+
+
+def test_the_embedded_redis_port_can_be_pinned(tmp_path: Path) -> None:
+    """redis.embedded-port: the embedded Redis listens where it is told (a firewall rule or
+    a port range can name it); a port in use is a clear start-up error, not another port."""
+    from korvet.process import free_port
+
+    port = free_port()
+    broker = KorvetProcess(tmp_path / "one", extra_args=["--redis-embedded-port", str(port)])
+    broker.start()
+    try:
+        assert broker.redis_url == f"redis://127.0.0.1:{port}/0"
+        second = KorvetProcess(tmp_path / "two", extra_args=["--redis-embedded-port", str(port)])
+        with pytest.raises(RuntimeError, match="did not start"):
+            second.start(timeout=30)
+        assert second.process is not None and second.process.wait(10) == 2
+        assert f"did not start on port {port} (redis.embedded-port: is it in use?)" in (
+            second.log_tail())
+    finally:
+        broker.stop()
