@@ -91,7 +91,7 @@ def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
         "korvet:\n"
         "  broker:\n    port: 19092\n    advertisedHost: kafka.example\n"
         "    max-request-bytes: 10MB\n"
-        "  redis:\n    uri: redis://db:6379/0\n    pool-size: 64\n"
+        "  redis:\n    uri: redis://db:6379/0\n    pool-size: 64\n    metadata-pool-size: 8\n"
         "  topics:\n"
         "    - name: '*'\n      partitions: 4\n      auto-create: true\n"
         "      retention-time: 1d\n"
@@ -107,7 +107,8 @@ def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
     assert loaded.get_str("broker.advertised-host") == "kafka.example"  # relaxed binding
     assert loaded.get_int("broker.max-request-bytes") == 10 * 1024 * 1024
     assert loaded.source("redis.url") == f"{yaml_file} key korvet.redis.uri"
-    assert any("redis.pool-size" in w and "no effect" in w for w in loaded.warnings)
+    assert loaded.get_int("redis.pool-size") == 64  # the original's pool size applies
+    assert any("redis.metadata-pool-size" in w and "no effect" in w for w in loaded.warnings)
     audit = loaded.declared("logs-audit")
     assert audit.partitions == 1 and audit.auto_create is False
     assert audit.configs == {"retention.ms": "86400000", "retention.bytes": "1048576",
