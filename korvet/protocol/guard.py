@@ -53,6 +53,8 @@ class _Short(Exception):
 
 
 def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    if pos < end and buf[pos] < 0x80:  # one byte: most lengths and counts
+        return buf[pos], pos + 1
     value = shift = 0
     while True:
         if pos >= end or shift > 28:
@@ -71,9 +73,13 @@ def _int(fmt: struct.Struct, buf: memoryview, pos: int, end: int) -> tuple[int, 
     return fmt.unpack_from(buf, pos)[0], pos + fmt.size
 
 
+_FIXED_SIZES: dict[Skim, int] = {}
+
+
 def _fixed(size: int) -> Skim:
     def skim(buf: memoryview, pos: int, end: int) -> int:
         return pos + size
+    _FIXED_SIZES[skim] = size
     return skim
 
 
@@ -113,6 +119,8 @@ def _array(item: Skim, smallest: int, fixed: int | None, flexible: bool, name: s
             raise _null(name)
         if count <= 0:
             return pos
+        if pos > end:
+            raise _Short
         if count * smallest > end - pos:
             raise MalformedBody(f"array {name} announces {count} entries, more than the "
                              f"{end - pos} bytes left in the request can hold")
@@ -163,6 +171,20 @@ def _field(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> tuple
     return entity, smallest
 
 
+def _coalesced(skims: list[Skim]) -> list[int | Skim]:
+    """The walk's steps: each run of fixed-size fields as its total size."""
+    steps: list[int | Skim] = []
+    for skim in skims:
+        size = _FIXED_SIZES.get(skim)
+        if size is None:
+            steps.append(skim)
+        elif steps and isinstance(steps[-1], int):
+            steps[-1] += size
+        else:
+            steps.append(size)
+    return steps
+
+
 @cache
 def _entity(entity_type: type[Any]) -> tuple[Skim, int]:
     flexible = bool(entity_type.__flexible__)
@@ -178,13 +200,17 @@ def _entity(entity_type: type[Any]) -> tuple[Skim, int]:
         else:
             tagged[int(tag)] = skim
 
+    steps = _coalesced(plain)
+
     def walk(buf: memoryview, pos: int, end: int) -> int:
-        for skim in plain:
-            pos = skim(buf, pos, end)
-            if pos > end:
-                raise _Short
+        for step in steps:  # a run of fixed-size fields is one number of bytes to skip
+            pos = pos + step if step.__class__ is int else step(buf, pos, end)  # type: ignore[operator]
+        if pos > end:
+            raise _Short
         if not flexible:
             return pos
+        if pos < end and buf[pos] == 0:  # no tagged fields: the usual case
+            return pos + 1
         count, pos = _uvarint(buf, pos, end)
         for _ in range(count):
             tag, pos = _uvarint(buf, pos, end)

@@ -210,20 +210,22 @@ def _walk(batch: DefaultRecordBatch, stamps: bool,
     records: list[RecordTuple] = []
     timestamps: list[int] = []
     held = 0
+    bounded = batch.compression_type != 0  # uncompressed records fit in their request
     try:
         for index, record in enumerate(batch):
             if record.offset != index:  # base offset is 0 on produce; deltas must be 0..n-1
                 raise RecordBatchError(
                     INVALID_RECORD, f"record {index} has offset delta {record.offset}"
                 )
-            key, value = record.key, record.value
-            held += (len(key) if key else 0) + (len(value) if value else 0)
-            if held > max_bytes:
-                raise _too_large(max_bytes)
+            if bounded:  # a compressed batch: its records may outgrow the request
+                key, value = record.key, record.value
+                held += (len(key) if key else 0) + (len(value) if value else 0)
+                if held > max_bytes:
+                    raise _too_large(max_bytes)
             if stamps:
                 timestamps.append(record.timestamp)
             else:
-                records.append((record.timestamp, key, value, record.headers))
+                records.append((record.timestamp, record.key, record.value, record.headers))
     except RecordBatchError:
         raise
     except UnsupportedCodecError as exc:
