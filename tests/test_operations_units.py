@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
@@ -200,3 +201,23 @@ def test_lean_series_scrape_as_prometheus_clients_own(observed: list[tuple[str, 
         our_count.remove(observed[0][0])
     assert sorted(generate_latest(ours).decode().splitlines()) == sorted(
         generate_latest(theirs).decode().splitlines())
+
+
+@pytest.mark.parametrize(("limit", "max_connections", "admitted", "warned"), [
+    (1_048_576, 2**31 - 1, 1_048_576 - 384, False),  # the usual large limit: silent
+    (512, 2**31 - 1, 256, True),  # a small limit: capped, and said at start
+    (4096, 100, 100, False),  # max.connections fits
+    (1024, 5000, 640, True),  # max.connections does not fit
+])
+def test_connections_are_capped_by_the_open_files_limit(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, limit: int,
+        max_connections: int, admitted: int, warned: bool) -> None:
+    import resource
+
+    from korvet.server import limits
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _kind: (limit, limit))
+    monkeypatch.setattr(resource, "setrlimit", lambda _kind, _value: None)
+    with caplog.at_level("WARNING", logger="korvet.limits"):
+        assert limits.raise_open_files_limit(max_connections, redis_pool=256) == admitted
+    assert ("open-files limit" in caplog.text) is warned

@@ -185,6 +185,7 @@ class ListenerLimits:
 
 
 _SPARE_FILES = 128  # besides the Redis pool: data files, pipes, HTTP, the embedded Redis
+_QUIET_ABOVE = 10_000  # with max.connections unset, a cap this high is applied silently
 
 
 def raise_open_files_limit(max_connections: int, redis_pool: int = 256) -> int:
@@ -207,6 +208,8 @@ def raise_open_files_limit(max_connections: int, redis_pool: int = 256) -> int:
     if soft == resource.RLIM_INFINITY or soft >= max_connections + spares:
         return max_connections
     fits = max(soft - spares, soft // 2)
+    if unbounded and fits >= _QUIET_ABOVE:
+        return fits  # the usual large limit: a cap no deployment reaches, not worth a warning
     log.warning("the open-files limit (%d, after raising it to the hard limit) leaves room for "
                 "%d client connections beside %d Redis connections and spare files: the "
                 "broker admits at most %d%s; raise the limit (ulimit -n) for more", soft, fits,
