@@ -15,9 +15,10 @@ header, or offset deltas that are not 0..n-1 (INVALID_RECORD). Compressed batche
 A batch whose records hold more than ``max_bytes`` once decompressed (the broker passes
 socket.request.max.bytes: no uncompressed request could carry them) is MESSAGE_TOO_LARGE, an
 error clients do not retry: a few hundred kilobytes of gzip can hold a gigabyte of zeros. A
-gzip batch is measured before it is decompressed (its decompressed records section), in
-bounded memory; for the other codecs the records' keys and values are counted as they are
-walked, once the codec has decompressed the batch (which the compiled codec does whole).
+gzip or zstd batch is measured before it is decompressed (its decompressed records
+section), in bounded memory; for lz4 and snappy, whose ratios are far smaller, the records'
+keys and values are counted as they are walked, once the codec has decompressed the batch
+(which the compiled codec does whole).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ MAX_DECOMPRESSED = 100 * 1024 * 1024  # socket.request.max.bytes' default
 _GZIP = 1
 _CHUNK = 1 << 20
 _DEFLATE_RATIO = 1032  # deflate's largest ratio of output to input bytes
+_ZSTD = 4
+_ZSTD_RATIO = 1 << 16  # above zstd's ratio on a run of zeros (about 32,000)
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
@@ -184,23 +187,50 @@ def _too_large(max_bytes: int) -> RecordBatchError:
         "(socket.request.max.bytes): no request could carry these records uncompressed")
 
 
-def _check_gzip_size(raw: bytes, max_bytes: int) -> None:
-    """Refuse a gzip batch whose records would decompress to more than ``max_bytes``,
-    decompressing it a megabyte at a time and keeping nothing (the codec then decompresses
-    it whole)."""
-    if (raw[22] & 0x07) != _GZIP or (len(raw) - BATCH_OVERHEAD) * _DEFLATE_RATIO <= max_bytes:
-        return  # deflate gives at most about 1,032 bytes a byte: this one cannot be too large
-    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
+def _check_size_first(raw: bytes, max_bytes: int) -> None:
+    """Refuse a gzip or zstd batch whose records would decompress to more than
+    ``max_bytes``, decompressing it a megabyte at a time and keeping nothing (the codec then
+    decompresses it whole). Both can hide gigabytes in a small request (deflate about
+    1,032 bytes a byte, zstd tens of thousands); lz4 (255) and snappy are left to the walk."""
+    codec = raw[22] & 0x07
+    payload = memoryview(raw)[BATCH_OVERHEAD:]
+    if codec == _GZIP and len(payload) * _DEFLATE_RATIO > max_bytes:
+        _measure_gzip(payload, max_bytes)
+    elif codec == _ZSTD and len(payload) * _ZSTD_RATIO > max_bytes:
+        _measure_zstd(payload, max_bytes)
+
+
+def _measure_gzip(data: memoryview, max_bytes: int) -> None:
     total = 0
-    data: bytes | memoryview = memoryview(raw)[BATCH_OVERHEAD:]
+    rest: bytes | memoryview = data
     try:
-        while data and not inflate.eof:
-            total += len(inflate.decompress(data, _CHUNK))
-            if total > max_bytes:
-                raise _too_large(max_bytes)
-            data = inflate.unconsumed_tail
+        while rest:  # every member, as the codec's GzipFile reads them all
+            inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
+            while rest and not inflate.eof:
+                total += len(inflate.decompress(rest, _CHUNK))
+                if total > max_bytes:
+                    raise _too_large(max_bytes)
+                rest = inflate.unconsumed_tail
+            if not inflate.eof:
+                return  # truncated: the codec refuses it
+            rest = inflate.unused_data
     except zlib.error:
         return  # not gzip after all: the codec refuses it (CORRUPT_MESSAGE)
+
+
+def _measure_zstd(data: memoryview, max_bytes: int) -> None:
+    import zstandard
+
+    total = 0
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(
+                data, read_across_frames=True) as reader:  # every frame, as the codec does
+            while chunk := reader.read(_CHUNK):
+                total += len(chunk)
+                if total > max_bytes:
+                    raise _too_large(max_bytes)
+    except zstandard.ZstdError:
+        return  # not zstd after all: the codec refuses it (CORRUPT_MESSAGE)
 
 
 def _walk(batch: DefaultRecordBatch, stamps: bool,
@@ -260,7 +290,7 @@ def _check_crc(raw: bytes) -> None:
 
 def _scan_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> StoredBatch:
     _check_crc(raw)
-    _check_gzip_size(raw, max_bytes)
+    _check_size_first(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
     _, stamps = _walk(batch, True, max_bytes)
     _check_count(raw, batch, len(stamps))
@@ -283,7 +313,7 @@ def _scan_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> StoredBatch:
 
 def _decode_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> Batch:
     _check_crc(raw)
-    _check_gzip_size(raw, max_bytes)
+    _check_size_first(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
     records, _ = _walk(batch, False, max_bytes)
     _check_count(raw, batch, len(records))

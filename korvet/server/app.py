@@ -242,9 +242,9 @@ class _AcceptErrors:
         self.count += 1
         now = time.monotonic()
         if now - self.logged_at >= 10.0:
-            log.error("could not accept %d connection(s): %s; the open-files limit is reached "
-                      "(raise it with ulimit -n, or set broker.max-connections lower)",
-                      self.count, context.get("exception"))
+            log.error("could not accept %d connection(s) in 10 s: %s (out of file descriptors "
+                      "or memory: raise the open-files limit, ulimit -n, or set "
+                      "broker.max-connections lower)", self.count, context.get("exception"))
             self.logged_at, self.count = now, 0
 
 

@@ -152,18 +152,19 @@ class EmbeddedRedis:
         return False
 
     def _is_ours(self, sock: socket.socket) -> bool:
-        """Whether the Redis on this connection is our child process (INFO's process_id)."""
-        sock.sendall(b"INFO server\r\n")
+        """Whether the Redis on this connection is the one we started: its working folder
+        is ours (CONFIG GET dir; true of a redis-server behind a wrapper script too)."""
+        sock.sendall(b"CONFIG GET dir\r\n")
+        want = str(self.redis_dir).encode()
         data = b""
-        while b"\r\n" not in data or len(data) < int(data[1:data.index(b"\r\n")]) + 4:
-            chunk = sock.recv(65536)
+        while len(data) < 4096:
+            chunk = sock.recv(4096)
             if not chunk:
-                return False
+                break
             data += chunk
-            if not data.startswith(b"$"):
-                return False
-        assert self.process is not None
-        return f"process_id:{self.process.pid}\r\n".encode() in data
+            if data.endswith(b"\r\n") and data.count(b"\r\n") >= 5:
+                break  # *2, $3, dir, $N, the folder
+        return b"\r\n" + want + b"\r\n" in data
 
     def _take_lock(self) -> None:
         lock_path = self.redis_dir / "korvet.lock"

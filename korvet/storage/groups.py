@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -339,14 +340,17 @@ class GroupStore:
         for the operator's choice. The barrier notes the value it replaces in the record
         (``fsync-restore``) first: set it back if Redis still says ``always``."""
         try:
-            left = await self.redis.hget(self.record_key, _FSYNC_RESTORE)
-            if left is None:
+            note = await self.redis.hget(self.record_key, _FSYNC_RESTORE)
+            if note is None:
                 return
+            left, since = _read_note(_text(note))
+            if time.time() * 1000 - since < _BARRIER_SECONDS * 1000:
+                return  # another broker starting now may be inside its barrier
             config: dict[Any, Any] = await self.redis.config_get("appendfsync")
             if _text(next(iter(config.values()))) == "always":
-                await self.redis.config_set("appendfsync", _text(left))
+                await self.redis.config_set("appendfsync", left)
                 log.warning("appendfsync was left at 'always' by a broker stopped during its "
-                            "start-up write; set back to %r", _text(left))
+                            "start-up write; set back to %r", left)
             await self.redis.hdel(self.record_key, _FSYNC_RESTORE)
         except ResponseError as exc:  # no CONFIG (renamed, ACL): nothing was changed either
             log.debug("appendfsync not checked: %s", exc)
@@ -359,7 +363,13 @@ class GroupStore:
         try:
             config: dict[Any, Any] = await self.redis.config_get("appendfsync")
             previous = _text(next(iter(config.values())))  # on a cluster: one node's (all alike)
-            await self.redis.hset(self.record_key, _FSYNC_RESTORE, previous)
+            # Brokers starting together: the first note stands, and a barrier that finds one
+            # puts back the policy it names, not the 'always' another barrier set.
+            if not await self.redis.hsetnx(self.record_key, _FSYNC_RESTORE,
+                                           f"{previous} {int(time.time() * 1000)}"):
+                noted = await self.redis.hget(self.record_key, _FSYNC_RESTORE)
+                if noted is not None:
+                    previous = _read_note(_text(noted))[0]
             await self.redis.config_set("appendfsync", "always")
         except Exception as exc:  # no CONFIG (renamed, ACL): the write is made plainly
             log.warning("cannot make the coordinator's load record durable (CONFIG SET "
@@ -379,7 +389,13 @@ class GroupStore:
         await self.redis.hset(self.record_key, "clean", "1")
 
 
-_FSYNC_RESTORE = "fsync-restore"  # the record's field: appendfsync to set back
+_FSYNC_RESTORE = "fsync-restore"  # the record's field: "<appendfsync to set back> <ms>"
+_BARRIER_SECONDS = 30  # a younger note may belong to a barrier still in progress
+
+
+def _read_note(note: str) -> tuple[str, int]:
+    policy, _, stamp = note.partition(" ")
+    return policy, int(stamp) if stamp.isdigit() else 0
 
 
 def _id_before(bits: int, offset: int) -> str:

@@ -37,10 +37,41 @@ def test_records_beyond_the_limit_are_record_too_large(codec: str, read: object)
     assert len(read(fits, LIMIT)) == 1  # type: ignore[operator]
 
 
-def test_a_gzip_bomb_is_refused_without_being_decompressed_whole() -> None:
-    """64 MiB of zeros (about 64 KiB of gzip) against a 1 MiB limit: refused with a few
-    megabytes allocated, not the 64 MiB the records would take."""
-    bomb = build_batch([(0, None, bytes(64 * LIMIT), [])], compression=CODECS["gzip"])
+def _gzip_members(raw: bytes, split: int) -> bytes:
+    """The uncompressed batch ``raw`` with its records section gzipped as two members cut at
+    ``split`` (the codec reads every member of a gzip stream)."""
+    import gzip
+    import struct
+
+    from crc32c import crc32c
+
+    records = raw[61:]
+    payload = gzip.compress(records[:split]) + gzip.compress(records[split:])
+    header = bytearray(raw[:61])
+    struct.pack_into(">i", header, 8, 61 - 12 + len(payload))
+    struct.pack_into(">h", header, 21, struct.unpack_from(">h", header, 21)[0] | 1)
+    body = bytes(header[21:]) + payload
+    struct.pack_into(">I", header, 17, crc32c(body))
+    return bytes(header) + payload
+
+
+def test_a_gzip_bomb_in_a_second_member_is_refused_too() -> None:
+    """A tiny first gzip member, then one holding the bomb: the measure reads every member,
+    as the codec does."""
+    plain = build_batch([(0, None, bytes(4 * LIMIT), [])])
+    bomb = _gzip_members(plain, 8)
+    assert len(decode_batches(_gzip_members(build_batch([(0, None, b"ok", [])]), 3), LIMIT)) == 1
+    with pytest.raises(RecordBatchError) as refused:
+        decode_batches(bomb, LIMIT)
+    assert refused.value.code == MESSAGE_TOO_LARGE
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_bomb_is_refused_without_being_decompressed_whole(codec: str) -> None:
+    """64 MiB of zeros against a 1 MiB limit (about 64 KiB of gzip, 2 KiB of zstd): refused
+    with a few megabytes allocated, not the 64 MiB the records would take (zstd's ratio on
+    zeros is about 32,000: a 1 MiB request could hold 32 GB)."""
+    bomb = build_batch([(0, None, bytes(64 * LIMIT), [])], compression=CODECS[codec])
     tracemalloc.start()
     try:
         with pytest.raises(RecordBatchError) as refused:

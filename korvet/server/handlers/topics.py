@@ -117,7 +117,7 @@ async def create_topics(services: Services, ctx: RequestContext,
                 rules.validate_topic_name(name)
             except rules.TopicNameError as exc:
                 raise _Refused(ErrorCode.invalid_topic_exception, str(exc)) from None
-            if await services.topics.get(name) is not None:
+            if await services.store.get_topic(name, {}) is not None:  # Redis, not the cache
                 # Kafka marks existing topics before it validates configs and partitions:
                 # a create-if-missing tool learns the topic is there whatever it asked.
                 raise _Refused(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
