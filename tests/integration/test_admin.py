@@ -170,6 +170,22 @@ def _redis(korvet: KorvetProcess, *command: str) -> str:
                           text=True, check=True).stdout.strip()
 
 
+def _first_record(broker: KorvetProcess, topic: str, group: str) -> tuple[Any, Any]:
+    """A consumer of ``group`` subscribed to ``topic`` (no auto-commit, from the earliest)
+    and the first record it polled."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    message = None
+    deadline = time.monotonic() + 30
+    while message is None and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+    assert message is not None and message.error() is None
+    return consumer, message
+
+
 def test_a_setting_fixed_at_creation_cannot_be_deleted(korvet: KorvetProcess,
                                                        unique_name: str) -> None:
     """Deleting korvet.sequence.bits would make the topic read its stored offsets with another
@@ -246,7 +262,7 @@ def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
     """Kafka's periodic clean-up: a group whose consumer left without committing (a console
     consumer without --group) goes from ListGroups and Redis; a group whose consumer committed
     stays, with its offset."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     broker = KorvetProcess(tmp_path / "broker",
                            extra_args=["--groups-retention-check-interval-ms", "1000"]).start()
@@ -257,14 +273,7 @@ def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
         producer.produce("cleaned", b"one")
         assert producer.flush(30) == 0
         for group, commits in (("left-without-committing", False), ("committed", True)):
-            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-            consumer.subscribe(["cleaned"])
-            message = None
-            deadline = time.monotonic() + 30
-            while message is None and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-            assert message is not None and message.error() is None
+            consumer, message = _first_record(broker, "cleaned", group)
             if commits:
                 consumer.commit(message=message, asynchronous=False)
             consumer.close()
@@ -296,7 +305,6 @@ def test_committed_offsets_expire_once_their_group_has_been_empty_for_the_retent
     reads it, then loses it with the group; a group whose consumer stays keeps its offset
     past the retention."""
     from confluent_kafka import (
-        Consumer,
         ConsumerGroupTopicPartitions,
         Producer,
         TopicPartition,
@@ -315,14 +323,7 @@ def test_committed_offsets_expire_once_their_group_has_been_empty_for_the_retent
         assert producer.flush(30) == 0
 
         def consumer_of(group: str) -> tuple[Any, int]:
-            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-            consumer.subscribe(["expiring"])
-            message = None
-            deadline = time.monotonic() + 30
-            while message is None and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-            assert message is not None and message.error() is None
+            consumer, message = _first_record(broker, "expiring", group)
             consumer.commit(message=message, asynchronous=False)
             offset = message.offset()
             assert offset is not None
@@ -356,9 +357,7 @@ def test_committed_offsets_expire_once_their_group_has_been_empty_for_the_retent
         stays.close()
         log = broker.log_path.read_text() if broker.log_path else ""
         assert "deleted 1 empty group(s) whose committed offsets expired: expires" in log
-        keys = subprocess.run(["redis-cli", "-u", broker.redis_url, "--scan", "--pattern",
-                               "*expires*"], capture_output=True, text=True, check=True).stdout
-        assert keys.split() == []
+        assert _redis(broker, "--scan", "--pattern", "*expires*").split() == []
     finally:
         broker.stop()
 
@@ -368,7 +367,7 @@ def test_deleting_a_group_destroys_only_its_own_redis_groups(tmp_path: Any) -> N
     it lives) on the streams it fetched from, and touches no other stream: before, every
     deletion scanned the whole keyspace and sent an XGROUP DESTROY to every stream (11,105 of
     them for one group on 11,000 streams in a new user's trial)."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     broker = KorvetProcess(tmp_path / "broker").start()
     try:
@@ -380,20 +379,12 @@ def test_deleting_a_group_destroys_only_its_own_redis_groups(tmp_path: Any) -> N
         for topic in topics:
             producer.produce(topic, b"x")
         assert producer.flush(30) == 0
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        consumer.subscribe(["many-0"])
-        message = None
-        deadline = time.monotonic() + 30
-        while message is None and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-        assert message is not None and message.error() is None
+        consumer, _ = _first_record(broker, "many-0", "reader")
         consumer.close()  # no commit: the Redis group exists from the fetch alone
         stream = "korvet:{many-0:0}:stream"
 
         def redis(*args: str) -> str:
-            return subprocess.run(["redis-cli", "-u", broker.redis_url, "--raw", *args],
-                                  capture_output=True, text=True, check=True).stdout
+            return _redis(broker, *args)
 
         def calls(command: str) -> int:
             for line in redis("INFO", "commandstats").splitlines():
@@ -433,10 +424,7 @@ def test_deleting_a_topic_takes_it_out_of_the_groups_indexes(korvet: KorvetProce
     consumer.close()
 
     def index() -> list[str]:
-        return sorted(subprocess.run(
-            ["redis-cli", "-u", korvet.redis_url, "--raw", "SMEMBERS",
-             f"korvet:{{group:{unique_name}}}:commits"],
-            capture_output=True, text=True, check=True).stdout.split())
+        return sorted(_redis(korvet, "SMEMBERS", f"korvet:{{group:{unique_name}}}:commits").split())
 
     assert index() == sorted([f"korvet:{{{gone}:0}}:stream", f"korvet:{{{gone}:1}}:stream",
                               f"korvet:{{{kept}:0}}:stream"])
