@@ -34,6 +34,7 @@ from kio.serial._introspect import (
 # (buffer, position, end) -> the position after the value; raises _Short where the frame
 # ends (or a length is negative where it may not be) and MalformedBody for an impossible count.
 Skim = Callable[[memoryview, int, int], int]
+Step = int | Skim  # a fixed number of bytes to skip, or a walk
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
           "int64": 8, "uint64": 8, "float64": 8, "uuid": 16, "error_code": 2,
@@ -73,16 +74,6 @@ def _int(fmt: struct.Struct, buf: memoryview, pos: int, end: int) -> tuple[int, 
     return fmt.unpack_from(buf, pos)[0], pos + fmt.size
 
 
-_FIXED_SIZES: dict[Skim, int] = {}
-
-
-def _fixed(size: int) -> Skim:
-    def skim(buf: memoryview, pos: int, end: int) -> int:
-        return pos + size
-    _FIXED_SIZES[skim] = size
-    return skim
-
-
 def _sized(kind: str, flexible: bool, name: str, nullable: bool) -> Skim:
     """A string or bytes: compact (uvarint length + 1, 0 for null) when flexible, else an
     int16 (string) or int32 (bytes, records) length, -1 for null."""
@@ -107,8 +98,8 @@ def _null(name: str) -> MalformedBody:
     return MalformedBody(f"non-nullable field {name} was serialized as null")
 
 
-def _array(item: Skim, smallest: int, fixed: int | None, flexible: bool, name: str,
-           nullable: bool) -> Skim:
+def _array(item: Step, smallest: int, flexible: bool, name: str, nullable: bool) -> Skim:
+    """An array of ``item`` (a fixed size, or a walk), at least ``smallest`` bytes each."""
     def skim(buf: memoryview, pos: int, end: int) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos, end)
@@ -124,8 +115,8 @@ def _array(item: Skim, smallest: int, fixed: int | None, flexible: bool, name: s
         if count * smallest > end - pos:
             raise MalformedBody(f"array {name} announces {count} entries, more than the "
                              f"{end - pos} bytes left in the request can hold")
-        if fixed is not None:
-            return pos + count * fixed
+        if isinstance(item, int):
+            return pos + count * item
         for _ in range(count):
             pos = item(buf, pos, end)
             if pos > end:
@@ -144,8 +135,9 @@ def _nullable(entity: Skim) -> Skim:
 _I8 = struct.Struct(">b")
 
 
-def _field(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> tuple[Skim, int]:
-    """The field's walk and its smallest size on the wire."""
+def _field(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> tuple[Step, int]:
+    """The field's walk (a number of bytes for a fixed-size field) and its smallest size on
+    the wire."""
     kind = field.metadata.get("kafka_type")
     shape = classify_field(field)
     name = field.name
@@ -155,41 +147,38 @@ def _field(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> tuple
         assert isinstance(kind, str)
         size = _FIXED.get(kind)
         array = isinstance(shape, PrimitiveTupleField)
-        item = (_fixed(size) if size is not None
-                else _sized(kind, flexible, name, nullable and not array))
+        item: Step = (size if size is not None
+                      else _sized(kind, flexible, name, nullable and not array))
         smallest = size if size is not None else (1 if flexible else (2 if kind == "string" else 4))
         if array:
-            return _array(item, smallest, size, flexible, name, nullable), (1 if flexible else 4)
+            return _array(item, smallest, flexible, name, nullable), (1 if flexible else 4)
         return item, smallest
     assert isinstance(shape, EntityField | EntityTupleField)
     entity, smallest = _entity(shape.type_)
     if isinstance(shape, EntityTupleField):
-        return (_array(entity, max(smallest, 1), None, flexible, name, nullable),
+        return (_array(entity, max(smallest, 1), flexible, name, nullable),
                 (1 if flexible else 4))
     if is_optional(field) and not tagged:
         return _nullable(entity), 1
     return entity, smallest
 
 
-def _coalesced(skims: list[Skim]) -> list[int | Skim]:
+def _coalesced(fields: list[Step]) -> list[Step]:
     """The walk's steps: each run of fixed-size fields as its total size."""
-    steps: list[int | Skim] = []
-    for skim in skims:
-        size = _FIXED_SIZES.get(skim)
-        if size is None:
-            steps.append(skim)
-        elif steps and isinstance(steps[-1], int):
-            steps[-1] += size
+    steps: list[Step] = []
+    for step in fields:
+        if isinstance(step, int) and steps and isinstance(steps[-1], int):
+            steps[-1] += step
         else:
-            steps.append(size)
+            steps.append(step)
     return steps
 
 
 @cache
 def _entity(entity_type: type[Any]) -> tuple[Skim, int]:
     flexible = bool(entity_type.__flexible__)
-    plain: list[Skim] = []
-    tagged: dict[int, Skim] = {}
+    plain: list[Step] = []
+    tagged: dict[int, Skim] = {}  # fixed-size tagged fields need no walk: their size is sent
     smallest = 1 if flexible else 0
     for field in dataclasses.fields(entity_type):
         tag = field.metadata.get("tag")
@@ -197,7 +186,7 @@ def _entity(entity_type: type[Any]) -> tuple[Skim, int]:
         if tag is None:
             plain.append(skim)
             smallest += size
-        else:
+        elif not isinstance(skim, int):
             tagged[int(tag)] = skim
 
     steps = _coalesced(plain)
