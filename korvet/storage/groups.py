@@ -45,6 +45,10 @@ from korvet.core.offsets import OffsetCodec
 
 log = logging.getLogger("korvet.groups")
 
+# A group's keys' suffixes after {ks}:{group:G}: (the module docstring has the layout)
+INDEX = "commits"
+REDIS_GROUPS = "redis-groups"
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionRef:
@@ -80,12 +84,12 @@ class GroupStore:
         return self.group_key(group, f"commit:{partition_of(stream_key)}")
 
     def index_key(self, group: str) -> str:
-        return self.group_key(group, "commits")
+        return self.group_key(group, INDEX)
 
     def redis_groups_key(self, group: str) -> str:
         """The streams the group's Redis consumer group was created on: deleting the group
         destroys those, not every stream's (a SCAN of the whole keyspace per group)."""
-        return self.group_key(group, "redis-groups")
+        return self.group_key(group, REDIS_GROUPS)
 
     def lease_key(self, group: str) -> str:
         """The group's coordinator lease (korvet/storage/leases.py), in the group's slot, so

@@ -45,6 +45,7 @@ from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.cluster_pipe import ClusterPipes
 from korvet.storage.entries import PackedRecords
+from korvet.storage.groups import INDEX, REDIS_GROUPS
 from korvet.storage.pipe import LARGE_REPLIES, RedisPipe
 
 
@@ -275,8 +276,8 @@ class RedisStore:
                 partition = text[text.rfind(":") + 1:]
                 if partition.isdigit():
                     stream = self.stream_key(name, int(partition))
-                    pipe.srem(f"{group_tag}:commits", stream)
-                    pipe.srem(f"{group_tag}:redis-groups", stream)
+                    pipe.srem(f"{group_tag}:{INDEX}", stream)
+                    pipe.srem(f"{group_tag}:{REDIS_GROUPS}", stream)
             await pipe.execute(raise_on_error=False)
             await self.redis.unlink(*batch)
             batch.clear()
