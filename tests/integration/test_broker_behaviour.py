@@ -609,6 +609,85 @@ def test_a_fetch_waiting_on_one_broker_wakes_for_an_append_through_another(
         second.stop()
 
 
+def _fetch_all(topic: str, offsets: dict[int, int], max_wait_ms: int) -> Any:
+    """A sessionless Fetch v12 of every partition in ``offsets``, as librdkafka sends them."""
+    cls = load_request_schema(1, 12)
+    parts = tuple(make(nested(cls, "FetchPartition"), partition=p, current_leader_epoch=-1,
+                       fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                       partition_max_bytes=1024 * 1024) for p, offset in offsets.items())
+    return make(cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                min_bytes=1, max_bytes=50 * 1024 * 1024, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=(make(nested(cls, "FetchTopic"), topic=topic,
+                                                partitions=parts),), forgotten_topics_data=(),
+                rack_id="")
+
+
+def _by_partition(response: Any) -> dict[int, Any]:
+    assert response.error_code == ErrorCode.none
+    return {p.partition_index: p for p in response.responses[0].partitions}
+
+
+def _redis_reads(broker: KorvetProcess) -> int:
+    """XRANGE commands Redis has run: one per partition a fetch reads."""
+    stats = subprocess.run(["redis-cli", "-u", broker.redis_url, "INFO", "commandstats"],
+                           capture_output=True, text=True, check=True).stdout
+    for line in stats.splitlines():
+        if line.startswith("cmdstat_xrange:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_an_idle_consumer_of_many_partitions_costs_redis_no_reads(
+        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    """A consumer caught up on 200 partitions fetches twice a second: once the broker has
+    read each partition while its fetches wait for appends, it answers from what it read,
+    not by reading all 200 again, until an append to one of them is sent, answered or
+    announced. An acknowledged record is in the very next fetch, even one that does not
+    wait, on the broker that took it and, within the announcement's delay, on another."""
+    partitions = 200
+    create_topic(korvet.bootstrap, unique_name, partitions=partitions)
+    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+    second.start()
+    try:
+        with WireClient(korvet.bootstrap) as client, WireClient(second.bootstrap) as other:
+            ends = {p: list_offsets(client, unique_name, p, -1)[0] for p in range(partitions)}
+            for consumer in (client, other):  # reads everything, waits, and learns it is caught up
+                consumer.request(_fetch_all(unique_name, ends, max_wait_ms=300))
+            before = _redis_reads(korvet)
+            for _ in range(4):
+                for consumer in (client, other):
+                    answered = _by_partition(consumer.request(
+                        _fetch_all(unique_name, ends, max_wait_ms=200)))
+                    assert len(answered) == partitions
+                    assert all(p.error_code == ErrorCode.none and not p.records
+                               and p.high_watermark == ends[p.partition_index]
+                               for p in answered.values())
+            assert _redis_reads(korvet) - before == 0, "idle fetches read caught-up partitions"
+
+            produced = client.request(produce_request(unique_name, {77: batch(3)}))
+            appended = produced.responses[0].partition_responses[0]
+            assert appended.error_code == ErrorCode.none
+            end = appended.base_offset + 3
+            before = _redis_reads(korvet)
+            answered = _by_partition(client.request(_fetch_all(unique_name, ends, max_wait_ms=0)))
+            assert answered[77].records, "an acknowledged record missing from the next fetch"
+            assert answered[77].high_watermark == end
+            assert not any(p.records for index, p in answered.items() if index != 77)
+            # partition 77 only: by the fetch, and by the read-ahead of the next one
+            assert _redis_reads(korvet) - before <= 2, "only the appended partition is read"
+
+            deadline = time.monotonic() + 2.0
+            while True:  # through the other broker: once its announcement arrives
+                seen = _by_partition(other.request(_fetch_all(unique_name, ends, max_wait_ms=0)))
+                if seen[77].records or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            assert seen[77].records, "the other broker kept answering from an outdated read"
+            assert seen[77].high_watermark == end
+    finally:
+        second.stop()
+
+
 def test_appends_publish_nothing_while_no_fetch_waits(tmp_path: Path, unique_name: str) -> None:
     broker = KorvetProcess(tmp_path / "korvet").start()
     try:

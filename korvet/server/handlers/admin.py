@@ -130,7 +130,13 @@ class AdminHandler:
             outcome = rules.delete_records(offset, start, high_watermark)
             if not outcome.ok or outcome.low_watermark <= start:
                 return outcome.error, outcome.low_watermark
-            done, low = await self.store.raise_log_start(topic, partition, outcome.low_watermark)
+            stream = self.services.store.stream_key(topic.name, partition)
+            self.services.notifier.changed(stream)
+            try:
+                done, low = await self.store.raise_log_start(topic, partition,
+                                                             outcome.low_watermark)
+            finally:
+                self.services.notifier.changed(stream)
             self.log_start_moved()
         except (RedisError, OSError) as exc:
             log.warning("DeleteRecords on %s-%d failed: %s", topic.name, partition, exc)

@@ -284,25 +284,39 @@ class FetchHandler:
 
     async def _read(self, wanted: list[PartitionFetch], max_bytes: int) -> int:
         """Fill records and bounds of every readable partition; return the record bytes."""
-        store = self.services.store
-        readable = [part for part in wanted if part.readable]
+        store, notifier = self.services.store, self.services.notifier
+        readable: list[PartitionFetch] = []
         reads = []
-        for part in readable:
+        tickets = []
+        for part in wanted:
+            if not part.readable:
+                continue
             assert part.topic is not None
             stream = store.stream_key(part.topic.name, part.partition)
+            known = notifier.caught_up(stream, part.offset)
+            if known is not None:  # read before and unchanged since: nothing past the offset
+                part.high_watermark, part.log_start_offset = known
+                part.error = rules.offset_error(part.offset, known[1], known[0])
+                part.records, part.taken, part.next_offset = None, 0, -1
+                continue
             count = self.estimates.count_for(stream, min(part.max_bytes, max_bytes),
                                              part.topic.config.stores_batches)
+            readable.append(part)
+            tickets.append(notifier.ticket(stream))
             reads.append((part.topic, part.partition, max(part.offset, 0), count))  # past the end: nothing
         if not reads:
             return 0
         results = await store.read(reads)
         used = 0
-        for part, result in zip(readable, results, strict=True):
+        for part, result, ticket in zip(readable, results, tickets, strict=True):
             assert part.topic is not None
             part.high_watermark, part.log_start_offset = result.high_watermark, result.log_start_offset
             part.error = rules.offset_error(part.offset, result.log_start_offset, result.high_watermark)
             if part.error is not ErrorCode.NONE or not result.raw:
                 part.records, part.taken = None, 0
+                if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
+                    notifier.note_caught_up(ticket, result.high_watermark,
+                                            result.log_start_offset)
                 continue
             budget = rules.partition_budget(part.max_bytes, max_bytes, used)
             if part.topic.config.stores_batches:

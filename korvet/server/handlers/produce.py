@@ -178,22 +178,27 @@ class ProduceHandler:
         producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                   batch.last_sequence)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
+        stream = services.store.stream_key(topic.name, index)
+        services.notifier.changed(stream)  # a fetch's read from now on may miss this append
         try:
             sent = await services.store.append_send(topic, index, packed, count, now, trim,
                                                     producer, replicated=replicated)
         except (RedisError, OSError) as exc:
+            services.notifier.changed(stream)
             return _storage_error(topic, index, exc)
         waits_on.append(sent)
-        return self._appended(topic, index, batch, count, now, sent, started)
+        return self._appended(topic, index, batch, count, now, sent, started, stream)
 
     async def _appended(self, topic: TopicInfo, index: int, batch: Batch | StoredBatch,
                         count: int, now: int, sent: asyncio.Future[Any],
-                        started: float) -> PartitionOutcome:
+                        started: float, stream: str) -> PartitionOutcome:
         try:
             result = await self.services.store.append_result(topic, sent)
         except (RedisError, OSError) as exc:
             self.metrics.produce_error(ErrorCode.KAFKA_STORAGE_ERROR)
             return _storage_error(topic, index, exc)
+        finally:  # before any answer: a fetch after the acknowledgement reads the stream
+            self.services.notifier.changed(stream)
         if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
             self.services.topics.invalidate(topic.name)
         refusal = produce_rules.append_refusal(result.status, topic.name, index, batch.producer_id,
