@@ -141,6 +141,8 @@ class GroupCoordinator:
         # Redis consumer groups known to exist: an in-memory set, empty after a restart
         # (docs/implementers/groups.md)
         self.redis_groups: set[tuple[str, str]] = set()
+        # Commits move only these along (after a restart: once a member's fetch found them).
+        store.has_redis_group = lambda group, stream: (group, stream) in self.redis_groups
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -367,9 +369,10 @@ class GroupCoordinator:
                 task.add_done_callback(self._cleanups.discard)
         if self._on_step is not None:
             self._on_step(before, self.state, getattr(event, "group_id", None))
-        self._log({"t": now, "event": event_to_json(event),
-                   "effects": [effect_to_json(e) for e in effects], "persisted": persisted,
-                   "sent": [effect_to_json(r) for r in sent]})
+        if self._event_log is not None:  # encoding a step is a third of a big commit's cost
+            self._log({"t": now, "event": event_to_json(event),
+                       "effects": [effect_to_json(e) for e in effects], "persisted": persisted,
+                       "sent": [effect_to_json(r) for r in sent]})
         for reply in sent:
             self._reply(reply)
         self._index_members()

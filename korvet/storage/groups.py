@@ -71,6 +71,9 @@ class GroupStore:
         self.cluster = isinstance(client, RedisCluster)
         self.group_ids_key = f"{keyspace}:group-ids"
         self.record_key = f"{keyspace}:coordinator"
+        # Whether a (group, stream) has a Redis consumer group for commits to move along:
+        # the coordinator answers from what it created (every pair, until it says).
+        self.has_redis_group: Callable[[str, str], bool] = lambda group, stream: True
 
     def group_key(self, group: str, suffix: str) -> str:
         """A key in ``group``'s hash slot. A group id with a ``}`` in it ends the tag early,
@@ -136,6 +139,7 @@ class GroupStore:
             ops.setdefault(group, []).append(("UNLINK", self.snapshot_key(group), []))
         for group, offsets in commits:
             mine = ops.setdefault(group, [])
+            indexed = []
             for ref, offset, metadata, epoch in offsets:
                 key = self.commit_key(ref.stream_key, group)
                 fields = ["offset", str(offset), "leader-epoch", str(epoch),
@@ -145,7 +149,9 @@ class GroupStore:
                 else:
                     fields += ["metadata", metadata]
                 mine.append(("HSET", key, fields))
-                mine.append(("SADD", self.index_key(group), [ref.stream_key]))
+                indexed.append(ref.stream_key)
+            if indexed:  # one SADD for the commit's partitions, not one each
+                mine.append(("SADD", self.index_key(group), indexed))
         for group, stream_keys in removals:
             mine = ops.setdefault(group, [])
             for stream_key in stream_keys:
@@ -157,14 +163,17 @@ class GroupStore:
     async def move_redis_groups(self, commits: Sequence[tuple[str, Sequence[tuple[
             PartitionRef, int, str | None, int]]]]) -> None:
         """After committed offsets are stored: move the Redis consumer groups along
-        (observability only; failures are ignored)."""
-        if not commits:
+        (observability only; failures are ignored), on the streams where the group has one
+        (``has_redis_group``): a tool committing 10,000 offsets for a group that never
+        fetched as a group sends no 10,000 XGROUP SETID that all fail."""
+        moves = [(ref.stream_key, group, _id_before(ref.bits, offset))
+                 for group, offsets in commits for ref, offset, _metadata, _epoch in offsets
+                 if self.has_redis_group(group, ref.stream_key)]
+        if not moves:
             return
         progress = self.redis.pipeline(transaction=False)
-        for group, offsets in commits:
-            for ref, offset, _metadata, _epoch in offsets:
-                progress.execute_command("XGROUP", "SETID", ref.stream_key, group,
-                                         _id_before(ref.bits, offset))
+        for stream_key, group, position in moves:
+            progress.execute_command("XGROUP", "SETID", stream_key, group, position)
         await progress.execute(raise_on_error=False)
 
     async def _per_group(self, groups: Sequence[str], queue: Callable[[Any, str], None], *,

@@ -170,6 +170,14 @@ def _redis(korvet: KorvetProcess, *command: str) -> str:
                           text=True, check=True).stdout.strip()
 
 
+def _redis_calls(broker: KorvetProcess, command: str) -> int:
+    """How many times Redis has run ``command`` (INFO commandstats)."""
+    for line in _redis(broker, "INFO", "commandstats").splitlines():
+        if line.startswith(f"cmdstat_{command}:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
 def _first_record(broker: KorvetProcess, topic: str, group: str) -> tuple[Any, Any]:
     """A consumer of ``group`` subscribed to ``topic`` (no auto-commit, from the earliest)
     and the first record it polled."""
@@ -387,10 +395,7 @@ def test_deleting_a_group_destroys_only_its_own_redis_groups(tmp_path: Any) -> N
             return _redis(broker, *args)
 
         def calls(command: str) -> int:
-            for line in redis("INFO", "commandstats").splitlines():
-                if line.startswith(f"cmdstat_{command}:"):
-                    return int(line.split("calls=")[1].split(",")[0])
-            return 0
+            return _redis_calls(broker, command)
 
         assert "reader" in redis("XINFO", "GROUPS", stream).split()
         destroys, scans = calls("xgroup|destroy"), calls("scan")
@@ -404,6 +409,34 @@ def test_deleting_a_group_destroys_only_its_own_redis_groups(tmp_path: Any) -> N
         assert redis("--scan", "--pattern", "*reader*").split() == []
     finally:
         broker.stop()
+
+
+def test_a_commit_by_a_group_that_never_fetched_sends_no_redis_group_moves(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """A tool, or a consumer that assign()s with a group id, commits offsets of 500
+    partitions for a group that has no Redis consumer group: the offsets are stored, with one
+    SADD to the group's index, and no XGROUP SETID is sent. Before, each commit sent one
+    SADD and one SETID per partition, the SETIDs all failing: a new user's 10,000-offset
+    commits cost the broker about a second of CPU each."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    partitions = 500
+    client = admin(korvet)
+    client.create_topics([NewTopic(unique_name, partitions)])[unique_name].result(60)
+    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": unique_name,
+                         "enable.auto.commit": False})
+    try:
+        setids, sadds = _redis_calls(korvet, "xgroup|setid"), _redis_calls(korvet, "sadd")
+        consumer.commit(offsets=[TopicPartition(unique_name, p, 1_000 + p)
+                                 for p in range(partitions)], asynchronous=False)
+        assert _redis_calls(korvet, "xgroup|setid") == setids
+        # the group's index, and the broker's set of group ids (a new group)
+        assert _redis_calls(korvet, "sadd") - sadds <= 2
+        committed = consumer.committed([TopicPartition(unique_name, p)
+                                        for p in range(partitions)], timeout=30)
+        assert [tp.offset for tp in committed] == [1_000 + p for p in range(partitions)]
+    finally:
+        consumer.close()
 
 
 def test_deleting_a_topic_takes_it_out_of_the_groups_indexes(korvet: KorvetProcess,
