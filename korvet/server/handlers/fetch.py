@@ -153,6 +153,8 @@ class FetchHandler:
             used = await self._wait_for_data(wanted, used, limits, started)
         except (RedisError, OSError) as exc:
             log.warning("fetch failed: %s", exc)
+            # A failover may have lost waiting marks, so appends may go unannounced.
+            self.services.notifier.forget_reads()
             for part in wanted:
                 if part.error is ErrorCode.NONE:
                     part.error, part.records = ErrorCode.KAFKA_STORAGE_ERROR, None
