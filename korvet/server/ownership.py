@@ -109,6 +109,7 @@ class Ownership:
         self.store = store
         self._needed = needed  # the coordinator still has the group (not deleted)
         self._unneeded: dict[str, int] = {}  # group -> renewal rounds it has not been
+        self._had: set[str] = set()  # held groups the coordinator has had since taking them
         self.broker = broker
         self.ttl_ms = ttl_ms
         self.margin_ms = margin_ms
@@ -142,12 +143,16 @@ class Ownership:
             if not grant.granted:
                 return False, grant.owner
             await self._adopt(group, grant.snapshot)
+            self._had.discard(group)
+            self._unneeded.pop(group, None)
             self.held[group] = lease.after_grant(grant.token, sent, self.ttl_ms, self.margin_ms)
             log.info("coordinating group %r (token %d)", group, grant.token)
             return True, self.broker
 
     async def drop(self, group: str) -> None:
         """Forget the group (spec: Drop): requests for it get NOT_COORDINATOR."""
+        self._had.discard(group)
+        self._unneeded.pop(group, None)
         if self.held.pop(group, None) is not None:
             log.info("no longer coordinating group %r", group)
         await self._forget(group)
@@ -170,12 +175,16 @@ class Ownership:
         """One round: every lease held is renewed, _RENEW_AT_ONCE at a time (one at a time,
         a round of hundreds of leases outlasted their time whenever Redis or the event loop
         stalled, and the broker dropped every group at once); a lease of a group the
-        coordinator no longer has (deleted, expired) for _UNNEEDED_ROUNDS rounds is given back.
+        coordinator had and no longer has (deleted, expired) for _UNNEEDED_ROUNDS rounds is
+        given back.
         """
         pending = []
         for group, held in list(self.held.items()):
             if self._needed(group):
+                self._had.add(group)
                 self._unneeded.pop(group, None)
+            elif group not in self._had:
+                pass  # taken for a client that has not joined yet (FindCoordinator)
             elif self._unneeded.get(group, 0) + 1 >= _UNNEEDED_ROUNDS:
                 await self.release(group)
                 continue
@@ -191,6 +200,7 @@ class Ownership:
         async with self._locks.setdefault(group, asyncio.Lock()):
             held = self.held.pop(group, None)
             self._unneeded.pop(group, None)
+            self._had.discard(group)
             self._locks.pop(group, None)
             if held is None:
                 return
