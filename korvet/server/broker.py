@@ -223,7 +223,8 @@ class Tenant:
         self.coordinator.ownership = Ownership(
             leases, str(self.services.node_id), self.config.get_int("cluster.lease-ms"),
             self.config.get_int("cluster.lease-margin-ms"), self.coordinator.adopt,
-            self.coordinator.forget)
+            self.coordinator.forget,
+            needed=lambda group: group in self.coordinator.state.groups)
 
     def _registry_entry(self) -> BrokerEntry:
         """This broker's registry entry: every listener's advertised address (the first

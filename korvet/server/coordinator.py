@@ -505,6 +505,15 @@ class GroupCoordinator:
         event log)."""
         while True:
             await asyncio.sleep(self._clean_up_every_ms / 1000)
+            if self.ownership is not None:  # several brokers: nobody else expires orphans
+                try:
+                    taken = await self.ownership.adopt_orphans()
+                except (RedisError, OSError) as exc:
+                    log.warning("looking for groups no broker coordinates failed: %s", exc)
+                else:
+                    if taken:
+                        log.info("took %d group(s) no broker coordinated, for the clean-up",
+                                 taken)
             await self.clean_up_once()
 
     async def clean_up_once(self) -> None:

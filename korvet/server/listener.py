@@ -454,13 +454,15 @@ def _write(writer: asyncio.StreamWriter, fd: int | None, pieces: list[Buffer]) -
     pieces go to the socket in one ``writev`` per 1,024 of them; what the socket did not take
     then goes to the transport piece by piece (one copy, into its buffer, where a join would
     have made two). A TLS transport queues the pieces as they are."""
+    transport = writer.transport
+    if transport.is_closing():
+        return  # the peer is gone: asyncio would log a warning for every piece
     if len(pieces) == 1:
         writer.write(pieces[0])
         return
     if fd is None:
         writer.writelines(pieces)
         return
-    transport = writer.transport
     start, into = 0, 0
     # A transport that is not closing still owns its socket, so ``fd`` is still this
     # connection's (a closed socket's number may already be another connection's): checked
@@ -471,6 +473,8 @@ def _write(writer: asyncio.StreamWriter, fd: int | None, pieces: list[Buffer]) -
         writer.write(memoryview(pieces[start])[into:])
         start += 1
     for piece in pieces[start:]:
+        if transport.is_closing():  # the write before met a reset or closed socket
+            return
         writer.write(piece)
 
 

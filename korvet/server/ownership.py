@@ -96,12 +96,20 @@ class Membership:
             await self.registry.heartbeat(self._me(), self.ttl_ms, leave=True)
 
 
+_RENEW_AT_ONCE = 64  # lease renewals sent together
+_UNNEEDED_ROUNDS = 3  # renewal rounds a group may be missing before its lease is given back
+
+
 class Ownership:
     def __init__(self, store: LeaseStore, broker: str, ttl_ms: int, margin_ms: int,
                  adopt: Callable[[str, str | None], Awaitable[None]],
                  forget: Callable[[str], Awaitable[None]],
-                 clock: Callable[[], int] = _local_ms) -> None:
+                 clock: Callable[[], int] = _local_ms,
+                 needed: Callable[[str], bool] = lambda group: True) -> None:
         self.store = store
+        self._needed = needed  # the coordinator still has the group (not deleted)
+        self._unneeded: dict[str, int] = {}  # group -> renewal rounds it has not been
+        self._had: set[str] = set()  # held groups the coordinator has had since taking them
         self.broker = broker
         self.ttl_ms = ttl_ms
         self.margin_ms = margin_ms
@@ -135,12 +143,16 @@ class Ownership:
             if not grant.granted:
                 return False, grant.owner
             await self._adopt(group, grant.snapshot)
+            self._had.discard(group)
+            self._unneeded.pop(group, None)
             self.held[group] = lease.after_grant(grant.token, sent, self.ttl_ms, self.margin_ms)
             log.info("coordinating group %r (token %d)", group, grant.token)
             return True, self.broker
 
     async def drop(self, group: str) -> None:
         """Forget the group (spec: Drop): requests for it get NOT_COORDINATOR."""
+        self._had.discard(group)
+        self._unneeded.pop(group, None)
         if self.held.pop(group, None) is not None:
             log.info("no longer coordinating group %r", group)
         await self._forget(group)
@@ -157,8 +169,62 @@ class Ownership:
     async def _renewals(self) -> None:
         while True:
             await asyncio.sleep(self.ttl_ms / 3000)
-            for group, held in list(self.held.items()):
-                await self._renew(group, held)
+            await self.renew_all()
+
+    async def renew_all(self) -> None:
+        """One round: every lease held is renewed, _RENEW_AT_ONCE at a time (one at a time,
+        a round of hundreds of leases outlasted their time whenever Redis or the event loop
+        stalled, and the broker dropped every group at once); a lease of a group the
+        coordinator had and no longer has (deleted, expired) for _UNNEEDED_ROUNDS rounds is
+        given back.
+        """
+        pending = []
+        for group, held in list(self.held.items()):
+            if self._needed(group):
+                self._had.add(group)
+                self._unneeded.pop(group, None)
+            elif group not in self._had:
+                pass  # taken for a client that has not joined yet (FindCoordinator)
+            elif self._unneeded.get(group, 0) + 1 >= _UNNEEDED_ROUNDS:
+                await self.release(group)
+                continue
+            else:
+                self._unneeded[group] = self._unneeded.get(group, 0) + 1
+            pending.append((group, held))
+        for start in range(0, len(pending), _RENEW_AT_ONCE):
+            await asyncio.gather(*(self._renew(group, held)
+                                   for group, held in pending[start:start + _RENEW_AT_ONCE]))
+
+    async def release(self, group: str) -> None:
+        """Give back the lease of a group this broker no longer has anything of."""
+        async with self._locks.setdefault(group, asyncio.Lock()):
+            held = self.held.pop(group, None)
+            self._unneeded.pop(group, None)
+            self._had.discard(group)
+            self._locks.pop(group, None)
+            if held is None:
+                return
+            await self._forget(group)
+            with contextlib.suppress(RedisError, OSError):
+                await self.store.release(group, held.token)
+            log.info("gave back the lease of group %r (deleted)", group)
+
+    async def adopt_orphans(self) -> int:
+        """Take the groups no broker coordinates (their lease expired: the broker holding it
+        stopped or dropped it, and no client asked for them since), so that the clean-up
+        rounds expire them as Kafka expires every group. Returns how many were taken."""
+        records, now = await self.store.every_lease()
+        taken = 0
+        for group, record in records.items():
+            if group in self.held or not lease.may_acquire(record, self.broker, now):
+                continue
+            try:
+                mine, _owner = await self.acquire(group)
+            except (RedisError, OSError) as exc:
+                log.warning("taking orphan group %r failed: %s", group, exc)
+                continue
+            taken += mine
+        return taken
 
     async def _renew(self, group: str, held: lease.Held) -> None:
         now = self._clock()

@@ -15,7 +15,7 @@ import datetime
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRe
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from korvet.core.coordinator.durability import BAND
+from korvet.core.coordinator.durability import BAND, MAX_BAND
 from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
 from tests.integration.clients import confluent_produce, make_records
@@ -160,8 +160,9 @@ def test_a_group_forms_only_once_redis_takes_its_writes(logged_korvet: KorvetPro
     assert generations and generations == sorted(generations)
 
 
-def _resume_after_crash(broker: KorvetProcess, event_log: Path, topic: str,
-                        group: str) -> tuple[list[int], list[int]]:
+def _resume_after_crash(broker: KorvetProcess, event_log: Path, topic: str, group: str,
+                        before_kill: Callable[[], None] = lambda: None
+                        ) -> tuple[list[int], list[int]]:
     """A consumer commits, the broker is killed and started again, the consumer goes on.
     Returns the generations before and after the crash."""
     bootstrap = broker.bootstrap
@@ -174,6 +175,7 @@ def _resume_after_crash(broker: KorvetProcess, event_log: Path, topic: str,
         consumer.commit(asynchronous=False)
         before = _committed(bootstrap, group, topic)
         generations = _generations(event_log, group)
+        before_kill()
         broker.kill()
         broker.start()
         assert _committed(bootstrap, group, topic) == before
@@ -196,6 +198,28 @@ def test_a_crash_whose_redis_restarted_raises_generations_to_a_new_band(
     loads = [json.loads(line)["load"] for line in event_log.read_text().splitlines()
              if '"load"' in line]
     assert [load["lossy"] for load in loads] == [False, True]
+
+
+def test_the_bands_wrap_before_generations_leave_int32(logged_korvet: KorvetProcess,
+                                                       unique_name: str) -> None:
+    """The coordinator's record says band 2,047 is open, the last whose generations fit the
+    protocol's int32 (2,047 lossy loads, a week of a crash loop): the next lossy load opens
+    band 1, and the group forms again there. Before, it opened generation 2^31, no JoinGroup
+    answer could be encoded, and every group stopped for good."""
+    event_log = logged_korvet.data_dir.parent / "coordinator.ndjson"
+
+    def at_the_last_band() -> None:
+        subprocess.run(["redis-cli", "-u", logged_korvet.redis_url, "HSET",
+                        "korvet:coordinator", "bands", str(MAX_BAND),
+                        "floor", str(MAX_BAND * BAND)], check=True, capture_output=True)
+        time.sleep(1.5)  # fsynced (everysec) before the crash
+
+    _, after = _resume_after_crash(logged_korvet, event_log, unique_name, f"{unique_name}-g",
+                                   before_kill=at_the_last_band)
+    assert after and all(BAND < g < 2 * BAND for g in after), f"generations: {after}"
+    loads = [json.loads(line)["load"] for line in event_log.read_text().splitlines()
+             if '"load"' in line]
+    assert [(load["lossy"], load["floor"]) for load in loads][-1] == (True, BAND)
 
 
 def test_a_crash_whose_redis_kept_running_keeps_the_generation(tmp_path: Path,

@@ -224,6 +224,20 @@ def test_each_listener_is_told_its_own_ports(cluster: Cluster) -> None:
     assert (named.node_id, named.port) == (1, cluster.listeners[0]["PLAINTEXT"])
 
 
+def _join_group(bootstrap: str, group: str, version: int) -> ErrorCode:
+    cls = load_request_schema(11, version)
+    protocol = make(nested(cls, "JoinGroupRequestProtocol"), name="range", metadata=b"")
+    fields: dict[str, Any] = dict(group_id=group, session_timeout=10_000,
+                                  rebalance_timeout=30_000, member_id="",
+                                  protocol_type="consumer", protocols=(protocol,))
+    if version >= 5:
+        fields["group_instance_id"] = None
+    if version >= 8:
+        fields["reason"] = None
+    response = _request(bootstrap, 11, version, **fields)
+    return ErrorCode(response.error_code)
+
+
 def _group_queries(bootstrap: str, group: str) -> tuple[ErrorCode, ErrorCode, ErrorCode]:
     """The error codes of DescribeGroups v5, OffsetFetch v7 and OffsetFetch v8 for a group."""
     described = _request(bootstrap, 15, 5, groups=(group,), include_authorized_operations=False)
@@ -248,6 +262,12 @@ def test_find_coordinator_names_one_owner_through_every_broker(cluster: Cluster)
         ErrorCode.not_coordinator
     assert _offset_commit(cluster.by_id(owner).bootstrap, "one-owner", "spread", 1) == \
         ErrorCode.none
+    # JoinGroup of every version (kafka-python and aiokafka send v2-v5) is answered too;
+    # below v7 the answer's protocol name is not nullable (the answer once failed to encode
+    # and the connection was closed instead)
+    for version in (2, 5, 7, 9):
+        assert _join_group(others[0].bootstrap, "one-owner", version) == \
+            ErrorCode.not_coordinator, f"JoinGroup v{version}"
     # queries too: a client that asked the wrong broker is told to look again
     assert _group_queries(others[1].bootstrap, "one-owner") == (ErrorCode.not_coordinator,) * 3
     assert _group_queries(cluster.by_id(owner).bootstrap, "one-owner") == (ErrorCode.none,) * 3

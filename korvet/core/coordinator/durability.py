@@ -42,6 +42,9 @@ from korvet.core.coordinator.state import CoordinatorState, Group
 # Generations one band holds (the spec's Stride): a group may complete this many
 # rebalances between two loads that follow a Redis restart.
 BAND = 1 << 20
+# Bands that fit the protocol's int32 generations (band b holds b * BAND .. (b + 1) * BAND - 1);
+# the 2,048th raise starts again at band 1 (docs/spec/group-coordinator.md, "Bands wrap").
+MAX_BAND = (2**31 - 1) // BAND
 RETRY = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -187,7 +190,7 @@ def load_plan(record: CoordinatorRecord | None, redis_run_id: str, fsync_always:
     else:
         lossy = record.redis_run_id != redis_run_id and not fsync_always and not record.clean
     if lossy:
-        bands = record.bands + 1
+        bands = record.bands % MAX_BAND + 1
         return LoadPlan(True, CoordinatorRecord(bands, bands * BAND, redis_run_id, False))
     return LoadPlan(False, replace(record, redis_run_id=redis_run_id, clean=False))
 
@@ -196,4 +199,4 @@ def raise_generations(state: CoordinatorState, floor: int, now: int) -> Coordina
     """Every group moves to generation ``floor`` (the band's first); new groups start there."""
     groups = {g: raise_generation(group, floor, state.config, now)
               for g, group in state.groups.items()}
-    return replace(state, groups=groups, generation_floor=max(floor, state.generation_floor))
+    return replace(state, groups=groups, generation_floor=floor)

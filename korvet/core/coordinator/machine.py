@@ -786,8 +786,10 @@ def _restart(state: CoordinatorState, event: Restart, now: int) -> Step:
 
 def raise_generation(group: Group, floor: int, config: Config, now: int) -> Group:
     """The spec's Raise (GroupCoordinatorDurable): a group loaded after Redis may have lost
-    writes moves to the band's first generation; one with members rebalances."""
-    if group.state is DEAD or group.generation >= floor:
+    writes moves to the band's first generation; one with members rebalances. A group is
+    never in a new band before its raise; after the bands wrap (int32), one at a generation
+    above the new band's moves down to it all the same."""
+    if group.state is DEAD or group.generation == floor:
         return group
     if group.state is EMPTY:
         return replace(group, generation=floor)

@@ -196,8 +196,10 @@ async def join_group(services: Services, coordinator: GroupCoordinator, ctx: Req
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.JoinGroupReply):
         return make(response_cls, throttle_time=0, error_code=_failure(reply),
-                    generation_id=-1, protocol_type=None, protocol_name=None, leader="",
-                    skip_assignment=False, member_id=request.member_id, members=())
+                    generation_id=-1, protocol_type=None,
+                    protocol_name=None if version >= 7 else "",  # not nullable before v7
+                    leader="", skip_assignment=False, member_id=request.member_id,
+                    members=())
     member_cls = nested(response_cls, "JoinGroupResponseMember")
     protocol_name = reply.protocol_name
     if version < 7 and protocol_name is None:
