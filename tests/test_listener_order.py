@@ -168,10 +168,13 @@ def test_a_response_to_a_peer_that_reset_is_dropped_without_a_warning_per_piece(
         server = await asyncio.start_server(on_client, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        transport: Any = writer.transport
+        transport.pause_reading()  # the reset is met by the response's first write
         peer = await accepted
         peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         peer.close()  # a reset, as from a killed process
         await asyncio.sleep(0.1)
+        assert not writer.transport.is_closing()
         fd = writer.get_extra_info("socket").fileno()
         _write(writer, fd, [b"r" * 200] * 5_000)
         _write(writer, fd, [b"next response"] * 10)

@@ -142,7 +142,10 @@ class GroupCoordinator:
         # (docs/implementers/groups.md)
         self.redis_groups: set[tuple[str, str]] = set()
         # Commits move only these along (after a restart: once a member's fetch found them).
-        store.has_redis_group = lambda group, stream: (group, stream) in self.redis_groups
+        # With several brokers a group's fetches go to each partition's leader, so its
+        # coordinator may never see them: every commit moves them all, as before.
+        store.has_redis_group = lambda group, stream: (
+            self.ownership is not None or (group, stream) in self.redis_groups)
 
     # --- life cycle ----------------------------------------------------------------------
 

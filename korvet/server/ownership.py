@@ -143,8 +143,11 @@ class Ownership:
             if not grant.granted:
                 return False, grant.owner
             await self._adopt(group, grant.snapshot)
-            self._had.discard(group)
             self._unneeded.pop(group, None)
+            if self._needed(group):  # adopted from its snapshot: deleted later, it goes back
+                self._had.add(group)
+            else:
+                self._had.discard(group)
             self.held[group] = lease.after_grant(grant.token, sent, self.ttl_ms, self.margin_ms)
             log.info("coordinating group %r (token %d)", group, grant.token)
             return True, self.broker
@@ -178,7 +181,8 @@ class Ownership:
         coordinator had and no longer has (deleted, expired) for _UNNEEDED_ROUNDS rounds is
         given back.
         """
-        pending = []
+        pending: list[tuple[str, lease.Held]] = []
+        unneeded: list[str] = []
         for group, held in list(self.held.items()):
             if self._needed(group):
                 self._had.add(group)
@@ -186,7 +190,7 @@ class Ownership:
             elif group not in self._had:
                 pass  # taken for a client that has not joined yet (FindCoordinator)
             elif self._unneeded.get(group, 0) + 1 >= _UNNEEDED_ROUNDS:
-                await self.release(group)
+                unneeded.append(group)
                 continue
             else:
                 self._unneeded[group] = self._unneeded.get(group, 0) + 1
@@ -194,6 +198,9 @@ class Ownership:
         for start in range(0, len(pending), _RENEW_AT_ONCE):
             await asyncio.gather(*(self._renew(group, held)
                                    for group, held in pending[start:start + _RENEW_AT_ONCE]))
+        for start in range(0, len(unneeded), _RENEW_AT_ONCE):  # after the renewals
+            await asyncio.gather(*(self.release(group)
+                                   for group in unneeded[start:start + _RENEW_AT_ONCE]))
 
     async def release(self, group: str) -> None:
         """Give back the lease of a group this broker no longer has anything of."""
@@ -201,7 +208,6 @@ class Ownership:
             held = self.held.pop(group, None)
             self._unneeded.pop(group, None)
             self._had.discard(group)
-            self._locks.pop(group, None)
             if held is None:
                 return
             await self._forget(group)

@@ -14,7 +14,7 @@ The same messages let a fetch skip the partitions it already knows are caught up
 waiting mark stood (written before the read was sent) and the subscription listened, stays
 true until an append to that stream is announced, sent or answered here (``changed``), the
 subscription drops, topics change, or the mark could have lapsed: the mark's thirty seconds
-less five (docs/implementers/fetch.md, "Caught-up partitions"). An idle consumer of
+less five (docs/implementers/broker.md, "Caught-up partitions"). An idle consumer of
 thousands of partitions then costs Redis one read of each every few seconds, not one per
 fetch.
 """
@@ -67,6 +67,8 @@ class AppendNotifier:
         self._changed: dict[str, int] = {}
         self._floor = 0  # tickets older than this clock are not trusted (_changed was cleared)
         self._generation = -1  # the subscription's; -1 while not listening
+        self._prune_at = _MAX_TRACKED  # sizes at which expired entries are dropped: twice
+        self._marks_prune_at = _MAX_TRACKED  # what a pruning kept, so pruning stays linear
         self._generations = 0
         self.append_channel = append_channel
         self.topic_channel = topic_channel
@@ -104,8 +106,12 @@ class AppendNotifier:
             self._floor = self._clock
 
     def forget_reads(self) -> None:
-        """Trust no earlier read (topics changed, or announcements may have been lost)."""
+        """Trust no earlier read (topics changed, or announcements may have been lost), nor
+        an earlier mark: a Redis that failed over or restarted may have lost it, so the next
+        wait writes every mark again before a read is trusted."""
         self._quiet.clear()
+        self._confirmed.clear()
+        self._marked.clear()
         self._floor = self._clock = self._clock + 1
 
     def ticket(self, stream_key: str) -> ReadTicket:
@@ -122,9 +128,10 @@ class AppendNotifier:
                 or confirmed is None or confirmed[1] > ticket.started):
             return
         self._quiet[stream] = (high_watermark, log_start, confirmed[0] + self.trust_seconds)
-        if len(self._quiet) > _MAX_TRACKED:
+        if len(self._quiet) > self._prune_at:
             now = time.monotonic()
             self._quiet = {k: v for k, v in self._quiet.items() if v[2] > now}
+            self._prune_at = max(_MAX_TRACKED, 2 * len(self._quiet))
 
     def caught_up(self, stream_key: str, offset: int) -> tuple[int, int] | None:
         """(high watermark, log start) of the stream if a trusted read found nothing at or
@@ -154,9 +161,10 @@ class AppendNotifier:
         done = time.monotonic()
         for key in stale:
             self._confirmed[key] = (now, done)
-        if len(self._marked) > _MAX_TRACKED:
+        if len(self._marked) > self._marks_prune_at:
             self._marked = {k: t for k, t in self._marked.items() if now - t < mark}
             self._confirmed = {k: t for k, t in self._confirmed.items() if now - t[0] < mark}
+            self._marks_prune_at = max(_MAX_TRACKED, 2 * len(self._marked))
         return True
 
     async def wait(self, stream_keys: Iterable[str], timeout: float) -> bool:

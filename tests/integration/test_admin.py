@@ -380,17 +380,23 @@ def test_groups_no_broker_coordinates_still_expire_and_deleted_groups_give_back_
     from confluent_kafka import Consumer, TopicPartition
 
     args = ["--multi-broker", "--cluster-lease-ms", "1500", "--cluster-lease-margin-ms", "300",
-            "--groups-retention-check-interval-ms", "300", "--groups-offsets-retention-ms", "2000"]
-    broker = KorvetProcess(tmp_path / "broker", extra_args=args).start()
+            "--groups-offsets-retention-ms", "2000"]
+    # no clean-up before the crash: the emptied group is still there when the broker dies
+    broker = KorvetProcess(tmp_path / "broker", extra_args=[
+        *args, "--groups-retention-check-interval-ms", "0"]).start()
     try:
         client = admin(broker)
         client.create_topics([NewTopic("orphans", 1)])["orphans"].result(30)
-        for group in ("orphan",):
-            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                                 "enable.auto.commit": False})
-            consumer.commit(offsets=[TopicPartition("orphans", 0, 7)], asynchronous=False)
-            consumer.close()
-        broker.kill()  # the orphan's lease lapses; after the restart nobody asks for it
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "orphan",
+                             "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("orphans", 0, 7)], asynchronous=False)
+        consumer.close()
+        # a group whose member joined and left without committing: Empty, nothing to keep
+        clients.confluent_produce(broker.bootstrap, "orphans", clients.make_records(1, 1))
+        consumer, _ = _first_record(broker, "orphans", "emptied")
+        consumer.close()
+        broker.kill()  # the orphans' leases lapse; after the restart nobody asks for them
+        broker.extra_args = [*args, "--groups-retention-check-interval-ms", "300"]
         broker.start()
 
         def snapshot_of(group: str) -> str:
@@ -403,12 +409,15 @@ def test_groups_no_broker_coordinates_still_expire_and_deleted_groups_give_back_
             time.sleep(0.2)
         assert _redis(broker, "--scan", "--pattern", "*{group:orphan}:commit*").split() == []
 
-        # its lease, taken for the clean-up, is given back within a few renewal rounds
-        lease = "korvet:{group:orphan}:lease"
-        deadline = time.monotonic() + 10
-        while _redis(broker, "HGET", lease, "expires").strip() != "0":
-            assert time.monotonic() < deadline, "a deleted group's lease was kept renewed"
-            time.sleep(0.2)
+        # the leases taken for the clean-up are given back within a few renewal rounds, the
+        # emptied group's too (taken and deleted by the same round)
+        assert snapshot_of("emptied") == "0"
+        for group in ("orphan", "emptied"):
+            lease = f"korvet:{{group:{group}}}:lease"
+            deadline = time.monotonic() + 10
+            while _redis(broker, "HGET", lease, "expires").strip() != "0":
+                assert time.monotonic() < deadline, f"{group}: a deleted group's lease renewed"
+                time.sleep(0.2)
     finally:
         broker.stop()
 

@@ -261,9 +261,10 @@ def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
     admin.delete_topics([topic])[topic].result(30)
     assert topic not in admin.list_topics(timeout=10).topics
     left = on_cluster.keys_everywhere(f"korvet:{{{topic}:*")
-    # Only the fetches' waiting marks may outlive the topic: they expire within ten seconds.
+    # Only the fetches' waiting marks may outlive the topic: they expire within thirty
+    # seconds (their life since caught-up reads rely on them: docs/implementers/broker.md).
     assert all(k.endswith(b":waiting") for k in left), left
-    assert all(0 < on_cluster.client().pttl(k) <= 10_000 for k in left)
+    assert all(0 < on_cluster.client().pttl(k) <= 30_000 for k in left)
     assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*") == []
 
 

@@ -103,7 +103,8 @@ async def _a_lost_subscription_ends_every_trust(notifier: AppendNotifier,
     while notifier.caught_up("s", HWM) is not None:
         assert time.monotonic() < deadline, "announcements could be lost: nothing is trusted"
         await asyncio.sleep(0.001)
-    during = notifier.ticket("s")  # a read sent while not subscribed (the 0.1 s back-off)
+    await notifier.arm(["s"])  # a wait during the 0.1 s back-off writes the mark again
+    during = notifier.ticket("s")  # and a read is sent while not subscribed
     assert during.generation < 0
     notifier.note_caught_up(during, HWM, START)  # and answered before subscribing again
     assert notifier.caught_up("s", HWM) is None
@@ -111,6 +112,7 @@ async def _a_lost_subscription_ends_every_trust(notifier: AppendNotifier,
     for ticket in (before, during):
         notifier.note_caught_up(ticket, HWM, START)
         assert notifier.caught_up("s", HWM) is None
+    await notifier.arm(["s"])  # the next wait: writes the mark if the loss forgot it
     notifier.note_caught_up(notifier.ticket("s"), HWM, START)
     assert notifier.caught_up("s", HWM) == (HWM, START)
 
@@ -124,6 +126,32 @@ async def _not_beyond_the_marks_life(notifier: AppendNotifier, client: aioredis.
     assert notifier.caught_up("s", HWM) is None, "trusted after the mark could have lapsed"
     notifier.note_caught_up(notifier.ticket("s"), HWM, START)
     assert notifier.caught_up("s", HWM) is None, "a read after the mark's trust is not kept"
+
+
+async def _a_redis_error_forgets_the_marks_too(notifier: AppendNotifier,
+                                                _: aioredis.Redis) -> None:
+    await notifier.arm(["s"])
+    notifier.note_caught_up(notifier.ticket("s"), HWM, START)
+    assert notifier.caught_up("s", HWM) is not None
+    notifier.forget_reads()  # a fetch met a Redis error: a failover may have lost the mark
+    assert notifier.caught_up("s", HWM) is None
+    notifier.note_caught_up(notifier.ticket("s"), HWM, START)
+    assert notifier.caught_up("s", HWM) is None, "trusted on a mark Redis may have lost"
+    assert await notifier.arm(["s"]), "the next wait must write the mark again"
+    notifier.note_caught_up(notifier.ticket("s"), HWM, START)
+    assert notifier.caught_up("s", HWM) == (HWM, START)
+
+
+async def _many_streams_cost_linear_time(notifier: AppendNotifier,
+                                         _: aioredis.Redis) -> None:
+    streams = [f"s{n}" for n in range(30_000)]  # more than the tables' pruning size
+    await notifier.arm(streams)
+    started = time.monotonic()
+    for stream in streams:
+        notifier.note_caught_up(notifier.ticket(stream), HWM, START)
+    took = time.monotonic() - started
+    assert all(notifier.caught_up(s, HWM) is not None for s in streams)
+    assert took < 5.0, f"{took:.1f} s to note 30,000 caught-up reads (the loop stalls)"
 
 
 async def _run(url: str, scenario: Scenario) -> None:
@@ -142,7 +170,8 @@ async def _run(url: str, scenario: Scenario) -> None:
 @pytest.mark.parametrize("scenario", [
     _trusted_after_a_confirmed_mark, _a_change_during_the_read_is_not_missed,
     _an_announced_append_ends_the_trust, _a_topic_change_ends_every_trust,
-    _a_lost_subscription_ends_every_trust, _not_beyond_the_marks_life],
+    _a_lost_subscription_ends_every_trust, _not_beyond_the_marks_life,
+    _a_redis_error_forgets_the_marks_too, _many_streams_cost_linear_time],
     ids=lambda scenario: scenario.__name__.strip("_"))
 def test_a_caught_up_read_is_trusted_only_while_no_append_can_be_missed(
         scenario: Scenario) -> None:

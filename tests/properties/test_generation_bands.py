@@ -37,6 +37,13 @@ def test_the_load_after_the_last_band_opens_band_one() -> None:
     assert _lossy_load(MAX_BAND).floor == BAND
 
 
+def test_a_record_past_the_last_band_is_raised_into_band_one_at_any_load() -> None:
+    """Left by a version without the wrap: raised even when Redis lost nothing."""
+    past = CoordinatorRecord(MAX_BAND + 1, (MAX_BAND + 1) * BAND, "same-run", True)
+    plan = load_plan(past, "same-run", fsync_always=True, has_groups=True)
+    assert plan.lossy and plan.record.floor == BAND
+
+
 @given(st.integers(min_value=0, max_value=INT32_MAX), st.integers(min_value=1, max_value=MAX_BAND))
 def test_a_raise_moves_an_empty_group_to_the_new_band_from_any_generation(
         generation: int, band: int) -> None:

@@ -189,8 +189,11 @@ def load_plan(record: CoordinatorRecord | None, redis_run_id: str, fsync_always:
         lossy = has_groups and not fsync_always
     else:
         lossy = record.redis_run_id != redis_run_id and not fsync_always and not record.clean
+    # A record past the last band (left by a version without the wrap) holds generations no
+    # answer can encode: raise them into band 1 as after a loss.
+    lossy = lossy or record.bands > MAX_BAND
     if lossy:
-        bands = record.bands % MAX_BAND + 1
+        bands = record.bands + 1 if record.bands < MAX_BAND else 1
         return LoadPlan(True, CoordinatorRecord(bands, bands * BAND, redis_run_id, False))
     return LoadPlan(False, replace(record, redis_run_id=redis_run_id, clean=False))
 
