@@ -205,6 +205,8 @@ class Ownership:
     async def release(self, group: str) -> None:
         """Give back the lease of a group this broker no longer has anything of."""
         async with self._locks.setdefault(group, asyncio.Lock()):
+            if self._needed(group):
+                return  # a client brought it back meanwhile
             held = self.held.pop(group, None)
             self._unneeded.pop(group, None)
             self._had.discard(group)
