@@ -22,6 +22,7 @@ import yaml
 
 from korvet.core import topics as topic_rules
 from korvet.core.topic_declarations import Declared, TopicDeclaration, resolve
+from korvet.server.embedded_redis import STREAM_NODE_MAX_BYTES, STREAM_NODE_MAX_BYTES_LIMIT
 
 
 class ConfigError(ValueError):
@@ -149,6 +150,12 @@ SETTINGS: tuple[Setting, ...] = (
             "embedded Redis: no AOF rewrite before the AOF reaches this many MiB (Redis' "
             "auto-aof-rewrite-min-size; Redis' own default, 64, forks a rewrite every few "
             "seconds under a steady produce load, which shows in the latency tail)"),
+    Setting("redis.stream-node-max-bytes", int, STREAM_NODE_MAX_BYTES,
+            "embedded Redis: bytes of one node of a stream (Redis' stream-node-max-bytes, whose "
+            "own default is 4096): a node holds up to 100 entries within this size; a "
+            "batches topic's entries (whole record batches, 16 KiB and more) each took a node "
+            "of their own at 4096, and cost Redis more CPU and memory (docs/performance.md); "
+            "0: no limit but the 100 entries"),
     Setting("data.dir", str, "data", "folder for the embedded Redis' data and the broker's files",
             ("--data-dir",)),
     Setting("topics.auto-create", bool, True,
@@ -742,6 +749,9 @@ def validate(config: Config) -> None:
                           "at least 1")
     if config.get_int("redis.aof-rewrite-min-mb") < 1:
         raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
+    if not 0 <= config.get_int("redis.stream-node-max-bytes") <= STREAM_NODE_MAX_BYTES_LIMIT:
+        raise ConfigError("redis.stream-node-max-bytes must be within 0.."
+                          f"{STREAM_NODE_MAX_BYTES_LIMIT}")
     _validate_limits(config)
     lo = config.get_int("groups.min-session-timeout-ms")
     hi = config.get_int("groups.max-session-timeout-ms")

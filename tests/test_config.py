@@ -196,6 +196,9 @@ def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Pa
      "resume-pending-bytes must be within 0..broker.max-pending-bytes"),
     ({"KORVET_FETCH_MAX_SESSIONS": "-1"}, "fetch.max-sessions must not be negative"),
     ({"KORVET_SOCKET_REQUEST_MAX_BYTES": "10"}, "socket.request.max.bytes"),
+    ({"KORVET_REDIS_STREAM_NODE_MAX_BYTES": "-1"}, "redis.stream-node-max-bytes must be within"),
+    ({"KORVET_REDIS_STREAM_NODE_MAX_BYTES": str(2**31)},
+     "redis.stream-node-max-bytes must be within"),
 ])
 def test_bad_limits_are_clear_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(config.ConfigError, match=message):

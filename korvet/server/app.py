@@ -266,6 +266,7 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
             binary=config.get_str("redis.server-binary"),
             appendfsync=config.get_str("redis.appendfsync"),
             aof_rewrite_min_mb=config.get_int("redis.aof-rewrite-min-mb"),
+            stream_node_max_bytes=config.get_int("redis.stream-node-max-bytes"),
             port=config.get_int("redis.embedded-port"),
         )
         try:

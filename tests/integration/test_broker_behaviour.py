@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
@@ -712,12 +713,40 @@ def _redis_config(broker: KorvetProcess, name: str) -> str:
 
 
 def test_embedded_redis_persists_with_the_configured_rewrite_threshold(tmp_path: Path) -> None:
-    """AOF on, fsync every second, and rewrites no earlier than redis.aof-rewrite-min-mb."""
+    """AOF on, fsync every second, and rewrites no earlier than redis.aof-rewrite-min-mb;
+    stream nodes of redis.stream-node-max-bytes."""
     broker = KorvetProcess(tmp_path / "korvet",
-                           extra_args=["--redis-aof-rewrite-min-mb", "256"]).start()
+                           extra_args=["--redis-aof-rewrite-min-mb", "256",
+                                       "--redis-stream-node-max-bytes", "65536"]).start()
     try:
         assert _redis_config(broker, "appendonly") == "yes"
         assert _redis_config(broker, "appendfsync") == "everysec"
         assert _redis_config(broker, "auto-aof-rewrite-min-size") == str(256 * 1024 * 1024)
+        assert _redis_config(broker, "stream-node-max-bytes") == "65536"
+    finally:
+        broker.stop()
+
+
+def test_embedded_redis_keeps_several_stored_batches_in_one_stream_node(tmp_path: Path) -> None:
+    """A batches topic's entries are whole record batches, bigger than Redis' default stream
+    node of 4 KiB: with the broker's default node size they share nodes (XINFO STREAM's
+    radix-tree-keys counts the nodes), and they read back whole."""
+    broker = KorvetProcess(tmp_path / "korvet",
+                           extra_args=["--topics-storage-format", "batches"]).start()
+    try:
+        assert _redis_config(broker, "stream-node-max-bytes") == str(1024 * 1024)
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        value = b"v" * 8000
+        for _ in range(20):  # 20 batches of one 8 KB record each
+            producer.produce("nodes", value=value)
+            assert producer.flush(10) == 0
+        with redis.Redis.from_url(broker.redis_url) as client:
+            info = client.xinfo_stream("korvet:{nodes:0}:stream")
+        assert info["length"] == 20
+        assert info["radix-tree-keys"] == 1  # in Redis' default 4 KiB nodes: 20
+        got = clients.confluent_consume(broker.bootstrap, "nodes", 1, 20)
+        assert [record.value for record in got] == [value] * 20
     finally:
         broker.stop()
