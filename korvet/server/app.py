@@ -34,6 +34,7 @@ from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
 from korvet.server.redis_urls import join_seeds, split_seeds
 from korvet.server.tls import TlsError, redis_options, server_context
+from korvet.storage.connections import connection_class_for, use_safe_connections
 from korvet.storage.redis_store import OldLayoutError
 
 log = logging.getLogger("korvet")
@@ -125,15 +126,19 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
     client: aioredis.Redis
     try:
         if cluster:
-            client = cast(aioredis.Redis, RedisCluster.from_url(
+            nodes = RedisCluster.from_url(
                 url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
                 startup_nodes=[ClusterNode(host, port) for host, port in seeds] or None,
-                max_connections=pool_size, **redis_options(auth, url)))
+                max_connections=pool_size, **redis_options(auth, url))
+            use_safe_connections(nodes)
+            client = cast(aioredis.Redis, nodes)
         else:
-            client = aioredis.Redis.from_pool(aioredis.BlockingConnectionPool.from_url(
+            pool = aioredis.BlockingConnectionPool.from_url(
                 url, decode_responses=False, socket_read_size=REDIS_SOCKET_READ_SIZE,
                 max_connections=pool_size, timeout=pool_wait_ms / 1000,
-                **redis_options(auth, url)))
+                **redis_options(auth, url))
+            pool.connection_class = connection_class_for(url) or pool.connection_class
+            client = aioredis.Redis.from_pool(pool)
     except ValueError as exc:
         raise StartupError(f"cannot use the Redis URL {shown}: {exc}") from exc
     try:
