@@ -74,12 +74,12 @@ def connection_class_for(url: str) -> type[Connection] | None:
 
 def use_safe_connections(cluster: RedisCluster) -> None:
     """Make a Redis Cluster client, before its first command, open the connections above:
-    redis-py's cluster client takes no connection class, and creates every node it learns of
-    from its connection keywords (shared with its nodes manager) or, for its seed nodes,
-    from copies of them made already."""
-    tls = cluster.connection_kwargs.get("connection_class") is SSLConnection
+    redis-py's cluster client takes no connection class: its nodes manager creates every node
+    it learns of from its connection keywords, and its seed nodes were made from copies of
+    them already."""
+    kwargs = cluster.nodes_manager.connection_kwargs  # the client's own dict, shared
+    tls = kwargs.get("connection_class") is SSLConnection
     safe: type[Connection] = SafeSSLConnection if tls else SafeConnection
-    cluster.connection_kwargs["connection_class"] = safe
-    cluster.nodes_manager.connection_kwargs["connection_class"] = safe
-    for node in [*cluster.startup_nodes, *cluster.nodes_manager.startup_nodes.values()]:
+    kwargs["connection_class"] = safe
+    for node in cluster.nodes_manager.startup_nodes.values():
         node.connection_class = safe
