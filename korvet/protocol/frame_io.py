@@ -108,7 +108,9 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._grow = False  # the last read filled the buffer: double it before the next
         self._ended = False
         self._error: BaseException | None = None
-        self._paused = False
+        # Not `_paused`: that is the writing pause of asyncio's StreamReaderProtocol, which
+        # this class is (set while the client does not take its responses).
+        self._reading_paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._reading: asyncio.ReadTransport | None = None
         self._loop_of_reader: asyncio.AbstractEventLoop | None = None
@@ -170,7 +172,7 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                     begin = self._start + SIZE_BYTES
                     self._start += self._wanted
                     self._wanted = 0
-                    if self._paused and 2 * (self._end - self._start) <= len(self._buffer):
+                    if self._reading_paused and 2 * (self._end - self._start) <= len(self._buffer):
                         self._pause(False)  # half of it taken: read on
                     return bytes(self._view[begin:self._start])
             if self._ended:
@@ -208,9 +210,9 @@ class FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             self._waiter.set_result(None)
 
     def _pause(self, paused: bool) -> None:
-        if paused == self._paused:
+        if paused == self._reading_paused:
             return
-        self._paused = paused
+        self._reading_paused = paused
         transport = self._reading
         if transport is not None and not transport.is_closing():
             if paused:

@@ -283,7 +283,7 @@ def test_a_client_that_sends_faster_than_the_broker_reads_is_held_back_by_the_so
             writer.writelines(frame(r) for r in requests)
             for _ in range(200):  # until the client's own buffer holds what is not read
                 await asyncio.sleep(0.01)
-                if writer.transport.get_write_buffer_size() > 0 and protocol._paused:
+                if writer.transport.get_write_buffer_size() > 0 and protocol._reading_paused:
                     break
             unsent = writer.transport.get_write_buffer_size()
             held = len(protocol._buffer)
@@ -300,3 +300,51 @@ def test_a_client_that_sends_faster_than_the_broker_reads_is_held_back_by_the_so
     assert unsent > 0
     assert held <= 256 * 1024
     assert got == requests
+
+
+class _Transport(asyncio.Transport):
+    """A transport that only notes whether reading is paused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading_paused = False
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_reading_pauses_whether_or_not_writing_is_paused() -> None:
+    """A client that takes neither its responses nor is read from: the transport pauses the
+    connection's writing (its responses wait), and its buffer then fills with requests not
+    taken. Reading must pause all the same, and each pause must be undone on its own. The
+    read pause shared its flag with asyncio's writing pause (`_paused`), so with writing
+    paused the buffer's pause was skipped and the broker read a never-reading client's
+    requests into memory without end (1 GiB in a full test run, test_limits.py); with
+    reading paused first, the transport's pause_writing() failed asyncio's assertion."""
+    requests = frame(b"r" * 65_532) * 5  # 320 KiB: more than the 256 KiB buffer
+
+    async def scenario(writing_first: bool) -> None:
+        protocol = FrameProtocol(lambda reader, writer: None)
+        transport = _Transport()
+        protocol.connection_made(transport)
+        if writing_first:
+            protocol.pause_writing()
+        await _feed(protocol, requests)
+        assert transport.reading_paused, "the broker kept reading"
+        if not writing_first:
+            protocol.pause_writing()
+        protocol.resume_writing()  # the client took its responses: reading stays paused
+        assert transport.reading_paused
+        decoder = FrameDecoder(max_size=1 << 20, what="request")
+        for _ in range(3):  # half of the buffer taken: read on
+            assert await protocol.read_frame(decoder) == b"r" * 65_532
+        assert not transport.reading_paused
+
+    for writing_first in (True, False):
+        asyncio.run(scenario(writing_first))
