@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.index import load_request_schema
 
+from korvet.core.api_keys import ApiKey
 from korvet.protocol.frames import FrameDecoder
 from korvet.protocol.framing import encode_request
 from korvet.protocol.kbuild import make, nested, response_type
@@ -70,7 +71,7 @@ async def _connected(append_of: Callable[[Connection], asyncio.Future[int]]
         return Deferred(respond(), (append,))
 
     registry: ApiRegistry[Connection] = ApiRegistry()
-    registry.register(0, "Produce", range(3, 14), handle)
+    registry.register(ApiKey.PRODUCE, range(3, 14), handle)
     listener = KafkaListener(registry, port=0)
     port = await listener.start()
     try:

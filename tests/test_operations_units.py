@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from korvet.core import coordinator as core
+from korvet.core.api_keys import ApiKey
 from korvet.core.coordinator.state import CommittedOffset, Group, GroupState, TopicPartition
 from korvet.core.offsets import OffsetCodec
 from korvet.server.http import HttpServer, Request, Response
-from korvet.server.metrics import BrokerMetrics, kafka_api_name
+from korvet.server.metrics import BrokerMetrics
 from korvet.server.operations import Scraper
 from korvet.storage.groups import id_before
 from korvet.storage.observe import RedisGroup, StreamStats
@@ -64,7 +65,7 @@ def test_http_server_answers_routes_and_refuses_what_it_does_not_serve() -> None
 
 def test_metrics_count_requests_per_api_and_rebalances_per_group() -> None:
     metrics = BrokerMetrics()
-    metrics.name_apis([(0, "Produce"), (18, "ApiVersions")])
+    metrics.name_apis([ApiKey.PRODUCE, ApiKey.OFFSET_FOR_LEADER_EPOCH])
     started = metrics.request_received(0, 100)
     metrics.response_sent(0, 54, started)
     metrics.response_sent(77, 0, metrics.request_received(77, 10))  # a key not served
@@ -78,7 +79,9 @@ def test_metrics_count_requests_per_api_and_rebalances_per_group() -> None:
     assert 'korvet_broker_produce_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION"} 1.0' in text
     assert 'korvet_broker_failures_total{operation="produce"} 1.0' in text
     assert "_created" not in text
-    assert kafka_api_name("OffsetForLeaderEpoch") == "OFFSET_FOR_LEADER_EPOCH"
+    metrics.response_sent(23, 0, metrics.request_received(23, 10))
+    assert ('korvet_broker_requests_total{api_key="OFFSET_FOR_LEADER_EPOCH"} 1.0'
+            in generate_latest(metrics.registry).decode())
 
     empty = core.initial_state()
     preparing = core.CoordinatorState(groups={"g": Group("g", GroupState.PREPARING_REBALANCE)})

@@ -13,14 +13,13 @@ import datetime
 import re
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.static.primitive import i16
 
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.protocol.framing import response_class
 from korvet.protocol.registry import ApiRegistry
-
-API_KEY = 18
-VERSIONS = range(0, 5)  # v4 (KIP-1119) differs from v3 only in how features are listed
 
 _NO_THROTTLE = datetime.timedelta(0)
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (KIP-511).
@@ -36,8 +35,8 @@ def valid_client_software(request: Any, version: int) -> bool:
     return bool(_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(release))
 
 
-def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.none) -> Any:
-    response_type = response_class(API_KEY, version)
+def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
+    response_type = response_class(ApiKey.API_VERSIONS, version)
     module = __import__(response_type.__module__, fromlist=["ApiVersion"])
     api_version_type = module.ApiVersion
     keys = tuple(
@@ -45,10 +44,11 @@ def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = 
                          max_version=i16(api.max_version))
         for api in registry
     )
+    code = KioErrorCode(int(error))
     if version == 0:
-        return response_type(error_code=error, api_keys=keys)
-    return response_type(error_code=error, api_keys=keys, throttle_time=_NO_THROTTLE)
+        return response_type(error_code=code, api_keys=keys)
+    return response_type(error_code=code, api_keys=keys, throttle_time=_NO_THROTTLE)
 
 
 def unsupported_version_response(registry: ApiRegistry[Any]) -> Any:
-    return build_response(registry, 0, ErrorCode.unsupported_version)
+    return build_response(registry, 0, ErrorCode.UNSUPPORTED_VERSION)

@@ -1,7 +1,9 @@
-"""Which Kafka APIs the broker answers, in which versions, and with which handler.
+"""Which Kafka APIs the broker answers, in which versions, and with which handler: the
+dispatch table the listener reads.
 
-The supported range of an API is the intersection of what the handler
-implements and what kio has schemas for; ApiVersions answers from this table.
+The supported range of an API is the intersection of what the handler implements and what
+kio has schemas for; ApiVersions answers from this table. The broker fills it from what the
+handler modules declare (korvet/server/api.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from korvet.core.api_keys import ApiKey
 from korvet.core.security.access import Access
 from korvet.protocol.framing import known_versions
 
@@ -76,11 +79,14 @@ Handler = Callable[[Ctx, Any], Awaitable[Any | None]]
 
 @dataclass(frozen=True, slots=True)
 class Api(Generic[Ctx]):
-    key: int
-    name: str
+    key: ApiKey
     min_version: int
     max_version: int
     handler: Handler[Ctx]
+
+    @property
+    def name(self) -> str:
+        return self.key.kafka_name
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -90,13 +96,14 @@ class ApiRegistry(Generic[Ctx]):
     def __init__(self) -> None:
         self._apis: dict[int, Api[Ctx]] = {}
 
-    def register(self, key: int, name: str, versions: range, handler: Handler[Ctx]) -> None:
+    def register(self, key: ApiKey, versions: range, handler: Handler[Ctx]) -> None:
         available = known_versions(key)
         lo = max(versions.start, available.start)
         hi = min(versions.stop, available.stop) - 1
         if lo > hi:
-            raise ValueError(f"{name}: no version in {versions} has a kio schema ({available})")
-        self._apis[key] = Api(key, name, lo, hi, handler)
+            raise ValueError(f"{key.kafka_name}: no version in {versions} has a kio schema "
+                             f"({available})")
+        self._apis[key] = Api(key, lo, hi, handler)
 
     def get(self, key: int) -> Api[Ctx] | None:
         return self._apis.get(key)

@@ -21,39 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
-from kio.schema.errors import ErrorCode
 
 from korvet.config import Config
 from korvet.core import coordinator as core
-from korvet.core.fetch_session import SessionConfig
+from korvet.core.api_keys import ApiKey
 from korvet.core.security import rules, sasl
 from korvet.core.security.acl import ANONYMOUS
 from korvet.core.topic_declarations import exact_names
 from korvet.core.topics import TopicConfigError
-from korvet.protocol import api_versions
-from korvet.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
-from korvet.protocol.registry import ApiRegistry, CloseConnection, Handler
+from korvet.protocol.registry import ApiRegistry, CloseConnection
 from korvet.security_config import SecuritySettings
+from korvet.server.api import Api, bind, declared_apis
 from korvet.server.authz import Guard
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
-from korvet.server.handlers import (
-    admin,
-    cluster,
-    configs,
-    fetch,
-    groups,
-    metadata,
-    offsets,
-    produce,
-    topics,
-)
-from korvet.server.handlers import security as security_api
+from korvet.server.handlers.security import SecurityHandlers
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.ownership import Membership, Ownership
 from korvet.server.security import Security
@@ -65,8 +50,6 @@ from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
-
-ServiceHandler = Callable[[Services, Connection, Any], Awaitable[Any]]
 
 log = logging.getLogger("korvet.broker")
 
@@ -116,100 +99,21 @@ class Tenant:
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(broker.metrics.forget_topic)
-        self.produce = produce.ProduceHandler(self.services)
-        self.fetch = fetch.FetchHandler(
-            self.services, SessionConfig(slots=config.get_int("fetch.max-sessions")))
-        self.admin = admin.AdminHandler(self.services, broker.redis_url, self.fetch.log_start_moved)
+        self.services.redis_url = broker.redis_url
+        self.services.security = broker.security
+        self.services.on_authenticated = broker.bind_tenant
         self._guard = Guard(self.services) if broker.security.authorizer else None
-        self.registry: ApiRegistry[Connection] = ApiRegistry()
-        self._register_all(broker)
+        self.registry: ApiRegistry[Connection] = self.services.apis
+        for api in declared_apis():
+            self.register(api)
 
-    def register(self, key: int, name: str, versions: range, handler: Handler[Connection]) -> None:
-        """Register a handler, behind the authorization check point when there is an authorizer."""
+    def register(self, api: Api) -> None:
+        """Serve an API a handler module declares, bound to this tenant's services, behind the
+        authorization check point when there is an authorizer."""
+        handler = bind(api.handle, self.services)
         if self._guard is not None:
-            handler = self._guard.wrap(key, handler)
-        self.registry.register(key, name, versions, handler)
-
-    def _register_all(self, broker: Broker) -> None:
-        services, apis = self.services, broker.security_api
-
-        self.register(api_versions.API_KEY, "ApiVersions", api_versions.VERSIONS,
-                      broker.handle_api_versions)
-        self.register(produce.API_KEY, "Produce", produce.VERSIONS, self.produce.handle)
-        self.register(fetch.API_KEY, "Fetch", fetch.VERSIONS, self.fetch.handle)
-        for key, name, versions, admin_handler in (
-            (admin.DELETE_RECORDS, "DeleteRecords", admin.DELETE_RECORDS_VERSIONS,
-             self.admin.delete_records),
-            (admin.DESCRIBE_LOG_DIRS, "DescribeLogDirs", admin.DESCRIBE_LOG_DIRS_VERSIONS,
-             self.admin.describe_log_dirs),
-            (admin.DESCRIBE_PRODUCERS, "DescribeProducers", admin.DESCRIBE_PRODUCERS_VERSIONS,
-             self.admin.describe_producers),
-            (admin.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions",
-             admin.DESCRIBE_TOPIC_PARTITIONS_VERSIONS, self.admin.describe_topic_partitions),
-            (admin.ELECT_LEADERS, "ElectLeaders", admin.ELECT_LEADERS_VERSIONS,
-             self.admin.elect_leaders),
-            (admin.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments",
-             admin.LIST_PARTITION_REASSIGNMENTS_VERSIONS, self.admin.list_partition_reassignments),
-            (admin.LIST_TRANSACTIONS, "ListTransactions", admin.LIST_TRANSACTIONS_VERSIONS,
-             self.admin.list_transactions),
-        ):
-            self.register(key, name, versions, admin_handler)
-        for key, name, versions, handler in (
-            (offsets.LIST_OFFSETS, "ListOffsets", offsets.LIST_VERSIONS, offsets.list_offsets),
-            (metadata.API_KEY, "Metadata", metadata.VERSIONS, metadata.handle),
-            (topics.CREATE_TOPICS, "CreateTopics", topics.CREATE_VERSIONS, topics.create_topics),
-            (topics.DELETE_TOPICS, "DeleteTopics", topics.DELETE_VERSIONS, topics.delete_topics),
-            (cluster.INIT_PRODUCER_ID, "InitProducerId", cluster.INIT_VERSIONS,
-             cluster.init_producer_id),
-            (offsets.LEADER_EPOCH, "OffsetForLeaderEpoch", offsets.LEADER_EPOCH_VERSIONS,
-             offsets.offset_for_leader_epoch),
-            (configs.DESCRIBE, "DescribeConfigs", configs.DESCRIBE_VERSIONS,
-             configs.describe_configs),
-            (configs.ALTER, "AlterConfigs", configs.ALTER_VERSIONS, configs.alter_configs),
-            (topics.CREATE_PARTITIONS, "CreatePartitions", topics.PARTITION_VERSIONS,
-             topics.create_partitions),
-            (configs.INCREMENTAL_ALTER, "IncrementalAlterConfigs", configs.INCREMENTAL_VERSIONS,
-             configs.incremental_alter_configs),
-            (configs.DESCRIBE_QUOTAS, "DescribeClientQuotas", configs.DESCRIBE_QUOTAS_VERSIONS,
-             configs.describe_client_quotas),
-            (cluster.DESCRIBE_CLUSTER, "DescribeCluster", cluster.DESCRIBE_CLUSTER_VERSIONS,
-             cluster.describe_cluster),
-            (groups.FIND_COORDINATOR, "FindCoordinator", groups.FIND_COORDINATOR_VERSIONS,
-             groups.find_coordinator),
-        ):
-            self._register_service(key, name, versions, handler)
-        for key, name, versions, group_handler in (
-            (groups.OFFSET_COMMIT, "OffsetCommit", groups.OFFSET_COMMIT_VERSIONS,
-             groups.offset_commit),
-            (groups.OFFSET_FETCH, "OffsetFetch", groups.OFFSET_FETCH_VERSIONS, groups.offset_fetch),
-            (groups.JOIN_GROUP, "JoinGroup", groups.JOIN_GROUP_VERSIONS, groups.join_group),
-            (groups.HEARTBEAT, "Heartbeat", groups.HEARTBEAT_VERSIONS, groups.heartbeat),
-            (groups.LEAVE_GROUP, "LeaveGroup", groups.LEAVE_GROUP_VERSIONS, groups.leave_group),
-            (groups.SYNC_GROUP, "SyncGroup", groups.SYNC_GROUP_VERSIONS, groups.sync_group),
-            (groups.DESCRIBE_GROUPS, "DescribeGroups", groups.DESCRIBE_GROUPS_VERSIONS,
-             groups.describe_groups),
-            (groups.LIST_GROUPS, "ListGroups", groups.LIST_GROUPS_VERSIONS, groups.list_groups),
-            (groups.DELETE_GROUPS, "DeleteGroups", groups.DELETE_GROUPS_VERSIONS,
-             groups.delete_groups),
-            (groups.OFFSET_DELETE, "OffsetDelete", groups.OFFSET_DELETE_VERSIONS,
-             groups.offset_delete),
-        ):
-            self.register(key, name, versions, partial(group_handler, services, self.coordinator))
-        for key, name, versions, api_handler in (
-            (security_api.SASL_HANDSHAKE, "SaslHandshake", security_api.HANDSHAKE_VERSIONS,
-             apis.sasl_handshake),
-            (security_api.SASL_AUTHENTICATE, "SaslAuthenticate", security_api.AUTHENTICATE_VERSIONS,
-             apis.sasl_authenticate),
-            (security_api.DESCRIBE_ACLS, "DescribeAcls", security_api.ACL_VERSIONS,
-             apis.describe_acls),
-            (security_api.CREATE_ACLS, "CreateAcls", security_api.ACL_VERSIONS, apis.create_acls),
-            (security_api.DELETE_ACLS, "DeleteAcls", security_api.ACL_VERSIONS, apis.delete_acls),
-            (security_api.DESCRIBE_USERS, "DescribeUserScramCredentials",
-             security_api.USERS_VERSIONS, apis.describe_users),
-            (security_api.ALTER_USERS, "AlterUserScramCredentials", security_api.USERS_VERSIONS,
-             apis.alter_users),
-        ):
-            self.register(key, name, versions, api_handler)
+            handler = self._guard.wrap(api.key, api.shape, handler)
+        self.registry.register(api.key, api.versions, handler)
 
     def _share_redis(self, client: aioredis.Redis) -> None:
         """Several brokers on this Redis: the registry and the groups' leases (per keyspace:
@@ -241,9 +145,6 @@ class Tenant:
         if self.membership is not None:
             self.membership.begin()
 
-    def _register_service(self, key: int, name: str, versions: range, handler: ServiceHandler) -> None:
-        self.register(key, name, versions, partial(handler, self.services))
-
     async def start(self) -> None:
         await self.services.notifier.start()
         await self.coordinator.start()
@@ -270,8 +171,7 @@ class Tenant:
                             "not created", name, self.keyspace)
 
     async def close(self) -> None:
-        await self.produce.close()
-        await self.fetch.close()
+        await self.services.close_parts()
         await self.coordinator.close()
         if self.coordinator.ownership is not None:
             await self.coordinator.ownership.close()
@@ -292,7 +192,6 @@ class Broker:
         self.settings = security or SecuritySettings.from_config(config)
         self.base_keyspace = config.get_str("redis.keyspace")
         self.security = Security(self.settings, client, self.base_keyspace)
-        self.security_api = security_api.SecurityHandlers(self.security, self._bind_tenant)
         # listener name -> (host, port) that Metadata advertises; filled once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
         self.default = Tenant(self, self.base_keyspace)
@@ -324,7 +223,7 @@ class Broker:
     async def start(self) -> None:
         await self.security.start()
         await self.default.start()
-        self.metrics.name_apis((api.key, api.name) for api in self.registry)
+        self.metrics.name_apis(api.key for api in self.registry)
 
     async def close(self) -> None:
         for task in self._starting.values():
@@ -360,19 +259,20 @@ class Broker:
         protocol = self._listener_protocols.get(listener)
         if protocol is not None and protocol.sasl:
             conn.state.auth = sasl.sasl_session()
-            conn.tenant = self.default
+            conn.tenant = self.default.registry
             return
         principal = peer_principal(peercert) if protocol is not None and protocol.tls else ANONYMOUS
         conn.state.auth = sasl.open_session(principal)
-        conn.tenant = self.tenants.get(self.security.keyspace_of(principal, self.base_keyspace))
+        tenant = self.tenants.get(self.security.keyspace_of(principal, self.base_keyspace))
+        conn.tenant = tenant.registry if tenant is not None else None
 
     async def admit(self, conn: Connection, api_key: int, version_supported: bool) -> None:
         session = conn.state.auth
-        if api_key in (security_api.SASL_HANDSHAKE, security_api.SASL_AUTHENTICATE):
+        if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             return  # their handlers step the machine with the request's content
         if sasl.may_serve_fast(session) and conn.tenant is not None:
             return
-        event: sasl.Event = (sasl.ApiVersions(version_supported) if api_key == api_versions.API_KEY
+        event: sasl.Event = (sasl.ApiVersions(version_supported) if api_key == ApiKey.API_VERSIONS
                              else sasl.ApiRequest(api_key))
         result = await self.security.step(session, event)
         conn.state.auth = result.session
@@ -383,25 +283,17 @@ class Broker:
             await asyncio.sleep(outcome.delay_ms / 1000)
             raise CloseConnection(outcome.reason)
         if conn.tenant is None:
-            await self._bind_tenant(conn)
+            await self.bind_tenant(conn)
 
-    async def _bind_tenant(self, conn: Connection) -> None:
+    async def bind_tenant(self, conn: Connection) -> None:
         """Serve the connection from its principal's tenant (once it is authenticated)."""
-        conn.tenant = await self.tenant_for(conn.principal)
+        conn.tenant = (await self.tenant_for(conn.principal)).registry
 
     async def raw_token(self, conn: Connection, token: bytes) -> bytes:
-        return await self.security_api.raw_token(conn, token)
+        return await self.default.services.part(SecurityHandlers).raw_token(conn, token)
 
     def registry_of(self, conn: Connection) -> ApiRegistry[Connection]:
-        tenant = conn.tenant if isinstance(conn.tenant, Tenant) else self.default
-        return tenant.registry
-
-    async def handle_api_versions(self, ctx: Connection,
-                                  request: ApiVersionsRequest) -> ApiVersionsResponse:
-        if not api_versions.valid_client_software(request, ctx.api_version):
-            return api_versions.build_response(self.registry, ctx.api_version,
-                                               ErrorCode.invalid_request)
-        return api_versions.build_response(self.registry, ctx.api_version)
+        return conn.tenant if conn.tenant is not None else self.default.registry
 
 
 def unlisted_apis(registry: ApiRegistry[Connection]) -> list[str]:

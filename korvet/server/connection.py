@@ -8,21 +8,23 @@ it, so no handler keeps per-connection data in module globals.
 Who the client is: ``principal`` comes from the authentication session (a SASL user, a
 TLS client certificate's subject, or ``User:ANONYMOUS``); ``access`` is what that
 principal may do for the request being handled, from the broker's current ACL snapshot;
-``tenant`` is the keyspace's broker that serves its requests (security.tenants).
+``tenant`` is the API table of the keyspace's broker that serves its requests
+(security.tenants).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from korvet.core.security import sasl
 from korvet.core.security.access import OPEN, Access
 from korvet.core.security.acl import ANONYMOUS
+from korvet.protocol.registry import ApiRegistry
+from korvet.server.fetch_plan import PreparedFetch
 from korvet.server.read_ahead import ReadAhead
 
 if TYPE_CHECKING:
-    from korvet.server.handlers.fetch import PreparedFetch
     from korvet.server.security import Security
 
 
@@ -47,7 +49,9 @@ class Connection:
     requests: int = 0
     listener_name: str = "PLAINTEXT"
     security: Security | None = None
-    tenant: Any = None  # the korvet.server.broker.Tenant serving this connection, once known
+    # the API table of the tenant serving this connection (its handlers are bound to the
+    # tenant's services), once known
+    tenant: ApiRegistry[Connection] | None = None
 
     @property
     def principal(self) -> str:

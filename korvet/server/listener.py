@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from korvet.core.api_keys import ApiKey
 from korvet.protocol import api_versions
 from korvet.protocol.fetch_response import Buffer
 from korvet.protocol.frame_io import FrameProtocol
@@ -360,7 +361,7 @@ class KafkaListener:
             registry = self.gate.registry_of(conn)  # admitting may have bound the tenant
             api = registry.get(api_key) or api
         if not supported:
-            if api_key == api_versions.API_KEY:
+            if api_key == ApiKey.API_VERSIONS:
                 return [encode_response(
                     correlation_id, api_versions.unsupported_version_response(registry)
                 )]

@@ -32,7 +32,6 @@ Consumer lag: see ``Scraper._lag`` and docs/users/operations.md#consumer-lag.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
@@ -56,6 +55,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from korvet.core.api_keys import ApiKey
 from korvet.core.coordinator.state import CoordinatorState, GroupState
 from korvet.core.errors import ErrorCode
 
@@ -64,11 +64,6 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 SIZE_BUCKETS = (64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
                 16777216.0, 104857600.0)
 UNKNOWN_API = "UNKNOWN"
-
-
-def kafka_api_name(name: str) -> str:
-    """Kafka's ApiKeys enum name of an API: ``ApiVersions`` -> ``API_VERSIONS``."""
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).upper()
 
 
 def error_name(code: int) -> str:
@@ -274,10 +269,11 @@ class BrokerMetrics:
 
     # --- set-up ----------------------------------------------------------------------------
 
-    def name_apis(self, apis: Iterable[tuple[int, str]]) -> None:
-        """The APIs the broker serves (key, name); other keys count as UNKNOWN."""
-        for key, name in apis:
-            self._apis[key] = _ApiSeries(self, kafka_api_name(name))
+    def name_apis(self, keys: Iterable[ApiKey]) -> None:
+        """The APIs the broker serves, labelled by Kafka's ApiKeys enum name (``API_VERSIONS``);
+        other keys count as UNKNOWN."""
+        for key in keys:
+            self._apis[key] = _ApiSeries(self, key.name)
 
     # --- the listener (korvet/server/listener.py's ListenerMetrics) ------------------------------
 

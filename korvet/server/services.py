@@ -1,4 +1,11 @@
-"""What every API handler shares: settings, the Redis store, caches, the node's identity."""
+"""What every API handler of one tenant shares: settings, the Redis store, caches, the node's
+identity, the coordinator, and the state of handlers that keep some (``part``).
+
+Every handler takes the tenant's ``Services`` as its first argument (korvet/server/api.py).
+A handler module that keeps state across requests (Produce's unanswered acks=0 appends,
+Fetch's sessions) keeps it in a class of its own, made once per tenant by ``part`` and
+closed with the tenant: no handler keeps it in module globals, and nothing has to list it.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from korvet.config import Config
 from korvet.core import topics as topic_rules
 from korvet.core.topics import TopicInfo
-from korvet.protocol.registry import RequestContext
+from korvet.protocol.registry import ApiRegistry, RequestContext
 from korvet.server.metrics import BrokerMetrics
 from korvet.storage.groups import PartitionRef
 from korvet.storage.notifier import AppendNotifier
@@ -19,8 +26,12 @@ from korvet.storage.redis_store import CreateOutcome, RedisStore
 from korvet.storage.topic_cache import TopicCache
 
 if TYPE_CHECKING:
+    from korvet.server.connection import Connection
     from korvet.server.coordinator import GroupCoordinator
     from korvet.server.ownership import Membership
+    from korvet.server.security import Security
+
+Part = TypeVar("Part")
 
 log = logging.getLogger("korvet.topics")
 
@@ -44,6 +55,36 @@ class Services:
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
+    # The Redis the broker was started on (DescribeLogDirs names its log dir after it).
+    redis_url: str = ""
+    # The broker's authentication and ACLs (shared by its tenants), and what to do once a
+    # connection has authenticated (serve it from its principal's tenant).
+    security: Security | None = None
+    on_authenticated: Callable[[Connection], Awaitable[None]] | None = None
+    # The tenant's API table (ApiVersions answers from it).
+    apis: ApiRegistry[Connection] = field(default_factory=ApiRegistry)
+    _parts: dict[Callable[[Services], Any], Any] = field(default_factory=dict)
+
+    def part(self, kind: Callable[[Services], Part]) -> Part:
+        """The tenant's one instance of a handler's state class, made at first use."""
+        found = self._parts.get(kind)
+        if found is None:
+            found = self._parts[kind] = kind(self)
+        return cast(Part, found)
+
+    async def close_parts(self) -> None:
+        """Close the handlers' state (in the order it was made): what they still run ends."""
+        for part in list(self._parts.values()):
+            close = getattr(part, "close", None)
+            if close is not None:
+                await close()
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        """The tenant's group coordinator (made with the tenant, before any request)."""
+        if self.coordinator is None:
+            raise RuntimeError("the tenant has no group coordinator yet")
+        return self.coordinator
 
     @property
     def node_id(self) -> int:

@@ -12,10 +12,11 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from korvet.core.api_keys import ApiKey
 from korvet.protocol.framing import decode_response, encode_request, response_class
 from korvet.protocol.kbuild import has_field, make, nested
 from korvet.protocol.records import Record, build_batch
-from korvet.server.handlers import fetch, metadata, offsets, produce
+from korvet.server.api import declared
 from tests.conftest import KorvetProcess
 from tests.integration.test_broker_behaviour import list_offsets, request
 from tests.integration.test_clients import create_topic
@@ -65,7 +66,7 @@ def test_every_produce_and_fetch_version(korvet: KorvetProcess, unique_name: str
     with WireClient(korvet.bootstrap) as client:
         topic_id = _topic_id(client, unique_name)
         bases = {}
-        for version in produce.VERSIONS:
+        for version in declared(ApiKey.PRODUCE).versions:
             payload = build_batch([Record(stamp, f"p{version}".encode(), b"v", [])])
             response = client.request(_produce(version, unique_name, topic_id, payload))
             result = response.responses[0].partition_responses[0]
@@ -73,12 +74,12 @@ def test_every_produce_and_fetch_version(korvet: KorvetProcess, unique_name: str
             bases[version] = int(result.base_offset)
         assert sorted(bases.values()) == list(bases.values()), "offsets not increasing"
         first = min(bases.values())
-        for version in fetch.VERSIONS:
+        for version in declared(ApiKey.FETCH).versions:
             response = client.request(_fetch(version, unique_name, topic_id, first))
             part = response.responses[0].partitions[0]
             assert part.error_code == ErrorCode.none, f"Fetch v{version}: {part.error_code}"
             keys = [r.key for r in DefaultRecordBatch(bytes(part.records))]
-            assert keys == [f"p{v}".encode() for v in produce.VERSIONS], f"Fetch v{version}"
+            assert keys == [f"p{v}".encode() for v in declared(ApiKey.PRODUCE).versions], f"Fetch v{version}"
             assert part.high_watermark == max(bases.values()) + 1
 
 
@@ -86,7 +87,7 @@ def test_every_list_offsets_and_metadata_version(korvet: KorvetProcess, unique_n
     create_topic(korvet.bootstrap, unique_name, partitions=2)
     with WireClient(korvet.bootstrap) as client:
         latest = list_offsets(client, unique_name, 1, -1)[0]
-        for version in offsets.LIST_VERSIONS:
+        for version in declared(ApiKey.LIST_OFFSETS).versions:
             cls = load_request_schema(2, version)
             part = make(nested(cls, "ListOffsetsPartition"), partition_index=1,
                         current_leader_epoch=-1, timestamp=-1, max_num_offsets=1)
@@ -95,7 +96,7 @@ def test_every_list_offsets_and_metadata_version(korvet: KorvetProcess, unique_n
                 make(nested(cls, "ListOffsetsTopic"), name=unique_name, partitions=(part,)),)))
             result = response.topics[0].partitions[0]
             assert (result.error_code, result.offset) == (ErrorCode.none, latest), f"v{version}"
-        for version in metadata.VERSIONS:
+        for version in declared(ApiKey.METADATA).versions:
             cls = load_request_schema(3, version)
             wanted = make(nested(cls, "MetadataRequestTopic"), name=unique_name,
                           topic_id=uuid.UUID(int=0))

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from korvet.core.api_keys import ApiKey
 from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
 from korvet.protocol.framing import (
     _encode_with_kio,
@@ -22,9 +23,11 @@ from korvet.protocol.framing import (
     encode_response_pieces,
     response_class,
 )
-from korvet.server.handlers.fetch import VERSIONS
+from korvet.server.api import declared
 from korvet.server.listener import _scatter_fd, _write
 from tests.support.examples import examples
+
+VERSIONS = declared(ApiKey.FETCH).versions
 
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _CODES = st.sampled_from([int(ErrorCode.none), int(ErrorCode.offset_out_of_range),
@@ -130,7 +133,8 @@ def test_denied_topics_are_merged_into_a_fetch_answer() -> None:
     from korvet.core.errors import ErrorCode as CoreError
     from korvet.protocol.framing import decode_response, request_class
     from korvet.protocol.kbuild import nested
-    from korvet.server.authz import SHAPES, Items, _merge
+    from korvet.server.authz import _merge
+    from korvet.server.denials import Items
 
     version = 12
     request_topic = nested(request_class(1, version), "FetchTopic")
@@ -143,7 +147,9 @@ def test_denied_topics_are_merged_into_a_fetch_answer() -> None:
     answer = FetchAnswer(version, 0, 9, [TopicAnswer("open", [
         PartitionAnswer(0, 0, 5, 5, 0, records)])])
     response_cls = response_class(1, version)
-    check = SHAPES[1].checks[0]
+    shape = declared(ApiKey.FETCH).shape
+    assert shape is not None
+    check = shape.checks[0]
     assert isinstance(check, Items)
     merged = _merge(answer, [(check, [(denied_topic, CoreError.TOPIC_AUTHORIZATION_FAILED)])],
                     response_cls, version)

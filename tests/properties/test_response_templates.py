@@ -12,12 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from korvet.core.api_keys import ApiKey
 from korvet.protocol import framing
 from korvet.protocol.framing import encode_response, response_class
 from korvet.protocol.kbuild import has_field, make, maybe_nested, nested
 from korvet.protocol.response_templates import ProduceAnswer, ProduceTemplates
-from korvet.server.handlers.produce import VERSIONS
+from korvet.server.api import declared
 from tests.support.examples import examples
+
+VERSIONS = declared(ApiKey.PRODUCE).versions
 
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _CODES = st.sampled_from([ErrorCode.none, ErrorCode.not_leader_or_follower,

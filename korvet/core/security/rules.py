@@ -1,4 +1,5 @@
-"""Which ACL each Kafka API needs, as Apache Kafka's KafkaApis checks it: one row per API key.
+"""Which ACL each Kafka API needs, as Apache Kafka's KafkaApis checks it: one row per API key
+(korvet/core/api_keys.py).
 
 A row lists the checks of a request, in Kafka's order. Each ``Need`` says which resources
 of the request it applies to (``Scope``), the operation, and the error a denied resource
@@ -10,8 +11,9 @@ there is not an error but a filtered result (Metadata hides topics a principal m
 describe, ListGroups lists only describable groups, InitProducerId accepts WRITE on any
 topic instead of IDEMPOTENT_WRITE on the cluster).
 
-A new API adds its row here; an API without a row is refused to every principal but the
-super users when an authorizer is on (and a test lists every registered API without one).
+A new API adds its row here (its handler module declares the rest, korvet/server/api.py); an
+API without a row is refused to every principal but the super users when an authorizer is on
+(and a test lists every registered API without one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import Operation, ResourceType
 
@@ -54,10 +57,15 @@ class Need:
 
 @dataclass(frozen=True, slots=True)
 class ApiRule:
-    name: str
+    key: ApiKey
     needs: tuple[Need, ...] = ()
-    custom: bool = False  # the handler decides with the connection's access (see module doc)
+    # what the handler decides itself with the connection's access (see module doc); empty: nothing
+    custom: str = ""
     before_auth: bool = False  # served on a SASL listener before authentication
+
+    @property
+    def name(self) -> str:
+        return self.key.kafka_name
 
 
 _TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -72,65 +80,72 @@ def _topics(operation: Operation) -> Need:
     return Need(Scope.TOPICS, operation, _TOPIC_DENIED)
 
 
-RULES: Mapping[int, ApiRule] = {
-    0: ApiRule("Produce", (Need(Scope.TRANSACTIONAL_ID, Operation.WRITE, _TXN_DENIED),
-                           _topics(Operation.WRITE))),
-    1: ApiRule("Fetch", (_topics(Operation.READ),)),
-    2: ApiRule("ListOffsets", (_topics(Operation.DESCRIBE),)),
-    3: ApiRule("Metadata", custom=True),  # DESCRIBE topic (hidden/denied), CREATE to auto-create
-    8: ApiRule("OffsetCommit", (_READ_GROUP, _topics(Operation.READ))),
-    9: ApiRule("OffsetFetch", (Need(Scope.GROUPS, Operation.DESCRIBE, _GROUP_DENIED),
-                               _topics(Operation.DESCRIBE))),
-    10: ApiRule("FindCoordinator", (Need(Scope.GROUPS, Operation.DESCRIBE, _GROUP_DENIED),)),
-    11: ApiRule("JoinGroup", (_READ_GROUP,)),
-    12: ApiRule("Heartbeat", (_READ_GROUP,)),
-    13: ApiRule("LeaveGroup", (_READ_GROUP,)),
-    14: ApiRule("SyncGroup", (_READ_GROUP,)),
-    15: ApiRule("DescribeGroups", (Need(Scope.GROUPS, Operation.DESCRIBE, _GROUP_DENIED),),
-                custom=True),  # plus the authorized operations of each group
-    16: ApiRule("ListGroups", custom=True),  # DESCRIBE cluster, else only describable groups
-    17: ApiRule("SaslHandshake", before_auth=True),
-    18: ApiRule("ApiVersions", before_auth=True),
-    19: ApiRule("CreateTopics", (Need(Scope.TOPICS, Operation.CREATE, _TOPIC_DENIED,
-                                      or_cluster=Operation.CREATE),)),
-    20: ApiRule("DeleteTopics", (_topics(Operation.DELETE),)),
-    21: ApiRule("DeleteRecords", (_topics(Operation.DELETE),)),
-    22: ApiRule("InitProducerId", custom=True),  # WRITE txn id; IDEMPOTENT_WRITE or WRITE any topic
-    23: ApiRule("OffsetForLeaderEpoch", (_topics(Operation.DESCRIBE),)),
-    29: ApiRule("DescribeAcls", (Need(Scope.CLUSTER, Operation.DESCRIBE, _CLUSTER_DENIED),)),
-    30: ApiRule("CreateAcls", (Need(Scope.CLUSTER_ITEMS, Operation.ALTER, _CLUSTER_DENIED),)),
-    31: ApiRule("DeleteAcls", (Need(Scope.CLUSTER_ITEMS, Operation.ALTER, _CLUSTER_DENIED),)),
-    32: ApiRule("DescribeConfigs", (Need(Scope.CONFIG_RESOURCES, Operation.DESCRIBE_CONFIGS,
-                                         _TOPIC_DENIED),)),
-    33: ApiRule("AlterConfigs", (Need(Scope.CONFIG_RESOURCES, Operation.ALTER_CONFIGS,
-                                      _TOPIC_DENIED),)),
-    35: ApiRule("DescribeLogDirs", (Need(Scope.CLUSTER, Operation.DESCRIBE, _CLUSTER_DENIED),)),
-    36: ApiRule("SaslAuthenticate", before_auth=True),
-    37: ApiRule("CreatePartitions", (_topics(Operation.ALTER),)),
-    42: ApiRule("DeleteGroups", (Need(Scope.GROUPS, Operation.DELETE, _GROUP_DENIED),)),
-    43: ApiRule("ElectLeaders", (Need(Scope.CLUSTER, Operation.ALTER, _CLUSTER_DENIED),)),
-    44: ApiRule("IncrementalAlterConfigs", (Need(Scope.CONFIG_RESOURCES, Operation.ALTER_CONFIGS,
-                                                 _TOPIC_DENIED),)),
-    46: ApiRule("ListPartitionReassignments", (Need(Scope.CLUSTER, Operation.DESCRIBE,
-                                                    _CLUSTER_DENIED),)),
-    47: ApiRule("OffsetDelete", (Need(Scope.GROUP, Operation.DELETE, _GROUP_DENIED),
-                                 _topics(Operation.READ))),
-    48: ApiRule("DescribeClientQuotas", (Need(Scope.CLUSTER, Operation.DESCRIBE_CONFIGS,
-                                              _CLUSTER_DENIED),)),
-    50: ApiRule("DescribeUserScramCredentials", (Need(Scope.CLUSTER, Operation.DESCRIBE,
-                                                      _CLUSTER_DENIED),)),
-    51: ApiRule("AlterUserScramCredentials", (Need(Scope.CLUSTER_ITEMS, Operation.ALTER,
-                                                   _CLUSTER_DENIED),)),
-    60: ApiRule("DescribeCluster", custom=True),  # only its authorized-operations field
-    61: ApiRule("DescribeProducers", (_topics(Operation.READ),)),
-    66: ApiRule("ListTransactions", ()),  # lists the ids one may DESCRIBE: none exist
-    75: ApiRule("DescribeTopicPartitions", custom=True),  # as Metadata: DESCRIBE topic
-}
+_CLUSTER_DESCRIBE = Need(Scope.CLUSTER, Operation.DESCRIBE, _CLUSTER_DENIED)
+_CLUSTER_ALTER_ITEMS = Need(Scope.CLUSTER_ITEMS, Operation.ALTER, _CLUSTER_DENIED)
+_GROUPS_DESCRIBE = Need(Scope.GROUPS, Operation.DESCRIBE, _GROUP_DENIED)
+
+
+def _configs(operation: Operation) -> Need:
+    return Need(Scope.CONFIG_RESOURCES, operation, _TOPIC_DENIED)
+
+
+_ROWS = (
+    ApiRule(ApiKey.PRODUCE, (Need(Scope.TRANSACTIONAL_ID, Operation.WRITE, _TXN_DENIED),
+                             _topics(Operation.WRITE))),
+    ApiRule(ApiKey.FETCH, (_topics(Operation.READ),)),
+    ApiRule(ApiKey.LIST_OFFSETS, (_topics(Operation.DESCRIBE),)),
+    ApiRule(ApiKey.METADATA, custom="DESCRIBE on each topic (others hidden or denied); CREATE on "
+                                     "the topic or the cluster to auto-create it"),
+    ApiRule(ApiKey.OFFSET_COMMIT, (_READ_GROUP, _topics(Operation.READ))),
+    ApiRule(ApiKey.OFFSET_FETCH, (_GROUPS_DESCRIBE, _topics(Operation.DESCRIBE))),
+    ApiRule(ApiKey.FIND_COORDINATOR, (_GROUPS_DESCRIBE,)),
+    ApiRule(ApiKey.JOIN_GROUP, (_READ_GROUP,)),
+    ApiRule(ApiKey.HEARTBEAT, (_READ_GROUP,)),
+    ApiRule(ApiKey.LEAVE_GROUP, (_READ_GROUP,)),
+    ApiRule(ApiKey.SYNC_GROUP, (_READ_GROUP,)),
+    ApiRule(ApiKey.DESCRIBE_GROUPS, (_GROUPS_DESCRIBE,),
+            custom="each group's authorized operations"),
+    ApiRule(ApiKey.LIST_GROUPS, custom="DESCRIBE on the cluster, else only the groups one may "
+                                        "DESCRIBE are listed"),
+    ApiRule(ApiKey.SASL_HANDSHAKE, before_auth=True),
+    ApiRule(ApiKey.API_VERSIONS, before_auth=True),
+    ApiRule(ApiKey.CREATE_TOPICS, (Need(Scope.TOPICS, Operation.CREATE, _TOPIC_DENIED,
+                                        or_cluster=Operation.CREATE),)),
+    ApiRule(ApiKey.DELETE_TOPICS, (_topics(Operation.DELETE),)),
+    ApiRule(ApiKey.DELETE_RECORDS, (_topics(Operation.DELETE),)),
+    ApiRule(ApiKey.INIT_PRODUCER_ID, custom="WRITE on the transactional id; without one, "
+                                             "IDEMPOTENT_WRITE on the cluster or WRITE on any topic"),
+    ApiRule(ApiKey.OFFSET_FOR_LEADER_EPOCH, (_topics(Operation.DESCRIBE),)),
+    ApiRule(ApiKey.DESCRIBE_ACLS, (_CLUSTER_DESCRIBE,)),
+    ApiRule(ApiKey.CREATE_ACLS, (_CLUSTER_ALTER_ITEMS,)),
+    ApiRule(ApiKey.DELETE_ACLS, (_CLUSTER_ALTER_ITEMS,)),
+    ApiRule(ApiKey.DESCRIBE_CONFIGS, (_configs(Operation.DESCRIBE_CONFIGS),)),
+    ApiRule(ApiKey.ALTER_CONFIGS, (_configs(Operation.ALTER_CONFIGS),)),
+    ApiRule(ApiKey.DESCRIBE_LOG_DIRS, (_CLUSTER_DESCRIBE,)),
+    ApiRule(ApiKey.SASL_AUTHENTICATE, before_auth=True),
+    ApiRule(ApiKey.CREATE_PARTITIONS, (_topics(Operation.ALTER),)),
+    ApiRule(ApiKey.DELETE_GROUPS, (Need(Scope.GROUPS, Operation.DELETE, _GROUP_DENIED),)),
+    ApiRule(ApiKey.ELECT_LEADERS, (Need(Scope.CLUSTER, Operation.ALTER, _CLUSTER_DENIED),)),
+    ApiRule(ApiKey.INCREMENTAL_ALTER_CONFIGS, (_configs(Operation.ALTER_CONFIGS),)),
+    ApiRule(ApiKey.LIST_PARTITION_REASSIGNMENTS, (_CLUSTER_DESCRIBE,)),
+    ApiRule(ApiKey.OFFSET_DELETE, (Need(Scope.GROUP, Operation.DELETE, _GROUP_DENIED),
+                                   _topics(Operation.READ))),
+    ApiRule(ApiKey.DESCRIBE_CLIENT_QUOTAS, (Need(Scope.CLUSTER, Operation.DESCRIBE_CONFIGS,
+                                                 _CLUSTER_DENIED),)),
+    ApiRule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, (_CLUSTER_DESCRIBE,)),
+    ApiRule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (_CLUSTER_ALTER_ITEMS,)),
+    ApiRule(ApiKey.DESCRIBE_CLUSTER, custom="the cluster's authorized operations"),
+    ApiRule(ApiKey.DESCRIBE_PRODUCERS, (_topics(Operation.READ),)),
+    ApiRule(ApiKey.LIST_TRANSACTIONS, ()),  # lists the ids one may DESCRIBE: none exist
+    ApiRule(ApiKey.DESCRIBE_TOPIC_PARTITIONS, custom="as Metadata: DESCRIBE on each topic"),
+)
+
+RULES: Mapping[ApiKey, ApiRule] = {rule.key: rule for rule in _ROWS}
 
 # Configs APIs: the broker resource is checked on the cluster, with this error.
 CONFIG_BROKER_ERROR = _CLUSTER_DENIED
 CONFIG_TOPIC_TYPE, CONFIG_BROKER_TYPES = 2, (4, 8)  # ConfigResource types: topic; broker, broker logger
 
 
-def rule_for(api_key: int) -> ApiRule | None:
-    return RULES.get(api_key)
+def rule_for(key: ApiKey) -> ApiRule | None:
+    return RULES.get(key)

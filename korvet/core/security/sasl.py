@@ -37,7 +37,6 @@ from enum import Enum
 from korvet.core.errors import ErrorCode
 from korvet.core.security import scram
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # A client may start re-authentication at most once a second (Kafka's channel rule).

@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kio.schema.errors import ErrorCode
 from redis.exceptions import RedisError
 
 from korvet.core import admin as rules
-from korvet.core.errors import ErrorCode as CoreError
-from korvet.core.security.acl import Operation, ResourceType
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
+from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.core.topics import TopicInfo, is_internal, records_deletable
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -59,25 +58,19 @@ from korvet.protocol.messages import (
     ListTransactionsResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api, OnPart
+from korvet.server.denials import Items, Shape, Whole, empty, topic_answer, whole_error
+from korvet.server.handlers.fetch import FetchHandler
 from korvet.server.redis_urls import split_seeds
 from korvet.server.services import Services
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
 
 log = logging.getLogger("korvet.admin")
 
-DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 21, 35, 61, 75
-ELECT_LEADERS, LIST_PARTITION_REASSIGNMENTS, LIST_TRANSACTIONS = 43, 46, 66
-ELECT_LEADERS_VERSIONS = range(0, 3)
-LIST_PARTITION_REASSIGNMENTS_VERSIONS = range(0, 1)
-LIST_TRANSACTIONS_VERSIONS = range(0, 3)
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 # Kafka's transaction states (TransactionState): ListTransactions names any other filter.
 TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
                                 "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
-DELETE_RECORDS_VERSIONS = range(0, 3)
-DESCRIBE_LOG_DIRS_VERSIONS = range(1, 6)
-DESCRIBE_PRODUCERS_VERSIONS = range(0, 1)
-DESCRIBE_TOPIC_PARTITIONS_VERSIONS = range(0, 1)
 
 
 def log_dir_name(redis_url: str, keyspace: str) -> str:
@@ -91,14 +84,16 @@ def log_dir_name(redis_url: str, keyspace: str) -> str:
 
 
 class AdminHandler:
-    """The admin APIs of one broker."""
+    """The admin APIs of one tenant (``services.part(AdminHandler)``)."""
 
-    def __init__(self, services: Services, redis_url: str,
-                 log_start_moved: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
         self.store = AdminStore(services.store)
-        self.log_start_moved = log_start_moved  # the Fetch handler drops its read-ahead
-        self.log_dir = log_dir_name(redis_url, services.store.ks)  # the tenant's keyspace
+        self.log_dir = log_dir_name(services.redis_url, services.store.ks)  # the tenant's keyspace
+
+    def log_start_moved(self) -> None:
+        """The Fetch handler drops the read-ahead it prepared below the old log start."""
+        self.services.part(FetchHandler).log_start_moved()
 
     # -- DeleteRecords -------------------------------------------------------------------
 
@@ -122,9 +117,9 @@ class AdminHandler:
     async def _delete(self, topic: TopicInfo | None, partition: int,
                       offset: int) -> tuple[int, int]:
         if topic is None or not 0 <= partition < topic.partitions:
-            return CoreError.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
         if not records_deletable(topic.config):
-            return CoreError.POLICY_VIOLATION, rules.NO_LOW_WATERMARK
+            return ErrorCode.POLICY_VIOLATION, rules.NO_LOW_WATERMARK
         try:
             start, high_watermark = await self.services.store.offsets(topic, partition)
             outcome = rules.delete_records(offset, start, high_watermark)
@@ -140,12 +135,12 @@ class AdminHandler:
             self.log_start_moved()
         except (RedisError, OSError) as exc:
             log.warning("DeleteRecords on %s-%d failed: %s", topic.name, partition, exc)
-            return CoreError.KAFKA_STORAGE_ERROR, rules.NO_LOW_WATERMARK
+            return ErrorCode.KAFKA_STORAGE_ERROR, rules.NO_LOW_WATERMARK
         if done in (LogStartOutcome.NO_TOPIC, LogStartOutcome.NO_PARTITION):
             self.services.topics.invalidate(topic.name)
-            return CoreError.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, rules.NO_LOW_WATERMARK
         log.info("DeleteRecords: %s-%d starts at offset %d", topic.name, partition, low)
-        return CoreError.NONE, low
+        return ErrorCode.NONE, low
 
     # -- DescribeLogDirs -----------------------------------------------------------------
 
@@ -165,19 +160,19 @@ class AdminHandler:
             total, usable = await self.store.memory()
         except (RedisError, OSError) as exc:
             log.warning("DescribeLogDirs failed: %s", exc)
-            failed = make(result_cls, error_code=ErrorCode.kafka_storage_error,
+            failed = make(result_cls, error_code=ErrorCode.KAFKA_STORAGE_ERROR,
                           log_dir=self.log_dir, topics=(), total_bytes=-1, usable_bytes=-1,
                           is_cordoned=False)
-            return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+            return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                         results=(failed,))
         topics = tuple(
             make(topic_cls, name=name, partitions=tuple(
                 make(partition_cls, partition_index=p, partition_size=sizes[(name, p)],
                      offset_lag=0, is_future_key=False) for p in partitions))
             for name, partitions in chosen.items())
-        result = make(result_cls, error_code=ErrorCode.none, log_dir=self.log_dir, topics=topics,
+        result = make(result_cls, error_code=ErrorCode.NONE, log_dir=self.log_dir, topics=topics,
                       total_bytes=total, usable_bytes=usable, is_cordoned=False)
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.none, results=(result,))
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, results=(result,))
 
     # -- DescribeTopicPartitions ---------------------------------------------------------
 
@@ -205,12 +200,12 @@ class AdminHandler:
 
         def topic_entry(entry: rules.TopicPartitions) -> Any:
             if entry.name in denied:
-                return make(topic_cls, error_code=CoreError.TOPIC_AUTHORIZATION_FAILED,
+                return make(topic_cls, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             name=entry.name, topic_id=uuid.UUID(int=0), is_internal=False,
                             partitions=(), topic_authorized_operations=-(2**31))
             info = known.get(entry.name)
             partitions = tuple(
-                make(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node,
+                make(partition_cls, error_code=ErrorCode.NONE, partition_index=p, leader_id=node,
                      leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
                      eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
                 for p in entry.partitions)
@@ -220,7 +215,7 @@ class AdminHandler:
                         topic_authorized_operations=ctx.access.operations(
                             ResourceType.TOPIC, entry.name))
 
-        if page.error is not CoreError.NONE:
+        if page.error is not ErrorCode.NONE:
             refused = tuple(make(topic_cls, error_code=page.error, name=name,
                                  topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
                                  topic_authorized_operations=-(2**31))
@@ -240,7 +235,7 @@ class AdminHandler:
         result_cls = nested(response_cls, "ReplicaElectionResult")
         partition_cls = nested(response_cls, "PartitionResult")
         if getattr(request, "election_type", PREFERRED) not in (PREFERRED, UNCLEAN):  # v1+
-            return make(response_cls, throttle_time=0, error_code=ErrorCode.invalid_request,
+            return make(response_cls, throttle_time=0, error_code=ErrorCode.INVALID_REQUEST,
                         replica_election_results=())
         results = []
         # All partitions asked (null): Kafka lists only those whose election was needed.
@@ -251,30 +246,30 @@ class AdminHandler:
                 if topic is None or not 0 <= index < topic.partitions:
                     partitions.append(make(
                         partition_cls, partition_id=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         error_message=(f"No such topic as {entry.topic}" if topic is None
                                        else f"No such partition as {entry.topic}-{index}")))
                 else:
                     partitions.append(make(
                         partition_cls, partition_id=index,
-                        error_code=ErrorCode.election_not_needed,
+                        error_code=ErrorCode.ELECTION_NOT_NEEDED,
                         error_message="Leader election not needed for topic partition."))
             results.append(make(result_cls, topic=entry.topic, partition_result=tuple(partitions)))
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                     replica_election_results=tuple(results))
 
     async def list_partition_reassignments(
             self, ctx: RequestContext,
             request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
         """Nothing is ever being reassigned (every partition has its one replica)."""
-        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.NONE,
                     error_message=None, topics=())
 
     async def list_transactions(self, ctx: RequestContext,
                                 request: ListTransactionsRequest) -> ListTransactionsResponse:
         """Korvet has no transactions (InitProducerId refuses a transactional id)."""
         unknown = tuple(s for s in request.state_filters if s not in TRANSACTION_STATES)
-        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.NONE,
                     unknown_state_filters=unknown, transaction_states=())
 
     # -- DescribeProducers ---------------------------------------------------------------
@@ -297,7 +292,7 @@ class AdminHandler:
                     partitions.append(make(
                         partition_cls, partition_index=index,
                         error_code=(ErrorCode(int(missing)) if topic is None
-                                    else ErrorCode.unknown_topic_or_partition),
+                                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                         error_message="This server does not host this topic-partition.",
                         active_producers=()))
                     continue
@@ -306,11 +301,11 @@ class AdminHandler:
                 except (RedisError, OSError) as exc:
                     log.warning("DescribeProducers on %s-%d failed: %s", topic.name, index, exc)
                     partitions.append(make(partition_cls, partition_index=index,
-                                           error_code=ErrorCode.kafka_storage_error,
+                                           error_code=ErrorCode.KAFKA_STORAGE_ERROR,
                                            error_message=str(exc), active_producers=()))
                     continue
                 partitions.append(make(partition_cls, partition_index=index,
-                                       error_code=ErrorCode.none, error_message=None,
+                                       error_code=ErrorCode.NONE, error_message=None,
                                        active_producers=tuple(
                     make(state_cls, producer_id=s.producer_id, producer_epoch=s.epoch,
                          last_sequence=s.last_sequence, last_timestamp=s.last_append_ms,
@@ -318,3 +313,38 @@ class AdminHandler:
                     for s in states)))
             topics.append(make(topic_cls, name=entry.name, partitions=tuple(partitions)))
         return make(response_cls, throttle_time=0, topics=tuple(topics))
+
+
+def _admin(method: Any) -> OnPart[AdminHandler]:
+    return OnPart(AdminHandler, method)
+
+
+APIS = (
+    Api(ApiKey.DELETE_RECORDS, range(0, 3), _admin(AdminHandler.delete_records),
+        "raises the log start: XTRIM MINID and the meta hash's `start` in one script "
+        "(`storage/lua/delete_records.lua`)",
+        Shape((Items("topics", "topics", topic_answer(
+            "DeleteRecordsTopicResult", "partitions", "DeleteRecordsPartitionResult", "partitions",
+            "partition_index", "partition_index", low_watermark=-1), empty=empty(topics=())),))),
+    Api(ApiKey.DESCRIBE_LOG_DIRS, range(1, 6), _admin(AdminHandler.describe_log_dirs),
+        "one \"log dir\", the Redis; sizes are `MEMORY USAGE` of each stream",
+        Shape((Whole(lambda r: CLUSTER_NAME, whole_error(results=())),))),
+    Api(ApiKey.ELECT_LEADERS, range(0, 3), _admin(AdminHandler.elect_leaders),
+        "ELECTION_NOT_NEEDED for each partition named (its one replica leads it); none listed "
+        "when all are asked, as Kafka (`kafka-leader-election`)",
+        Shape((Whole(lambda r: CLUSTER_NAME, whole_error(replica_election_results=())),))),
+    Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, range(0, 1),
+        _admin(AdminHandler.list_partition_reassignments),
+        "always empty (`kafka-reassign-partitions --list`)",
+        Shape((Whole(lambda r: CLUSTER_NAME, whole_error(error_message=None, topics=())),))),
+    Api(ApiKey.DESCRIBE_PRODUCERS, range(0, 1), _admin(AdminHandler.describe_producers),
+        "the idempotent producers in the partition's meta hash",
+        Shape((Items("topics", "topics", topic_answer(
+            "TopicResponse", "partitions", "PartitionResponse", "partition_indexes",
+            "partition_index", "partition_index", error_message=None, active_producers=()),
+            empty=empty(topics=())),))),
+    Api(ApiKey.LIST_TRANSACTIONS, range(0, 3), _admin(AdminHandler.list_transactions),
+        "always empty: no transactions (`kafka-transactions list`); unknown state filters named"),
+    Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, range(0, 1), _admin(AdminHandler.describe_topic_partitions),
+        "paged by topic name and partition (Kafka 4's `kafka-topics --describe`)"),
+)

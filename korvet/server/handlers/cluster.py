@@ -11,8 +11,8 @@ instead of letting it retry forever.
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.protocol.kbuild import make, nested, response_type
@@ -23,12 +23,10 @@ from korvet.protocol.messages import (
     InitProducerIdResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api
 from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
 
-INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
-INIT_VERSIONS = range(0, 7)
-DESCRIBE_CLUSTER_VERSIONS = range(0, 3)
 _MAX_EPOCH = 32767
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 
@@ -38,20 +36,20 @@ async def init_producer_id(services: Services, ctx: RequestContext,
     response_cls = response_type(type(request))
     if request.transactional_id is not None:
         return make(response_cls, throttle_time=0,
-                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     producer_id=-1, producer_epoch=-1)
     access = ctx.access
     if not (access.cluster_allowed(Operation.IDEMPOTENT_WRITE)
             or access.allowed_on_some(Operation.WRITE, ResourceType.TOPIC)):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                     producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                     producer_id=producer_id, producer_epoch=epoch + 1)
     new_id = await services.store.next_producer_id()
-    return make(response_cls, throttle_time=0, error_code=ErrorCode.none,
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                 producer_id=new_id, producer_epoch=0)
 
 
@@ -68,12 +66,20 @@ async def describe_cluster(services: Services, ctx: RequestContext,
         operations = (access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
                       if access.cluster_allowed(Operation.DESCRIBE) else 0)
     if endpoint not in (BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT):
-        return make(response_cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                     # endpoint_type keeps the schema's default (1), as Kafka's error answer does
                     error_message=f"endpoint type {endpoint} is not known", endpoint_type=BROKERS_ENDPOINT,
                     cluster_id=services.cluster_id, controller_id=-1, brokers=(),
                     cluster_authorized_operations=operations)
-    return make(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
+    return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
                 endpoint_type=endpoint, cluster_id=services.cluster_id,
                 controller_id=services.node_id, brokers=brokers,
                 cluster_authorized_operations=operations)
+
+
+APIS = (
+    Api(ApiKey.INIT_PRODUCER_ID, range(0, 7), init_producer_id,
+        "ids from a Redis counter; KIP-360 epoch bump; transactional ids refused"),
+    Api(ApiKey.DESCRIBE_CLUSTER, range(0, 3), describe_cluster,
+        "this broker, as broker and controller"),
+)

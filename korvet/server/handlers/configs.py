@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from korvet.core import admin
 from korvet.core import topics as rules
-from korvet.core.errors import ErrorCode as CoreError
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
+from korvet.core.security.acl import CLUSTER_NAME
 from korvet.core.topics import TopicConfig
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -31,13 +31,9 @@ from korvet.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api
+from korvet.server.denials import Shape, Whole, config_resources, whole_error
 from korvet.server.services import Services
-
-DESCRIBE, ALTER, INCREMENTAL_ALTER, DESCRIBE_QUOTAS = 32, 33, 44, 48
-DESCRIBE_QUOTAS_VERSIONS = range(0, 2)
-DESCRIBE_VERSIONS = range(1, 5)
-ALTER_VERSIONS = range(0, 3)
-INCREMENTAL_VERSIONS = range(0, 2)
 
 TOPIC, BROKER = 2, 4
 # DescribeConfigs config sources
@@ -98,7 +94,7 @@ async def describe_configs(services: Services, ctx: RequestContext,
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DescribeConfigsResult")
     refused = admin.describe_configs_request_error(r.resource_type for r in request.resources)
-    if refused is not CoreError.NONE:
+    if refused is not ErrorCode.NONE:
         code = ErrorCode(int(refused))
         return make(response_cls, throttle_time=0, results=tuple(
             make(result_cls, error_code=code, error_message="Unknown resource type in the request.",
@@ -124,19 +120,19 @@ async def _describe_resource(services: Services, response_cls: type[Any], reques
     if resource.resource_type == TOPIC:
         topic = await services.topics.get(resource.resource_name)
         found = admin.config_topic_error(resource.resource_name, topic is not None)
-        if topic is None or found is not CoreError.NONE:
+        if topic is None or found is not ErrorCode.NONE:
             message = (f"Topic '{resource.resource_name}' does not exist."
-                       if found is CoreError.UNKNOWN_TOPIC_OR_PARTITION
+                       if found is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                        else f"Invalid topic name {resource.resource_name!r}.")
             return entries, ErrorCode(int(found)), message
         for definition in rules.CONFIG_DEFS:
             if keys is None or definition.name in keys:
                 entries.append(_topic_entry(entry_cls, synonym_cls, definition, topic.config,
                                             synonyms_wanted, docs_wanted))
-        return entries, ErrorCode.none, None
+        return entries, ErrorCode.NONE, None
     if resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(services.node_id)):
-            return entries, ErrorCode.invalid_request, f"Unknown broker id {resource.resource_name!r}."
+            return entries, ErrorCode.INVALID_REQUEST, f"Unknown broker id {resource.resource_name!r}."
         for name, value, doc in broker_configs(services):
             if keys is not None and name not in keys:
                 continue
@@ -146,8 +142,8 @@ async def _describe_resource(services: Services, response_cls: type[Any], reques
                                 config_source=4, is_default=False, is_sensitive=False,
                                 synonyms=synonyms, config_type=STRING,
                                 documentation=doc if docs_wanted else None))
-        return entries, ErrorCode.none, None
-    return (entries, ErrorCode.invalid_request,
+        return entries, ErrorCode.NONE, None
+    return (entries, ErrorCode.INVALID_REQUEST,
             f"Resource type {resource.resource_type} is not supported by Korvet.")
 
 
@@ -194,13 +190,13 @@ def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
         if definition.name not in wanted:
             if definition.name in current.explicit:
                 # A DELETE: the topic would read its stored entries with the built-in default.
-                raise _Refused(ErrorCode.invalid_config,
+                raise _Refused(ErrorCode.INVALID_CONFIG,
                                f"{definition.name} cannot be deleted: it is fixed when the topic "
                                f"is created ({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); "
                                f"it is {current.get(definition.name)!r}")
             continue
         if wanted[definition.name] != current.get(definition.name):
-            raise _Refused(ErrorCode.invalid_config,
+            raise _Refused(ErrorCode.INVALID_CONFIG,
                            f"{definition.name} cannot change after the topic is created "
                            f"({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); it is "
                            f"{current.get(definition.name)!r}")
@@ -213,18 +209,18 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
     result_cls = nested(response_cls, "AlterConfigsResourceResponse")
     results = []
     for resource in request.resources:
-        error, message = ErrorCode.none, None
+        error, message = ErrorCode.NONE, None
         try:
             if resource.resource_type == BROKER:
-                raise _Refused(ErrorCode.invalid_request,
+                raise _Refused(ErrorCode.INVALID_REQUEST,
                                "Broker settings are static in Korvet: restart `korvet serve` "
                                "with new flags, KORVET_* variables or YAML.")
             if resource.resource_type != TOPIC:
-                raise _Refused(ErrorCode.invalid_request,
+                raise _Refused(ErrorCode.INVALID_REQUEST,
                                f"Resource type {resource.resource_type} is not supported.")
             topic = await services.topics.get(resource.resource_name)
             if topic is None:
-                raise _Refused(ErrorCode.unknown_topic_or_partition,
+                raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"Topic '{resource.resource_name}' does not exist.")
             stored = topic.config.explicit
             # A setting Korvet no longer knows (one Kafka removed) is dropped by the next change.
@@ -237,7 +233,7 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
                 wanted = {}
                 for entry in resource.configs:
                     if entry.value is None:
-                        raise _Refused(ErrorCode.invalid_config,
+                        raise _Refused(ErrorCode.INVALID_CONFIG,
                                        f"Null value not supported for topic configs: {entry.name}")
                     wanted[entry.name] = entry.value
                 for definition in rules.CONFIG_DEFS:  # a full replace keeps read-only settings
@@ -246,12 +242,12 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
             try:
                 validated = rules.validate_configs(wanted)
             except rules.TopicConfigError as exc:
-                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
+                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
             _check_read_only(topic.config, validated)
             try:
                 rules.check_combination(TopicConfig(validated, topic.config.defaults))
             except rules.TopicConfigError as exc:
-                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
+                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
             if not request.validate_only:
                 removed = [name for name in stored if name not in validated]
                 await services.store.update_topic_configs(topic.name, validated, removed)
@@ -267,16 +263,16 @@ async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, i
 def _apply_operation(wanted: dict[str, str], entry: Any, config: TopicConfig) -> None:
     name, operation, value = entry.name, entry.config_operation, entry.value
     if name not in rules.CONFIGS:
-        raise _Refused(ErrorCode.invalid_config, f"unknown topic config {name!r}")
+        raise _Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
     if operation == SET:
         if value is None:
-            raise _Refused(ErrorCode.invalid_config, f"Null value not supported for {name}")
+            raise _Refused(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
         wanted[name] = value
     elif operation == DELETE:
         wanted.pop(name, None)
     elif operation in (APPEND, SUBTRACT):
         if config_type(rules.CONFIGS[name]) != LIST:
-            raise _Refused(ErrorCode.invalid_config,
+            raise _Refused(ErrorCode.INVALID_CONFIG,
                            f"{name} is not a list: APPEND and SUBTRACT apply to list configs only")
         items = [v for v in wanted.get(name, config.get(name)).split(",") if v]
         for item in (value or "").split(","):
@@ -286,7 +282,7 @@ def _apply_operation(wanted: dict[str, str], entry: Any, config: TopicConfig) ->
                 items.remove(item)
         wanted[name] = ",".join(items)
     else:
-        raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {operation}.")
+        raise _Refused(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation}.")
 
 
 async def alter_configs(services: Services, ctx: RequestContext,
@@ -304,5 +300,21 @@ async def describe_client_quotas(services: Services, ctx: RequestContext,
                                  request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
     """Korvet has no client quotas: every query matches nothing (``kafka-configs --describe
     --entity-type users`` asks this besides the users' SCRAM credentials)."""
-    return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.none,
+    return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.NONE,
                 error_message=None, entries=())
+
+
+APIS = (
+    Api(ApiKey.DESCRIBE_CONFIGS, range(1, 5), describe_configs,
+        "topics; the broker's static settings readable",
+        Shape((config_resources("DescribeConfigsResult", "results"),))),
+    Api(ApiKey.ALTER_CONFIGS, range(0, 3), alter_configs,
+        "topics (the whole set replaced, as Kafka); the broker's settings are static",
+        Shape((config_resources("AlterConfigsResourceResponse", "responses"),))),
+    Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, range(0, 2), incremental_alter_configs,
+        "topics: SET, DELETE, APPEND, SUBTRACT; the broker's settings are static",
+        Shape((config_resources("AlterConfigsResourceResponse", "responses"),))),
+    Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, range(0, 2), describe_client_quotas,
+        "no quotas: always empty (`kafka-configs --describe --entity-type users` asks it)",
+        Shape((Whole(lambda r: CLUSTER_NAME, whole_error(error_message=None, entries=None)),))),
+)

@@ -40,13 +40,13 @@ import secrets
 import time
 import uuid
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from korvet.core import fetch as rules
 from korvet.core import fetch_session as sessions
+from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
@@ -54,42 +54,17 @@ from korvet.core.topics import TopicInfo
 from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
 from korvet.protocol.kbuild import millis
 from korvet.protocol.messages import FetchRequest
+from korvet.server.api import Api, OnPart
 from korvet.server.batching import entries_to_batches, stored_batches
 from korvet.server.connection import Connection
+from korvet.server.denials import Items, RefusedCount, Shape, empty, topic_answer
+from korvet.server.fetch_plan import PartitionFetch, PreparedFetch
+from korvet.server.metrics import BrokerMetrics
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
 from korvet.server.services import Services
 from korvet.storage.groups import PartitionRef
 
 log = logging.getLogger("korvet.fetch")
-
-API_KEY = 1
-VERSIONS = range(4, 19)
-
-
-@dataclass(slots=True)
-class PartitionFetch:
-    """One requested partition: what was asked, and what the response will say."""
-
-    topic_key: Any  # the request's topic name or id, echoed in the response
-    session_key: sessions.PartitionKey  # (topic name or id text, partition)
-    topic: TopicInfo | None
-    partition: int
-    offset: int
-    max_bytes: int
-    error: ErrorCode = ErrorCode.NONE
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: RecordSet | None = None
-    taken: int = 0
-    next_offset: int = -1  # after the last record returned; -1 when none
-
-    @property
-    def readable(self) -> bool:
-        return self.topic is not None and self.error is ErrorCode.NONE
-
-
-PreparedFetch = tuple[list[PartitionFetch], int]  # partitions filled in, record bytes
-
 
 def _deny_unreadable(access: Access, wanted: list[PartitionFetch]) -> None:
     """READ is checked on every partition the fetch reads, as Kafka does: the broker's check
@@ -113,10 +88,12 @@ class FetchHandler:
     tasks that create Redis consumer groups; per-connection read-ahead lives in the
     connection's state."""
 
-    def __init__(self, services: Services, session_config: sessions.SessionConfig) -> None:
+    def __init__(self, services: Services) -> None:
+        """One per tenant (``services.part(FetchHandler)``)."""
         self.services = services
         self.estimates = rules.SizeEstimate()
-        self.session_config = session_config
+        self.session_config = sessions.SessionConfig(
+            slots=services.config.get_int("fetch.max-sessions"))
         self.sessions: dict[int, sessions.Session] = {}
         # Bumped when DeleteRecords moves a log start: read-ahead prepared before is not used.
         self.log_start_moves = 0
@@ -421,3 +398,20 @@ def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> Fe
             part.log_start_offset, part.records or RecordSet()))
     return FetchAnswer(version, ErrorCode.NONE, session_id,
                        [TopicAnswer(key, partitions) for key, partitions in grouped.items()])
+
+
+
+APIS = (
+    Api(ApiKey.FETCH, range(4, 19), OnPart(FetchHandler, FetchHandler.handle),
+        "XRANGE from the client's fetch_offset; long poll; fetch sessions (KIP-227, "
+        "[fetch-sessions.md](fetch-sessions.md))",
+        Shape((Items(
+            "topics", "responses",
+            topic_answer("FetchableTopicResponse", "partitions", "PartitionData", "partitions",
+                         "partition", "partition_index", name_field="topic", high_watermark=-1,
+                         last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                         preferred_read_replica=-1, records=b""),
+            name_of=lambda t: getattr(t, "topic", None), id_of=lambda t: getattr(t, "topic_id", None),
+            empty=empty(error_code=ErrorCode.NONE, session_id=0, responses=())),),
+            refused_count=RefusedCount(BrokerMetrics.fetch_error, "partitions"))),
+)

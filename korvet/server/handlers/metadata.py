@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from korvet.core import placement
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED, Access
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.core.topics import TopicInfo, TopicNameError, is_internal, validate_topic_name
@@ -31,11 +31,10 @@ from korvet.protocol.messages import (
     MetadataResponse,
 )
 from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api
 from korvet.server.services import Services
 from korvet.storage.leases import BrokerEntry
 
-API_KEY = 3
-VERSIONS = range(0, 14)
 
 def live_brokers(services: Services, ctx: RequestContext) -> list[BrokerEntry]:
     """This broker alone, or the registry's live brokers with several on one Redis, every
@@ -55,7 +54,7 @@ def partition_entries(response_type: type[Any], services: Services, ctx: Request
     entries = []
     for index in range(count):
         node = placement.leader(ids, topic, index) if len(ids) > 1 else services.node_id
-        entries.append(make(partition_type, error_code=ErrorCode.none, partition_index=index,
+        entries.append(make(partition_type, error_code=ErrorCode.NONE, partition_index=index,
                             leader_id=node, leader_epoch=0, replica_nodes=(node,),
                             isr_nodes=(node,), offline_replicas=()))
     return tuple(entries)
@@ -89,7 +88,7 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
 
     requested = request.topics
     if requested is None or (version == 0 and not requested):
-        entries = [topic_entry(ErrorCode.none, topic.name, topic) for topic in await services.topics.all()
+        entries = [topic_entry(ErrorCode.NONE, topic.name, topic) for topic in await services.topics.all()
                    if access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
     else:
         entries = [await _requested_topic(services, access, request, wanted, topic_entry)
@@ -108,7 +107,7 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
         controller_id=services.node_id,
         topics=tuple(entries),
         cluster_authorized_operations=cluster_ops,
-        error_code=ErrorCode.none,
+        error_code=ErrorCode.NONE,
     )
 
 
@@ -119,25 +118,31 @@ async def _requested_topic(services: Services, access: Access, request: Metadata
     if name is None and topic_id is not None and topic_id.int != 0:
         found = await services.topics.by_id(str(topic_id))
         if found is None:
-            return topic_entry(ErrorCode.unknown_topic_id, None, None, topic_id)
+            return topic_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id)
         if not access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
-            return topic_entry(ErrorCode.topic_authorization_failed, None, None, topic_id)
-        return topic_entry(ErrorCode.none, found.name, found)
+            return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, None, topic_id)
+        return topic_entry(ErrorCode.NONE, found.name, found)
     if name is None:
-        return topic_entry(ErrorCode.invalid_request, None, None)
+        return topic_entry(ErrorCode.INVALID_REQUEST, None, None)
     if not access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
-        return topic_entry(ErrorCode.topic_authorization_failed, name, None)
+        return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
     try:
         validate_topic_name(name)
     except TopicNameError:
-        return topic_entry(ErrorCode.invalid_topic_exception, name, None)
+        return topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
     known = await services.topics.get(name)
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
     if known is None and allow_auto and services.config.get_bool("topics.auto-create"):
         if not (access.cluster_allowed(Operation.CREATE)
                 or access.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
-            return topic_entry(ErrorCode.topic_authorization_failed, name, None)
+            return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
         known = await services.auto_create(name)
     if known is None:
-        return topic_entry(ErrorCode.unknown_topic_or_partition, name, None)
-    return topic_entry(ErrorCode.none, name, known)
+        return topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, None)
+    return topic_entry(ErrorCode.NONE, name, known)
+
+
+APIS = (
+    Api(ApiKey.METADATA, range(0, 14), handle,
+        "auto-creates requested topics (on by default, 1 partition)"),
+)

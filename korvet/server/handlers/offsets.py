@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from kio.schema.errors import ErrorCode
-
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.protocol.kbuild import make, nested, response_type
@@ -38,12 +38,10 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.records import stored_timestamps
 from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api
+from korvet.server.denials import Items, Shape, empty, topic_answer
 from korvet.server.services import Services
 from korvet.storage import entries
-
-LIST_OFFSETS, LEADER_EPOCH = 2, 23
-LIST_VERSIONS = range(1, 12)
-LEADER_EPOCH_VERSIONS = range(2, 5)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _SCAN_CHUNK = 1000
@@ -127,11 +125,11 @@ async def list_offsets(services: Services, ctx: RequestContext,
         topic = await services.topics.get(entry.name)
         partitions = []
         for wanted in entry.partitions:
-            error, offset, stamp = ErrorCode.none, -1, -1
+            error, offset, stamp = ErrorCode.NONE, -1, -1
             if topic is None or not 0 <= wanted.partition_index < topic.partitions:
-                error = ErrorCode.unknown_topic_or_partition
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif wanted.timestamp < LATEST_TIERED:
-                error = ErrorCode.invalid_request
+                error = ErrorCode.INVALID_REQUEST
             else:
                 offset, stamp = await _lookup(services, topic, wanted.partition_index,
                                               wanted.timestamp)
@@ -152,14 +150,30 @@ async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
         topic = await services.topics.get(entry.topic)
         partitions = []
         for wanted in entry.partitions:
-            error, epoch, end = ErrorCode.none, -1, -1
+            error, epoch, end = ErrorCode.NONE, -1, -1
             if topic is None or not 0 <= wanted.partition < topic.partitions:
-                error = ErrorCode.unknown_topic_or_partition
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif getattr(wanted, "current_leader_epoch", -1) > 0:
-                error = ErrorCode.unknown_leader_epoch
+                error = ErrorCode.UNKNOWN_LEADER_EPOCH
             elif wanted.leader_epoch <= 0:
                 epoch, end = 0, (await services.store.offsets(topic, wanted.partition))[1]
             partitions.append(make(partition_cls, error_code=error, partition=wanted.partition,
                                    leader_epoch=epoch, end_offset=end))
         topics.append(make(topic_cls, topic=entry.topic, partitions=tuple(partitions)))
     return make(response_cls, throttle_time=0, topics=tuple(topics))
+
+
+APIS = (
+    Api(ApiKey.LIST_OFFSETS, range(1, 12), list_offsets,
+        "-1 latest, -2 earliest, -3 max timestamp, -4, -5, by timestamp",
+        Shape((Items("topics", "topics", topic_answer(
+            "ListOffsetsTopicResponse", "partitions", "ListOffsetsPartitionResponse", "partitions",
+            "partition_index", "partition_index", timestamp=-1, offset=-1, old_style_offsets=(),
+            leader_epoch=-1), empty=empty(topics=())),))),
+    Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, range(2, 5), offset_for_leader_epoch,
+        "one leader epoch (0); its end offset is the high watermark",
+        Shape((Items("topics", "topics", topic_answer(
+            "OffsetForLeaderTopicResult", "partitions", "EpochEndOffset", "partitions", "partition",
+            "partition", name_field="topic", leader_epoch=-1, end_offset=-1),
+            name_of=lambda t: t.topic, empty=empty(topics=())),))),
+)

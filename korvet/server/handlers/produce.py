@@ -30,10 +30,11 @@ from typing import Any, cast
 from redis.exceptions import RedisError
 
 from korvet.core import produce as produce_rules
+from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, Refusal
 from korvet.core.topics import APPEND_TIMESTAMP_HEADER, TopicInfo, trim_policy
-from korvet.protocol.kbuild import response_type
+from korvet.protocol.kbuild import make, response_type
 from korvet.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
@@ -53,14 +54,14 @@ from korvet.protocol.response_templates import (
     TopicShape,
     produce_response,
 )
+from korvet.server.api import Api, OnPart
+from korvet.server.denials import Items, RefusedCount, Shape, Whole, empty, topic_answer
+from korvet.server.metrics import BrokerMetrics
 from korvet.server.services import Services
 from korvet.storage import entries
 from korvet.storage.redis_store import ProducerBatch
 
 log = logging.getLogger("korvet.produce")
-
-API_KEY = 0
-VERSIONS = range(3, 14)
 
 
 @dataclass(slots=True)
@@ -87,6 +88,7 @@ class ProduceHandler:
     but which must run to their end."""
 
     def __init__(self, services: Services) -> None:
+        """One per tenant (``services.part(ProduceHandler)``)."""
         self.services = services
         # a batch's records may hold at most what one request may: socket.request.max.bytes
         self.max_decompressed = services.config.get_int("broker.max-request-bytes")
@@ -259,3 +261,26 @@ async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]
                                           o.log_start_offset, o.message, o.record_errors)
                           for o in outcomes])
         for (name, topic_id, _), outcomes in zip(shapes, answered, strict=True)]))
+
+
+
+_DENIED_TOPIC = topic_answer(
+    "TopicProduceResponse", "partition_responses", "PartitionProduceResponse", "partition_data",
+    "index", "index", base_offset=-1, log_append_time=-1, log_start_offset=-1, record_errors=(),
+    error_message=None)
+
+
+def _every_partition_denied(response_cls: type[Any], request: Any, version: int,
+                            code: ErrorCode) -> Any:
+    return make(response_cls, throttle_time=0, responses=tuple(
+        _DENIED_TOPIC(response_cls, item, version, code) for item in request.topic_data))
+
+
+APIS = (
+    Api(ApiKey.PRODUCE, range(3, 14), OnPart(ProduceHandler, ProduceHandler.handle),
+        "acks 0/1/-1; batches validated whole before any write; idempotent dedupe",
+        Shape((Whole(lambda r: r.transactional_id, _every_partition_denied),
+               Items("topic_data", "responses", _DENIED_TOPIC,
+                     id_of=lambda t: getattr(t, "topic_id", None), empty=empty(responses=()))),
+              refused_count=RefusedCount(BrokerMetrics.produce_error, "partition_data"))),
+)

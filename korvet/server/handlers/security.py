@@ -22,8 +22,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security import acl, credentials, sasl
+from korvet.core.security.acl import CLUSTER_NAME
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     AlterUserScramCredentialsRequest,
@@ -42,29 +44,26 @@ from korvet.protocol.messages import (
     SaslHandshakeResponse,
 )
 from korvet.protocol.registry import CloseConnection
+from korvet.server.api import Api, OnPart
 from korvet.server.connection import Connection
+from korvet.server.denials import Shape, Whole, per_item, whole_error
 from korvet.server.security import Security
+from korvet.server.services import Services
 
 log = logging.getLogger("korvet.security")
-
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-DESCRIBE_USERS, ALTER_USERS = 50, 51
-HANDSHAKE_VERSIONS = range(0, 2)  # after v0 the tokens come as bare frames (listener)
-AUTHENTICATE_VERSIONS = range(0, 3)
-ACL_VERSIONS = range(1, 4)
-USERS_VERSIONS = range(0, 1)
 
 _NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 
 class SecurityHandlers:
-    """The security APIs of one broker (shared by its tenants: users and ACLs are the cluster's)."""
+    """The security APIs, for one tenant (``services.part(SecurityHandlers)``); users and ACLs
+    are the broker's, shared by its tenants (``services.security``)."""
 
-    def __init__(self, security: Security,
-                 on_authenticated: Callable[[Connection], Awaitable[None]]) -> None:
-        self.security = security
-        self.on_authenticated = on_authenticated
+    def __init__(self, services: Services) -> None:
+        if services.security is None or services.on_authenticated is None:
+            raise RuntimeError("the broker gives every tenant its security before any request")
+        self.security: Security = services.security
+        self.on_authenticated: Callable[[Connection], Awaitable[None]] = services.on_authenticated
 
     # -- SASL ---------------------------------------------------------------------------
 
@@ -267,3 +266,42 @@ def _filter(item: Any) -> acl.AclFilter:
     if reason:
         raise ValueError(reason)
     return found
+
+
+def _alter_users_denied(response_cls: type[Any], request: Any, version: int, code: ErrorCode) -> Any:
+    users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+    return make(response_cls, throttle_time=0, results=tuple(
+        make(nested(response_cls, "AlterUserScramCredentialsResult"), user=user, error_code=code,
+             error_message=None) for user in users))
+
+
+def _cluster(respond: Any) -> Shape:
+    return Shape((Whole(lambda r: CLUSTER_NAME, respond),))
+
+
+APIS = (
+    Api(ApiKey.SASL_HANDSHAKE, range(0, 2),  # after v0 the tokens come as bare frames (listener)
+        OnPart(SecurityHandlers, SecurityHandlers.sasl_handshake),
+        "PLAIN, SCRAM-SHA-256/512; v0 handshake: bare tokens after it ([security.md](security.md))"),
+    Api(ApiKey.SASL_AUTHENTICATE, range(0, 3),
+        OnPart(SecurityHandlers, SecurityHandlers.sasl_authenticate),
+        "steps the connection's authentication machine; re-authentication (KIP-368)"),
+    Api(ApiKey.DESCRIBE_ACLS, range(1, 4), OnPart(SecurityHandlers, SecurityHandlers.describe_acls),
+        "SECURITY_DISABLED without an authorizer",
+        _cluster(whole_error(error_message=None, resources=()))),
+    Api(ApiKey.CREATE_ACLS, range(1, 4), OnPart(SecurityHandlers, SecurityHandlers.create_acls),
+        "SECURITY_DISABLED without an authorizer; ACLs in Redis",
+        _cluster(per_item("AclCreationResult", "creations", "results"))),
+    Api(ApiKey.DELETE_ACLS, range(1, 4), OnPart(SecurityHandlers, SecurityHandlers.delete_acls),
+        "SECURITY_DISABLED without an authorizer",
+        _cluster(per_item("DeleteAclsFilterResult", "filters", "filter_results",
+                          matching_acls=()))),
+    Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, range(0, 1),
+        OnPart(SecurityHandlers, SecurityHandlers.describe_users),
+        "SCRAM users in Redis, salted keys only",
+        _cluster(whole_error(error_message=None, results=()))),
+    Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, range(0, 1),
+        OnPart(SecurityHandlers, SecurityHandlers.alter_users),
+        "the salted password is turned into StoredKey and ServerKey and dropped",
+        _cluster(_alter_users_denied)),
+)
