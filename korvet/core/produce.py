@@ -1,9 +1,11 @@
 """Kafka's Produce rules, as pure functions: which request, partition and batch is refused,
 with which error code and message, and what a storage outcome means to the client.
 
-The handler (korvet/server/handlers/produce.py) only adapts: it decodes the request,
-asks these rules, sends the append, and maps the append's status back through
-``append_refusal``. Tests: tests/properties/test_produce_rules.py.
+The handler (korvet/server/handlers/produce.py) only adapts: it decodes the request into a
+``ProduceCall`` (korvet/protocol/decoders/produce.py), looks each topic up, asks ``accept``
+which refusal, if any, a partition gets (in Kafka's order, below; the batches are decoded
+only when the partition passes the checks before them), sends the append, and maps the
+append's status back through ``append_refusal``. Tests: tests/properties/test_produce_rules.py.
 
 The rules, in the order a request meets them (Kafka's ``ReplicaManager.appendRecords``
 and ``LogValidator``):
@@ -22,13 +24,13 @@ and ``LogValidator``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from korvet.core.errors import ErrorCode
-from korvet.core.topics import TopicConfig
+from korvet.core.topics import TopicConfig, TopicInfo
 
 VALID_ACKS = (0, 1, -1)
 MIN_TIMESTAMP = -(2**63)
@@ -59,6 +61,34 @@ class Refusal:
     record_errors: tuple[tuple[int, str], ...] = ()  # (record index, why), Produce v8+
 
 
+@dataclass(frozen=True, slots=True)
+class ProducePartition:
+    index: int
+    records: bytes | None  # the partition's record batches as sent (Produce v3+: one)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceTopic:
+    """A topic of the request, named (v3-12) or by id (v13)."""
+
+    name: str | None
+    topic_id: str | None  # the id's text (v13), None when named
+    partitions: tuple[ProducePartition, ...]
+
+    @property
+    def by_id(self) -> bool:
+        return self.name is None and self.topic_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCall:
+    """A Produce request, whatever its version."""
+
+    acks: int
+    transactional_id: str | None
+    topics: tuple[ProduceTopic, ...]
+
+
 class BatchFacts(Protocol):
     """What the rules read of a decoded record batch (protocol.records.Batch has it)."""
 
@@ -73,6 +103,32 @@ class BatchFacts(Protocol):
 
     @property
     def timestamps(self) -> Sequence[int]: ...
+
+
+DecodedBatch = TypeVar("DecodedBatch", bound=BatchFacts)
+
+
+def accept(request_refusal: Refusal | None, lookup_refusal: Refusal | None, topic: TopicInfo | None,
+           partition: int, *, by_id: bool, batches: Callable[[], Sequence[DecodedBatch] | Refusal],
+           now_ms: int) -> DecodedBatch | Refusal:
+    """Rules 1 to 5 for one partition, in Kafka's order: the batch to append, or the refusal
+    that wins. ``request_refusal`` is ``check_request``'s answer for the whole request,
+    ``lookup_refusal`` says the topic could not be looked up (Redis did not answer), ``topic``
+    is None when the broker does not know it; ``batches`` decodes the partition's records and is
+    called only when everything before rule 4 passed (an unknown topic's bytes are not read)."""
+    refusal = request_refusal or lookup_refusal or check_partition(
+        topic.name if topic else None, partition, topic.partitions if topic else 0, by_id=by_id)
+    if refusal is not None:
+        return refusal
+    assert topic is not None
+    decoded = batches()
+    if isinstance(decoded, Refusal):
+        return decoded
+    refusal = check_batch_count(len(decoded))
+    if refusal is not None:
+        return refusal
+    (batch,) = decoded
+    return check_batch(batch, topic.config, now_ms) or batch
 
 
 def check_request(acks: int, transactional_id: str | None) -> Refusal | None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from korvet.core import produce as rules
 from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus
-from korvet.core.topics import TopicConfig
+from korvet.core.topics import TopicConfig, TopicInfo
 
 NOW = 1_700_000_000_000
 Header = tuple[str, bytes | None]
@@ -126,3 +126,63 @@ def test_every_append_status_has_the_error_kafka_clients_expect() -> None:
         refusal = rules.append_refusal(status, "t", 0, 7, 1, 5)
         assert (refusal.code if refusal else None) is code, status
     assert rules.storage_refusal("down").code is ErrorCode.KAFKA_STORAGE_ERROR
+
+
+_UNREACHABLE = rules.storage_refusal("the topic registry's master is down")
+_CORRUPT = rules.Refusal(ErrorCode.CORRUPT_MESSAGE, "CRC mismatch")
+
+
+@given(acks=st.sampled_from([0, 1, -1, 2]), txn=st.none() | st.just("t-1"),
+       lookup_fails=st.booleans(), known=st.booleans(), partition=st.integers(-1, 3),
+       decoded=st.sampled_from(["corrupt", "none", "one", "two"]),
+       too_large=st.booleans(), stamp_offset=st.sampled_from([0, 10**9]), by_id=st.booleans())
+def test_a_partition_gets_the_first_refusal_in_kafkas_order(
+        acks: int, txn: str | None, lookup_fails: bool, known: bool, partition: int, decoded: str,
+        too_large: bool, stamp_offset: int, by_id: bool) -> None:
+    """``accept`` answers what Kafka answers: the request's own error (acks, then
+    transactions), the topic lookup's failure, an unknown topic or partition, a batch that
+    does not decode, not exactly one batch, then the batch's own checks (size before
+    timestamps); and it decodes the records only when everything before that passed."""
+    config = TopicConfig({"max.message.bytes": "1000"})
+    topic = TopicInfo("t", "00000000-0000-0000-0000-000000000001", 3, config) if known else None
+    good = batch([NOW + stamp_offset], size=5000 if too_large else 100)
+    decodes: list[str] = []
+
+    def batches() -> list[FakeBatch] | rules.Refusal:
+        decodes.append(decoded)
+        if decoded == "corrupt":
+            return _CORRUPT
+        return {"none": [], "one": [good], "two": [good, good]}[decoded]
+
+    verdict = rules.accept(rules.check_request(acks, txn), _UNREACHABLE if lookup_fails else None,
+                           topic, partition, by_id=by_id, batches=batches, now_ms=NOW)
+
+    expected: ErrorCode | None
+    before_decoding = True
+    if acks not in (0, 1, -1):
+        expected = ErrorCode.INVALID_REQUIRED_ACKS
+    elif txn is not None:
+        expected = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif lookup_fails:
+        expected = ErrorCode.KAFKA_STORAGE_ERROR
+    elif not known:
+        expected = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    elif not 0 <= partition < 3:
+        expected = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        before_decoding = False
+        if decoded == "corrupt":
+            expected = ErrorCode.CORRUPT_MESSAGE
+        elif decoded != "one":
+            expected = ErrorCode.INVALID_RECORD
+        elif too_large:
+            expected = ErrorCode.MESSAGE_TOO_LARGE
+        elif stamp_offset:
+            expected = ErrorCode.INVALID_TIMESTAMP
+        else:
+            expected = None
+    assert decodes == ([] if before_decoding else [decoded])
+    if expected is None:
+        assert verdict is good
+    else:
+        assert isinstance(verdict, rules.Refusal) and verdict.code is expected

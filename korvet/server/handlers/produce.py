@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -32,8 +33,9 @@ from redis.exceptions import RedisError
 from korvet.core import produce as produce_rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
-from korvet.core.produce import AppendStatus, Refusal
+from korvet.core.produce import AppendStatus, ProducePartition, ProduceTopic, Refusal
 from korvet.core.topics import APPEND_TIMESTAMP_HEADER, TopicInfo, trim_policy
+from korvet.protocol.decoders.produce import decode_produce, topic_id_of
 from korvet.protocol.kbuild import make, response_type
 from korvet.protocol.messages import (
     ProduceRequest,
@@ -99,47 +101,40 @@ class ProduceHandler:
                      ) -> ProduceResponse | Deferred | None:
         """Validates and sends every partition's append in request order, then answers with
         a Deferred response: the connection's next requests are read while Redis appends."""
-        refused = produce_rules.check_request(request.acks, request.transactional_id)
+        call = decode_produce(request)
+        refused = produce_rules.check_request(call.acks, call.transactional_id)
         started = time.perf_counter()
-        jobs: list[tuple[Any, list[Outcome]]] = []
+        jobs: list[tuple[ProduceTopic, list[Outcome]]] = []
         waits_on: list[asyncio.Future[Any]] = []  # the appends' replies the response waits for
-        for topic_data in request.topic_data:
-            name = getattr(topic_data, "name", None)
-            topic_id = getattr(topic_data, "topic_id", None)
-            by_id = name is None and topic_id is not None
-            unreachable: Refusal | None = None
-            try:
-                if by_id:
-                    topic = await self.services.topics.by_id(str(topic_id))
-                else:
-                    topic = await self.services.topics.get(name) if name else None
-            except (RedisError, OSError) as exc:  # e.g. the topic registry's master just died
-                log.warning("produce: looking up topic %s failed: %s", name or topic_id, exc)
-                topic, unreachable = None, produce_rules.storage_refusal(str(exc))
+        for wanted in call.topics:
+            topic, unreachable = await self._look_up(wanted)
             results: list[Outcome] = []
-            for partition in topic_data.partition_data:
-                refusal = refused or unreachable or produce_rules.check_partition(
-                    topic.name if topic else None, partition.index,
-                    topic.partitions if topic else 0, by_id=by_id)
-                if refusal is not None or topic is None:
-                    assert refusal is not None
-                    results.append(PartitionOutcome.refused(partition.index, refusal))
-                    self.metrics.produce_error(refusal.code)
-                else:
-                    outcome = await self._send_partition(topic, partition.index,
-                                                         partition.records, started, waits_on,
-                                                         replicated=request.acks == -1)
-                    if isinstance(outcome, PartitionOutcome):
-                        self.metrics.produce_error(outcome.error)
-                    results.append(outcome)
-            jobs.append((topic_data, results))
-        if request.acks == 0:
+            for partition in wanted.partitions:
+                outcome = await self._send_partition(
+                    refused, unreachable, topic, wanted.by_id, partition, started, waits_on,
+                    replicated=call.acks == -1)
+                if isinstance(outcome, PartitionOutcome):
+                    self.metrics.produce_error(outcome.error)
+                results.append(outcome)
+            jobs.append((wanted, results))
+        if call.acks == 0:
             for _, results in jobs:
                 for result in results:
                     if not isinstance(result, PartitionOutcome):
                         self._drain(result)
             return None
         return Deferred(_respond(request, jobs), waits_on)
+
+    async def _look_up(self, wanted: ProduceTopic) -> tuple[TopicInfo | None, Refusal | None]:
+        """The topic (None: unknown), or the refusal when Redis could not be asked."""
+        try:
+            if wanted.topic_id is not None and wanted.name is None:
+                return await self.services.topics.by_id(wanted.topic_id), None
+            return (await self.services.topics.get(wanted.name) if wanted.name else None), None
+        except (RedisError, OSError) as exc:  # e.g. the topic registry's master just died
+            log.warning("produce: looking up topic %s failed: %s", wanted.name or wanted.topic_id,
+                        exc)
+            return None, produce_rules.storage_refusal(str(exc))
 
     async def close(self) -> None:
         """Let the appends of acks=0 requests finish (they were already sent)."""
@@ -151,26 +146,37 @@ class ProduceHandler:
         self._unanswered.add(task)
         task.add_done_callback(self._unanswered.discard)
 
-    async def _send_partition(self, topic: TopicInfo, index: int, data: bytes | None,
+    async def _send_partition(self, refused: Refusal | None, unreachable: Refusal | None,
+                              topic: TopicInfo | None, by_id: bool, partition: ProducePartition,
                               started: float, waits_on: list[asyncio.Future[Any]], *,
                               replicated: bool = False) -> Outcome:
-        """Validate a partition's batch and send its append. Returns the outcome when the
-        batch is refused at once, else an awaitable of the outcome (the append is in flight)."""
-        services = self.services
-        batches: Sequence[Batch | StoredBatch]
+        """Decide a partition's append (core/produce.py ``accept``) and send it. Returns the
+        outcome when the partition is refused at once, else an awaitable of the outcome (the
+        append is in flight)."""
+        index = partition.index
+        now = self.services.now_ms()
+        verdict = produce_rules.accept(
+            refused, unreachable, topic, index, by_id=by_id, now_ms=now,
+            batches=lambda: self._decode(topic, partition.records))
+        if isinstance(verdict, Refusal):
+            return PartitionOutcome.refused(index, verdict)
+        assert topic is not None
+        return await self._append(topic, index, verdict, now, started, waits_on,
+                                  replicated=replicated)
+
+    def _decode(self, topic: TopicInfo | None, data: bytes | None
+                ) -> Sequence[Batch | StoredBatch] | Refusal:
+        assert topic is not None
         try:
-            batches = (scan_batches(data, self.max_decompressed) if topic.config.stores_batches
-                       else decode_batches(data, self.max_decompressed))
+            return (scan_batches(data, self.max_decompressed) if topic.config.stores_batches
+                    else decode_batches(data, self.max_decompressed))
         except RecordBatchError as exc:
-            return PartitionOutcome(index, ErrorCode(exc.code), message=str(exc))
-        refusal = produce_rules.check_batch_count(len(batches))
-        if refusal is not None:
-            return PartitionOutcome.refused(index, refusal)
-        (batch,) = batches
-        now = services.now_ms()
-        refusal = produce_rules.check_batch(batch, topic.config, now)
-        if refusal is not None:
-            return PartitionOutcome.refused(index, refusal)
+            return Refusal(ErrorCode(exc.code), str(exc))
+
+    async def _append(self, topic: TopicInfo, index: int, batch: Batch | StoredBatch, now: int,
+                      started: float, waits_on: list[asyncio.Future[Any]], *,
+                      replicated: bool) -> Outcome:
+        services = self.services
         if isinstance(batch, StoredBatch):
             count, packed = batch.count, _pack_stored(batch, topic, now)
             trim = trim_policy(topic.config, now, packed.size, count, entries=1)
@@ -236,7 +242,7 @@ def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOut
     return PartitionOutcome.refused(index, produce_rules.storage_refusal(str(exc)))
 
 
-async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]]
+async def _respond(request: ProduceRequest, jobs: list[tuple[ProduceTopic, list[Outcome]]]
                    ) -> ProduceResponse | ProduceAnswer:
     """The response once every append is answered: a ``ProduceAnswer`` (written from its
     shape's template, response_templates.py) when no partition has a message, per-record
@@ -244,12 +250,12 @@ async def _respond(request: ProduceRequest, jobs: list[tuple[Any, list[Outcome]]
     shapes: list[TopicShape] = []
     answered: list[list[PartitionOutcome]] = []
     plain = True
-    for topic_data, results in jobs:
+    for wanted, results in jobs:
         outcomes = [r if isinstance(r, PartitionOutcome) else await r for r in results]
         for o in outcomes:
             if o.message is not None or o.record_errors or o.log_append_time != -1:
                 plain = False
-        shapes.append((getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None),
+        shapes.append((wanted.name, uuid.UUID(wanted.topic_id) if wanted.topic_id else None,
                        tuple(o.index for o in outcomes)))
         answered.append(outcomes)
     response_cls = response_type(type(request))
@@ -281,6 +287,6 @@ APIS = (
         "acks 0/1/-1; batches validated whole before any write; idempotent dedupe",
         Shape((Whole(lambda r: r.transactional_id, _every_partition_denied),
                Items("topic_data", "responses", _DENIED_TOPIC,
-                     id_of=lambda t: getattr(t, "topic_id", None), empty=empty(responses=()))),
+                     id_of=topic_id_of, empty=empty(responses=()))),
               refused_count=RefusedCount(BrokerMetrics.produce_error, "partition_data"))),
 )
