@@ -1,6 +1,6 @@
 """Kafka's Fetch rules, as pure functions and one small estimator.
 
-The handler (korvet/server/handlers/fetch.py) decodes the request, asks these rules
+The handler (korvet/server/handlers/fetch.py) decodes the request (a ``FetchCall``), asks these rules
 which partitions may be read and how much of each, reads Redis, and asks again
 whether what it read answers the request. Tests: tests/properties/test_fetch_rules.py.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from korvet.core import fetch_session as sessions
 from korvet.core.errors import ErrorCode
 
 NO_LIMIT = 2**31 - 1
@@ -42,6 +43,14 @@ class FetchLimits:
     def of(cls, max_wait_ms: int, min_bytes: int, max_bytes: int | None) -> FetchLimits:
         return cls(max(0, max_wait_ms), min_bytes,
                    NO_LIMIT if max_bytes is None or max_bytes <= 0 else max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCall:
+    """A Fetch request, whatever its version (korvet/protocol/decoders/fetch.py)."""
+
+    limits: FetchLimits
+    requested: sessions.FetchRequested  # its session fields and partitions
 
 
 def partition_error(topic_known: bool, by_id: bool, partition: int, partitions: int,

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from korvet.core.api_keys import ApiKey
-from korvet.server.denials import Shape
+from korvet.protocol.denials import Shape
 
 if TYPE_CHECKING:
     from korvet.server.connection import Connection

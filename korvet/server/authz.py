@@ -19,7 +19,6 @@ broker does not wrap at all: no check, no cost.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -30,11 +29,11 @@ from korvet.core.security import rules
 from korvet.core.security.access import Access
 from korvet.core.security.acl import CLUSTER_NAME, ResourceType
 from korvet.core.security.rules import ApiRule, Need
+from korvet.protocol.denials import Items, Shape, Whole
 from korvet.protocol.fetch_response import FetchAnswer
 from korvet.protocol.kbuild import response_type
 from korvet.protocol.registry import CloseConnection, Deferred, Handler, RequestContext
 from korvet.protocol.response_templates import ProduceAnswer
-from korvet.server.denials import Items, Shape, Whole
 from korvet.server.services import Services
 
 log = logging.getLogger("korvet.authz")
@@ -87,7 +86,7 @@ class Guard:
         if not denied:
             return await handler(ctx, request)
         self._count_refused(shape, denied)
-        remaining = any(getattr(request, c.field(request)) for c, _ in denied)
+        remaining = any(check.items(request) for check, _ in denied)
         if remaining or denied[0][0].empty is None:
             response = await handler(ctx, request)
         else:
@@ -110,13 +109,12 @@ class Guard:
             return
         for _, refused in denied:
             for item, code in refused:
-                for _ in getattr(item, counted.partitions_field, ()) or ():
+                for _ in range(counted.partitions(item)):
                     counted.metric(self.services.metrics, int(code))
 
     async def _split(self, need: Need, check: Items, access: Access,
                      request: Any) -> tuple[Any, list[tuple[Any, ErrorCode]]]:
-        field_name = check.field(request)
-        items = getattr(request, field_name) or ()
+        items = check.items(request)
         cluster_grants = need.or_cluster is not None and access.cluster_allowed(need.or_cluster)
         kept, refused = [], []
         for item in items:
@@ -127,7 +125,7 @@ class Guard:
                 refused.append((item, error))
         if not refused:
             return request, []
-        return dataclasses.replace(request, **{field_name: tuple(kept)}), refused
+        return check.keeping(request, kept), refused
 
     async def _item_error(self, need: Need, check: Items, access: Access, item: Any) -> ErrorCode | None:
         """The error a denied item answers, None when it is allowed."""
@@ -155,10 +153,8 @@ Denied = Sequence[tuple[Items, list[tuple[Any, ErrorCode]]]]
 def _merge(response: Any, denied: Denied, response_cls: type[Any], version: int) -> Any:
     if isinstance(response, FetchAnswer):  # the denied topics are added to kio's response
         response = response.to_kio(response_cls)
-    for check, items in denied:
-        extra = tuple(check.answer(response_cls, item, version, code) for item, code in items)
-        current = tuple(getattr(response, check.response_field) or ())
-        response = dataclasses.replace(response, **{check.response_field: current + extra})
+    for check, refused in denied:
+        response = check.answered(response, response_cls, version, refused)
     return response
 
 

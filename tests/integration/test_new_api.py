@@ -27,11 +27,11 @@ from korvet.core.security import rules
 from korvet.core.security.acl import CLUSTER_NAME, Operation
 from korvet.core.security.rules import ApiRule, Need, Scope
 from korvet.devtools import api_table
+from korvet.protocol.denials import Shape, Whole, whole_error
 from korvet.protocol.framing import request_class
 from korvet.protocol.kbuild import make, response_type
 from korvet.server import api, app
 from korvet.server.connection import Connection
-from korvet.server.denials import Shape, Whole, whole_error
 from korvet.server.services import Services
 from tests.support.wire import WireClient
 

@@ -131,10 +131,10 @@ def test_denied_topics_are_merged_into_a_fetch_answer() -> None:
     the others by the handler (a ``FetchAnswer``) and TOPIC_AUTHORIZATION_FAILED for it: the
     check point merges that topic into kio's form of the answer, records and all."""
     from korvet.core.errors import ErrorCode as CoreError
+    from korvet.protocol.denials import Items
     from korvet.protocol.framing import decode_response, request_class
     from korvet.protocol.kbuild import nested
     from korvet.server.authz import _merge
-    from korvet.server.denials import Items
 
     version = 12
     request_topic = nested(request_class(1, version), "FetchTopic")

@@ -157,31 +157,21 @@ def test_a_partition_gets_the_first_refusal_in_kafkas_order(
     verdict = rules.accept(rules.check_request(acks, txn), _UNREACHABLE if lookup_fails else None,
                            topic, partition, by_id=by_id, batches=batches, now_ms=NOW)
 
-    expected: ErrorCode | None
-    before_decoding = True
-    if acks not in (0, 1, -1):
-        expected = ErrorCode.INVALID_REQUIRED_ACKS
-    elif txn is not None:
-        expected = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    elif lookup_fails:
-        expected = ErrorCode.KAFKA_STORAGE_ERROR
-    elif not known:
-        expected = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    elif not 0 <= partition < 3:
-        expected = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    else:
-        before_decoding = False
-        if decoded == "corrupt":
-            expected = ErrorCode.CORRUPT_MESSAGE
-        elif decoded != "one":
-            expected = ErrorCode.INVALID_RECORD
-        elif too_large:
-            expected = ErrorCode.MESSAGE_TOO_LARGE
-        elif stamp_offset:
-            expected = ErrorCode.INVALID_TIMESTAMP
-        else:
-            expected = None
-    assert decodes == ([] if before_decoding else [decoded])
+    unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    before_decoding = [  # Kafka's order: the first that holds is the answer
+        (acks not in (0, 1, -1), ErrorCode.INVALID_REQUIRED_ACKS),
+        (txn is not None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        (lookup_fails, ErrorCode.KAFKA_STORAGE_ERROR),
+        (not known, unknown),
+        (not 0 <= partition < 3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    after_decoding = [
+        (decoded == "corrupt", ErrorCode.CORRUPT_MESSAGE),
+        (decoded != "one", ErrorCode.INVALID_RECORD),
+        (too_large, ErrorCode.MESSAGE_TOO_LARGE),
+        (stamp_offset != 0, ErrorCode.INVALID_TIMESTAMP)]
+    refused_early = next((code for holds, code in before_decoding if holds), None)
+    expected = refused_early or next((code for holds, code in after_decoding if holds), None)
+    assert decodes == ([] if refused_early else [decoded])
     if expected is None:
         assert verdict is good
     else:

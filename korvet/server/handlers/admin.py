@@ -40,6 +40,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.core.topics import TopicInfo, is_internal, records_deletable
+from korvet.protocol.denials import Items, Shape, Whole, empty, topic_answer, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     DeleteRecordsRequest,
@@ -59,7 +60,6 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api, OnPart
-from korvet.server.denials import Items, Shape, Whole, empty, topic_answer, whole_error
 from korvet.server.handlers.fetch import FetchHandler
 from korvet.server.redis_urls import split_seeds
 from korvet.server.services import Services

@@ -19,6 +19,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import CLUSTER_NAME
 from korvet.core.topics import TopicConfig
+from korvet.protocol.denials import Shape, Whole, config_resources, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     AlterConfigsRequest,
@@ -32,7 +33,6 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
-from korvet.server.denials import Shape, Whole, config_resources, whole_error
 from korvet.server.services import Services
 
 TOPIC, BROKER = 2, 4

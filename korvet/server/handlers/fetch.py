@@ -51,13 +51,13 @@ from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.topics import TopicInfo
+from korvet.protocol.decoders.fetch import decode_fetch, topic_id_of, topic_name_of
+from korvet.protocol.denials import Items, RefusedCount, Shape, empty, topic_answer
 from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
-from korvet.protocol.kbuild import millis
 from korvet.protocol.messages import FetchRequest
 from korvet.server.api import Api, OnPart
 from korvet.server.batching import entries_to_batches, stored_batches
 from korvet.server.connection import Connection
-from korvet.server.denials import Items, RefusedCount, Shape, empty, topic_answer
 from korvet.server.fetch_plan import PartitionFetch, PreparedFetch
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
@@ -110,9 +110,8 @@ class FetchHandler:
 
     async def handle(self, ctx: Connection, request: FetchRequest) -> FetchAnswer:
         started = time.monotonic()
-        limits = rules.FetchLimits.of(millis(request.max_wait), request.min_bytes,
-                                      getattr(request, "max_bytes", None))
-        asked = _session_request(ctx.api_version, request)
+        call = decode_fetch(request)
+        limits, asked = call.limits, call.requested
         edit, plan = sessions.on_request(self.sessions, asked, self.services.now_ms())
         sessions.apply_edit(self.sessions, edit)
         if log.isEnabledFor(logging.DEBUG):
@@ -370,26 +369,6 @@ def _signature(wanted: list[PartitionFetch], max_bytes: int,
     return log_start_moves, max_bytes, tuple(parts)
 
 
-def _session_request(version: int, request: FetchRequest) -> sessions.FetchRequested:
-    """What the request says about fetch sessions, its partitions keyed by topic name (v < 13)
-    or topic id text (v13+). Versions below 7 have no session fields: sessionless."""
-    by_id = version >= 13
-    partitions = []
-    for topic_entry in request.topics:
-        key = str(getattr(topic_entry, "topic_id", "")) if by_id else getattr(topic_entry,
-                                                                                "topic", "")
-        for p in topic_entry.partitions:
-            partitions.append(sessions.PartitionRequest(
-                key, p.partition, p.fetch_offset, p.partition_max_bytes,
-                getattr(p, "current_leader_epoch", -1)))
-    forgotten = tuple(
-        (str(t.topic_id) if by_id else t.topic, index)
-        for t in getattr(request, "forgotten_topics_data", None) or () for index in t.partitions)
-    return sessions.FetchRequested(getattr(request, "session_id", sessions.INVALID_SESSION_ID),
-                                   getattr(request, "session_epoch", sessions.FINAL_EPOCH),
-                                   by_id, tuple(partitions), forgotten)
-
-
 def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> FetchAnswer:
     grouped: dict[Any, list[PartitionAnswer]] = {}  # topic name or id -> partitions, in request order
     for part in wanted:
@@ -411,7 +390,7 @@ APIS = (
                          "partition", "partition_index", name_field="topic", high_watermark=-1,
                          last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                          preferred_read_replica=-1, records=b""),
-            name_of=lambda t: getattr(t, "topic", None), id_of=lambda t: getattr(t, "topic_id", None),
+            name_of=topic_name_of, id_of=topic_id_of,
             empty=empty(error_code=ErrorCode.NONE, session_id=0, responses=())),),
             refused_count=RefusedCount(BrokerMetrics.fetch_error, "partitions"))),
 )

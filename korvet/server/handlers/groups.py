@@ -27,6 +27,19 @@ from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED, Access
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.security.rules import Need
+from korvet.protocol import denials
+from korvet.protocol.denials import (
+    Check,
+    Handled,
+    Items,
+    Shape,
+    Whole,
+    empty,
+    every_partition,
+    flat_answer,
+    topic_answer,
+    whole_error,
+)
 from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
 from korvet.protocol.messages import (
     DeleteGroupsRequest,
@@ -53,21 +66,8 @@ from korvet.protocol.messages import (
     SyncGroupResponse,
 )
 from korvet.protocol.registry import RequestContext
-from korvet.server import denials
 from korvet.server.api import Api
 from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator, NotCoordinator
-from korvet.server.denials import (
-    Check,
-    Handled,
-    Items,
-    Shape,
-    Whole,
-    empty,
-    every_partition,
-    flat_answer,
-    topic_answer,
-    whole_error,
-)
 from korvet.server.services import Services
 from korvet.storage.leases import BrokerEntry
 

@@ -1,34 +1,26 @@
-"""ListOffsets (key 2) and OffsetForLeaderEpoch (key 23).
-
-ListOffsets, with Kafka's sentinels:
-  -1 LATEST          the high watermark (next offset to be written)
-  -2 EARLIEST        the log start offset (first offset not removed by retention)
-  -3 MAX_TIMESTAMP   the offset and timestamp of the record with the largest timestamp
-  -4 EARLIEST_LOCAL  as EARLIEST (there is no remote tier)
-  -5 LATEST_TIERED   -1 (there is no remote tier)
-  T >= 0             the first record, in offset order, whose timestamp is >= T; -1 if none
+"""ListOffsets (key 2) and OffsetForLeaderEpoch (key 23): read, decide (core/list_offsets.py),
+read what the answer needs, write the response.
 
 Offsets are not dense (offset = ms * 2^bits + seq), so LATEST is not "earliest +
 record count"; lag computed as LATEST - committed counts offsets, not records.
 
-The timestamp search starts at the records appended T - message.timestamp.after.max.ms
-(a record's CreateTime may be ahead of its append time by at most that much, which
-Produce enforces) and scans forward in chunks. A topic that stores batches keeps each
-batch's max timestamp beside it (storage/entries.py): only the batches that can hold the
-answer are decoded, and the answer is the same record's.
-
-OffsetForLeaderEpoch: every partition has leader epoch 0, whose end offset is the
-high watermark.
+The timestamp search starts where ``core.list_offsets.timestamp_search_start`` says and scans
+forward in chunks. A topic that stores batches keeps each batch's max timestamp beside it
+(storage/entries.py): only the batches that can hold the answer are decoded, and the answer
+is the same record's.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+from korvet.core import list_offsets as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
+from korvet.protocol.decoders.offsets import decode_list_offsets, decode_offset_for_leader_epoch
+from korvet.protocol.denials import Items, Shape, empty, topic_answer
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     ListOffsetsRequest,
@@ -39,11 +31,9 @@ from korvet.protocol.messages import (
 from korvet.protocol.records import stored_timestamps
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
-from korvet.server.denials import Items, Shape, empty, topic_answer
 from korvet.server.services import Services
 from korvet.storage import entries
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _SCAN_CHUNK = 1000
 _BATCH_SCAN_CHUNK = 64  # entries of a topic that stores batches: up to 64 batches
 
@@ -81,11 +71,10 @@ async def _stamps(services: Services, topic: TopicInfo, partition: int, start: i
 async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
                         timestamp: int) -> tuple[int, int]:
     start, _ = await services.store.offsets(topic, partition)
-    codec = OffsetCodec(topic.config.sequence_bits)
-    lead = topic.config.get_int("message.timestamp.after.max.ms")
-    floor_ms = max(0, min(timestamp - lead, codec.max_ms))
-    async for offset, stamp in _stamps(services, topic, partition,
-                                       max(start, codec.encode(floor_ms, 0)),
+    first = rules.timestamp_search_start(
+        timestamp, topic.config.get_int("message.timestamp.after.max.ms"),
+        OffsetCodec(topic.config.sequence_bits), start)
+    async for offset, stamp in _stamps(services, topic, partition, first,
                                        lambda most: most >= timestamp):
         if stamp >= timestamp:
             return offset, stamp
@@ -102,17 +91,18 @@ async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -
     return best[0], best[1]
 
 
-async def _lookup(services: Services, topic: TopicInfo, partition: int,
-                  timestamp: int) -> tuple[int, int]:
-    if timestamp == LATEST:
-        return (await services.store.offsets(topic, partition))[1], -1
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return (await services.store.offsets(topic, partition))[0], -1
-    if timestamp == MAX_TIMESTAMP:
-        return await _max_timestamp(services, topic, partition)
-    if timestamp == LATEST_TIERED:
-        return -1, -1
-    return await _by_timestamp(services, topic, partition, timestamp)
+async def _read(services: Services, topic: TopicInfo, wanted: rules.ListOffsetsPartition,
+                lookup: rules.Lookup) -> rules.OffsetAnswer:
+    index = wanted.index
+    if lookup is rules.Lookup.LATEST:
+        return rules.answer((await services.store.offsets(topic, index))[1])
+    if lookup is rules.Lookup.EARLIEST:
+        return rules.answer((await services.store.offsets(topic, index))[0])
+    if lookup is rules.Lookup.MAX_TIMESTAMP:
+        return rules.answer(*await _max_timestamp(services, topic, index))
+    if lookup is rules.Lookup.BY_TIMESTAMP:
+        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp))
+    return rules.answer(rules.NO_OFFSET)
 
 
 async def list_offsets(services: Services, ctx: RequestContext,
@@ -121,21 +111,20 @@ async def list_offsets(services: Services, ctx: RequestContext,
     topic_cls = nested(response_cls, "ListOffsetsTopicResponse")
     partition_cls = nested(response_cls, "ListOffsetsPartitionResponse")
     topics = []
-    for entry in request.topics:
+    for entry in decode_list_offsets(request).topics:
         topic = await services.topics.get(entry.name)
         partitions = []
         for wanted in entry.partitions:
-            error, offset, stamp = ErrorCode.NONE, -1, -1
-            if topic is None or not 0 <= wanted.partition_index < topic.partitions:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif wanted.timestamp < LATEST_TIERED:
-                error = ErrorCode.INVALID_REQUEST
+            verdict = rules.query(topic, wanted)
+            if isinstance(verdict, ErrorCode):
+                answered = rules.OffsetAnswer(verdict)
             else:
-                offset, stamp = await _lookup(services, topic, wanted.partition_index,
-                                              wanted.timestamp)
-            partitions.append(make(partition_cls, partition_index=wanted.partition_index,
-                                   error_code=error, timestamp=stamp, offset=offset,
-                                   old_style_offsets=(), leader_epoch=0 if offset >= 0 else -1))
+                assert topic is not None
+                answered = await _read(services, topic, wanted, verdict)
+            partitions.append(make(partition_cls, partition_index=wanted.index,
+                                   error_code=answered.error, timestamp=answered.timestamp,
+                                   offset=answered.offset, old_style_offsets=(),
+                                   leader_epoch=answered.leader_epoch))
         topics.append(make(topic_cls, name=entry.name, partitions=tuple(partitions)))
     return make(response_cls, throttle_time=0, topics=tuple(topics))
 
@@ -146,20 +135,18 @@ async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
     topic_cls = nested(response_cls, "OffsetForLeaderTopicResult")
     partition_cls = nested(response_cls, "EpochEndOffset")
     topics = []
-    for entry in request.topics:
-        topic = await services.topics.get(entry.topic)
+    for entry in decode_offset_for_leader_epoch(request):
+        topic = await services.topics.get(entry.name)
         partitions = []
         for wanted in entry.partitions:
-            error, epoch, end = ErrorCode.NONE, -1, -1
-            if topic is None or not 0 <= wanted.partition < topic.partitions:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif getattr(wanted, "current_leader_epoch", -1) > 0:
-                error = ErrorCode.UNKNOWN_LEADER_EPOCH
-            elif wanted.leader_epoch <= 0:
-                epoch, end = 0, (await services.store.offsets(topic, wanted.partition))[1]
-            partitions.append(make(partition_cls, error_code=error, partition=wanted.partition,
-                                   leader_epoch=epoch, end_offset=end))
-        topics.append(make(topic_cls, topic=entry.topic, partitions=tuple(partitions)))
+            ended = rules.epoch_query(topic, wanted)
+            end = -1
+            if ended.needs_end:
+                assert topic is not None
+                end = (await services.store.offsets(topic, wanted.index))[1]
+            partitions.append(make(partition_cls, error_code=ended.error, partition=wanted.index,
+                                   leader_epoch=ended.leader_epoch, end_offset=end))
+        topics.append(make(topic_cls, topic=entry.name, partitions=tuple(partitions)))
     return make(response_cls, throttle_time=0, topics=tuple(topics))
 
 

@@ -36,6 +36,7 @@ from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, ProducePartition, ProduceTopic, Refusal
 from korvet.core.topics import APPEND_TIMESTAMP_HEADER, TopicInfo, trim_policy
 from korvet.protocol.decoders.produce import decode_produce, topic_id_of
+from korvet.protocol.denials import Items, RefusedCount, Shape, Whole, empty, topic_answer
 from korvet.protocol.kbuild import make, response_type
 from korvet.protocol.messages import (
     ProduceRequest,
@@ -57,7 +58,6 @@ from korvet.protocol.response_templates import (
     produce_response,
 )
 from korvet.server.api import Api, OnPart
-from korvet.server.denials import Items, RefusedCount, Shape, Whole, empty, topic_answer
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.services import Services
 from korvet.storage import entries

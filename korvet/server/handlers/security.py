@@ -26,6 +26,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security import acl, credentials, sasl
 from korvet.core.security.acl import CLUSTER_NAME
+from korvet.protocol.denials import Shape, Whole, per_item, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     AlterUserScramCredentialsRequest,
@@ -46,7 +47,6 @@ from korvet.protocol.messages import (
 from korvet.protocol.registry import CloseConnection
 from korvet.server.api import Api, OnPart
 from korvet.server.connection import Connection
-from korvet.server.denials import Shape, Whole, per_item, whole_error
 from korvet.server.security import Security
 from korvet.server.services import Services
 

@@ -19,6 +19,7 @@ from korvet.core import topics as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import TopicConfig
+from korvet.protocol.denials import Items, Shape, empty, flat_answer
 from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.messages import (
     CreatePartitionsRequest,
@@ -30,7 +31,6 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
-from korvet.server.denials import Items, Shape, empty, flat_answer
 from korvet.server.handlers.configs import SOURCE_CODES
 from korvet.server.services import Services
 from korvet.storage.redis_store import CreateOutcome

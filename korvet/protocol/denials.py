@@ -14,16 +14,18 @@ a denied one:
 
 A shape has one check per ``Need`` of the rule, in the same order. The builders below make
 the answers of the common layouts; an API whose answer is not one of them writes its own.
-This is the only place, with the handler modules' shapes, that knows kio's request and
-response layouts for authorization.
+This module, with the handler modules' shapes, is the only place that knows kio's request and
+response layouts for authorization: the check point (korvet/server/authz.py) decides and asks
+the shapes to take items out of a request and to answer them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
@@ -31,9 +33,6 @@ from korvet.core.security.acl import ResourceType
 from korvet.core.security.rules import CONFIG_BROKER_TYPES, CONFIG_TOPIC_TYPE, Need
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.registry import RequestContext
-
-if TYPE_CHECKING:
-    from korvet.server.metrics import BrokerMetrics
 
 Respond = Callable[[type[Any], Any, int, ErrorCode], Any]  # (response class, request, version, code)
 Answer = Callable[[type[Any], Any, int, ErrorCode], Any]  # (response class, request item, version, code)
@@ -65,6 +64,21 @@ class Items:
     def field(self, request: Any) -> str:
         return self.request_field if isinstance(self.request_field, str) else self.request_field(request)
 
+    def items(self, request: Any) -> tuple[Any, ...]:
+        """The request's items this check looks at."""
+        return tuple(getattr(request, self.field(request)) or ())
+
+    def keeping(self, request: Any, kept: Sequence[Any]) -> Any:
+        """The request with only ``kept`` of its items, for the handler."""
+        return dataclasses.replace(request, **{self.field(request): tuple(kept)})
+
+    def answered(self, response: Any, response_cls: type[Any], version: int,
+                 refused: Sequence[tuple[Any, ErrorCode]]) -> Any:
+        """The handler's response with each refused item answered with its error."""
+        extra = tuple(self.answer(response_cls, item, version, code) for item, code in refused)
+        current = tuple(getattr(response, self.response_field) or ())
+        return dataclasses.replace(response, **{self.response_field: current + extra})
+
 
 Check = Whole | Items
 
@@ -77,10 +91,15 @@ CustomCheck = Callable[[tuple[Need, ...], Access, RequestContext, Any, Handled],
 @dataclass(frozen=True, slots=True)
 class RefusedCount:
     """Partitions denied at the check point count as the handler's own errors do: the metric
-    (``BrokerMetrics.produce_error``) and the field of a request topic listing them."""
+    (the broker's metrics and the error code: ``BrokerMetrics.produce_error``) and the field of
+    a request topic listing them."""
 
-    metric: Callable[[BrokerMetrics, int], None]
+    metric: Callable[[Any, int], None]
     partitions_field: str
+
+    def partitions(self, topic: Any) -> int:
+        """How many partitions a denied request topic names."""
+        return len(getattr(topic, self.partitions_field, ()) or ())
 
 
 @dataclass(frozen=True, slots=True)
