@@ -14,7 +14,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from korvet import __version__, config
+from korvet import __version__
+from korvet.settings import ConfigError, add_arguments, from_args
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -26,8 +27,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        settings = config.from_args(args)
-    except config.ConfigError as exc:
+        settings = from_args(args)
+    except ConfigError as exc:
         print(f"korvet serve: {exc}", file=sys.stderr)
         return 2
     for warning in settings.warnings:
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
             "then --config FILE (YAML), then KORVET_* environment variables, then these flags."
         ),  # each flag's help names its default and variable (argparse's defaults are None)
     )
-    config.add_arguments(serve)
+    add_arguments(serve)
     serve.set_defaults(func=_serve)
 
     from korvet import users

@@ -23,9 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from korvet import config
 from korvet.core.security import scram
-from korvet.security_config import SecuritySettings
+from korvet.settings import BrokerSettings, ConfigError, load
 
 DEFAULT_ITERATIONS = 8192
 
@@ -78,30 +77,29 @@ def _password(args: argparse.Namespace) -> str:
     return sys.stdin.readline().rstrip("\n")
 
 
-def _redis_url(settings: config.Config) -> str:
-    url = settings.get_str("redis.url")
+def _redis_url(settings: BrokerSettings) -> str:
+    url = settings.redis.url
     if url:
         return url
-    path = Path(settings.get_str("data.dir")) / "redis" / "redis.url"
+    path = Path(settings.data.dir) / "redis" / "redis.url"
     if not path.is_file():
         raise ValueError(f"no --redis-url and no embedded Redis at {path.parent}: start the broker "
                          "(korvet serve) or pass --redis-url")
     return path.read_text().strip()
 
 
-async def _run(args: argparse.Namespace, settings: config.Config) -> int:
+async def _run(args: argparse.Namespace, settings: BrokerSettings) -> int:
     from korvet.server.app import StartupError, connect_redis
     from korvet.storage.security import CredentialStore
 
-    security = SecuritySettings.from_config(settings)
     url = _redis_url(settings)
     try:
-        client = await connect_redis(url, security.redis if settings.get_str("redis.url") else None,
-                                     cluster=settings.get_bool("redis.cluster"))
+        client = await connect_redis(url, settings.security.redis if settings.redis.url else None,
+                                     cluster=settings.redis.cluster)
     except StartupError as exc:
         print(f"korvet users: {exc}", file=sys.stderr)
         return 2
-    store = CredentialStore(client, settings.get_str("redis.keyspace"))
+    store = CredentialStore(client, settings.redis.keyspace)
     try:
         if args.users_command == "list":
             users = await store.users()
@@ -137,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"redis.url": args.redis_url, "data.dir": args.data_dir,
                  "redis.keyspace": args.keyspace}
     try:
-        settings = config.load(yaml_path=args.config, overrides=overrides)
+        settings = load(yaml_path=args.config, overrides=overrides)
         return asyncio.run(_run(args, settings))
-    except (config.ConfigError, ValueError, scram.ScramError) as exc:
+    except (ConfigError, ValueError, scram.ScramError) as exc:
         print(f"korvet users: {exc}", file=sys.stderr)
         return 2

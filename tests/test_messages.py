@@ -11,8 +11,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from kio.schema.index import api_key_map
 
-from korvet.config import load
 from korvet.server.broker import Broker
+from korvet.settings import load
 
 ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = ROOT / "korvet" / "protocol" / "messages.py"

@@ -121,7 +121,7 @@ def test_lag_is_offsets_and_time_always_and_records_only_as_redis_counts_them() 
 
 
 def test_redis_credentials_go_into_the_url_and_never_into_what_is_printed() -> None:
-    from korvet import config
+    from korvet import settings
     from korvet.server.app import masked, redis_choice, with_credentials
 
     url = with_credentials("redis://db:6379/0", "app", "p@ss")
@@ -129,10 +129,10 @@ def test_redis_credentials_go_into_the_url_and_never_into_what_is_printed() -> N
     assert masked(url) == "redis://app:****@db:6379/0"
     assert with_credentials("redis://old:pw@db:1/0", "", "new") == "redis://old:new@db:1/0"
     assert with_credentials("redis://db:1/0") == "redis://db:1/0"
-    chosen = redis_choice(config.load(env={"KORVET_REDIS_URI": "redis://u:secret@db:6379/0"}))
+    chosen = redis_choice(settings.load(env={"KORVET_REDIS_URI": "redis://u:secret@db:6379/0"}))
     assert chosen == ("Redis at redis://u:****@db:6379/0 "
                       "(from environment variable KORVET_REDIS_URI)")
-    assert redis_choice(config.load(env={})).startswith("embedded Redis (the default")
+    assert redis_choice(settings.load(env={})).startswith("embedded Redis (the default")
 
 
 def test_the_test_clock_moves_only_when_posted_to_and_steps_the_due_timers() -> None:

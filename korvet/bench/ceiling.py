@@ -38,12 +38,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from korvet import config as korvet_config
 from korvet.core.offsets import EntryId, OffsetCodec
 from korvet.core.topics import TopicInfo, trim_policy
 from korvet.protocol.records import build_batch
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.server.services import topic_defaults
+from korvet.settings import load
 from korvet.storage import entries
 from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
 
@@ -146,7 +146,7 @@ async def _read_all(store: RedisStore, topic: TopicInfo, read_count: int) -> int
 async def run(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
     client = aioredis.from_url(url, decode_responses=False)
     store = RedisStore(client, keyspace=args.keyspace)
-    defaults = topic_defaults(korvet_config.load(env={}))
+    defaults = topic_defaults(load(env={}).topics)
     value = payload(args.record_size)
     runs: list[dict[str, Any]] = []
     try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from korvet import config
 from korvet.core import topics
+from korvet.settings import SETTINGS
+from korvet.settings.load import INERT, INERT_PREFIXES, TOPIC_FIELDS, TOPIC_INERT_FIELDS
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "users" / "configuration.md"
 
@@ -130,21 +131,21 @@ KORVET_TOPICS_1_NAME=logs KORVET_TOPICS_1_RETENTION_BYTES=1GB KORVET_TOPICS_1_LO
 
 def _compat() -> str:
     rows = []
-    for field, (target, kind) in config.TOPIC_FIELDS.items():
+    for field, (target, kind) in TOPIC_FIELDS.items():
         what = f"topic config `{target}`" if "." in target else target.replace("_", "-")
         rows.append(f"| `{field}` | {what} | {kind} |")
-    for field, why in config.TOPIC_INERT_FIELDS.items():
+    for field, why in TOPIC_INERT_FIELDS.items():
         rows.append(f"| `{field}` | *no effect*: {why} | |")
     rows.append("| `configs.<name>` | any topic config by its Kafka name (YAML) | str |")
-    inert = [f"| `{name}` | {why} |" for name, why in config.INERT.items()]
-    inert += [f"| `{prefix}*` | {why} |" for prefix, why in config.INERT_PREFIXES.items()]
+    inert = [f"| `{name}` | {why} |" for name, why in INERT.items()]
+    inert += [f"| `{prefix}*` | {why} |" for prefix, why in INERT_PREFIXES.items()]
     return (_COMPAT + "\n".join(rows) + "\n\n### Accepted without effect\n\n"
             "| the original's setting | why |\n|---|---|\n" + "\n".join(inert) + "\n")
 
 
 def render() -> str:
     rows = []
-    for s in config.SETTINGS:
+    for s in SETTINGS:
         if s.hidden:
             continue
         default = repr(s.default) if s.default != "" and not s.secret else "(unset)"

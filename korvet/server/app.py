@@ -21,10 +21,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from korvet.config import Config
 from korvet.core.limits import Limits
 from korvet.core.security.listeners import Protocol
-from korvet.security_config import RedisAuth, SecuritySettings, client_auth_of
 from korvet.server import test_clock
 from korvet.server.broker import Broker
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
@@ -34,6 +32,8 @@ from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
 from korvet.server.redis_urls import join_seeds, split_seeds
 from korvet.server.tls import TlsError, redis_options, server_context
+from korvet.settings import BrokerSettings, SecuritySettings
+from korvet.settings.security import RedisAuth, client_auth_of
 from korvet.storage.connections import connection_class_for, use_safe_connections
 from korvet.storage.redis_store import OldLayoutError
 
@@ -81,11 +81,11 @@ def masked(url: str) -> str:
                        parts.fragment))
 
 
-def redis_choice(config: Config) -> str:
+def redis_choice(settings: BrokerSettings) -> str:
     """Which Redis the broker uses and why, as `korvet serve` prints it at start."""
-    url = config.get_str("redis.url")
+    url = settings.redis.url
     if url:
-        return f"Redis at {masked(url)} (from {config.source('redis.url')})"
+        return f"Redis at {masked(url)} (from {settings.redis.url_from})"
     return ("embedded Redis (the default: no redis.url was given by --redis-url, "
             "KORVET_REDIS_URI/KORVET_REDIS_URL or korvet.redis.uri in a --config file)")
 
@@ -161,49 +161,51 @@ async def connect_redis(url: str, auth: RedisAuth | None = None, *,
     return client
 
 
-def listener_limits(config: Config) -> ListenerLimits:
+def listener_limits(settings: BrokerSettings) -> ListenerLimits:
+    broker = settings.broker
     limits = Limits(
-        max_connections=config.get_int("broker.max-connections"),
-        max_connections_per_ip=config.get_int("broker.max-connections-per-ip"),
-        max_pending_bytes=config.get_int("broker.max-pending-bytes"),
-        resume_pending_bytes=config.get_int("broker.resume-pending-bytes"),
-        idle_ms=config.get_int("broker.connections-max-idle-ms"),
+        max_connections=broker.max_connections,
+        max_connections_per_ip=broker.max_connections_per_ip,
+        max_pending_bytes=broker.max_pending_bytes,
+        resume_pending_bytes=broker.resume_pending_bytes,
+        idle_ms=broker.connections_max_idle_ms,
     )
     admitted = raise_open_files_limit(limits.max_connections,
-                                      redis_pool=config.get_int("redis.pool-size"))
+                                      redis_pool=settings.redis.pool_size)
     if admitted < limits.max_connections:
         limits = dataclasses.replace(limits, max_connections=admitted)
-    return ListenerLimits(limits, max_request_bytes=config.get_int("broker.max-request-bytes"))
+    return ListenerLimits(limits, max_request_bytes=broker.max_request_bytes)
 
 
-def _listeners(config: Config, settings: SecuritySettings, broker: Broker) -> list[KafkaListener]:
+def _listeners(settings: BrokerSettings, broker: Broker) -> list[KafkaListener]:
     """One KafkaListener per configured listener; they share one ListenerLimits, so
     max.connections and max.connections.per.ip count the broker's connections (as Kafka's
     broker-wide settings do)."""
-    limits = listener_limits(config)
+    limits = listener_limits(settings)
+    security = settings.security
     contexts: dict[str, ssl.SSLContext] = {}
-    for spec in settings.listeners:
+    for spec in security.listeners:
         if not spec.protocol.tls:
             continue
-        mode = client_auth_of(spec, settings.tls)
+        mode = client_auth_of(spec, security.tls)
         try:
-            contexts[spec.name] = server_context(settings.tls, mode)
+            contexts[spec.name] = server_context(security.tls, mode)
         except TlsError as exc:
             raise StartupError(str(exc)) from exc
-    if "PLAIN" in settings.sasl.mechanisms and any(
-            s.protocol is Protocol.SASL_PLAINTEXT for s in settings.listeners):
+    if "PLAIN" in security.sasl.mechanisms and any(
+            s.protocol is Protocol.SASL_PLAINTEXT for s in security.listeners):
         log.warning("SASL/PLAIN is enabled on a SASL_PLAINTEXT listener: passwords cross the "
                     "network in clear text; use SASL_SSL")
     return [KafkaListener(broker.registry, host=spec.host, port=spec.port,
                           name=spec.name, ssl_context=contexts.get(spec.name),
                           gate=broker, metrics=broker.metrics, limits=limits)
-            for spec in settings.listeners]
+            for spec in security.listeners]
 
 
-async def _start_listeners(listeners: list[KafkaListener], settings: SecuritySettings,
+async def _start_listeners(listeners: list[KafkaListener], security: SecuritySettings,
                            broker: Broker) -> dict[str, int]:
     ports: dict[str, int] = {}
-    for listener, spec in zip(listeners, settings.listeners, strict=True):
+    for listener, spec in zip(listeners, security.listeners, strict=True):
         try:
             ports[spec.name] = await listener.start()
         except OSError as exc:
@@ -215,20 +217,21 @@ async def _start_listeners(listeners: list[KafkaListener], settings: SecuritySet
     return ports
 
 
-def _announce(config: Config, settings: SecuritySettings, ports: dict[str, int], url: str) -> None:
+def _announce(settings: BrokerSettings, ports: dict[str, int], url: str) -> None:
     """Write the port files and log where the broker listens."""
-    port_file = config.get_str("broker.port-file")
+    security = settings.security
+    port_file = settings.broker.port_file
     if port_file:
-        Path(port_file).write_text(f"{ports[settings.listeners[0].name]}\n")
-    listeners_file = config.get_str("broker.listeners-file")
+        Path(port_file).write_text(f"{ports[security.listeners[0].name]}\n")
+    listeners_file = settings.broker.listeners_file
     if listeners_file:
         Path(listeners_file).write_text(json.dumps(ports) + "\n")
     shown = ", ".join(
         f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
-        f"{s.host}:{ports[s.name]}" for s in settings.listeners)
+        f"{s.host}:{ports[s.name]}" for s in security.listeners)
     log.info("Korvet listening on %s (Redis %s, keyspace '%s'%s%s)", shown, masked(url),
-             config.get_str("redis.keyspace"), ", ACLs on" if settings.authorizer else "",
-             f", {len(settings.tenants)} tenant principal(s)" if settings.tenants else "")
+             settings.redis.keyspace, ", ACLs on" if security.authorizer else "",
+             f", {len(security.tenants)} tenant principal(s)" if security.tenants else "")
 
 
 class _AcceptErrors:
@@ -253,26 +256,25 @@ class _AcceptErrors:
             self.logged_at, self.count = now, 0
 
 
-async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: BrokerSettings, *, ready: asyncio.Event | None = None) -> None:
     asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
-    settings = SecuritySettings.from_config(config)
+    security, redis = settings.security, settings.redis
     embedded: EmbeddedRedis | None = None
-    url = config.get_str("redis.url")
-    print(f"korvet: using {redis_choice(config)}", file=sys.stderr, flush=True)
+    url = redis.url
+    print(f"korvet: using {redis_choice(settings)}", file=sys.stderr, flush=True)
     if url:
         try:
-            url = with_credentials(url, config.get_str("redis.username"),
-                                   config.get_str("redis.password"))
+            url = with_credentials(url, redis.username, redis.password)
         except ValueError as exc:  # a seed node that is no host:port
             raise StartupError(f"cannot use the Redis URL {masked(url)}: {exc}") from exc
     else:
         embedded = EmbeddedRedis(
-            data_dir=Path(config.get_str("data.dir")),
-            binary=config.get_str("redis.server-binary"),
-            appendfsync=config.get_str("redis.appendfsync"),
-            aof_rewrite_min_mb=config.get_int("redis.aof-rewrite-min-mb"),
-            stream_node_max_bytes=config.get_int("redis.stream-node-max-bytes"),
-            port=config.get_int("redis.embedded-port"),
+            data_dir=Path(settings.data.dir),
+            binary=redis.server_binary,
+            appendfsync=redis.appendfsync,
+            aof_rewrite_min_mb=redis.aof_rewrite_min_mb,
+            stream_node_max_bytes=redis.stream_node_max_bytes,
+            port=redis.embedded_port,
         )
         try:
             url = await asyncio.to_thread(embedded.start)
@@ -283,20 +285,19 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     broker: Broker | None = None
     http: HttpServer | None = None
     try:
-        client = await connect_redis(url, settings.redis if not embedded else None,
-                                     cluster=config.get_bool("redis.cluster"),
-                                     pool_size=config.get_int("redis.pool-size"),
-                                     pool_wait_ms=config.get_int("redis.pool-max-wait"))
-        broker = Broker(config, client, redis_url=url, security=settings)
+        client = await connect_redis(url, security.redis if not embedded else None,
+                                     cluster=redis.cluster, pool_size=redis.pool_size,
+                                     pool_wait_ms=redis.pool_max_wait)
+        broker = Broker(settings, client, redis_url=url)
         await _start_broker(broker)
-        listeners = _listeners(config, settings, broker)
-        ports = await _start_listeners(listeners, settings, broker)
-        broker.bound_port = ports[settings.listeners[0].name]
-        if config.get_bool("http.enabled"):
+        listeners = _listeners(settings, broker)
+        ports = await _start_listeners(listeners, security, broker)
+        broker.bound_port = ports[security.listeners[0].name]
+        if settings.http.enabled:
             serving = listeners
-            http = await _start_http(config, broker, lambda: all(one.serving for one in serving))
+            http = await _start_http(settings, broker, lambda: all(one.serving for one in serving))
         # Written last: once the files exist, the Kafka ports and the HTTP endpoint all answer.
-        _announce(config, settings, ports, url)
+        _announce(settings, ports, url)
         if ready is not None:
             ready.set()
         lost = await _wait_for_stop_signal(embedded)
@@ -324,8 +325,9 @@ async def _start_broker(broker: Broker) -> None:
     await broker.start()
 
 
-async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) -> HttpServer:
-    host = config.get_str("http.host") or config.get_str("broker.host")
+async def _start_http(settings: BrokerSettings, broker: Broker,
+                      live: Callable[[], bool]) -> HttpServer:
+    host = settings.http.host or settings.broker.host
     health = Health(broker.services, live)
     table = routes(health, Scraper(broker.services, broker.metrics, health), broker.metrics)
     post_table: dict[str, Route] = {}
@@ -335,16 +337,16 @@ async def _start_http(config: Config, broker: Broker, live: Callable[[], bool]) 
         clock_get, post_table = test_clock.routes(broker.test_clock,
                                                   broker.coordinator.run_due_timers)
         table = {**table, **clock_get}
-    server = HttpServer(table, host=host, port=config.get_int("http.port"),
+    server = HttpServer(table, host=host, port=settings.http.port,
                         post_routes=post_table)
     try:
         port = await server.start()
     except OSError as exc:
         raise StartupError(
-            f"cannot serve HTTP (probes and /metrics) on {host}:{config.get_int('http.port')}: "
+            f"cannot serve HTTP (probes and /metrics) on {host}:{settings.http.port}: "
             f"{exc.strerror or exc}; set http.port (--http-port, KORVET_HTTP_PORT; 0 picks a "
             "free port) or turn the endpoint off with --no-http-enabled") from exc
-    port_file = config.get_str("http.port-file")
+    port_file = settings.http.port_file
     if port_file:
         Path(port_file).write_text(f"{port}\n")
     log.info("HTTP endpoint on http://%s:%d (/health/liveness, /health/readiness, /metrics)",
@@ -391,15 +393,15 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def run(config: Config) -> int:
+def run(settings: BrokerSettings) -> int:
     tune_garbage_collector()
     logging.basicConfig(
-        level=config.get_str("log.level").upper(),
+        level=settings.log.level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(settings))
     except StartupError as exc:
         log.error("%s", exc)
         return 2

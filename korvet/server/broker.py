@@ -25,7 +25,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from korvet.config import Config
 from korvet.core import coordinator as core
 from korvet.core.api_keys import ApiKey
 from korvet.core.security import rules, sasl
@@ -33,7 +32,6 @@ from korvet.core.security.acl import ANONYMOUS
 from korvet.core.topic_declarations import exact_names
 from korvet.core.topics import TopicConfigError
 from korvet.protocol.registry import ApiRegistry, CloseConnection
-from korvet.security_config import SecuritySettings
 from korvet.server.api import Api, bind, declared_apis
 from korvet.server.authz import Guard
 from korvet.server.connection import Connection
@@ -45,6 +43,7 @@ from korvet.server.security import Security
 from korvet.server.services import Services, topic_defaults_for
 from korvet.server.test_clock import TestClock
 from korvet.server.tls import peer_principal
+from korvet.settings import BrokerSettings
 from korvet.storage.groups import GroupStore
 from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
 from korvet.storage.notifier import AppendNotifier
@@ -58,21 +57,21 @@ class Tenant:
     """One keyspace's broker: its services, coordinator, handlers and API registry."""
 
     def __init__(self, broker: Broker, keyspace: str) -> None:
-        config, client = broker.config, broker.redis
-        self.config = config
+        settings, client = broker.settings, broker.redis
+        self.settings = settings
         self.keyspace = keyspace
         store = RedisStore(client, keyspace,
-                           wait_replicas=config.get_int("redis.wait-replicas"),
-                           wait_timeout_ms=config.get_int("redis.wait-timeout-ms"))
-        cache = TopicCache(store, topic_defaults_for(config))
+                           wait_replicas=settings.redis.wait_replicas,
+                           wait_timeout_ms=settings.redis.wait_timeout_ms)
+        cache = TopicCache(store, topic_defaults_for(settings.topics))
         notifier = AppendNotifier(client, store.append_channel, store.topic_channel,
                                   lambda name: cache.invalidate(name or None),
                                   waiting_key=store.waiting_key)
-        self.services = Services(config=config, store=store, topics=cache, notifier=notifier,
-                                 bound_port=config.get_int("broker.port"),
+        self.services = Services(settings=settings, store=store, topics=cache, notifier=notifier,
+                                 bound_port=settings.broker.port,
                                  endpoints=broker.endpoints, metrics=broker.metrics)
-        event_log = config.get_str("groups.event-log")
-        if event_log and keyspace != config.get_str("redis.keyspace"):
+        event_log = settings.groups.event_log
+        if event_log and keyspace != settings.redis.keyspace:
             event_log = f"{event_log}.{keyspace}"
         # TEST ONLY (groups.test-clock): the coordinator's clock moves when a test says so;
         # one clock for the broker, read by every tenant's coordinator.
@@ -80,21 +79,21 @@ class Tenant:
         self.coordinator = GroupCoordinator(
             GroupStore(client, keyspace),
             core.Config(
-                min_session_timeout_ms=config.get_int("groups.min-session-timeout-ms"),
-                max_session_timeout_ms=config.get_int("groups.max-session-timeout-ms"),
-                initial_rebalance_delay_ms=config.get_int("groups.initial-rebalance-delay-ms"),
-                group_max_size=config.get_int("groups.max-size"),
+                min_session_timeout_ms=settings.groups.min_session_timeout_ms,
+                max_session_timeout_ms=settings.groups.max_session_timeout_ms,
+                initial_rebalance_delay_ms=settings.groups.initial_rebalance_delay_ms,
+                group_max_size=settings.groups.max_size,
             ),
             self.services.partition_ref,
             event_log=event_log,
             clock=self.test_clock,
             on_step=broker.metrics.coordinator_stepped,
-            clean_up_every_ms=config.get_int("groups.retention-check-interval-ms"),
-            offsets_retention_ms=config.get_int("groups.offsets-retention-ms"),
+            clean_up_every_ms=settings.groups.retention_check_interval_ms,
+            offsets_retention_ms=settings.groups.offsets_retention_ms,
         )
         self.services.coordinator = self.coordinator
         self.membership: Membership | None = None
-        if config.get_bool("cluster.multi-broker"):
+        if settings.cluster.multi_broker:
             self._share_redis(client)
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
@@ -120,13 +119,13 @@ class Tenant:
         a tenant's groups are leased in its own keyspace)."""
         self.membership = Membership(
             BrokerRegistry(client, self.keyspace), self._registry_entry,
-            self.config.get_int("cluster.broker-ttl-ms"))
+            self.settings.cluster.broker_ttl_ms)
         self.services.membership = self.membership
         leases = LeaseStore(self.coordinator.store)
         self.coordinator.leases = leases
         self.coordinator.ownership = Ownership(
-            leases, str(self.services.node_id), self.config.get_int("cluster.lease-ms"),
-            self.config.get_int("cluster.lease-margin-ms"), self.coordinator.adopt,
+            leases, str(self.services.node_id), self.settings.cluster.lease_ms,
+            self.settings.cluster.lease_margin_ms, self.coordinator.adopt,
             self.coordinator.forget,
             needed=lambda group: group in self.coordinator.state.groups)
 
@@ -156,7 +155,7 @@ class Tenant:
         """Topics declared by name (korvet.topics[N].name without '*') exist once the broker
         has started (in a tenant's keyspace once the tenant has started); an existing topic is
         left as it is."""
-        for name in exact_names(self.config.topics):
+        for name in exact_names(self.settings.topics.declarations):
             partitions = self.services.default_partitions(name)
             try:
                 outcome, _ = await self.services.create_topic(name, partitions, {})
@@ -182,22 +181,21 @@ class Tenant:
 
 
 class Broker:
-    def __init__(self, config: Config, client: aioredis.Redis, *, redis_url: str,
-                 security: SecuritySettings | None = None) -> None:
-        self.config = config
+    def __init__(self, settings: BrokerSettings, client: aioredis.Redis, *, redis_url: str) -> None:
+        self.settings = settings
         self.redis = client
         self.redis_url = redis_url
         self.metrics = BrokerMetrics()  # one for the broker: every tenant and listener reports here
-        self.test_clock = TestClock() if config.get_bool("groups.test-clock") else None
-        self.settings = security or SecuritySettings.from_config(config)
-        self.base_keyspace = config.get_str("redis.keyspace")
-        self.security = Security(self.settings, client, self.base_keyspace)
+        self.test_clock = TestClock() if settings.groups.test_clock else None
+        self.base_keyspace = settings.redis.keyspace
+        self.security = Security(settings.security, client, self.base_keyspace)
         # listener name -> (host, port) that Metadata advertises; filled once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
         self.default = Tenant(self, self.base_keyspace)
         self.tenants: dict[str, Tenant] = {self.base_keyspace: self.default}
         self._starting: dict[str, asyncio.Task[Tenant]] = {}
-        self._listener_protocols = {spec.name: spec.protocol for spec in self.settings.listeners}
+        self._listener_protocols = {spec.name: spec.protocol
+                                    for spec in settings.security.listeners}
 
     @property
     def services(self) -> Services:

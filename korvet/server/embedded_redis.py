@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from korvet.process import free_port
+from korvet.settings.values import STREAM_NODE_MAX_BYTES
 
 MIN_REDIS_MAJOR = 7
 
@@ -58,15 +59,6 @@ def _die_with_parent() -> None:
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
     os.setpgrp()  # a Ctrl-C in the terminal goes to the broker, which stops Redis in order
-
-
-# Redis keeps a stream as a tree of listpack nodes of at most stream-node-max-bytes (its
-# default 4096) and 100 entries each. An entry of a batches topic is a whole record batch (16
-# KiB and more), so at 4096 every entry took a node of its own: Redis' XADD of a 15 KiB batch
-# cost 9.2 µs against 7.1 in 1 MiB nodes, and the stream 5 % more memory (docs/performance.md).
-# A node can pass the limit by one entry, so the largest batch bounds it too.
-STREAM_NODE_MAX_BYTES = 1024 * 1024
-STREAM_NODE_MAX_BYTES_LIMIT = 1024 * 1024 * 1024  # ours: a bigger node only costs copies
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Several brokers on one Redis (``cluster.enabled``): the registry and group ownership.
+"""Several brokers on one Redis (``cluster.multi-broker``): the registry and group ownership.
 
 ``Membership`` heartbeats this broker's entry in the registry (every listener's
 advertised address) and keeps the list of live brokers that Metadata, DescribeCluster

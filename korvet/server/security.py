@@ -29,7 +29,7 @@ from korvet.core.security import sasl, scram
 from korvet.core.security.access import OPEN, Access
 from korvet.core.security.acl import AclSet
 from korvet.protocol.registry import CloseConnection
-from korvet.security_config import SecuritySettings
+from korvet.settings import SecuritySettings
 from korvet.storage.security import AclStore, CredentialStore
 
 log = logging.getLogger("korvet.security")

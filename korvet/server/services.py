@@ -15,11 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from korvet.config import Config
 from korvet.core import topics as topic_rules
 from korvet.core.topics import TopicInfo
 from korvet.protocol.registry import ApiRegistry, RequestContext
 from korvet.server.metrics import BrokerMetrics
+from korvet.settings import BrokerSettings
+from korvet.settings.typed import TopicsSection
 from korvet.storage.groups import PartitionRef
 from korvet.storage.notifier import AppendNotifier
 from korvet.storage.redis_store import CreateOutcome, RedisStore
@@ -42,7 +43,7 @@ def now_ms() -> int:
 
 @dataclass
 class Services:
-    config: Config
+    settings: BrokerSettings
     store: RedisStore
     topics: TopicCache
     notifier: AppendNotifier
@@ -88,23 +89,23 @@ class Services:
 
     @property
     def node_id(self) -> int:
-        return self.config.get_int("broker.id")
+        return self.settings.broker.id
 
     @property
     def cluster_id(self) -> str:
-        return self.config.get_str("broker.cluster-id")
+        return self.settings.broker.cluster_id
 
     @property
     def advertised_host(self) -> str:
-        host = self.config.get_str("broker.advertised-host")
+        host = self.settings.broker.advertised_host
         if host:
             return host
-        bound = self.config.get_str("broker.host")
+        bound = self.settings.broker.host
         return "127.0.0.1" if bound in ("0.0.0.0", "", "::") else bound
 
     @property
     def advertised_port(self) -> int:
-        return self.config.get_int("broker.advertised-port") or self.bound_port
+        return self.settings.broker.advertised_port or self.bound_port
 
     def endpoint(self, ctx: RequestContext) -> tuple[str, int]:
         """The address advertised to a client of the listener the request came in on."""
@@ -115,7 +116,7 @@ class Services:
 
     @property
     def rack(self) -> str | None:
-        return self.config.get_str("broker.rack") or None
+        return self.settings.broker.rack or None
 
     def now_ms(self) -> int:
         return now_ms()
@@ -134,16 +135,16 @@ class Services:
 
     def default_partitions(self, name: str) -> int:
         """Partitions of a topic created without a count: its declaration's, else the broker's."""
-        declared = self.config.declared(name).partitions
-        return declared if declared is not None else self.config.get_int("topics.default-partitions")
+        declared = self.settings.topics.declared(name).partitions
+        return declared if declared is not None else self.settings.topics.default_partitions
 
     def sequence_bits(self, name: str) -> str:
-        declared = self.config.declared(name).configs.get("korvet.sequence.bits")
-        return declared or str(self.config.get_int("topics.sequence-bits"))
+        declared = self.settings.topics.declared(name).configs.get("korvet.sequence.bits")
+        return declared or str(self.settings.topics.sequence_bits)
 
     def storage_format(self, name: str) -> str:
-        declared = self.config.declared(name).configs.get(topic_rules.STORAGE_FORMAT)
-        return declared or self.config.get_str("topics.storage-format")
+        declared = self.settings.topics.declared(name).configs.get(topic_rules.STORAGE_FORMAT)
+        return declared or self.settings.topics.storage_format
 
     def fixed_at_creation(self, name: str) -> dict[str, str]:
         """The settings stored with every new topic, from its declaration or the broker's
@@ -155,8 +156,8 @@ class Services:
     async def auto_create(self, name: str) -> TopicInfo | None:
         """Create a topic a client asked for, if auto-creation is on for it (its declaration's
         auto-create, else topics.auto-create) and the name is valid."""
-        declared = self.config.declared(name).auto_create
-        if not (declared if declared is not None else self.config.get_bool("topics.auto-create")):
+        declared = self.settings.topics.declared(name).auto_create
+        if not (declared if declared is not None else self.settings.topics.auto_create):
             return None
         topic_rules.validate_topic_name(name)
         try:
@@ -181,23 +182,23 @@ class Services:
         return result
 
 
-def topic_defaults_for(config: Config) -> Callable[[str], Mapping[str, str]]:
+def topic_defaults_for(topics: TopicsSection) -> Callable[[str], Mapping[str, str]]:
     """Broker-level config defaults of a topic: the broker settings, then what the topic
     declarations matching its name say (korvet.topics[N], core/topic_declarations.py)."""
-    base = topic_defaults(config)
-    if not config.topics:
+    base = topic_defaults(topics)
+    if not topics.declarations:
         return lambda name: base
 
     def defaults(name: str) -> Mapping[str, str]:
-        declared = config.declared(name).configs
+        declared = topics.declared(name).configs
         return {**base, **declared} if declared else base
     return defaults
 
 
-def topic_defaults(config: Config) -> dict[str, str]:
+def topic_defaults(topics: TopicsSection) -> dict[str, str]:
     """Broker-level defaults for topic configs (DescribeConfigs source 'broker')."""
     defaults = {
-        "retention.ms": str(config.get_int("topics.retention-ms")),
-        "message.timestamp.after.max.ms": str(config.get_int("topics.timestamp-after-max-ms")),
+        "retention.ms": str(topics.retention_ms),
+        "message.timestamp.after.max.ms": str(topics.timestamp_after_max_ms),
     }
     return {k: v for k, v in defaults.items() if v != topic_rules.CONFIGS[k].default}

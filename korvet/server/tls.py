@@ -15,7 +15,7 @@ from typing import Any
 
 from korvet.core.security.acl import ANONYMOUS
 from korvet.core.security.listeners import certificate_principal
-from korvet.security_config import RedisAuth, TlsFiles
+from korvet.settings.security import RedisAuth, TlsFiles
 
 
 class TlsError(RuntimeError):

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from korvet.config import load
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security import rules
@@ -33,6 +32,7 @@ from korvet.protocol.kbuild import make, response_type
 from korvet.server import api, app
 from korvet.server.connection import Connection
 from korvet.server.services import Services
+from korvet.settings import load
 from tests.support.wire import WireClient
 
 called: list[str] = []

@@ -8,13 +8,12 @@ import redis.asyncio as aioredis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from korvet.config import load
 from korvet.core.security import acl, rules
 from korvet.core.security.acl import AclBinding, AclFilter, AclSet, Operation, PatternType, Permission, Policy
 from korvet.core.security.acl import ResourceType as R
-from korvet.security_config import SecuritySettings
 from korvet.server.api import declared_apis
 from korvet.server.broker import Broker, unlisted_apis
+from korvet.settings import load
 from tests.support.examples import examples
 
 ALICE, BOB = "User:alice", "User:bob"
@@ -151,10 +150,9 @@ def test_authorized_operations_list_what_is_allowed() -> None:
 
 
 def test_every_api_the_broker_serves_has_an_authorization_rule_and_a_shape() -> None:
-    config = load(env={"KORVET_AUTHORIZER_ENABLED": "true"})
     client = aioredis.Redis(host="127.0.0.1", port=1)  # never connected: the registry only
-    broker = Broker(config, client, redis_url="redis://127.0.0.1:1",
-                    security=SecuritySettings.from_config(config))
+    broker = Broker(load(env={"KORVET_AUTHORIZER_ENABLED": "true"}), client,
+                    redis_url="redis://127.0.0.1:1")
     assert unlisted_apis(broker.registry) == []
     shapes = {api.key: api.shape for api in declared_apis()}
     for key, rule in rules.RULES.items():

@@ -55,35 +55,9 @@ def _doc(definition: rules.ConfigDef) -> str:
 
 def broker_configs(services: Services) -> list[tuple[str, str, str]]:
     """(name, value, documentation) of the broker's settings under Kafka's names."""
-    config = services.config
     return [
-        ("broker.id", str(services.node_id), "korvet serve --broker-id"),
-        ("auto.create.topics.enable", str(config.get_bool("topics.auto-create")).lower(),
-         "korvet serve --topics-auto-create"),
-        ("num.partitions", str(config.get_int("topics.default-partitions")),
-         "korvet serve --topics-default-partitions"),
-        ("log.retention.ms", str(config.get_int("topics.retention-ms")),
-         "korvet serve --topics-retention-ms"),
-        ("log.message.timestamp.after.max.ms", str(config.get_int("topics.timestamp-after-max-ms")),
-         "korvet serve --topics-timestamp-after-max-ms"),
+        *services.settings.kafka_configs(),
         ("message.max.bytes", rules.CONFIGS["max.message.bytes"].default, "default max.message.bytes"),
-        ("socket.request.max.bytes", str(config.get_int("broker.max-request-bytes")),
-         "korvet serve --broker-max-request-bytes"),
-        ("max.connections", str(config.get_int("broker.max-connections")),
-         "korvet serve --broker-max-connections"),
-        ("max.connections.per.ip", str(config.get_int("broker.max-connections-per-ip")),
-         "korvet serve --broker-max-connections-per-ip"),
-        ("connections.max.idle.ms", str(config.get_int("broker.connections-max-idle-ms")),
-         "korvet serve --broker-connections-max-idle-ms"),
-        ("max.incremental.fetch.session.cache.slots", str(config.get_int("fetch.max-sessions")),
-         "korvet serve --fetch-max-sessions"),
-        ("group.initial.rebalance.delay.ms", str(config.get_int("groups.initial-rebalance-delay-ms")),
-         "korvet serve --groups-initial-rebalance-delay-ms"),
-        ("group.min.session.timeout.ms", str(config.get_int("groups.min-session-timeout-ms")),
-         "korvet serve --groups-min-session-timeout-ms"),
-        ("group.max.session.timeout.ms", str(config.get_int("groups.max-session-timeout-ms")),
-         "korvet serve --groups-max-session-timeout-ms"),
-        ("group.max.size", str(config.get_int("groups.max-size")), "korvet serve --groups-max-size"),
         ("offsets.topic.replication.factor", "1", "one copy; Redis provides durability"),
         ("default.replication.factor", "1", "one copy; Redis provides durability"),
     ]

@@ -93,7 +93,7 @@ class FetchHandler:
         self.services = services
         self.estimates = rules.SizeEstimate()
         self.session_config = sessions.SessionConfig(
-            slots=services.config.get_int("fetch.max-sessions"))
+            slots=services.settings.fetch.max_sessions)
         self.sessions: dict[int, sessions.Session] = {}
         # Bumped when DeleteRecords moves a log start: read-ahead prepared before is not used.
         self.log_start_moves = 0

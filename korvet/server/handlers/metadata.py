@@ -132,7 +132,7 @@ async def _requested_topic(services: Services, access: Access, request: Metadata
         return topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
     known = await services.topics.get(name)
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
-    if known is None and allow_auto and services.config.get_bool("topics.auto-create"):
+    if known is None and allow_auto and services.settings.topics.auto_create:
         if not (access.cluster_allowed(Operation.CREATE)
                 or access.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
             return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)

@@ -93,7 +93,7 @@ class ProduceHandler:
         """One per tenant (``services.part(ProduceHandler)``)."""
         self.services = services
         # a batch's records may hold at most what one request may: socket.request.max.bytes
-        self.max_decompressed = services.config.get_int("broker.max-request-bytes")
+        self.max_decompressed = services.settings.broker.max_request_bytes
         self.metrics = services.metrics
         self._unanswered: set[asyncio.Future[PartitionOutcome]] = set()
 

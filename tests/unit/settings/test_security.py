@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from korvet import config
+from korvet import settings
 from korvet.core.errors import ErrorCode
 from korvet.core.security import credentials, scram
 from korvet.core.security.listeners import (
@@ -16,8 +16,8 @@ from korvet.core.security.listeners import (
     certificate_principal,
     parse_listeners,
 )
-from korvet.security_config import SecuritySettings
 from korvet.server.app import masked, with_credentials
+from korvet.settings import SecuritySettings
 
 
 def settings_of(env: dict[str, str] | None = None, yaml_text: str = "",
@@ -27,7 +27,7 @@ def settings_of(env: dict[str, str] | None = None, yaml_text: str = "",
         assert tmp_path is not None
         path = tmp_path / "korvet.yaml"
         path.write_text(yaml_text)
-    return SecuritySettings.from_config(config.load(yaml_path=path, env=env or {}))
+    return settings.load(yaml_path=path, env=env or {}).security
 
 
 def test_an_unconfigured_broker_has_one_open_plaintext_listener() -> None:
@@ -104,35 +104,35 @@ korvet:
     tenants: {{"User:CN=app,O=acme": acme}}
   super.users: User:admin
 """)
-    loaded = config.load(yaml_path=path, env={})
+    loaded = settings.load(yaml_path=path, env={})
     assert loaded.warnings == ()
-    s = SecuritySettings.from_config(loaded)
+    s = loaded.security
     assert [spec.protocol for spec in s.listeners] == [Protocol.SASL_SSL]
     assert s.sasl.mechanisms == ("SCRAM-SHA-512", "PLAIN")
     assert s.tenants == {"User:CN=app,O=acme": "acme"}
     assert s.policy.super_users == {"User:admin"}
     assert (s.redis.username, s.redis.password, s.redis.ca_file) == ("app", "s3cret", str(tmp_path / "c"))
-    assert loaded.source("broker.sasl.mechanisms") == f"{path} key korvet.broker.sasl.mechanisms"
+    assert loaded.raw.source("broker.sasl.mechanisms") == f"{path} key korvet.broker.sasl.mechanisms"
 
 
 def test_a_misspelt_security_key_is_a_warning_naming_the_setting_or_refused_when_strict(
         tmp_path: Path) -> None:
     path = tmp_path / "korvet.yaml"
     path.write_text("super.user: User:admin\n")
-    loaded = config.load(yaml_path=path, env={})
+    loaded = settings.load(yaml_path=path, env={})
     assert any("unknown setting 'super.user'" in w and "super.users" in w for w in loaded.warnings)
-    with pytest.raises(config.ConfigError, match=r"super\.user"):
-        config.load(yaml_path=path, env={"KORVET_CONFIG_STRICT": "true"})
+    with pytest.raises(settings.ConfigError, match=r"super\.user"):
+        settings.load(yaml_path=path, env={"KORVET_CONFIG_STRICT": "true"})
 
 
 def test_list_settings_from_flags() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
+    settings.add_arguments(parser)
     args = parser.parse_args(["--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
                               "--broker-sasl-mechanisms", "PLAIN"])
-    s = SecuritySettings.from_config(config.from_args(args))
+    s = settings.from_args(args).security
     assert [spec.protocol for spec in s.listeners] == [Protocol.PLAINTEXT, Protocol.SASL_PLAINTEXT]
     assert s.sasl.mechanisms == ("PLAIN",)
 
@@ -142,24 +142,24 @@ def test_kafkas_names_of_the_security_settings_are_variables_flags_and_yaml_keys
     import argparse
 
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
+    settings.add_arguments(parser)
     args = parser.parse_args(["--sasl-enabled-mechanisms", "PLAIN", "--connections-max-reauth-ms",
                               "1m", "--allow-everyone-if-no-acl-found"])
-    overrides = {s.name: getattr(args, s.attr, None) for s in config.SETTINGS}
-    from_flags = SecuritySettings.from_config(config.load(
-        overrides=overrides, env={"KORVET_SUPER_USERS": "User:admin;User:ops"}))
+    overrides = {s.name: getattr(args, s.attr, None) for s in settings.SETTINGS}
+    from_flags = settings.load(
+        overrides=overrides, env={"KORVET_SUPER_USERS": "User:admin;User:ops"}).security
     assert from_flags.sasl.mechanisms == ("PLAIN",)
     assert from_flags.sasl.max_reauth_ms == 60_000
     assert from_flags.policy.super_users == {"User:admin", "User:ops"}
     assert from_flags.policy.allow_everyone_if_no_acl_found
     path = tmp_path / "korvet.yaml"
     path.write_text("listeners: SASL_PLAINTEXT://127.0.0.1:0\nssl.client.auth: none\n")
-    loaded = config.load(yaml_path=path, env={})
+    loaded = settings.load(yaml_path=path, env={})
     assert loaded.warnings == ()
-    assert [spec.protocol for spec in SecuritySettings.from_config(loaded).listeners] == [
+    assert [spec.protocol for spec in loaded.security.listeners] == [
         Protocol.SASL_PLAINTEXT]
-    with pytest.raises(config.ConfigError, match="super"):  # both names, different values
-        config.load(env={"KORVET_SUPER_USERS": "User:a", "KORVET_AUTHORIZER_SUPER_USERS": "User:b"})
+    with pytest.raises(settings.ConfigError, match="super"):  # both names, different values
+        settings.load(env={"KORVET_SUPER_USERS": "User:a", "KORVET_AUTHORIZER_SUPER_USERS": "User:b"})
 
 
 @pytest.mark.parametrize(("env", "fragment"), [
@@ -175,18 +175,21 @@ def test_kafkas_names_of_the_security_settings_are_variables_flags_and_yaml_keys
     ({"KORVET_BROKER_CLIENT_AUTH": "sometimes"}, "client-auth"),
 ])
 def test_bad_settings_are_refused_with_their_name(env: dict[str, str], fragment: str) -> None:
-    with pytest.raises(config.ConfigError, match=fragment):
-        config.load(env=env)
+    with pytest.raises(settings.ConfigError, match=fragment):
+        settings.load(env=env)
 
 
 def test_secrets_are_not_shown() -> None:
-    shown = dict(config.describe(config.load(env={"KORVET_REDIS_PASSWORD": "hunter2",
-                                                  "KORVET_BROKER_KEY_PASSWORD": "hunter3"})))
+    shown = dict(settings.describe(settings.load(env={"KORVET_REDIS_PASSWORD": "hunter2",
+                                                      "KORVET_BROKER_KEY_PASSWORD": "hunter3"}).raw))
     assert shown["redis.password"] == "****"
     assert shown["broker.key-password"] == "****"
     url = with_credentials("rediss://h:1/0", "user", "hunter2")
     assert masked(url) == "rediss://user:****@h:1/0"
     assert "hunter2" not in repr(settings_of({"KORVET_REDIS_PASSWORD": "hunter2"}))
+    typed = settings.load(env={"KORVET_REDIS_URI": "redis://db:1/0", "KORVET_REDIS_PASSWORD": "hunter2",
+                               "KORVET_BROKER_KEY_PASSWORD": "hunter3"})
+    assert "hunter2" not in repr(typed) and "hunter3" not in repr(typed)
 
 
 def test_a_listener_string_and_its_errors() -> None:
@@ -234,7 +237,7 @@ def test_the_yaml_of_the_security_guide_is_accepted(tmp_path: Path, monkeypatch:
     """Every YAML block of docs/users/security.md loads as korvet serve would load it."""
     import re
 
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "users" / "security.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "users" / "security.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", guide, flags=re.S)
     assert len(blocks) >= 3
     monkeypatch.chdir(tmp_path)
@@ -244,4 +247,4 @@ def test_the_yaml_of_the_security_guide_is_accepted(tmp_path: Path, monkeypatch:
     for number, block in enumerate(blocks):
         path = tmp_path / f"block{number}.yaml"
         path.write_text(block)
-        SecuritySettings.from_config(config.load(yaml_path=path, env={}))
+        settings.load(yaml_path=path, env={})

@@ -1,10 +1,11 @@
 """The security settings of ``korvet serve``, parsed and checked: listeners, TLS files, SASL,
 the authorizer's policy, tenants, and the Redis connection's credentials.
 
-``SecuritySettings.from_config`` is run when the configuration is loaded (so a bad value
-is refused before anything starts, with the setting's name) and again by the broker.
-An unconfigured broker gets one PLAINTEXT listener on broker.host:broker.port, no SASL,
-no authorizer and no tenants: exactly the broker it was before these settings existed.
+``SecuritySettings.from_config`` is run once, when the settings are validated (validate.py),
+so a bad value is refused before anything starts, with the setting's name; the broker reads
+the parsed form, ``BrokerSettings.security``. An unconfigured broker gets one PLAINTEXT
+listener on broker.host:broker.port, no SASL, no authorizer and no tenants: exactly the
+broker it was before these settings existed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from korvet.core.security import sasl
 from korvet.core.security.acl import Policy
@@ -25,9 +25,7 @@ from korvet.core.security.listeners import (
     apply_client_auth,
     parse_listeners,
 )
-
-if TYPE_CHECKING:
-    from korvet.config import Config
+from korvet.settings.values import Config
 
 
 class SecuritySettingsError(ValueError):

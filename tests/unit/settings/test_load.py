@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from korvet import config
+from korvet import settings
 from tests.conftest import KORVET
 
 
@@ -15,12 +15,12 @@ def test_precedence_defaults_yaml_env_flags(tmp_path: Path) -> None:
     yaml_file = tmp_path / "korvet.yaml"
     yaml_file.write_text(
         "broker:\n  port: 19000\n  host: 0.0.0.0\ntopics:\n  default-partitions: 3\n")
-    loaded = config.load(yaml_path=yaml_file, env={"KORVET_BROKER_PORT": "19001"},
+    loaded = settings.load(yaml_path=yaml_file, env={"KORVET_BROKER_PORT": "19001"},
                          overrides={"broker.host": "127.0.0.2"})
-    assert loaded.get_int("broker.port") == 19001  # env beats YAML
-    assert loaded.get_str("broker.host") == "127.0.0.2"  # flag beats YAML
-    assert loaded.get_int("topics.default-partitions") == 3  # YAML beats default
-    assert loaded.get_str("redis.keyspace") == "korvet"  # default
+    assert loaded.raw.get_int("broker.port") == 19001  # env beats YAML
+    assert loaded.raw.get_str("broker.host") == "127.0.0.2"  # flag beats YAML
+    assert loaded.raw.get_int("topics.default-partitions") == 3  # YAML beats default
+    assert loaded.raw.get_str("redis.keyspace") == "korvet"  # default
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -32,55 +32,55 @@ def test_precedence_defaults_yaml_env_flags(tmp_path: Path) -> None:
      "topics.storage-format must be one of records, batches, got 'pages'"),
 ])
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
-    with pytest.raises(config.ConfigError, match=message):
-        config.load(env=env)
+    with pytest.raises(settings.ConfigError, match=message):
+        settings.load(env=env)
 
 
 def test_unknown_yaml_key_is_a_warning_naming_the_closest_and_strict_refuses_it(
         tmp_path: Path) -> None:
     yaml_file = tmp_path / "korvet.yaml"
     yaml_file.write_text("broker:\n  prot: 1\n")
-    loaded = config.load(yaml_path=yaml_file, env={})
+    loaded = settings.load(yaml_path=yaml_file, env={})
     assert any("unknown setting 'broker.prot'; did you mean broker.port?" in w
                for w in loaded.warnings), loaded.warnings
-    with pytest.raises(config.ConfigError, match=r"broker\.prot"):
-        config.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
+    with pytest.raises(settings.ConfigError, match=r"broker\.prot"):
+        settings.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
 
 
 def test_unknown_variable_is_a_warning_naming_the_closest_and_strict_refuses_it() -> None:
-    loaded = config.load(env={"KORVET_BROKER_PROT": "1", "KORVET_JAR_DIR": "/x"})
+    loaded = settings.load(env={"KORVET_BROKER_PROT": "1", "KORVET_JAR_DIR": "/x"})
     assert loaded.warnings == ("environment variable KORVET_BROKER_PROT: unknown setting; "
                                "did you mean KORVET_BROKER_PORT?",)  # tool variables are known
-    with pytest.raises(config.ConfigError, match="KORVET_BROKER_PROT"):
-        config.load(env={"KORVET_BROKER_PROT": "1", "KORVET_CONFIG_STRICT": "true"})
+    with pytest.raises(settings.ConfigError, match="KORVET_BROKER_PROT"):
+        settings.load(env={"KORVET_BROKER_PROT": "1", "KORVET_CONFIG_STRICT": "true"})
 
 
 def test_the_original_products_names_set_the_same_settings() -> None:
-    loaded = config.load(env={"KORVET_REDIS_URI": "redis://db:6379/0", "KORVET_NAMESPACE": "ns",
+    loaded = settings.load(env={"KORVET_REDIS_URI": "redis://db:6379/0", "KORVET_NAMESPACE": "ns",
                               "KORVET_REDIS_USERNAME": "app", "KORVET_REDIS_PASSWORD": "s3cret"})
-    assert loaded.get_str("redis.url") == "redis://db:6379/0"
-    assert loaded.source("redis.url") == "environment variable KORVET_REDIS_URI"
-    assert loaded.get_str("redis.keyspace") == "ns"
-    assert (loaded.get_str("redis.username"), loaded.get_str("redis.password")) == ("app", "s3cret")
-    assert dict(config.describe(loaded))["redis.password"] == "****"
-    assert config.load(env={"KORVET_REDIS_URL": "redis://a:1"}).get_str("redis.url") == "redis://a:1"
-    with pytest.raises(config.ConfigError, match="set twice, differently"):
-        config.load(env={"KORVET_REDIS_URL": "redis://a:1", "KORVET_REDIS_URI": "redis://b:2"})
-    flagged = config.load(env={"KORVET_REDIS_URI": "redis://db:6379/0"},
+    assert loaded.raw.get_str("redis.url") == "redis://db:6379/0"
+    assert loaded.raw.source("redis.url") == "environment variable KORVET_REDIS_URI"
+    assert loaded.raw.get_str("redis.keyspace") == "ns"
+    assert (loaded.raw.get_str("redis.username"), loaded.raw.get_str("redis.password")) == ("app", "s3cret")
+    assert dict(settings.describe(loaded.raw))["redis.password"] == "****"
+    assert settings.load(env={"KORVET_REDIS_URL": "redis://a:1"}).raw.get_str("redis.url") == "redis://a:1"
+    with pytest.raises(settings.ConfigError, match="set twice, differently"):
+        settings.load(env={"KORVET_REDIS_URL": "redis://a:1", "KORVET_REDIS_URI": "redis://b:2"})
+    flagged = settings.load(env={"KORVET_REDIS_URI": "redis://db:6379/0"},
                           overrides={"redis.url": "redis://other:1/0"})
-    assert flagged.source("redis.url") == "command-line flag --redis-url"
-    assert config.load(env={}).source("redis.url") == "default"
+    assert flagged.raw.source("redis.url") == "command-line flag --redis-url"
+    assert settings.load(env={}).raw.source("redis.url") == "default"
 
 
 def test_redis_cluster_needs_a_node_to_start_from(tmp_path: Path) -> None:
-    with pytest.raises(config.ConfigError, match=r"no redis\.url names a node of the cluster"):
-        config.load(env={"KORVET_REDIS_CLUSTER": "true"})
-    loaded = config.load(env={"KORVET_REDIS_CLUSTER": "true",
+    with pytest.raises(settings.ConfigError, match=r"no redis\.url names a node of the cluster"):
+        settings.load(env={"KORVET_REDIS_CLUSTER": "true"})
+    loaded = settings.load(env={"KORVET_REDIS_CLUSTER": "true",
                               "KORVET_REDIS_URI": "redis://10.0.0.1:7000"})
-    assert loaded.get_bool("redis.cluster")
+    assert loaded.raw.get_bool("redis.cluster")
     yaml_file = tmp_path / "application.yml"  # the original's layout: korvet.redis.cluster
     yaml_file.write_text("korvet:\n  redis:\n    uri: redis://h:7000\n    cluster: true\n")
-    assert config.load(yaml_path=yaml_file, env={}).get_bool("redis.cluster")
+    assert settings.load(yaml_path=yaml_file, env={}).raw.get_bool("redis.cluster")
 
 
 def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
@@ -98,26 +98,26 @@ def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
         "    - name: logs-*\n      retention-bytes: 1MB\n      auto-create: false\n"
         "    - name: logs-audit\n      partitions: 1\n      log-append-timestamp-header: true\n"
         "      configs:\n        max.message.bytes: '2097152'\n")
-    loaded = config.load(yaml_path=yaml_file, env={"KORVET_TOPICS_1_PARTITIONS": "8"})
-    assert loaded.get_int("broker.port") == 19092
-    assert loaded.get_int("http.port") == 18080  # Spring's server.port: the Actuator's
+    loaded = settings.load(yaml_path=yaml_file, env={"KORVET_TOPICS_1_PARTITIONS": "8"})
+    assert loaded.raw.get_int("broker.port") == 19092
+    assert loaded.raw.get_int("http.port") == 18080  # Spring's server.port: the Actuator's
     assert any("spring.application.name: not under korvet:, ignored" in w
                for w in loaded.warnings)
-    assert config.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
-    assert loaded.get_str("broker.advertised-host") == "kafka.example"  # relaxed binding
-    assert loaded.get_int("broker.max-request-bytes") == 10 * 1024 * 1024
-    assert loaded.source("redis.url") == f"{yaml_file} key korvet.redis.uri"
-    assert loaded.get_int("redis.pool-size") == 64  # the original's pool size applies
+    assert settings.load(yaml_path=yaml_file, env={}, overrides={"config.strict": True})
+    assert loaded.raw.get_str("broker.advertised-host") == "kafka.example"  # relaxed binding
+    assert loaded.raw.get_int("broker.max-request-bytes") == 10 * 1024 * 1024
+    assert loaded.raw.source("redis.url") == f"{yaml_file} key korvet.redis.uri"
+    assert loaded.raw.get_int("redis.pool-size") == 64  # the original's pool size applies
     assert any("redis.metadata-pool-size" in w and "no effect" in w for w in loaded.warnings)
-    audit = loaded.declared("logs-audit")
+    audit = loaded.topics.declared("logs-audit")
     assert audit.partitions == 1 and audit.auto_create is False
     assert audit.configs == {"retention.ms": "86400000", "retention.bytes": "1048576",
                              "log.append.timestamp.header": "true",
                              "max.message.bytes": "2097152"}
-    other_log = loaded.declared("logs-web")
+    other_log = loaded.topics.declared("logs-web")
     assert other_log.partitions == 8  # the environment overrides topics[1] field by field
-    assert loaded.declared("orders").partitions == 4
-    assert loaded.declared("orders").auto_create is True
+    assert loaded.topics.declared("orders").partitions == 4
+    assert loaded.topics.declared("orders").auto_create is True
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -127,8 +127,8 @@ def test_the_original_yaml_layout_with_declared_topics(tmp_path: Path) -> None:
     ({"KORVET_TOPICS_0_NAME": "x", "KORVET_TOPICS_0_COMPRESSION": "brotli"}, "must be one of"),
 ])
 def test_bad_topic_declarations_are_clear_errors(env: dict[str, str], message: str) -> None:
-    with pytest.raises(config.ConfigError, match=message):
-        config.load(env=env)
+    with pytest.raises(settings.ConfigError, match=message):
+        settings.load(env=env)
 
 
 def test_declarations_fold_most_specific_first() -> None:
@@ -151,7 +151,7 @@ def test_serve_help_documents_every_setting_with_its_default_and_variable() -> N
     text = subprocess.run([*KORVET, "serve", "--help"], capture_output=True, text=True,
                           check=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}).stdout
     flat = " ".join(text.split())
-    for setting in config.SETTINGS:
+    for setting in settings.SETTINGS:
         if setting.hidden:  # test-only settings stay out of --help
             assert setting.flag not in flat, setting.name
             continue
@@ -173,21 +173,21 @@ def test_serve_rejects_a_bad_setting_with_exit_code_2() -> None:
 def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Path) -> None:
     yaml_file = tmp_path / "korvet.yaml"
     yaml_file.write_text("socket.request.max.bytes: 2048\nmax:\n  connections: 50\n")
-    loaded = config.load(yaml_path=yaml_file, env={
+    loaded = settings.load(yaml_path=yaml_file, env={
         "KORVET_MAX_CONNECTIONS_PER_IP": "7", "KORVET_CONNECTIONS_MAX_IDLE_MS": "1234",
         "KORVET_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS": "3"})
-    assert loaded.get_int("broker.max-request-bytes") == 2048
-    assert loaded.get_int("broker.max-connections") == 50
-    assert loaded.get_int("broker.max-connections-per-ip") == 7
-    assert loaded.get_int("broker.connections-max-idle-ms") == 1234
-    assert loaded.get_int("fetch.max-sessions") == 3
+    assert loaded.raw.get_int("broker.max-request-bytes") == 2048
+    assert loaded.raw.get_int("broker.max-connections") == 50
+    assert loaded.raw.get_int("broker.max-connections-per-ip") == 7
+    assert loaded.raw.get_int("broker.connections-max-idle-ms") == 1234
+    assert loaded.raw.get_int("fetch.max-sessions") == 3
     # Both names set to different values is an error naming both (one setting, two names).
-    with pytest.raises(config.ConfigError, match="KORVET_SOCKET_REQUEST_MAX_BYTES"):
-        config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+    with pytest.raises(settings.ConfigError, match="KORVET_SOCKET_REQUEST_MAX_BYTES"):
+        settings.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
                          "KORVET_BROKER_MAX_REQUEST_BYTES": "8192"})
-    same = config.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
+    same = settings.load(env={"KORVET_SOCKET_REQUEST_MAX_BYTES": "4096",
                             "KORVET_BROKER_MAX_REQUEST_BYTES": "4096"})
-    assert same.get_int("broker.max-request-bytes") == 4096
+    assert same.raw.get_int("broker.max-request-bytes") == 4096
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -201,5 +201,5 @@ def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Pa
      "redis.stream-node-max-bytes must be within"),
 ])
 def test_bad_limits_are_clear_errors(env: dict[str, str], message: str) -> None:
-    with pytest.raises(config.ConfigError, match=message):
-        config.load(env=env)
+    with pytest.raises(settings.ConfigError, match=message):
+        settings.load(env=env)
