@@ -38,12 +38,13 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 from kio.static.primitive import i64_timedelta_max, i64_timedelta_min
 
-from korvet.conformance.messages import FieldShape, shapes
+from korvet.conformance.kafka.messages import FieldShape, shapes
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 JsonSchema = dict[str, Any]
 _MS = datetime.timedelta(milliseconds=1)
@@ -67,13 +68,11 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
 
 
 def api_name(api_key: int) -> str:
-    """Kafka's CamelCase name of an API (``JoinGroup``)."""
-    name = api_key_map.get(api_key)
-    if name is None:
+    """Kafka's name of an API (``JoinGroup``); ``api N`` for a key Kafka does not have."""
+    try:
+        return ApiKey(api_key).kafka_name
+    except ValueError:
         return f"api {api_key}"
-    special = {"list_offsets": "ListOffsets", "offset_for_leader_epoch": "OffsetForLeaderEpoch",
-               "init_producer_id": "InitProducerId", "describe_configs": "DescribeConfigs"}
-    return special.get(name, "".join(part.capitalize() for part in name.split("_")))
 
 
 @cache

@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from korvet.core.errors import ErrorCode
 
 NoneType = type(None)
 
@@ -108,7 +110,7 @@ def _scalar(shape: FieldShape, value: Any) -> Any:  # noqa: C901, PLR0912 -- one
             return None
         return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
     if kind == "error_code":
-        return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
     if kind == "uuid":
         return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     if kind in ("bytes", "records"):
@@ -187,6 +189,6 @@ def to_plain(value: Any) -> Any:
 def error_name(code: int) -> str:
     """``NAME (code)`` for an error code, as Kafka's Errors enum spells it."""
     try:
-        return f"{ErrorCode(code).name.upper()} ({code})"
+        return f"{ErrorCode(code).name} ({code})"
     except ValueError:
         return f"error {code}"
