@@ -5,7 +5,7 @@ kio generates one frozen dataclass per API version, with typed fields
 entity classes for arrays of structs). The suite describes requests once, as
 plain values, and builds them for whichever version it negotiated::
 
-    build_request(11, 5, group_id="g", session_timeout=10_000, member_id="",
+    build_request(ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout=10_000, member_id="",
                   protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}])
 
 Rules (the same ones turn a JSON document generated from ``schemas.py`` back into
@@ -14,7 +14,8 @@ bytes may be a list of ints, arrays are lists, nested structs are dicts. Keys th
 class has no field for are dropped (fields come and go between versions); a
 missing field falls back to its default, and a missing field without one raises.
 
-``to_plain`` goes the other way, for reports: a response becomes JSON-able data.
+``to_plain`` goes the other way, for reports: a response becomes JSON-able data;
+``error_name`` names an error code as Kafka does (``UNKNOWN_MEMBER_ID (25)``).
 """
 
 from __future__ import annotations

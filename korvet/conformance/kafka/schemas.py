@@ -17,14 +17,14 @@ bytes, records     array of 0..255 integers (nullable: or null)
 uuid               string matching the canonical uuid pattern
 timedelta_i32/64   integer milliseconds within the type's range
 datetime_i64       integer milliseconds since the epoch (nullable: or null)
-error_code         one of the codes kio knows
+error_code         one of Kafka's error codes (korvet.core.errors)
 struct             object with every field required (fields with a default are
                    optional), no other properties
 array              array (nullable: or null) of at most ``max_items`` items
 =================  ============================================================
 
 ``messages.build(cls, document)`` turns a document that validates into the kio
-request, so hypothesis-jsonschema can generate requests (``fuzz.py``). Schemas
+request, so hypothesis-jsonschema can generate requests (``modes/fuzz.py``). Schemas
 can be narrowed with ``narrow(schema, "topics.*.name", {...})`` where a field's
 values must stay harmless (no topic auto-creation on a shared broker, say).
 """

@@ -1,4 +1,4 @@
-"""Generated requests: Hypothesis strategies from the JSON Schemas of ``schemas.py``.
+"""Generated requests: Hypothesis strategies from the JSON Schemas of ``kafka/schemas.py``.
 
 ``request_strategy(schema)`` walks a request's JSON Schema. Leaves (integers with
 their type's range, strings, byte arrays, uuid patterns, enums, nulls) are handed
@@ -38,7 +38,7 @@ from korvet.core.errors import ErrorCode
 
 
 def request_strategy(schema: JsonSchema) -> st.SearchStrategy[Any]:
-    """A strategy for documents valid against ``schema`` (a ``schemas.py`` request schema)."""
+    """A strategy for documents valid against ``schema`` (a ``kafka/schemas.py`` request schema)."""
     if "anyOf" in schema:
         return st.one_of([request_strategy(arm) for arm in schema["anyOf"]])
     kind = schema.get("type")
