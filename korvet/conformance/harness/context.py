@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from enum import IntEnum
 from typing import Any, NoReturn
 
 from korvet.conformance.harness.outcomes import CheckFailed, CheckSkipped
@@ -180,7 +181,21 @@ def expect(condition: bool, message: str, **details: Any) -> None:
 
 def expect_eq(actual: Any, expected: Any, what: str) -> None:
     if actual != expected:
-        raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
+        raise CheckFailed(f"{what}: expected {_wire(expected)!r}, got {_wire(actual)!r}")
+
+
+def _wire(value: Any) -> Any:
+    """``value`` with Kafka's named codes (``ErrorCode``, ``ApiKey``, ACL codes) as the numbers the
+    broker sends, inside lists, tuples, sets and dicts too: a check names what it expects, the
+    broker answers numbers, and a failure shows both alike."""
+    if isinstance(value, IntEnum):
+        return int(value)
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(_wire(v) for v in value)
+    if kind is dict:
+        return {_wire(k): _wire(v) for k, v in value.items()}
+    return value
 
 
 def expect_error(actual: Any, expected: int | tuple[int, ...], what: str) -> None:

@@ -29,7 +29,8 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
 COORDINATOR_STARTING = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                   ErrorCode.COORDINATOR_NOT_AVAILABLE})
 # InitProducerId's answers that clients retry (CONCURRENT_TRANSACTIONS: the first call on a fresh
-# Kafka creates __transaction_state); after the last two they look the coordinator up again.
+# Kafka creates __transaction_state); after one of _COORDINATOR_MOVED they look the coordinator up
+# again.
 _INIT_PRODUCER_RETRIABLE = frozenset({*COORDINATOR_STARTING, ErrorCode.NOT_COORDINATOR,
                                       ErrorCode.CONCURRENT_TRANSACTIONS})
 _COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})

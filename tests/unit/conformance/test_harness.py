@@ -15,11 +15,12 @@ import pytest
 
 from korvet.conformance.harness import catalogue, pytest_plugin, registry, report, runner
 from korvet.conformance.harness.brokers import BrokerError
-from korvet.conformance.harness.context import CheckContext
+from korvet.conformance.harness.context import CheckContext, expect_eq
 from korvet.conformance.harness.outcomes import CheckFailed, CheckSkipped
 from korvet.conformance.harness.profile import KAFKA, ProfileError, load, parse
 from korvet.conformance.harness.registry import Check, load_checks
 from korvet.conformance.kafka.session import ApiTable, KafkaCallFailed
+from korvet.core.errors import ErrorCode
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -432,3 +433,17 @@ def test_the_pytest_entry_point_is_the_plugin() -> None:
     plugin = importlib.import_module(project["entry-points"]["pytest11"]["korvet_conformance"])
     assert plugin is pytest_plugin
     assert (ROOT / "korvet" / "conformance" / "test_checks.py").is_file()
+
+
+def test_a_failed_comparison_shows_named_codes_as_the_numbers_the_broker_sent() -> None:
+    """Checks name the codes they expect (ErrorCode, ApiKey); the broker answers numbers. A
+    failure shows both sides as numbers, as it did when checks wrote the numbers themselves."""
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq([0, 0], [ErrorCode.INVALID_REQUEST] * 2, "errors of the two bindings")
+    assert failed.value.message == "errors of the two bindings: expected [42, 42], got [0, 0]"
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq({"u": 0}, {"u": ErrorCode.UNACCEPTABLE_CREDENTIAL}, "error per user")
+    assert failed.value.message == "error per user: expected {'u': 93}, got {'u': 0}"
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq({("t", 0)}, {("t", ErrorCode.INVALID_FETCH_SIZE)}, "pairs")
+    assert failed.value.message == "pairs: expected {('t', 4)}, got {('t', 0)}"
