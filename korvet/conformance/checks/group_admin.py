@@ -92,7 +92,8 @@ def rebalance_states(ctx: CheckContext) -> None:
     expect_eq(states[-1], "PreparingRebalance", "state while the group waits for its member to re-join")
     member.send_join()
     results = [member.recv_join(), newcomer.recv_join()]
-    expect_eq([r.error for r in results], [0, 0], "JoinGroup errors of the member and the newcomer")
+    expect_eq([r.error for r in results], [ErrorCode.NONE] * 2,
+              "JoinGroup errors of the member and the newcomer")
     expect_eq(describe_group(ops, member.group).group_state, "CompletingRebalance", "state before SyncGroup")
     sync_all([member, newcomer])
     expect_eq(describe_group(ops, member.group).group_state, "Stable", "state after SyncGroup")
@@ -111,7 +112,7 @@ def simple_group_empty(ctx: CheckContext) -> None:
     described = describe_group(ops, group)
     observed = (int(described.error_code), described.group_state, described.protocol_type,
                 len(described.members))
-    expect_eq(observed, (0, "Empty", "", 0), "(error, state, protocol type, members)")
+    expect_eq(observed, (ErrorCode.NONE, "Empty", "", 0), "(error, state, protocol type, members)")
 
 
 @check("list_groups.lists_active_group", api=LIST, group_protocol=True,
@@ -173,7 +174,7 @@ def delete_empty(ctx: CheckContext) -> None:
     offset = ops.produce_ok(topic, 0, [Rec(b"x")])
     group = ctx.name("g")
     expect_error(commit_offset(ops, group, topic.name, 0, offset), ErrorCode.NONE, "OffsetCommit")
-    expect_eq(delete_groups(ops, [group]), {group: 0}, "DeleteGroups result")
+    expect_eq(delete_groups(ops, [group]), {group: ErrorCode.NONE}, "DeleteGroups result")
     expect_eq(committed(ops, group, topic.name, 0).offset, -1, "offset after the delete")
     if max(ops.apis.usable(ApiKey.DESCRIBE_GROUPS), default=0) >= 6:
         described = describe_group(ops, group, version=ops.v(ApiKey.DESCRIBE_GROUPS, lo=6))

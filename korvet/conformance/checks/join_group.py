@@ -265,7 +265,7 @@ def new_member(ctx: CheckContext) -> None:
                  "existing member's heartbeat during the rebalance")
     a.send_join()
     ra, rb = a.recv_join(), b.recv_join()
-    expect_eq((ra.error, rb.error), (0, 0), "JoinGroup errors")
+    expect_eq((ra.error, rb.error), (ErrorCode.NONE, ErrorCode.NONE), "JoinGroup errors")
     expect_eq((ra.generation, rb.generation), (generation + 1, generation + 1), "generations")
 
 

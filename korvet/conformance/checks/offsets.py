@@ -83,7 +83,8 @@ def any_retention(ctx: CheckContext) -> None:
     # duration Python's timedelta (which builds the request) holds.
     errors = commit_offsets(ops, group, {(topic, 0): offsets[2]}, version=version,
                             retention_ms=86_399_999_913_599_999)
-    expect_eq(errors, {(topic, 0): 0}, f"OffsetCommit v{version} with a 2.7-million-year retention")
+    expect_eq(errors, {(topic, 0): ErrorCode.NONE},
+              f"OffsetCommit v{version} with a 2.7-million-year retention")
     expect_eq(committed(ops, group, topic, 0).offset, offsets[2], "offset fetched")
 
 
@@ -270,8 +271,8 @@ def fetch_unknown_group(ctx: CheckContext) -> None:
     topic, _ = _topic_with_records(ops, 1, partitions=2)
     group_error, got = fetch_offsets(ops, ctx.name("g"), [(topic, 0), (topic, 1)])
     expect_error(group_error, ErrorCode.NONE, "OffsetFetch group error")
-    expect_eq(sorted((k[1], v.offset, v.error) for k, v in got.items()), [(0, -1, 0), (1, -1, 0)],
-              "(partition, offset, error)")
+    expect_eq(sorted((k[1], v.offset, v.error) for k, v in got.items()),
+              [(0, -1, ErrorCode.NONE), (1, -1, ErrorCode.NONE)], "(partition, offset, error)")
 
 
 @check("offset_fetch.all_partitions_with_null_topics", api=FETCH,

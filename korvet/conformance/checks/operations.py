@@ -51,7 +51,7 @@ def _five(ops: Ops) -> tuple[Topic, list[int]]:
 def delete_moves_start(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _five(ops)
-    expect_eq(_delete(ops, topic.name, [(0, offsets[2])]), [(0, offsets[2])],
+    expect_eq(_delete(ops, topic.name, [(0, offsets[2])]), [(ErrorCode.NONE, offsets[2])],
               "DeleteRecords (error, low watermark)")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), offsets[2], "ListOffsets EARLIEST afterwards")
     at = ops.fetch(topic, 0, offsets[2])
@@ -71,7 +71,7 @@ def delete_all(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, _ = _five(ops)
     end = ops.offset_of(topic, 0, LATEST)
-    expect_eq(_delete(ops, topic.name, [(0, -1)]), [(0, end)], "DeleteRecords -1")
+    expect_eq(_delete(ops, topic.name, [(0, -1)]), [(ErrorCode.NONE, end)], "DeleteRecords -1")
     expect_eq((ops.offset_of(topic, 0, EARLIEST), ops.offset_of(topic, 0, LATEST)), (end, end),
               "(EARLIEST, LATEST) afterwards")
     expect_eq(ops.fetch(topic, 0, end).records, [], "records left")
@@ -100,7 +100,7 @@ def delete_never_back(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _five(ops)
     _delete(ops, topic.name, [(0, offsets[3])])
-    expect_eq(_delete(ops, topic.name, [(0, offsets[1])]), [(0, offsets[3])],
+    expect_eq(_delete(ops, topic.name, [(0, offsets[1])]), [(ErrorCode.NONE, offsets[3])],
               "DeleteRecords below the log start")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), offsets[3], "EARLIEST afterwards")
 
@@ -121,7 +121,7 @@ def delete_compacted(ctx: CheckContext) -> None:
     expect_eq(ops.offset_of(topic, 0, EARLIEST), start, "EARLIEST afterwards")
     kept = ops.create_topic(configs={"cleanup.policy": ""})
     offsets = [ops.produce_ok(kept, 0, [Rec(v.encode(), key=b"k")]) for v in "abc"]
-    expect_eq(_delete(ops, kept.name, [(0, offsets[2])]), [(0, offsets[2])],
+    expect_eq(_delete(ops, kept.name, [(0, offsets[2])]), [(ErrorCode.NONE, offsets[2])],
               "DeleteRecords (error, low watermark) with an empty cleanup.policy")
 
 

@@ -40,8 +40,8 @@ def distributed(ctx: CheckContext) -> None:
     plan = {leader.member_id: b"for-the-leader", follower.member_id: b"for-the-follower"}
     follower.send_sync({})
     leader.send_sync(plan)
-    expect_eq(leader.recv_sync(), (0, b"for-the-leader"), "leader's SyncGroup answer")
-    expect_eq(follower.recv_sync(), (0, b"for-the-follower"), "follower's SyncGroup answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"for-the-leader"), "leader's SyncGroup answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b"for-the-follower"), "follower's SyncGroup answer")
 
 
 @check("sync_group.follower_waits_for_leader", api=API, group_protocol=True,
@@ -53,8 +53,8 @@ def follower_waits(ctx: CheckContext) -> None:
     follower.send_sync({})
     expect(not follower.conn.response_ready(1.0), "the follower's SyncGroup was answered before the leader's")
     leader.send_sync({leader.member_id: b"L", follower.member_id: b"F"})
-    expect_eq(leader.recv_sync(), (0, b"L"), "leader's answer")
-    expect_eq(follower.recv_sync(), (0, b"F"), "follower's answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"L"), "leader's answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b"F"), "follower's answer")
 
 
 @check("sync_group.missing_member_gets_empty_assignment", api=API, group_protocol=True,
@@ -64,8 +64,8 @@ def missing_member(ctx: CheckContext) -> None:
     leader, follower = _joined_pair(ctx)
     follower.send_sync({})
     leader.send_sync({leader.member_id: b"all-mine"})
-    expect_eq(leader.recv_sync(), (0, b"all-mine"), "leader's answer")
-    expect_eq(follower.recv_sync(), (0, b""), "left-out follower's answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"all-mine"), "leader's answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b""), "left-out follower's answer")
 
 
 @check("sync_group.stable_returns_current_assignment", api=API, group_protocol=True,
@@ -75,7 +75,7 @@ def missing_member(ctx: CheckContext) -> None:
 def stable_repeat(ctx: CheckContext) -> None:
     members = form_group(ctx, 2)
     for member in members:
-        expect_eq(member.sync({}), (0, member.member_id.encode()),
+        expect_eq(member.sync({}), (ErrorCode.NONE, member.member_id.encode()),
                   f"repeated SyncGroup of {member.client_id}")
 
 
@@ -170,7 +170,7 @@ def never_syncs(ctx: CheckContext) -> None:
     join_all(members)
     leader = next(m for m in members if m.member_id == m.leader)
     follower = next(m for m in members if m is not leader)
-    expect_eq(leader.sync({leader.member_id: b"L", follower.member_id: b"F"}), (0, b"L"),
+    expect_eq(leader.sync({leader.member_id: b"L", follower.member_id: b"F"}), (ErrorCode.NONE, b"L"),
               "leader's SyncGroup")
     deadline = time.monotonic() + 20
     code = 0

@@ -15,6 +15,7 @@ from korvet.conformance.kafka.messages import build_request
 from korvet.core import coordinator as core
 from korvet.core.api_keys import ApiKey
 from korvet.core.coordinator.queries import GroupDescription
+from korvet.core.errors import ErrorCode
 
 View = dict[str, Any]
 Wire = Callable[[str], str]  # the machine's member id -> the broker's
@@ -253,13 +254,13 @@ def expected_fetch(version: int, offsets: Sequence[tuple[core.TopicPartition,
     rows = []
     for tp, committed in offsets:
         row: list[Any] = [tp.topic, tp.partition, committed.offset if committed else -1,
-                          committed.metadata if committed else "", 0]
+                          committed.metadata if committed else "", int(ErrorCode.NONE)]
         if version >= 5:
             row.append(committed.leader_epoch if committed else -1)
         rows.append(row)
     view: View = {"partitions": sorted(rows)}
     if version >= 2:
-        view["error"] = 0
+        view["error"] = int(ErrorCode.NONE)
     return view
 
 
