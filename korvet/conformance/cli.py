@@ -1,4 +1,8 @@
-"""`korvet conformance`: run the conformance suite against any Kafka-compatible broker."""
+"""`korvet conformance`: run the conformance suite against any Kafka-compatible broker.
+
+The suite's top floor: it runs the checks through the harness, or, with ``--oracle``, the
+differential mode (korvet/conformance/__init__.py describes the floors).
+"""
 
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def add_parser(commands: Any) -> None:
 def _security_target(path: Path | None) -> Any:
     if path is None:
         return None
-    from korvet.conformance.checks.security import SecurityTarget
+    from korvet.conformance.harness.security import SecurityTarget
 
     try:
         return SecurityTarget.load(path)
@@ -81,8 +85,8 @@ def _patterns(values: list[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from korvet.conformance.profile import ProfileError, load
-    from korvet.conformance.registry import load_checks, select
+    from korvet.conformance.harness.profile import ProfileError, load
+    from korvet.conformance.harness.registry import load_checks, select
 
     console = Console()
     try:
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     checks = select(load_checks().values(), _patterns(args.only))
     if args.list and not args.oracle:
-        from korvet.conformance.catalogue import catalogue_table
+        from korvet.conformance.harness.catalogue import catalogue_table
 
         console.print(catalogue_table(checks))
         console.print(f"{len(checks)} checks")
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         broker = None
         if args.start:
-            from korvet.conformance.brokers import BrokerError, start_broker
+            from korvet.conformance.harness.brokers import BrokerError, start_broker
 
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="korvet-conformance-")))
             try:
@@ -133,9 +137,9 @@ def _differential(args: argparse.Namespace, console: Console, profile: Any, boot
                   broker: Any) -> int:
     import uuid
 
-    from korvet.conformance import differential
-    from korvet.conformance.registry import select
-    from korvet.conformance.wire import WireError
+    from korvet.conformance.harness.registry import select
+    from korvet.conformance.kafka.wire import WireError
+    from korvet.conformance.modes import differential
 
     try:
         if args.replay:
@@ -162,9 +166,9 @@ def _differential(args: argparse.Namespace, console: Console, profile: Any, boot
 
 def _run(args: argparse.Namespace, console: Console, checks: list[Any], profile: Any, bootstrap: str,  # noqa: C901, PLR0915 -- the run, its reports and verdict, in order
          broker: Any, title: str = "") -> int:
-    from korvet.conformance import report as reports
-    from korvet.conformance import runner
-    from korvet.conformance.wire import WireError
+    from korvet.conformance.harness import report as reports
+    from korvet.conformance.harness import runner
+    from korvet.conformance.kafka.wire import WireError
 
     security = _security_target(args.security)
     running: set[str] = set()

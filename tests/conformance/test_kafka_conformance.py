@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from korvet.conformance import differential, report, runner
-from korvet.conformance.profile import load
-from korvet.conformance.registry import load_checks, select
+from korvet.conformance.harness import report, runner
+from korvet.conformance.harness.profile import load
+from korvet.conformance.harness.registry import load_checks, select
+from korvet.conformance.modes import differential
 from korvet.jvm.kafka_server import KafkaServer
 from tests.conftest import ROOT, KorvetProcess
 

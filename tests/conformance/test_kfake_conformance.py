@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from korvet.conformance import report, runner
-from korvet.conformance.brokers import BrokerError, ProcessBroker, kfake_binary, kfake_command
-from korvet.conformance.checks.security import SecurityTarget
-from korvet.conformance.profile import load
-from korvet.conformance.registry import Check, load_checks
+from korvet.conformance.harness import report, runner
+from korvet.conformance.harness.brokers import BrokerError, ProcessBroker, kfake_binary, kfake_command
+from korvet.conformance.harness.profile import load
+from korvet.conformance.harness.registry import Check, load_checks
+from korvet.conformance.harness.security import SecurityTarget
 from korvet.devtools.certs import CertificateAuthority
 from korvet.process import free_port
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from korvet.conformance import report, runner
-from korvet.conformance.registry import load_checks, slow_first
+from korvet.conformance.harness import report, runner
+from korvet.conformance.harness.registry import load_checks, slow_first
 from tests.conftest import KorvetProcess
 
 pytestmark = [pytest.mark.slow]

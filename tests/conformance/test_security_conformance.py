@@ -20,9 +20,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-from korvet.conformance import report, runner
-from korvet.conformance.checks.security import SecurityTarget
-from korvet.conformance.registry import Check, load_checks
+from korvet.conformance.harness import report, runner
+from korvet.conformance.harness.registry import Check, load_checks
+from korvet.conformance.harness.security import SecurityTarget
 from korvet.devtools.certs import CertificateAuthority, Issued
 from korvet.jvm.kafka_server import KafkaSecurity, KafkaServer
 from tests.conftest import KORVET, ROOT, KorvetProcess

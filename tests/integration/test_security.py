@@ -36,7 +36,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from korvet.conformance.checks.security import TlsWireClient
+from korvet.conformance.kafka.wire import TlsWireClient
 from korvet.core.security import scram
 from korvet.devtools.certs import CertificateAuthority, Issued
 from korvet.jvm.java_clients import KafkaJavaTools

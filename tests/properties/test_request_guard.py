@@ -20,9 +20,9 @@ from kio.index import load_request_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 
-from korvet.conformance.fuzz import request_strategy
-from korvet.conformance.messages import build
-from korvet.conformance.schemas import kio_request_versions, request_schema
+from korvet.conformance.kafka.messages import build
+from korvet.conformance.kafka.schemas import kio_request_versions, request_schema
+from korvet.conformance.modes.fuzz import request_strategy
 from korvet.protocol import guard
 from korvet.protocol.framing import FrameError, parse_request
 from tests.support.examples import examples

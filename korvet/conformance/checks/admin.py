@@ -7,17 +7,12 @@ import time
 import uuid
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, wait_until
-from korvet.conformance.ops import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    DESCRIBE_CLUSTER,
-    DESCRIBE_CONFIGS,
-    INCREMENTAL_ALTER_CONFIGS,
-    Ops,
-)
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error, wait_until
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.ops import Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 CREATE = "CreateTopics (19)"
 DELETE = "DeleteTopics (20)"
@@ -26,9 +21,6 @@ CONFIGS = "DescribeConfigs (32) / IncrementalAlterConfigs (44)"
 CLUSTER = "DescribeCluster (60)"
 KIP4 = "KIP-4 (admin APIs)"
 
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC, TOPIC_ALREADY_EXISTS = 3, 17, 36
-INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_REQUEST = 37, 38, 40, 42
-UNKNOWN_TOPIC_ID = 100
 
 
 def _create_one(ops: Ops, spec: dict[str, Any], **kw: Any) -> Any:
@@ -43,7 +35,7 @@ def creates(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     name = ctx.name("t")
     result = _create_one(ops, {"name": name, "num_partitions": 4})
-    expect_error(result.error_code, 0, "CreateTopics")
+    expect_error(result.error_code, ErrorCode.NONE, "CreateTopics")
     meta = ops.wait_topic_ready(name, 4)
     expect_eq(len(meta.partitions), 4, "partitions of the created topic")
 
@@ -55,7 +47,7 @@ def already_exists(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=2)
     result = _create_one(ops, {"name": topic.name, "num_partitions": 5})
-    expect_error(result.error_code, TOPIC_ALREADY_EXISTS, "CreateTopics of an existing topic")
+    expect_error(result.error_code, ErrorCode.TOPIC_ALREADY_EXISTS, "CreateTopics of an existing topic")
     expect_eq(len(ops.topic_metadata(topic.name).partitions), 2, "partitions after the refused create")
 
 
@@ -72,7 +64,7 @@ def already_exists_first(ctx: CheckContext) -> None:
     for label, request in (("retention.ms=abc", {"configs": {"retention.ms": "abc"}}),
                            ("num_partitions=0", {"num_partitions": 0})):
         result = _create_one(ops, {"name": topic.name, **request})
-        expect_error(result.error_code, TOPIC_ALREADY_EXISTS,
+        expect_error(result.error_code, ErrorCode.TOPIC_ALREADY_EXISTS,
                      f"CreateTopics of an existing topic with {label}")
 
 
@@ -84,9 +76,9 @@ def validate_only(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     name = ctx.name("t")
     result = _create_one(ops, {"name": name, "num_partitions": 3}, validate_only=True)
-    expect_error(result.error_code, 0, "CreateTopics validate_only")
+    expect_error(result.error_code, ErrorCode.NONE, "CreateTopics validate_only")
     time.sleep(0.5)
-    expect_error(ops.topic_metadata(name).error_code, UNKNOWN_TOPIC_OR_PARTITION,
+    expect_error(ops.topic_metadata(name).error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  "Metadata after a validate-only create")
 
 
@@ -96,7 +88,7 @@ def validate_only(ctx: CheckContext) -> None:
               "invalid non-positive value'")
 def zero_partitions(ctx: CheckContext) -> None:
     result = _create_one(Ops(ctx), {"name": ctx.name("t"), "num_partitions": 0})
-    expect_error(result.error_code, INVALID_PARTITIONS, "CreateTopics with 0 partitions")
+    expect_error(result.error_code, ErrorCode.INVALID_PARTITIONS, "CreateTopics with 0 partitions")
 
 
 @check("create_topics.replication_factor_above_brokers", api=CREATE,
@@ -108,7 +100,7 @@ def replication_factor(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     brokers = len(ops.metadata([]).brokers)
     result = _create_one(ops, {"name": ctx.name("t"), "replication_factor": brokers + 1})
-    expect_error(result.error_code, INVALID_REPLICATION_FACTOR,
+    expect_error(result.error_code, ErrorCode.INVALID_REPLICATION_FACTOR,
                  f"CreateTopics with replication factor {brokers + 1} on {brokers} broker(s)")
 
 
@@ -120,7 +112,7 @@ def invalid_names(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     for name in ("", ".", "..", "x" * 250, f"has space{ctx.run_id}", f"slash/{ctx.run_id}"):
         result = _create_one(ops, {"name": name})
-        expect_error(result.error_code, INVALID_TOPIC, f"CreateTopics {name[:20]!r}")
+        expect_error(result.error_code, ErrorCode.INVALID_TOPIC_EXCEPTION, f"CreateTopics {name[:20]!r}")
 
 
 @check("create_topics.broker_defaults", api=CREATE,
@@ -129,10 +121,10 @@ def invalid_names(ctx: CheckContext) -> None:
        source="KIP-464 (defaults for CreateTopics); KIP-525 (v5 returns configs)")
 def broker_defaults(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(CREATE_TOPICS, lo=5)
+    version = ops.v(ApiKey.CREATE_TOPICS, lo=5)
     name = ctx.name("t")
     result = _create_one(ops, {"name": name, "num_partitions": -1, "replication_factor": -1}, version=version)
-    expect_error(result.error_code, 0, "CreateTopics with broker defaults")
+    expect_error(result.error_code, ErrorCode.NONE, "CreateTopics with broker defaults")
     partitions = int(result.num_partitions)
     expect(partitions >= 1, f"v{version} answered num_partitions {partitions}")
     expect(int(result.replication_factor) >= 1, "v5+ answered replication_factor < 1")
@@ -148,8 +140,9 @@ def bad_config(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     name = ctx.name("t")
     result = _create_one(ops, {"name": name, "configs": {"retention.ms": "abc"}})
-    expect_error(result.error_code, INVALID_CONFIG, "CreateTopics with retention.ms=abc")
-    expect_error(ops.topic_metadata(name).error_code, UNKNOWN_TOPIC_OR_PARTITION, "Metadata afterwards")
+    expect_error(result.error_code, ErrorCode.INVALID_CONFIG, "CreateTopics with retention.ms=abc")
+    expect_error(ops.topic_metadata(name).error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "Metadata afterwards")
 
 
 @check("create_topics.unknown_config_refused", api=CREATE,
@@ -158,7 +151,7 @@ def bad_config(ctx: CheckContext) -> None:
               "('Unknown topic config name')")
 def unknown_config(ctx: CheckContext) -> None:
     result = _create_one(Ops(ctx), {"name": ctx.name("t"), "configs": {"no.such.setting": "1"}})
-    expect_error(result.error_code, INVALID_CONFIG, "CreateTopics with an unknown config")
+    expect_error(result.error_code, ErrorCode.INVALID_CONFIG, "CreateTopics with an unknown config")
 
 
 @check("create_topics.duplicate_in_request_refused", api=CREATE,
@@ -171,9 +164,10 @@ def duplicate_in_request(ctx: CheckContext) -> None:
     response = ops.create_topics_raw([{"name": name}, {"name": name}])
     codes = [int(t.error_code) for t in response.topics]
     ctx.note("codes", codes)
-    expect(bool(codes) and all(c == INVALID_REQUEST for c in codes),
+    expect(bool(codes) and all(c == ErrorCode.INVALID_REQUEST for c in codes),
            f"expected INVALID_REQUEST (42) for the duplicated topic, got {codes}")
-    expect_error(ops.topic_metadata(name).error_code, UNKNOWN_TOPIC_OR_PARTITION, "Metadata afterwards")
+    expect_error(ops.topic_metadata(name).error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "Metadata afterwards")
 
 
 @check("create_topics.compact_policy_accepted", api=CREATE,
@@ -194,7 +188,7 @@ def configs_reported(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(configs={"retention.ms": "123456789"})
     result = ops.describe_topic_configs(topic.name, ["retention.ms"])
-    expect_error(result.error_code, 0, "DescribeConfigs")
+    expect_error(result.error_code, ErrorCode.NONE, "DescribeConfigs")
     entry = {c.name: c for c in result.configs}.get("retention.ms")
     expect(entry is not None, "DescribeConfigs does not list retention.ms")
     assert entry is not None
@@ -209,14 +203,14 @@ def configs_reported(ctx: CheckContext) -> None:
 def deletes(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
-    expect_error(ops.delete_topic(topic.name), 0, "DeleteTopics")
+    expect_error(ops.delete_topic(topic.name), ErrorCode.NONE, "DeleteTopics")
     deadline = time.monotonic() + 20
     while True:
         result = _create_one(ops, {"name": topic.name})
         code = int(result.error_code)
-        if code == 0:
+        if code == ErrorCode.NONE:
             break
-        if code != TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+        if code != ErrorCode.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
             raise CheckFailed(f"re-creating a deleted topic answered {code}")
         time.sleep(0.2)
 
@@ -225,7 +219,7 @@ def deletes(ctx: CheckContext) -> None:
        asserts="DeleteTopics for a missing topic answers UNKNOWN_TOPIC_OR_PARTITION (3).",
        source=f"{KIP4}; Errors.UNKNOWN_TOPIC_OR_PARTITION")
 def delete_unknown(ctx: CheckContext) -> None:
-    expect_error(Ops(ctx).delete_topic(ctx.name("missing")), UNKNOWN_TOPIC_OR_PARTITION,
+    expect_error(Ops(ctx).delete_topic(ctx.name("missing")), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  "DeleteTopics of a missing topic")
 
 
@@ -235,18 +229,20 @@ def delete_unknown(ctx: CheckContext) -> None:
        source="KIP-516 (topic ids in DeleteTopics v6)")
 def delete_by_id(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(DELETE_TOPICS, lo=6)
+    version = ops.v(ApiKey.DELETE_TOPICS, lo=6)
     topic = ops.create_topic()
     tid = ops.topic_id_of(topic.name)
-    response = ops.call(DELETE_TOPICS, version, topics=[{"name": None, "topic_id": tid}], timeout=30_000)
-    expect_error(response.responses[0].error_code, 0, "DeleteTopics by id")
-    missing = ops.call(DELETE_TOPICS, version, topics=[{"name": None, "topic_id": uuid.uuid4()}],
+    response = ops.call(ApiKey.DELETE_TOPICS, version, topics=[{"name": None, "topic_id": tid}],
+                        timeout=30_000)
+    expect_error(response.responses[0].error_code, ErrorCode.NONE, "DeleteTopics by id")
+    missing = ops.call(ApiKey.DELETE_TOPICS, version, topics=[{"name": None, "topic_id": uuid.uuid4()}],
                        timeout=30_000)
-    expect_error(missing.responses[0].error_code, UNKNOWN_TOPIC_ID, "DeleteTopics of an unknown id")
+    expect_error(missing.responses[0].error_code, ErrorCode.UNKNOWN_TOPIC_ID, "DeleteTopics of an unknown id")
 
 
 def _create_partitions(ops: Ops, name: str, count: int, validate_only: bool = False) -> int:
-    response = ops.call(CREATE_PARTITIONS, None, topics=[{"name": name, "count": count, "assignments": None}],
+    response = ops.call(ApiKey.CREATE_PARTITIONS, None,
+                        topics=[{"name": name, "count": count, "assignments": None}],
                         timeout=30_000, validate_only=validate_only)
     return int(response.results[0].error_code)
 
@@ -258,7 +254,7 @@ def _create_partitions(ops: Ops, name: str, count: int, validate_only: bool = Fa
 def increase(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=1)
-    expect_error(_create_partitions(ops, topic.name, 3), 0, "CreatePartitions to 3")
+    expect_error(_create_partitions(ops, topic.name, 3), ErrorCode.NONE, "CreatePartitions to 3")
     ops.wait_topic_ready(topic.name, 3)
 
 
@@ -268,7 +264,8 @@ def increase(ctx: CheckContext) -> None:
 def decrease(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=3)
-    expect_error(_create_partitions(ops, topic.name, 2), INVALID_PARTITIONS, "CreatePartitions 3 -> 2")
+    expect_error(_create_partitions(ops, topic.name, 2), ErrorCode.INVALID_PARTITIONS,
+                 "CreatePartitions 3 -> 2")
     expect_eq(len(ops.topic_metadata(topic.name).partitions), 3, "partitions afterwards")
 
 
@@ -276,7 +273,7 @@ def decrease(ctx: CheckContext) -> None:
        asserts="CreatePartitions for a missing topic answers UNKNOWN_TOPIC_OR_PARTITION (3).",
        source="KIP-195; Errors.UNKNOWN_TOPIC_OR_PARTITION")
 def partitions_unknown(ctx: CheckContext) -> None:
-    expect_error(_create_partitions(Ops(ctx), ctx.name("missing"), 2), UNKNOWN_TOPIC_OR_PARTITION,
+    expect_error(_create_partitions(Ops(ctx), ctx.name("missing"), 2), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  "CreatePartitions of a missing topic")
 
 
@@ -286,7 +283,7 @@ def partitions_unknown(ctx: CheckContext) -> None:
 def partitions_validate_only(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=1)
-    expect_error(_create_partitions(ops, topic.name, 4, validate_only=True), 0,
+    expect_error(_create_partitions(ops, topic.name, 4, validate_only=True), ErrorCode.NONE,
                  "validate-only CreatePartitions")
     time.sleep(0.5)
     expect_eq(len(ops.topic_metadata(topic.name).partitions), 1, "partitions after a validate-only call")
@@ -300,7 +297,7 @@ def topic_defaults(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     result = ops.describe_topic_configs(topic.name, None)
-    expect_error(result.error_code, 0, "DescribeConfigs")
+    expect_error(result.error_code, ErrorCode.NONE, "DescribeConfigs")
     values = {c.name: c.value for c in result.configs}
     for key in ("retention.ms", "cleanup.policy", "max.message.bytes"):
         expect(values.get(key) not in (None, ""), f"DescribeConfigs has no value for {key}")
@@ -312,7 +309,8 @@ def topic_defaults(ctx: CheckContext) -> None:
        source="KIP-133; Kafka ConfigHelper.describeConfigs")
 def describe_unknown(ctx: CheckContext) -> None:
     result = Ops(ctx).describe_topic_configs(ctx.name("missing"), None)
-    expect_error(result.error_code, UNKNOWN_TOPIC_OR_PARTITION, "DescribeConfigs of a missing topic")
+    expect_error(result.error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "DescribeConfigs of a missing topic")
 
 
 @check("describe_configs.invalid_topic_names", api=CONFIGS,
@@ -323,7 +321,8 @@ def describe_invalid_name(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     for name in ("", "..", "no spaces allowed"):
         result = ops.describe_topic_configs(name, None)
-        expect_error(result.error_code, INVALID_TOPIC, f"DescribeConfigs of topic {name!r}")
+        expect_error(result.error_code, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                     f"DescribeConfigs of topic {name!r}")
 
 
 @check("describe_configs.unknown_resource_type_fails_request", api=CONFIGS,
@@ -334,17 +333,18 @@ def describe_invalid_name(ctx: CheckContext) -> None:
 def describe_unknown_type(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     for unknown in (0, 99):
-        response = ops.call(DESCRIBE_CONFIGS, None, include_synonyms=False, include_documentation=False,
+        response = ops.call(ApiKey.DESCRIBE_CONFIGS, None, include_synonyms=False,
+                            include_documentation=False,
                             resources=[{"resource_type": 4, "resource_name": "", "configuration_keys": None},
                                        {"resource_type": unknown, "resource_name": "x",
                                         "configuration_keys": None}])
-        expect_eq([int(r.error_code) for r in response.results], [INVALID_REQUEST] * 2,
+        expect_eq([int(r.error_code) for r in response.results], [ErrorCode.INVALID_REQUEST] * 2,
                   f"DescribeConfigs of the broker and of resource type {unknown}: error codes")
 
 
 def _incremental(ops: Ops, name: str, key: str, value: str | None, op: int = 0,
                  validate_only: bool = False) -> int:
-    response = ops.call(INCREMENTAL_ALTER_CONFIGS, None, validate_only=validate_only, resources=[
+    response = ops.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, None, validate_only=validate_only, resources=[
         {"resource_type": 2, "resource_name": name,
          "configs": [{"name": key, "config_operation": op, "value": value}]}])
     return int(response.responses[0].error_code)
@@ -358,11 +358,12 @@ def set_and_delete(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     default = ops.topic_config(topic.name, "retention.ms")
-    expect_error(_incremental(ops, topic.name, "retention.ms", "7777777"), 0, "SET retention.ms")
+    expect_error(_incremental(ops, topic.name, "retention.ms", "7777777"), ErrorCode.NONE, "SET retention.ms")
     # The change is committed by the controller and reaches the broker's cache shortly after.
     wait_until(lambda: ops.topic_config(topic.name, "retention.ms") == "7777777", 10,
                "DescribeConfigs showing retention.ms=7777777 after SET")
-    expect_error(_incremental(ops, topic.name, "retention.ms", None, op=1), 0, "DELETE retention.ms")
+    expect_error(_incremental(ops, topic.name, "retention.ms", None, op=1), ErrorCode.NONE,
+                 "DELETE retention.ms")
     wait_until(lambda: ops.topic_config(topic.name, "retention.ms") == default, 10,
                f"DescribeConfigs showing the default retention.ms={default} after DELETE")
 
@@ -375,7 +376,7 @@ def invalid_value(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     before = ops.topic_config(topic.name, "retention.ms")
-    expect_error(_incremental(ops, topic.name, "retention.ms", "soon"), INVALID_CONFIG,
+    expect_error(_incremental(ops, topic.name, "retention.ms", "soon"), ErrorCode.INVALID_CONFIG,
                  "SET retention.ms=soon")
     expect_eq(ops.topic_config(topic.name, "retention.ms"), before, "retention.ms afterwards")
 
@@ -385,10 +386,10 @@ def invalid_value(ctx: CheckContext) -> None:
        source="KIP-700 (DescribeCluster)")
 def describe_cluster(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    response = ops.call(DESCRIBE_CLUSTER, None, include_cluster_authorized_operations=False,
+    response = ops.call(ApiKey.DESCRIBE_CLUSTER, None, include_cluster_authorized_operations=False,
                         endpoint_type=1, include_fenced_brokers=False)
-    expect_error(response.error_code, 0, "DescribeCluster")
-    meta = ops.metadata([], version=ops.v(3, lo=2))
+    expect_error(response.error_code, ErrorCode.NONE, "DescribeCluster")
+    meta = ops.metadata([], version=ops.v(ApiKey.METADATA, lo=2))
     expect_eq(response.cluster_id, meta.cluster_id, "cluster id (DescribeCluster vs Metadata)")
     ours = sorted((int(b.broker_id), b.host, int(b.port)) for b in response.brokers)
     theirs = sorted((int(b.node_id), b.host, int(b.port)) for b in meta.brokers)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import struct
 
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from korvet.conformance.context import CheckContext, expect, expect_error
-from korvet.conformance.messages import build_request
-from korvet.conformance.ops import API_VERSIONS
-from korvet.conformance.registry import check
+from korvet.conformance.harness.context import CheckContext, expect, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import build_request
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "ApiVersions (18)"
 GUIDE = "Kafka protocol guide, 'Retrieving Supported API versions'"
@@ -27,8 +27,8 @@ CORE_APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
        source=f"{GUIDE}; ApiVersionsResponse.json")
 def lists_core_apis(ctx: CheckContext) -> None:
     with ctx.client() as conn:
-        response = conn.call(build_request(API_VERSIONS, 0))
-    expect_error(response.error_code, 0, "ApiVersions v0 error")
+        response = conn.call(build_request(ApiKey.API_VERSIONS, 0))
+    expect_error(response.error_code, ErrorCode.NONE, "ApiVersions v0 error")
     listed = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
     missing = [f"{name} ({key})" for key, name in CORE_APIS.items() if key not in listed]
     ctx.note("listed_keys", sorted(listed))
@@ -44,12 +44,12 @@ def lists_core_apis(ctx: CheckContext) -> None:
        source=f"{GUIDE}; KIP-511")
 def every_version_answers(ctx: CheckContext) -> None:
     tables = {}
-    for version in ctx.apis.versions(API_VERSIONS):
+    for version in ctx.apis.versions(ApiKey.API_VERSIONS):
         with ctx.client() as conn:
-            response = conn.call(build_request(API_VERSIONS, version,
+            response = conn.call(build_request(ApiKey.API_VERSIONS, version,
                                                client_software_name="korvet-conformance",
                                                client_software_version="1.0"))
-        expect_error(response.error_code, 0, f"ApiVersions v{version} error")
+        expect_error(response.error_code, ErrorCode.NONE, f"ApiVersions v{version} error")
         tables[version] = sorted((int(k.api_key), int(k.min_version), int(k.max_version))
                                  for k in response.api_keys)
     ctx.note("versions", sorted(tables))
@@ -61,11 +61,11 @@ def every_version_answers(ctx: CheckContext) -> None:
 
 def _api_versions_frame(version: int, correlation: int) -> bytes:
     """An ApiVersions request labelled ``version``, with a v3 (flexible) body and header v2."""
-    body = build_request(API_VERSIONS, 3, client_software_name="korvet-conformance",
+    body = build_request(ApiKey.API_VERSIONS, 3, client_software_name="korvet-conformance",
                          client_software_version="1.0")
     buffer = io.BytesIO()
     client_id = b"korvet-conformance"
-    buffer.write(struct.pack(">hhih", API_VERSIONS, version, correlation, len(client_id)) + client_id)
+    buffer.write(struct.pack(">hhih", ApiKey.API_VERSIONS, version, correlation, len(client_id)) + client_id)
     buffer.write(b"\x00")  # header v2: no tagged fields
     entity_writer(type(body))(buffer, body)
     payload = buffer.getvalue()
@@ -80,16 +80,16 @@ def _api_versions_frame(version: int, correlation: int) -> bytes:
 def unsupported_version(ctx: CheckContext) -> None:
     conn = ctx.client()
     correlation = conn.allocate_correlation_id()
-    conn.send_frame(_api_versions_frame(127, correlation), api_key=API_VERSIONS, version=0,
+    conn.send_frame(_api_versions_frame(127, correlation), api_key=ApiKey.API_VERSIONS, version=0,
                     correlation_id=correlation)
     response = conn.receive()
-    expect_error(response.error_code, int(ErrorCode.unsupported_version), "ApiVersions v127 error")
+    expect_error(response.error_code, ErrorCode.UNSUPPORTED_VERSION, "ApiVersions v127 error")
     keys = {int(k.api_key) for k in response.api_keys}
     ctx.note("keys_listed", len(keys))
-    expect(API_VERSIONS in keys, "the UNSUPPORTED_VERSION answer does not list ApiVersions itself")
+    expect(ApiKey.API_VERSIONS in keys, "the UNSUPPORTED_VERSION answer does not list ApiVersions itself")
     # The connection stays usable: the client retries with a version from the list.
-    retry = conn.call(build_request(API_VERSIONS, 0))
-    expect_error(retry.error_code, 0, "ApiVersions v0 retry on the same connection")
+    retry = conn.call(build_request(ApiKey.API_VERSIONS, 0))
+    expect_error(retry.error_code, ErrorCode.NONE, "ApiVersions v0 retry on the same connection")
 
 
 @check("api_versions.v3.client_software_name_accepted", api=API,
@@ -97,8 +97,9 @@ def unsupported_version(ctx: CheckContext) -> None:
                "'.', '-' answers NONE (librdkafka and the Java client send these).",
        source="KIP-511; ApiVersionsRequest.isValid")
 def client_software(ctx: CheckContext) -> None:
-    version = ctx.apis.pick(API_VERSIONS, 3)
+    version = ctx.apis.pick(ApiKey.API_VERSIONS, 3)
     with ctx.client() as conn:
-        response = conn.call(build_request(API_VERSIONS, version, client_software_name="apache-kafka-java",
+        response = conn.call(build_request(ApiKey.API_VERSIONS, version,
+                                           client_software_name="apache-kafka-java",
                                            client_software_version="4.3.1"))
-    expect_error(response.error_code, 0, f"ApiVersions v{version} error")
+    expect_error(response.error_code, ErrorCode.NONE, f"ApiVersions v{version} error")

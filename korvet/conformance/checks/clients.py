@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, wait_until
-from korvet.conformance.drivers import (
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, wait_until
+from korvet.conformance.harness.drivers import (
     confluent_config,
     confluent_consumer,
     confluent_poll,
@@ -21,10 +21,11 @@ from korvet.conformance.drivers import (
     kcat,
     run_async,
 )
-from korvet.conformance.groups import committed, describe_group
-from korvet.conformance.ops import Ops
-from korvet.conformance.records import Rec, now_ms
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import committed, describe_group
+from korvet.conformance.kafka.ops import Ops
+from korvet.conformance.kafka.records import Rec, now_ms
 
 API = "Clients"
 LIBRDKAFKA = "librdkafka (confluent-kafka 2.16) against the Kafka protocol"
@@ -362,7 +363,7 @@ def java_perf(ctx: CheckContext) -> None:
     result = tools.producer_performance(topic.name, num_records=2000, record_size=100,
                                         properties={"acks": "all", "linger.ms": "5"})
     expect_eq(result.records, 2000, "records the perf tool reports sent")
-    from korvet.conformance.ops import EARLIEST
+    from korvet.conformance.kafka.ops import EARLIEST
 
     records = ops.read_all(topic, 0, ops.offset_of(topic, 0, EARLIEST), max_rounds=200)
     expect_eq(len(records), 2000, "records read back")

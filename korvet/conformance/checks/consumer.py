@@ -5,18 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect, expect_eq
-from korvet.conformance.drivers import (
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq
+from korvet.conformance.harness.drivers import (
     confluent_consumer,
     confluent_poll,
     java_tools,
     kafka_python_consumer,
     kafka_python_poll,
 )
-from korvet.conformance.groups import committed
-from korvet.conformance.ops import LATEST, Ops
-from korvet.conformance.records import Rec
-from korvet.conformance.registry import check
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import committed
+from korvet.conformance.kafka.ops import LATEST, Ops
+from korvet.conformance.kafka.records import Rec
 
 API = "Consumer (real clients)"
 SEED = "Seed 004 (KafkaConsumer keeps its position in SubscriptionState; a failed commit does not move it)"
@@ -180,7 +180,7 @@ def group_tool(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic(ops, 10)
     group = ctx.name("g")
-    from korvet.conformance.groups import commit_offset
+    from korvet.conformance.kafka.groups import commit_offset
 
     commit_offset(ops, group, topic, 0, offsets[4])
     rows = [r for r in tools.describe_group(group) if r.topic == topic]
@@ -200,7 +200,7 @@ def lag(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic(ops, 10)
     group = ctx.name("g")
-    from korvet.conformance.groups import commit_offset
+    from korvet.conformance.kafka.groups import commit_offset
 
     commit_offset(ops, group, topic, 0, offsets[4])
     rows = [r for r in tools.describe_group(group) if r.topic == topic]

@@ -6,15 +6,16 @@ import threading
 import time
 import uuid
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, wait_until
-from korvet.conformance.ops import EARLIEST, FETCH, LATEST, METADATA, Ops, Topic, fetch_result
-from korvet.conformance.records import Rec
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error, wait_until
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.ops import EARLIEST, LATEST, Ops, Topic, fetch_result
+from korvet.conformance.kafka.records import Rec
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "Fetch (1)"
 JSON = "FetchRequest.json / FetchResponse.json"
-OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 1, 3
-FETCH_SESSION_ID_NOT_FOUND, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_ID = 70, 75, 100
 
 
 def _topic_with(ops: Ops, values: list[str], partitions: int = 1) -> tuple[Topic, list[int]]:
@@ -31,7 +32,7 @@ def returns_records(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["a", "b", "c"])
     result = ops.fetch(topic, 0, offsets[0])
-    expect_error(result.error, 0, "Fetch")
+    expect_error(result.error, ErrorCode.NONE, "Fetch")
     expect_eq(result.values, [b"a", b"b", b"c"], "fetched values")
     expect_eq(result.offsets, offsets, "fetched offsets vs produce answers")
     expect_eq(result.high_watermark, offsets[-1] + 1, "high watermark")
@@ -44,7 +45,7 @@ def returns_records(ctx: CheckContext) -> None:
 def log_start(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["a", "b"])
-    result = ops.fetch(topic, 0, offsets[0], version=ops.v(FETCH, lo=5))
+    result = ops.fetch(topic, 0, offsets[0], version=ops.v(ApiKey.FETCH, lo=5))
     expect(result.log_start_offset <= offsets[0],
            f"log start offset {result.log_start_offset} is after the first record {offsets[0]}")
     expect_eq(result.log_start_offset, ops.offset_of(topic, 0, EARLIEST), "log start vs EARLIEST")
@@ -77,7 +78,7 @@ def waits(ctx: CheckContext) -> None:
     result = ops.fetch(topic, 0, end, max_wait_ms=800, min_bytes=1)
     elapsed = time.monotonic() - started
     ctx.note("elapsed_ms", round(elapsed * 1000))
-    expect_error(result.error, 0, "Fetch at the end of the log")
+    expect_error(result.error, ErrorCode.NONE, "Fetch at the end of the log")
     expect_eq(result.records, [], "records from an empty long poll")
     expect(elapsed >= 0.7, f"answered after {elapsed * 1000:.0f} ms, before max_wait 800 ms")
 
@@ -124,7 +125,7 @@ def min_bytes_zero(ctx: CheckContext) -> None:
     started = time.monotonic()
     result = ops.fetch(topic, 0, end, max_wait_ms=10_000, min_bytes=0)
     elapsed = time.monotonic() - started
-    expect_error(result.error, 0, "Fetch")
+    expect_error(result.error, ErrorCode.NONE, "Fetch")
     expect(elapsed < 5, f"answered after {elapsed:.1f} s with min_bytes=0")
 
 
@@ -137,7 +138,7 @@ def beyond_end(ctx: CheckContext) -> None:
     hw = offsets[-1] + 1
     for offset in (hw + 1, hw + 1_000_000):
         result = ops.fetch(topic, 0, offset)
-        expect_error(result.error, OFFSET_OUT_OF_RANGE, f"Fetch at high watermark + {offset - hw}")
+        expect_error(result.error, ErrorCode.OFFSET_OUT_OF_RANGE, f"Fetch at high watermark + {offset - hw}")
 
 
 @check("fetch.negative_offset_out_of_range", api=API,
@@ -147,7 +148,7 @@ def negative_offset(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, _ = _topic_with(ops, ["a"])
     result = ops.fetch(topic, 0, -5)
-    expect_error(result.error, OFFSET_OUT_OF_RANGE, "Fetch at offset -5")
+    expect_error(result.error, ErrorCode.OFFSET_OUT_OF_RANGE, "Fetch at offset -5")
 
 
 @check("fetch.at_high_watermark_empty", api=API,
@@ -158,7 +159,7 @@ def at_hwm(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["a", "b"])
     result = ops.fetch(topic, 0, offsets[-1] + 1)
-    expect_error(result.error, 0, "Fetch at the high watermark")
+    expect_error(result.error, ErrorCode.NONE, "Fetch at the high watermark")
     expect_eq(result.records, [], "records at the high watermark")
 
 
@@ -171,7 +172,7 @@ def empty_topic(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     earliest = ops.offset_of(topic, 0, EARLIEST)
     result = ops.fetch(topic, 0, earliest)
-    expect_error(result.error, 0, "Fetch at EARLIEST of an empty partition")
+    expect_error(result.error, ErrorCode.NONE, "Fetch at EARLIEST of an empty partition")
     expect_eq(result.records, [], "records of an empty partition")
 
 
@@ -181,12 +182,12 @@ def empty_topic(ctx: CheckContext) -> None:
        source="Kafka ReplicaManager.readFromLog / KafkaApis.handleFetchRequest")
 def unknown_topic(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(FETCH, hi=12)
+    version = ops.v(ApiKey.FETCH, hi=12)
     result = ops.fetch(ctx.name("missing"), 0, 0, version=version)
-    expect_error(result.error, UNKNOWN_TOPIC_OR_PARTITION, f"Fetch v{version} of a missing topic")
+    expect_error(result.error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Fetch v{version} of a missing topic")
     topic = ops.create_topic()
     result = ops.fetch(topic, 7, 0, version=version)
-    expect_error(result.error, UNKNOWN_TOPIC_OR_PARTITION, "Fetch of partition 7")
+    expect_error(result.error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Fetch of partition 7")
 
 
 @check("fetch.topic_id.unknown_id", api=API,
@@ -194,10 +195,10 @@ def unknown_topic(ctx: CheckContext) -> None:
        source="KIP-516 (topic ids in Fetch v13)")
 def unknown_topic_id(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(FETCH, lo=13)
+    version = ops.v(ApiKey.FETCH, lo=13)
     ghost = Topic(ctx.name("ghost"), 1, uuid.uuid4())
     result = ops.fetch(ghost, 0, 0, version=version)
-    expect_error(result.error, UNKNOWN_TOPIC_ID, f"Fetch v{version} of an unknown topic id")
+    expect_error(result.error, ErrorCode.UNKNOWN_TOPIC_ID, f"Fetch v{version} of an unknown topic id")
 
 
 @check("fetch.every_version_reads", api=API,
@@ -207,11 +208,11 @@ def unknown_topic_id(ctx: CheckContext) -> None:
 def every_version(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["x", "y"])
-    versions = ctx.apis.versions(FETCH)
+    versions = ctx.apis.versions(ApiKey.FETCH)
     ctx.note("versions", versions)
     for version in versions:
         result = ops.fetch(topic, 0, offsets[0], version=version)
-        expect_error(result.error, 0, f"Fetch v{version}")
+        expect_error(result.error, ErrorCode.NONE, f"Fetch v{version}")
         expect_eq(result.values, [b"x", b"y"], f"Fetch v{version} values")
 
 
@@ -299,7 +300,7 @@ def next_after_last(ctx: CheckContext) -> None:
                "consumer reading across the gap skips the marker.",
        source="KIP-98 (control records occupy offsets); Jepsen 'offsets may be sparse'")
 def transaction_marker_gap(ctx: CheckContext) -> None:
-    from korvet.conformance.drivers import confluent_transaction
+    from korvet.conformance.harness.drivers import confluent_transaction
 
     ops = Ops(ctx)
     topic = ops.create_topic()
@@ -323,7 +324,7 @@ def transaction_marker_gap(ctx: CheckContext) -> None:
                "marker batch follows them; read_uncommitted lists no aborted transactions.",
        source="KIP-98 (isolation levels, aborted transaction index; FetchResponse AbortedTransactions)")
 def lists_aborted(ctx: CheckContext) -> None:
-    from korvet.conformance.drivers import confluent_transaction
+    from korvet.conformance.harness.drivers import confluent_transaction
 
     ops = Ops(ctx)
     topic = ops.create_topic()
@@ -367,7 +368,7 @@ def sessionless(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["s"])
     result = ops.fetch(topic, 0, offsets[0], session_id=0, session_epoch=-1,
-                       version=ops.v(FETCH, lo=7))
+                       version=ops.v(ApiKey.FETCH, lo=7))
     expect_eq(result.session_id, 0, "session id of a sessionless fetch")
     expect_eq(result.values, [b"s"], "records")
 
@@ -379,7 +380,7 @@ def sessionless(ctx: CheckContext) -> None:
        source="KIP-227 (incremental fetch requests)")
 def incremental(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(FETCH, lo=7)
+    version = ops.v(ApiKey.FETCH, lo=7)
     topic = ops.create_topic()
     end = ops.offset_of(topic, 0, LATEST)
     _, results = ops.fetch_many([(topic, 0, end)], session_id=0, session_epoch=0, version=version)
@@ -390,7 +391,7 @@ def incremental(ctx: CheckContext) -> None:
     ops.produce_ok(topic, 0, [Rec(b"incremental")])
     request = ops.fetch_request([], session_id=session, session_epoch=1, version=version)
     response = ops.conn.call(request)
-    expect_error(response.error_code, 0, "incremental fetch")
+    expect_error(response.error_code, ErrorCode.NONE, "incremental fetch")
     values = [r.value for t in response.responses for p in t.partitions
               for r in fetch_result(response, p).records]
     expect_eq(values, [b"incremental"], "records from the incremental fetch")
@@ -402,9 +403,11 @@ def incremental(ctx: CheckContext) -> None:
        source="KIP-227; FetchSessionCache / Errors.FETCH_SESSION_ID_NOT_FOUND")
 def unknown_session(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    request = ops.fetch_request([], session_id=123_456_789, session_epoch=1, version=ops.v(FETCH, lo=7))
+    request = ops.fetch_request([], session_id=123_456_789, session_epoch=1,
+                                version=ops.v(ApiKey.FETCH, lo=7))
     response = ops.conn.call(request)
-    expect_error(response.error_code, FETCH_SESSION_ID_NOT_FOUND, "incremental fetch of an unknown session")
+    expect_error(response.error_code, ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                 "incremental fetch of an unknown session")
 
 
 @check("fetch.leader_epoch.future_epoch_refused", api=API,
@@ -414,14 +417,14 @@ def unknown_session(ctx: CheckContext) -> None:
 def future_epoch(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["e"])
-    meta = ops.topic_metadata(topic.name, version=ops.v(METADATA, lo=7))
+    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
     epoch = int(meta.partitions[0].leader_epoch)
     ctx.note("leader_epoch", epoch)
     result = ops.fetch(topic, 0, offsets[0], current_leader_epoch=epoch + 5,
-                       version=ops.v(FETCH, lo=9))
-    expect_error(result.error, UNKNOWN_LEADER_EPOCH, f"Fetch with current_leader_epoch {epoch + 5}")
-    ok = ops.fetch(topic, 0, offsets[0], current_leader_epoch=epoch, version=ops.v(FETCH, lo=9))
-    expect_error(ok.error, 0, f"Fetch with the current leader epoch {epoch}")
+                       version=ops.v(ApiKey.FETCH, lo=9))
+    expect_error(result.error, ErrorCode.UNKNOWN_LEADER_EPOCH, f"Fetch with current_leader_epoch {epoch + 5}")
+    ok = ops.fetch(topic, 0, offsets[0], current_leader_epoch=epoch, version=ops.v(ApiKey.FETCH, lo=9))
+    expect_error(ok.error, ErrorCode.NONE, f"Fetch with the current leader epoch {epoch}")
 
 
 @check("fetch.position_from_empty_partition_reads_first_record", api=API,
@@ -439,6 +442,7 @@ def position_from_empty(ctx: CheckContext) -> None:
     ops.produce_values(topic, 0, ["first", "second"])
     for name, position in (("EARLIEST", earliest), ("LATEST", latest)):
         result = ops.fetch(topic, 0, position)
-        expect_error(result.error, 0, f"Fetch at the {name} offset taken while the partition was empty")
+        expect_error(result.error, ErrorCode.NONE,
+                     f"Fetch at the {name} offset taken while the partition was empty")
         expect_eq([r.value for r in result.records if r.offset >= position][:1], [b"first"],
                   f"first record fetched from the empty partition's {name}")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import struct
 
-from korvet.conformance.context import CheckContext, expect, expect_error
-from korvet.conformance.messages import build_request
-from korvet.conformance.ops import API_VERSIONS, METADATA, Ops
-from korvet.conformance.registry import check
-from korvet.conformance.wire import ConnectionClosed, WireClient
+from korvet.conformance.harness.context import CheckContext, expect, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.ops import Ops
+from korvet.conformance.kafka.wire import ConnectionClosed, WireClient
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "Connection"
 GUIDE = "Kafka protocol guide, 'Network' and 'Protocol Primitives'"
@@ -16,8 +18,8 @@ GUIDE = "Kafka protocol guide, 'Network' and 'Protocol Primitives'"
 
 def _still_serving(ctx: CheckContext) -> None:
     with ctx.client() as fresh:
-        response = fresh.call(build_request(API_VERSIONS, 0))
-    expect_error(response.error_code, 0, "ApiVersions on a new connection afterwards")
+        response = fresh.call(build_request(ApiKey.API_VERSIONS, 0))
+    expect_error(response.error_code, ErrorCode.NONE, "ApiVersions on a new connection afterwards")
 
 
 @check("connection.pipelined_requests_answered_in_order", api=API,
@@ -28,10 +30,10 @@ def _still_serving(ctx: CheckContext) -> None:
 def pipelined(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     conn = ctx.client()
-    meta_version = ops.v(METADATA)
+    meta_version = ops.v(ApiKey.METADATA)
     for i in range(6):
         if i % 2:
-            conn.send(build_request(API_VERSIONS, 0))
+            conn.send(build_request(ApiKey.API_VERSIONS, 0))
         else:
             conn.send(ops_metadata_request(meta_version))
     for i in range(6):
@@ -41,7 +43,7 @@ def pipelined(ctx: CheckContext) -> None:
 
 
 def ops_metadata_request(version: int) -> object:
-    return build_request(METADATA, version, topics=[], allow_auto_topic_creation=False,
+    return build_request(ApiKey.METADATA, version, topics=[], allow_auto_topic_creation=False,
                          include_cluster_authorized_operations=False,
                          include_topic_authorized_operations=False)
 
@@ -51,8 +53,8 @@ def ops_metadata_request(version: int) -> object:
        source=f"{GUIDE}: RequestHeader client_id is a NULLABLE_STRING")
 def null_client_id(ctx: CheckContext) -> None:
     conn = ctx.client(client_id=None)
-    response = conn.call(build_request(API_VERSIONS, 0))
-    expect_error(response.error_code, 0, "ApiVersions with a null client id")
+    response = conn.call(build_request(ApiKey.API_VERSIONS, 0))
+    expect_error(response.error_code, ErrorCode.NONE, "ApiVersions with a null client id")
 
 
 @check("connection.unknown_api_key_closes_connection", api=API,
@@ -76,7 +78,7 @@ def unknown_api_key(ctx: CheckContext) -> None:
               "InvalidRequestException -> connection closed; KIP-511 for the ApiVersions exception")
 def unsupported_version(ctx: CheckContext) -> None:
     conn = ctx.client()
-    header = struct.pack(">hhih", METADATA, 999, 7, 4) + b"test" + b"\x00"
+    header = struct.pack(">hhih", ApiKey.METADATA, 999, 7, 4) + b"test" + b"\x00"
     body = b"\x01\x00\x00"  # a few bytes; the broker must not get as far as reading them
     conn.send_bytes(struct.pack(">i", len(header) + len(body)) + header + body)
     expect(conn.wait_closed(10.0), "the broker kept the connection open after Metadata v999")
@@ -112,12 +114,12 @@ def truncated(ctx: CheckContext) -> None:
                "large ones.",
        source=f"{GUIDE}: 'correlation_id ... is passed back in the response'")
 def correlation_echo(ctx: CheckContext) -> None:
-    from korvet.conformance.wire import encode_request
+    from korvet.conformance.kafka.wire import encode_request
 
     conn = ctx.client()
     for correlation in (-5, 2**31 - 1, 0):
-        frame = encode_request(build_request(API_VERSIONS, 0), correlation)
-        conn.send_frame(frame, api_key=API_VERSIONS, version=0, correlation_id=correlation)
+        frame = encode_request(build_request(ApiKey.API_VERSIONS, 0), correlation)
+        conn.send_frame(frame, api_key=ApiKey.API_VERSIONS, version=0, correlation_id=correlation)
         try:
             conn.receive()
         except ConnectionClosed as exc:
@@ -131,15 +133,15 @@ def correlation_echo(ctx: CheckContext) -> None:
        source="Kafka RequestContext.parseRequest (reads the schema's fields, no end-of-frame check); "
               "observed from librdkafka 2.16 list_topics()")
 def trailing_bytes(ctx: CheckContext) -> None:
-    from korvet.conformance.wire import encode_request
+    from korvet.conformance.kafka.wire import encode_request
 
     ops = Ops(ctx)
-    version = ops.v(METADATA)
+    version = ops.v(ApiKey.METADATA)
     conn = ctx.client()
     correlation = conn.allocate_correlation_id()
     frame = encode_request(ops_metadata_request(version), correlation)
     padded = frame + b"\x01\x00\x00"
     padded = struct.pack(">i", len(padded) - 4) + padded[4:]
-    conn.send_frame(padded, api_key=METADATA, version=version, correlation_id=correlation)
+    conn.send_frame(padded, api_key=ApiKey.METADATA, version=version, correlation_id=correlation)
     response = conn.receive()
     expect(hasattr(response, "brokers"), "the answer is not a Metadata response")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.groups import (
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import (
     Member,
     commit_offset,
     commit_offsets,
@@ -16,15 +17,15 @@ from korvet.conformance.groups import (
     list_groups,
     sync_all,
 )
-from korvet.conformance.ops import DESCRIBE_GROUPS, LIST_GROUPS, Ops
-from korvet.conformance.records import Rec
-from korvet.conformance.registry import check
+from korvet.conformance.kafka.ops import Ops
+from korvet.conformance.kafka.records import Rec
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 DESCRIBE = "DescribeGroups (15)"
 LIST = "ListGroups (16)"
 DELETE = "DeleteGroups (42)"
 COORD = "Kafka group coordinator (ClassicGroup.describe / GroupMetadataManager.listGroups / deleteGroups)"
-NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 68, 69
 
 
 @check("describe_groups.stable_group_details", api=DESCRIBE, group_protocol=True,
@@ -36,7 +37,7 @@ def stable_details(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     members = form_group(ctx, 2, ops=ops)
     group = describe_group(ops, members[0].group)
-    expect_error(group.error_code, 0, "DescribeGroups")
+    expect_error(group.error_code, ErrorCode.NONE, "DescribeGroups")
     expect_eq((group.group_state, group.protocol_type, group.protocol_data), ("Stable", "consumer", "range"),
               "(state, protocol type, protocol)")
     described = {m.member_id: m for m in group.members}
@@ -54,8 +55,8 @@ def stable_details(ctx: CheckContext) -> None:
        source="KIP-1043 / DescribeGroups v6 (GROUP_ID_NOT_FOUND for unknown groups)")
 def absent_v6(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    group = describe_group(ops, ctx.name("g"), version=ops.v(DESCRIBE_GROUPS, lo=6))
-    expect_error(group.error_code, GROUP_ID_NOT_FOUND, "DescribeGroups v6 of an absent group")
+    group = describe_group(ops, ctx.name("g"), version=ops.v(ApiKey.DESCRIBE_GROUPS, lo=6))
+    expect_error(group.error_code, ErrorCode.GROUP_ID_NOT_FOUND, "DescribeGroups v6 of an absent group")
 
 
 @check("describe_groups.absent_group_before_v6", api=DESCRIBE, group_protocol=True,
@@ -64,8 +65,8 @@ def absent_v6(ctx: CheckContext) -> None:
        source="DescribeGroupsResponse.json (before v6 unknown groups are described as Dead)")
 def absent_before_v6(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    group = describe_group(ops, ctx.name("g"), version=ops.v(DESCRIBE_GROUPS, hi=5))
-    expect_error(group.error_code, 0, "DescribeGroups v5 of an absent group")
+    group = describe_group(ops, ctx.name("g"), version=ops.v(ApiKey.DESCRIBE_GROUPS, hi=5))
+    expect_error(group.error_code, ErrorCode.NONE, "DescribeGroups v5 of an absent group")
     expect_eq((group.group_state, len(group.members)), ("Dead", 0), "(state, members)")
 
 
@@ -91,7 +92,8 @@ def rebalance_states(ctx: CheckContext) -> None:
     expect_eq(states[-1], "PreparingRebalance", "state while the group waits for its member to re-join")
     member.send_join()
     results = [member.recv_join(), newcomer.recv_join()]
-    expect_eq([r.error for r in results], [0, 0], "JoinGroup errors of the member and the newcomer")
+    expect_eq([r.error for r in results], [ErrorCode.NONE] * 2,
+              "JoinGroup errors of the member and the newcomer")
     expect_eq(describe_group(ops, member.group).group_state, "CompletingRebalance", "state before SyncGroup")
     sync_all([member, newcomer])
     expect_eq(describe_group(ops, member.group).group_state, "Stable", "state after SyncGroup")
@@ -106,11 +108,11 @@ def simple_group_empty(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     offset = ops.produce_ok(topic, 0, [Rec(b"x")])
     group = ctx.name("g")
-    expect_error(commit_offset(ops, group, topic.name, 0, offset), 0, "OffsetCommit")
+    expect_error(commit_offset(ops, group, topic.name, 0, offset), ErrorCode.NONE, "OffsetCommit")
     described = describe_group(ops, group)
     observed = (int(described.error_code), described.group_state, described.protocol_type,
                 len(described.members))
-    expect_eq(observed, (0, "Empty", "", 0), "(error, state, protocol type, members)")
+    expect_eq(observed, (ErrorCode.NONE, "Empty", "", 0), "(error, state, protocol type, members)")
 
 
 @check("list_groups.lists_active_group", api=LIST, group_protocol=True,
@@ -121,11 +123,11 @@ def lists_active(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     (member,) = form_group(ctx, 1, ops=ops)
     error, groups = list_groups(ops)
-    expect_error(error, 0, "ListGroups")
+    expect_error(error, ErrorCode.NONE, "ListGroups")
     expect(member.group in groups, "the group is not listed")
     listed = groups[member.group]
     expect_eq(listed.protocol_type, "consumer", "protocol type")
-    if ops.v(LIST_GROUPS) >= 4:
+    if ops.v(ApiKey.LIST_GROUPS) >= 4:
         expect_eq(listed.group_state, "Stable", "state (v4+)")
 
 
@@ -136,7 +138,7 @@ def lists_active(ctx: CheckContext) -> None:
        source="KIP-518 (ListGroups states filter)")
 def states_filter(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    ops.v(LIST_GROUPS, lo=4)
+    ops.v(ApiKey.LIST_GROUPS, lo=4)
     (member,) = form_group(ctx, 1, ops=ops)
     topic = ops.create_topic()
     simple = ctx.name("g")
@@ -153,7 +155,7 @@ def states_filter(ctx: CheckContext) -> None:
        source="KIP-848 (group types in ListGroups v5)")
 def types_filter(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    ops.v(LIST_GROUPS, lo=5)
+    ops.v(ApiKey.LIST_GROUPS, lo=5)
     (member,) = form_group(ctx, 1, ops=ops)
     _, classic = list_groups(ops, types=["classic"])
     _, consumer = list_groups(ops, types=["consumer"])
@@ -171,12 +173,12 @@ def delete_empty(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     offset = ops.produce_ok(topic, 0, [Rec(b"x")])
     group = ctx.name("g")
-    expect_error(commit_offset(ops, group, topic.name, 0, offset), 0, "OffsetCommit")
-    expect_eq(delete_groups(ops, [group]), {group: 0}, "DeleteGroups result")
+    expect_error(commit_offset(ops, group, topic.name, 0, offset), ErrorCode.NONE, "OffsetCommit")
+    expect_eq(delete_groups(ops, [group]), {group: ErrorCode.NONE}, "DeleteGroups result")
     expect_eq(committed(ops, group, topic.name, 0).offset, -1, "offset after the delete")
-    if max(ops.apis.usable(DESCRIBE_GROUPS), default=0) >= 6:
-        described = describe_group(ops, group, version=ops.v(DESCRIBE_GROUPS, lo=6))
-        expect_error(described.error_code, GROUP_ID_NOT_FOUND, "DescribeGroups v6 after the delete")
+    if max(ops.apis.usable(ApiKey.DESCRIBE_GROUPS), default=0) >= 6:
+        described = describe_group(ops, group, version=ops.v(ApiKey.DESCRIBE_GROUPS, lo=6))
+        expect_error(described.error_code, ErrorCode.GROUP_ID_NOT_FOUND, "DescribeGroups v6 after the delete")
 
 
 @check("delete_groups.active_group_refused", api=DELETE, group_protocol=True,
@@ -186,7 +188,8 @@ def delete_empty(ctx: CheckContext) -> None:
 def delete_active(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     (member,) = form_group(ctx, 1, ops=ops)
-    expect_eq(delete_groups(ops, [member.group]), {member.group: NON_EMPTY_GROUP}, "DeleteGroups result")
+    expect_eq(delete_groups(ops, [member.group]), {member.group: ErrorCode.NON_EMPTY_GROUP},
+              "DeleteGroups result")
     expect_eq(describe_group(ops, member.group).group_state, "Stable", "state afterwards")
 
 
@@ -195,7 +198,7 @@ def delete_active(ctx: CheckContext) -> None:
        source=f"{COORD}; KIP-229")
 def delete_absent(ctx: CheckContext) -> None:
     group = ctx.name("g")
-    expect_eq(delete_groups(Ops(ctx), [group]), {group: GROUP_ID_NOT_FOUND}, "DeleteGroups result")
+    expect_eq(delete_groups(Ops(ctx), [group]), {group: ErrorCode.GROUP_ID_NOT_FOUND}, "DeleteGroups result")
 
 
 @check("delete_groups.empty_commit_creates_no_group", api=DELETE,
@@ -207,7 +210,7 @@ def empty_commit_no_group(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     group = ctx.name("g")
     expect_eq(commit_offsets(ops, group, {}), {}, "OffsetCommit with no partition: partitions answered")
-    expect_eq(delete_groups(ops, [group]), {group: GROUP_ID_NOT_FOUND}, "DeleteGroups result")
+    expect_eq(delete_groups(ops, [group]), {group: ErrorCode.GROUP_ID_NOT_FOUND}, "DeleteGroups result")
 
 
 @check("delete_groups.batch_mixed_results", api=DELETE, group_protocol=True,
@@ -222,4 +225,5 @@ def delete_batch(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1, ops=ops)
     absent = ctx.name("g")
     expect_eq(delete_groups(ops, [empty, member.group, absent]),
-              {empty: 0, member.group: NON_EMPTY_GROUP, absent: GROUP_ID_NOT_FOUND}, "DeleteGroups results")
+              {empty: ErrorCode.NONE, member.group: ErrorCode.NON_EMPTY_GROUP,
+               absent: ErrorCode.GROUP_ID_NOT_FOUND}, "DeleteGroups results")

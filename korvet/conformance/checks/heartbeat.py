@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 
-from korvet.conformance.context import CheckContext, expect_eq, expect_error
-from korvet.conformance.groups import Member, describe_group, form_group, rebalance_signal
-from korvet.conformance.ops import JOIN_GROUP, Ops
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.context import CheckContext, expect_eq, expect_error
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import Member, describe_group, form_group, rebalance_signal
+from korvet.conformance.kafka.ops import Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "Heartbeat (12)"
 COORD = "Kafka group coordinator (GroupMetadataManager.classicGroupHeartbeat)"
-ILLEGAL_GENERATION, INVALID_GROUP_ID, UNKNOWN_MEMBER_ID = 22, 24, 25
-REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 27, 82
 
 
 @check("heartbeat.stable_member_ok", api=API, group_protocol=True,
@@ -20,7 +21,7 @@ REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 27, 82
        source=COORD)
 def stable_ok(ctx: CheckContext) -> None:
     for member in form_group(ctx, 2):
-        expect_error(member.heartbeat(), 0, f"heartbeat of {member.client_id}")
+        expect_error(member.heartbeat(), ErrorCode.NONE, f"heartbeat of {member.client_id}")
 
 
 @check("heartbeat.unknown_member", api=API, group_protocol=True,
@@ -28,7 +29,7 @@ def stable_ok(ctx: CheckContext) -> None:
        source=f"{COORD} (validateCurrentMember)")
 def unknown_member(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
-    expect_error(member.heartbeat(member_id="no-such-member"), UNKNOWN_MEMBER_ID, "heartbeat")
+    expect_error(member.heartbeat(member_id="no-such-member"), ErrorCode.UNKNOWN_MEMBER_ID, "heartbeat")
 
 
 @check("heartbeat.illegal_generation", api=API, group_protocol=True,
@@ -36,7 +37,8 @@ def unknown_member(ctx: CheckContext) -> None:
        source=COORD)
 def illegal_generation(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
-    expect_error(member.heartbeat(generation=member.generation + 1), ILLEGAL_GENERATION, "heartbeat")
+    expect_error(member.heartbeat(generation=member.generation + 1), ErrorCode.ILLEGAL_GENERATION,
+                 "heartbeat")
 
 
 @check("heartbeat.absent_group", api=API, group_protocol=True,
@@ -44,7 +46,8 @@ def illegal_generation(ctx: CheckContext) -> None:
        source=f"{COORD} (unknown group -> UNKNOWN_MEMBER_ID)")
 def absent_group(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
-    expect_error(member.heartbeat(generation=1, member_id="someone"), UNKNOWN_MEMBER_ID, "heartbeat")
+    expect_error(member.heartbeat(generation=1, member_id="someone"), ErrorCode.UNKNOWN_MEMBER_ID,
+                 "heartbeat")
 
 
 @check("heartbeat.empty_group_id", api=API, group_protocol=True,
@@ -53,7 +56,7 @@ def absent_group(ctx: CheckContext) -> None:
 def empty_group_id(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
     code = member.heartbeat(group_id="", generation=1, member_id="someone")
-    expect_error(code, INVALID_GROUP_ID, "heartbeat")
+    expect_error(code, ErrorCode.INVALID_GROUP_ID, "heartbeat")
 
 
 @check("heartbeat.rebalance_in_progress", api=API, group_protocol=True,
@@ -63,7 +66,8 @@ def empty_group_id(ctx: CheckContext) -> None:
 def rebalance_in_progress(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
     Member(ctx, member.group, client_id="newcomer").join_start()
-    expect_error(rebalance_signal(member), REBALANCE_IN_PROGRESS, "heartbeat during PreparingRebalance")
+    expect_error(rebalance_signal(member), ErrorCode.REBALANCE_IN_PROGRESS,
+                 "heartbeat during PreparingRebalance")
 
 
 @check("heartbeat.completing_rebalance_ok", api=API, group_protocol=True,
@@ -73,7 +77,7 @@ def rebalance_in_progress(ctx: CheckContext) -> None:
 def completing_rebalance(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
     member.join()
-    expect_error(member.heartbeat(), 0, "heartbeat before SyncGroup")
+    expect_error(member.heartbeat(), ErrorCode.NONE, "heartbeat before SyncGroup")
 
 
 @check("heartbeat.session_expiry_removes_member", slow=True, api=API, group_protocol=True,
@@ -93,7 +97,7 @@ def session_expiry(ctx: CheckContext) -> None:
             break
         time.sleep(0.5)
     expect_eq(state, "Empty", "group state after the session timeout")
-    expect_error(member.heartbeat(), (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION),
+    expect_error(member.heartbeat(), (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION),
                  "heartbeat of the expired member")
 
 
@@ -108,7 +112,7 @@ def keeps_alive(ctx: CheckContext) -> None:
     until = time.monotonic() + 9
     while time.monotonic() < until:
         code = member.heartbeat()
-        if code != 0:
+        if code != ErrorCode.NONE:
             raise CheckFailed(f"heartbeat answered {code} while heartbeating every 1.5 s")
         time.sleep(1.5)
     expect_eq(describe_group(ops, member.group).group_state, "Stable", "group state")
@@ -120,11 +124,11 @@ def keeps_alive(ctx: CheckContext) -> None:
        source="KIP-345")
 def static_fenced(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(JOIN_GROUP, lo=5)
+    version = ops.v(ApiKey.JOIN_GROUP, lo=5)
     instance = ctx.name("instance")
     (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=version)
     replacement = Member(ctx, member.group, ops=ops, instance_id=instance, join_version=version)
     replacement.join()
-    expect_error(member.heartbeat(), FENCED_INSTANCE_ID, "heartbeat with the old member id")
-    expect_error(replacement.heartbeat(), 0, "heartbeat with the new member id")
+    expect_error(member.heartbeat(), ErrorCode.FENCED_INSTANCE_ID, "heartbeat with the old member id")
+    expect_error(replacement.heartbeat(), ErrorCode.NONE, "heartbeat with the new member id")
 

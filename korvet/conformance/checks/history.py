@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect
-from korvet.conformance.history import History, Send, analyse
-from korvet.conformance.messages import error_name
-from korvet.conformance.ops import EARLIEST, Ops, Topic
-from korvet.conformance.records import Rec, build_batch
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.context import CheckContext, expect
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import error_name
+from korvet.conformance.kafka.ops import EARLIEST, Ops, Topic
+from korvet.conformance.kafka.records import Rec, build_batch
+from korvet.conformance.modes.history import History, Send, analyse
+from korvet.core.errors import ErrorCode
 
 API = "Jepsen-style histories"
 JEPSEN = "Jepsen Kafka workload (jepsen.tests.kafka: lost-write, duplicate, inconsistent-offsets, " \
@@ -74,7 +76,7 @@ class _RawReader:
         parts = [(self.topic, p, o) for p, o in self.positions.items()]
         _, results = self.ops.fetch_many(parts, max_wait_ms=200, min_bytes=1)
         for partition, result in enumerate(results):
-            if result.error != 0:
+            if result.error != ErrorCode.NONE:
                 raise CheckFailed(f"{self.name}: Fetch of partition {partition} at offset "
                                   f"{self.positions[partition]} (after reading "
                                   f"{len(self.seen)} records) answered {error_name(result.error)}; "
@@ -109,7 +111,7 @@ def raw_producers(ctx: CheckContext) -> None:
                 partition = n % 2
                 result = ops.produce(topic, partition, [Rec(value.encode())])
                 history.send(f"producer-{index}", (topic.name, partition), value,
-                             result.base_offset if result.error == 0 else None)
+                             result.base_offset if result.error == ErrorCode.NONE else None)
         return run
 
     def reader(r: _RawReader) -> Callable[[], None]:
@@ -150,7 +152,7 @@ def idempotent_retries(ctx: CheckContext) -> None:
         def run() -> None:
             ops = Ops(ctx)
             response = ops.init_producer_id()
-            if int(response.error_code) != 0:
+            if int(response.error_code) != ErrorCode.NONE:
                 raise CheckFailed(f"InitProducerId answered {int(response.error_code)}")
             pid, epoch = int(response.producer_id), int(response.producer_epoch)
             sequences = {0: 0, 1: 0}
@@ -164,7 +166,7 @@ def idempotent_retries(ctx: CheckContext) -> None:
                 retry = ops.produce(topic, partition, batch)
                 for result in (first, retry):
                     history.send(f"idempotent-{index}", (topic.name, partition), value,
-                                 result.base_offset if result.error == 0 else None)
+                                 result.base_offset if result.error == ErrorCode.NONE else None)
         return run
 
     _run_threads([producer(0), producer(1)])
@@ -185,7 +187,7 @@ def idempotent_retries(ctx: CheckContext) -> None:
                "within an assignment, and every acknowledged record is consumed by the end.",
        source=f"{JEPSEN} (subscribe mode: order is only checked within an assignment)")
 def confluent_group(ctx: CheckContext) -> None:  # noqa: C901, PLR0915 -- one scripted scenario, step by step
-    from korvet.conformance.drivers import confluent_consumer, confluent_producer
+    from korvet.conformance.harness.drivers import confluent_consumer, confluent_producer
 
     setup = Ops(ctx)
     topic = setup.create_topic(partitions=3)
@@ -263,7 +265,7 @@ def crash_resume(ctx: CheckContext) -> None:
     from kafka import TopicPartition
     from kafka.structs import OffsetAndMetadata
 
-    from korvet.conformance.drivers import kafka_python_consumer, kafka_python_poll
+    from korvet.conformance.harness.drivers import kafka_python_consumer, kafka_python_poll
 
     ops = Ops(ctx)
     topic = ops.create_topic()
@@ -305,7 +307,7 @@ def aiokafka_sends(ctx: CheckContext) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition
 
-    from korvet.conformance.drivers import run_async
+    from korvet.conformance.harness.drivers import run_async
 
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=2)

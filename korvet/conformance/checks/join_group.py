@@ -9,11 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error, skip
-from korvet.conformance.groups import (
-    MEMBER_ID_REQUIRED,
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error, skip
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import (
     Member,
-    coordinator_address,
     describe_group,
     form_group,
     join_all,
@@ -21,14 +20,12 @@ from korvet.conformance.groups import (
     start_all,
     subscription,
 )
-from korvet.conformance.ops import JOIN_GROUP, Ops
-from korvet.conformance.registry import check
+from korvet.conformance.kafka.ops import Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "JoinGroup (11)"
 COORD = "Kafka group coordinator (GroupMetadataManager.classicGroupJoin*, ClassicGroup)"
-ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24
-UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS = 25, 26, 27
-GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 81, 82
 
 
 def _member(ctx: CheckContext, ops: Ops | None = None, group: str | None = None, **kw: Any) -> Member:
@@ -43,7 +40,8 @@ def _member(ctx: CheckContext, ops: Ops | None = None, group: str | None = None,
 def session_below_min(ctx: CheckContext) -> None:
     member = _member(ctx, session_timeout_ms=1000)
     member.send_join(member_id="")
-    expect_error(member.recv_join().error, INVALID_SESSION_TIMEOUT, "JoinGroup with a 1 s session timeout")
+    expect_error(member.recv_join().error, ErrorCode.INVALID_SESSION_TIMEOUT,
+                 "JoinGroup with a 1 s session timeout")
 
 
 @check("join_group.session_timeout_above_max", api=API, group_protocol=True,
@@ -54,7 +52,8 @@ def session_below_min(ctx: CheckContext) -> None:
 def session_above_max(ctx: CheckContext) -> None:
     member = _member(ctx, session_timeout_ms=2**31 - 1)
     member.send_join(member_id="")
-    expect_error(member.recv_join().error, INVALID_SESSION_TIMEOUT, "JoinGroup with a huge session timeout")
+    expect_error(member.recv_join().error, ErrorCode.INVALID_SESSION_TIMEOUT,
+                 "JoinGroup with a huge session timeout")
 
 
 @check("join_group.empty_group_id", api=API, group_protocol=True,
@@ -63,7 +62,7 @@ def session_above_max(ctx: CheckContext) -> None:
 def empty_group_id(ctx: CheckContext) -> None:
     member = _member(ctx)
     member.send_join(member_id="", group_id="")
-    expect_error(member.recv_join().error, INVALID_GROUP_ID, "JoinGroup with group id ''")
+    expect_error(member.recv_join().error, ErrorCode.INVALID_GROUP_ID, "JoinGroup with group id ''")
 
 
 @check("join_group.unknown_member_id_new_group", api=API, group_protocol=True,
@@ -73,7 +72,7 @@ def empty_group_id(ctx: CheckContext) -> None:
 def unknown_member_new_group(ctx: CheckContext) -> None:
     member = _member(ctx)
     member.send_join(member_id="made-up-member")
-    expect_error(member.recv_join().error, UNKNOWN_MEMBER_ID, "JoinGroup with a made-up member id")
+    expect_error(member.recv_join().error, ErrorCode.UNKNOWN_MEMBER_ID, "JoinGroup with a made-up member id")
 
 
 @check("join_group.member_id_required_v4", api=API, group_protocol=True,
@@ -82,16 +81,16 @@ def unknown_member_new_group(ctx: CheckContext) -> None:
        source="KIP-394 (JoinGroupRequest.requiresKnownMemberId)")
 def member_id_required(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    member = _member(ctx, ops, join_version=ops.v(JOIN_GROUP, lo=4))
+    member = _member(ctx, ops, join_version=ops.v(ApiKey.JOIN_GROUP, lo=4))
     member.send_join(member_id="")
     started = time.monotonic()
     first = member.recv_join()
-    expect_error(first.error, MEMBER_ID_REQUIRED, "first JoinGroup v4+")
+    expect_error(first.error, ErrorCode.MEMBER_ID_REQUIRED, "first JoinGroup v4+")
     expect(bool(first.member_id), "MEMBER_ID_REQUIRED carries no member id")
     expect_eq(first.generation, -1, "generation in MEMBER_ID_REQUIRED")
     expect(time.monotonic() - started < 2.5, "MEMBER_ID_REQUIRED was not immediate")
     member.send_join()
-    expect_error(member.recv_join().error, 0, "JoinGroup with the given member id")
+    expect_error(member.recv_join().error, ErrorCode.NONE, "JoinGroup with the given member id")
     expect_eq(member.member_id, first.member_id, "member id after joining")
 
 
@@ -101,14 +100,14 @@ def member_id_required(ctx: CheckContext) -> None:
        source="KIP-394 (only v4+ requires a known member id)")
 def pre_v4(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    ctx.apis.pick(JOIN_GROUP)  # not advertised at all: a failure, not a skip
-    versions = [v for v in ctx.apis.usable(JOIN_GROUP) if v < 4]
+    ctx.apis.pick(ApiKey.JOIN_GROUP)  # not advertised at all: a failure, not a skip
+    versions = [v for v in ctx.apis.usable(ApiKey.JOIN_GROUP) if v < 4]
     if not versions:
         skip("the broker advertises no JoinGroup version below 4")
     member = _member(ctx, ops, join_version=max(versions))
     member.send_join(member_id="")
     result = member.recv_join()
-    expect_error(result.error, 0, f"JoinGroup v{max(versions)} with an empty member id")
+    expect_error(result.error, ErrorCode.NONE, f"JoinGroup v{max(versions)} with an empty member id")
     expect(bool(result.member_id), "no member id assigned")
 
 
@@ -147,7 +146,7 @@ def first_generation(ctx: CheckContext) -> None:
 def initial_delay(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     group = ctx.name("g")
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     a = Member(ctx, group, ops=ops, address=address, client_id="a")
     b = Member(ctx, group, ops=ops, address=address, client_id="b")
     started = time.monotonic()
@@ -156,8 +155,8 @@ def initial_delay(ctx: CheckContext) -> None:
     start_all([b])
     ra, rb = a.recv_join(), b.recv_join()
     ctx.note("first_join_ms", round((time.monotonic() - started) * 1000))
-    expect_error(ra.error, 0, "first member's JoinGroup")
-    expect_error(rb.error, 0, "second member's JoinGroup")
+    expect_error(ra.error, ErrorCode.NONE, "first member's JoinGroup")
+    expect_error(rb.error, ErrorCode.NONE, "second member's JoinGroup")
     expect_eq(ra.generation, rb.generation, "generations of the two members")
     leader = ra if ra.leader == a.member_id else rb
     expect_eq(sorted(m.member_id for m in leader.members), sorted([a.member_id, b.member_id]),
@@ -171,7 +170,7 @@ def initial_delay(ctx: CheckContext) -> None:
 def leader_metadata(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     group = ctx.name("g")
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     members = [Member(ctx, group, ops=ops, address=address, client_id=f"m{i}",
                       protocols=[("range", subscription([f"topic-{i}"]))]) for i in range(2)]
     results = join_all(members)
@@ -194,10 +193,10 @@ def inconsistent_type(ctx: CheckContext) -> None:
     other = Member(ctx, members[0].group, client_id="other", protocol_type="connect")
     other.send_join(member_id="")
     result = other.recv_join()
-    if result.error == MEMBER_ID_REQUIRED:
+    if result.error == ErrorCode.MEMBER_ID_REQUIRED:
         other.send_join()
         result = other.recv_join()
-    expect_error(result.error, INCONSISTENT_GROUP_PROTOCOL, "JoinGroup with another protocol type")
+    expect_error(result.error, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup with another protocol type")
 
 
 @check("join_group.no_common_protocol", api=API, group_protocol=True,
@@ -209,10 +208,10 @@ def no_common(ctx: CheckContext) -> None:
     other = Member(ctx, members[0].group, client_id="other", protocols=[("roundrobin", b"")])
     other.send_join(member_id="")
     result = other.recv_join()
-    if result.error == MEMBER_ID_REQUIRED:
+    if result.error == ErrorCode.MEMBER_ID_REQUIRED:
         other.send_join()
         result = other.recv_join()
-    expect_error(result.error, INCONSISTENT_GROUP_PROTOCOL, "JoinGroup with no common protocol")
+    expect_error(result.error, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup with no common protocol")
 
 
 @check("join_group.selects_common_protocol", api=API, group_protocol=True,
@@ -222,7 +221,7 @@ def no_common(ctx: CheckContext) -> None:
 def common_protocol(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     group = ctx.name("g")
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     a = Member(ctx, group, ops=ops, address=address, protocols=[("sticky", b"s"), ("range", b"r")])
     b = Member(ctx, group, ops=ops, address=address, protocols=[("range", b"r")])
     results = join_all([a, b])
@@ -262,11 +261,11 @@ def new_member(ctx: CheckContext) -> None:
     generation = a.generation
     b = Member(ctx, a.group, client_id="newcomer")
     b.join_start()
-    expect_error(rebalance_signal(a), REBALANCE_IN_PROGRESS,
+    expect_error(rebalance_signal(a), ErrorCode.REBALANCE_IN_PROGRESS,
                  "existing member's heartbeat during the rebalance")
     a.send_join()
     ra, rb = a.recv_join(), b.recv_join()
-    expect_eq((ra.error, rb.error), (0, 0), "JoinGroup errors")
+    expect_eq((ra.error, rb.error), (ErrorCode.NONE, ErrorCode.NONE), "JoinGroup errors")
     expect_eq((ra.generation, rb.generation), (generation + 1, generation + 1), "generations")
 
 
@@ -282,7 +281,7 @@ def absent_member_removed(ctx: CheckContext) -> None:
     result = leader.join(timeout=30)  # starts a rebalance; the follower stays away
     expect_eq(result.generation, generation + 1, "generation of the rebalance")
     expect_eq([m.member_id for m in result.members], [leader.member_id], "members after the rebalance")
-    expect_error(follower.heartbeat(), (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION),
+    expect_error(follower.heartbeat(), (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION),
                  "heartbeat of the dropped member")
 
 
@@ -293,7 +292,7 @@ def absent_member_removed(ctx: CheckContext) -> None:
        source="KIP-345 (static membership)")
 def static_replaced(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(JOIN_GROUP, lo=5)
+    version = ops.v(ApiKey.JOIN_GROUP, lo=5)
     instance = ctx.name("instance")
     (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=version)
     old_id, generation = member.member_id, member.generation
@@ -302,11 +301,11 @@ def static_replaced(ctx: CheckContext) -> None:
     restarted.send_join(member_id="")
     started = time.monotonic()
     result = restarted.recv_join()
-    expect_error(result.error, 0, "JoinGroup of the restarted static member")
+    expect_error(result.error, ErrorCode.NONE, "JoinGroup of the restarted static member")
     expect(result.member_id != old_id, "the static member kept its old member id")
     expect_eq(result.generation, generation, "generation (no rebalance expected)")
     expect(time.monotonic() - started < 2.5, "the static re-join waited for a rebalance")
-    expect_error(member.heartbeat(), FENCED_INSTANCE_ID, "heartbeat with the old member id")
+    expect_error(member.heartbeat(), ErrorCode.FENCED_INSTANCE_ID, "heartbeat with the old member id")
 
 
 @check("join_group.static_wrong_member_id_fenced", api=API, group_protocol=True,
@@ -315,11 +314,11 @@ def static_replaced(ctx: CheckContext) -> None:
        source="KIP-345; ClassicGroup.validateMember")
 def static_fenced(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(JOIN_GROUP, lo=5)
+    version = ops.v(ApiKey.JOIN_GROUP, lo=5)
     instance = ctx.name("instance")
     (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=version)
     member.send_join(member_id=f"{member.member_id}-impostor")
-    expect_error(member.recv_join().error, FENCED_INSTANCE_ID, "JoinGroup with a wrong member id")
+    expect_error(member.recv_join().error, ErrorCode.FENCED_INSTANCE_ID, "JoinGroup with a wrong member id")
 
 
 @check("join_group.unknown_member_existing_group", api=API, group_protocol=True,
@@ -330,7 +329,8 @@ def unknown_member_existing(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
     stranger = Member(ctx, member.group, client_id="stranger")
     stranger.send_join(member_id="no-such-member")
-    expect_error(stranger.recv_join().error, UNKNOWN_MEMBER_ID, "JoinGroup with an unknown member id")
+    expect_error(stranger.recv_join().error, ErrorCode.UNKNOWN_MEMBER_ID,
+                 "JoinGroup with an unknown member id")
 
 
 @check("join_group.group_max_size_reached", api=API, group_protocol=True,
@@ -343,8 +343,9 @@ def max_size(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     meta = ops.metadata([])
     broker_id = str(int(meta.brokers[0].node_id))
-    response = ops.call(32, None, resources=[{"resource_type": 4, "resource_name": broker_id,
-                                              "configuration_keys": ["group.max.size"]}],
+    response = ops.call(ApiKey.DESCRIBE_CONFIGS, None,
+                        resources=[{"resource_type": 4, "resource_name": broker_id,
+                                    "configuration_keys": ["group.max.size"]}],
                         include_synonyms=False, include_documentation=False)
     values = {c.name: c.value for r in response.results for c in r.configs}
     limit_text = values.get("group.max.size")
@@ -357,9 +358,9 @@ def max_size(ctx: CheckContext) -> None:
     extra = Member(ctx, members[0].group, client_id="one-too-many")
     extra.send_join(member_id="")
     result = extra.recv_join()
-    if result.error == MEMBER_ID_REQUIRED:
+    if result.error == ErrorCode.MEMBER_ID_REQUIRED:
         extra.send_join()
         result = extra.recv_join()
-    expect_error(result.error, GROUP_MAX_SIZE_REACHED, f"JoinGroup of member {limit + 1}")
+    expect_error(result.error, ErrorCode.GROUP_MAX_SIZE_REACHED, f"JoinGroup of member {limit + 1}")
     group = describe_group(ops, members[0].group)
     expect_eq(len(group.members), limit, "members of the full group")

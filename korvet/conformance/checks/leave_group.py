@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from korvet.conformance.context import CheckContext, expect_eq, expect_error
-from korvet.conformance.groups import Member, describe_group, form_group
-from korvet.conformance.ops import JOIN_GROUP, LEAVE_GROUP, Ops
-from korvet.conformance.registry import check
+from korvet.conformance.harness.context import CheckContext, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import Member, describe_group, form_group
+from korvet.conformance.kafka.ops import Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "LeaveGroup (13)"
 COORD = "Kafka group coordinator (GroupMetadataManager.classicGroupLeave)"
-INVALID_GROUP_ID, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 24, 25, 27, 82
 
 
 def _member_error(top: int, members: list[int]) -> int:
@@ -25,9 +26,9 @@ def leaves_and_rebalances(ctx: CheckContext) -> None:
     a, b = form_group(ctx, 2)
     generation = a.generation
     top, per_member = b.leave()
-    expect_error(top, 0, "LeaveGroup top-level error")
-    expect_error(_member_error(0, per_member), 0, "LeaveGroup member error")
-    expect_error(a.heartbeat(), REBALANCE_IN_PROGRESS, "remaining member's heartbeat")
+    expect_error(top, ErrorCode.NONE, "LeaveGroup top-level error")
+    expect_error(_member_error(0, per_member), ErrorCode.NONE, "LeaveGroup member error")
+    expect_error(a.heartbeat(), ErrorCode.REBALANCE_IN_PROGRESS, "remaining member's heartbeat")
     result = a.join()
     expect_eq(result.generation, generation + 1, "generation after the rebalance")
     expect_eq(a.member_id, result.leader, "the remaining member leads")
@@ -40,7 +41,7 @@ def last_member(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     (member,) = form_group(ctx, 1, ops=ops)
     top, per_member = member.leave()
-    expect_error(_member_error(top, per_member), 0, "LeaveGroup")
+    expect_error(_member_error(top, per_member), ErrorCode.NONE, "LeaveGroup")
     group = describe_group(ops, member.group)
     expect_eq((group.group_state, len(group.members)), ("Empty", 0), "(state, members) after leaving")
 
@@ -53,7 +54,8 @@ def unknown_member(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     (member,) = form_group(ctx, 1, ops=ops)
     top, per_member = member.leave(member_id="no-such-member")
-    expect_error(_member_error(top, per_member), UNKNOWN_MEMBER_ID, "LeaveGroup of an unknown member")
+    expect_error(_member_error(top, per_member), ErrorCode.UNKNOWN_MEMBER_ID,
+                 "LeaveGroup of an unknown member")
     expect_eq(describe_group(ops, member.group).group_state, "Stable", "group state afterwards")
 
 
@@ -65,7 +67,7 @@ def absent_group(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
     top, per_member = member.leave(member_id="someone")
     ctx.note("top_level_error", top)
-    expect_error(_member_error(top, per_member), UNKNOWN_MEMBER_ID, "LeaveGroup of an absent group")
+    expect_error(_member_error(top, per_member), ErrorCode.UNKNOWN_MEMBER_ID, "LeaveGroup of an absent group")
 
 
 @check("leave_group.empty_group_id", api=API, group_protocol=True,
@@ -74,13 +76,13 @@ def absent_group(ctx: CheckContext) -> None:
 def empty_group_id(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     member = Member(ctx, ctx.name("g"), ops=ops)
-    version = ops.v(LEAVE_GROUP)
+    version = ops.v(ApiKey.LEAVE_GROUP)
     if version >= 3:
-        response = ops.call(LEAVE_GROUP, version, member.conn, group_id="",
+        response = ops.call(ApiKey.LEAVE_GROUP, version, member.conn, group_id="",
                             members=[{"member_id": "someone", "group_instance_id": None}])
     else:
-        response = ops.call(LEAVE_GROUP, version, member.conn, group_id="", member_id="someone")
-    expect_error(response.error_code, INVALID_GROUP_ID, "LeaveGroup with group id ''")
+        response = ops.call(ApiKey.LEAVE_GROUP, version, member.conn, group_id="", member_id="someone")
+    expect_error(response.error_code, ErrorCode.INVALID_GROUP_ID, "LeaveGroup with group id ''")
 
 
 @check("leave_group.batch_of_static_members", api=API, group_protocol=True,
@@ -89,23 +91,23 @@ def empty_group_id(ctx: CheckContext) -> None:
        source="KIP-345 (batch leave by group.instance.id)")
 def batch_static(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    join_version = ops.v(JOIN_GROUP, lo=5)
-    version = ops.v(LEAVE_GROUP, lo=3)
+    join_version = ops.v(ApiKey.JOIN_GROUP, lo=5)
+    version = ops.v(ApiKey.LEAVE_GROUP, lo=3)
     group = ctx.name("g")
     instances = [ctx.name("instance"), ctx.name("instance")]
     members = []
-    from korvet.conformance.groups import coordinator_address, join_and_sync
+    from korvet.conformance.kafka.groups import join_and_sync
 
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     for instance in instances:
         members.append(Member(ctx, group, ops=ops, address=address, instance_id=instance,
                               join_version=join_version))
     join_and_sync(members)
-    response = ops.call(LEAVE_GROUP, version, members[0].conn, group_id=group, members=[
+    response = ops.call(ApiKey.LEAVE_GROUP, version, members[0].conn, group_id=group, members=[
         {"member_id": "", "group_instance_id": i, "reason": "conformance batch"} for i in instances])
-    expect_error(response.error_code, 0, "LeaveGroup top-level error")
+    expect_error(response.error_code, ErrorCode.NONE, "LeaveGroup top-level error")
     expect_eq(sorted((m.group_instance_id, int(m.error_code)) for m in response.members),
-              sorted((i, 0) for i in instances), "per-member results")
+              sorted((i, ErrorCode.NONE) for i in instances), "per-member results")
     expect_eq(describe_group(ops, group).group_state, "Empty", "group state after the batch leave")
 
 
@@ -117,7 +119,7 @@ def leader_leaves(ctx: CheckContext) -> None:
     leader = next(m for m in members if m.member_id == m.leader)
     follower = next(m for m in members if m is not leader)
     top, per_member = leader.leave()
-    expect_error(_member_error(top, per_member), 0, "leader's LeaveGroup")
+    expect_error(_member_error(top, per_member), ErrorCode.NONE, "leader's LeaveGroup")
     result = follower.join()
     expect_eq(result.leader, follower.member_id, "leader after the old leader left")
 
@@ -128,9 +130,10 @@ def leader_leaves(ctx: CheckContext) -> None:
        source="KIP-345 (validateCurrentMember)")
 def static_fenced(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(LEAVE_GROUP, lo=3)
+    version = ops.v(ApiKey.LEAVE_GROUP, lo=3)
     instance = ctx.name("instance")
-    (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=ops.v(JOIN_GROUP, lo=5))
-    response = ops.call(LEAVE_GROUP, version, member.conn, group_id=member.group, members=[
+    (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=ops.v(ApiKey.JOIN_GROUP, lo=5))
+    response = ops.call(ApiKey.LEAVE_GROUP, version, member.conn, group_id=member.group, members=[
         {"member_id": "someone-else", "group_instance_id": instance}])
-    expect_error(response.members[0].error_code, FENCED_INSTANCE_ID, "LeaveGroup with a wrong member id")
+    expect_error(response.members[0].error_code, ErrorCode.FENCED_INSTANCE_ID,
+                 "LeaveGroup with a wrong member id")

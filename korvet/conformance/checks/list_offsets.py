@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.ops import (
-    EARLIEST,
-    LATEST,
-    LIST_OFFSETS,
-    MAX_TIMESTAMP,
-    METADATA,
-    OFFSET_FOR_LEADER_EPOCH,
-    Ops,
-    Topic,
-)
-from korvet.conformance.records import Rec, now_ms
-from korvet.conformance.registry import check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.ops import EARLIEST, LATEST, MAX_TIMESTAMP, Ops, Topic
+from korvet.conformance.kafka.records import Rec, now_ms
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "ListOffsets (2)"
 OFLE = "OffsetForLeaderEpoch (23)"
 JSON = "ListOffsetsRequest.json / ListOffsetsResponse.json"
-UNKNOWN_TOPIC_OR_PARTITION = 3
 EARLIEST_LOCAL = -4
 
 
@@ -82,8 +74,8 @@ def _timed_topic(ops: Ops) -> tuple[Topic, list[int], list[int]]:
 def by_timestamp_exact(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, stamps, offsets = _timed_topic(ops)
-    listed = ops.list_offsets(topic, 0, stamps[1], version=ops.v(LIST_OFFSETS, lo=1))
-    expect_error(listed.error, 0, "ListOffsets by timestamp")
+    listed = ops.list_offsets(topic, 0, stamps[1], version=ops.v(ApiKey.LIST_OFFSETS, lo=1))
+    expect_error(listed.error, ErrorCode.NONE, "ListOffsets by timestamp")
     expect_eq((listed.offset, listed.timestamp), (offsets[1], stamps[1]), "(offset, timestamp)")
 
 
@@ -105,8 +97,8 @@ def by_timestamp_between(ctx: CheckContext) -> None:
 def by_timestamp_after(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, stamps, _ = _timed_topic(ops)
-    listed = ops.list_offsets(topic, 0, stamps[-1] + 1, version=ops.v(LIST_OFFSETS, lo=1))
-    expect_error(listed.error, 0, "ListOffsets after the last timestamp")
+    listed = ops.list_offsets(topic, 0, stamps[-1] + 1, version=ops.v(ApiKey.LIST_OFFSETS, lo=1))
+    expect_error(listed.error, ErrorCode.NONE, "ListOffsets after the last timestamp")
     expect_eq((listed.offset, listed.timestamp), (-1, -1), "(offset, timestamp)")
 
 
@@ -130,8 +122,8 @@ def max_timestamp(ctx: CheckContext) -> None:
     base = now_ms() - 60_000
     offsets = [ops.produce_ok(topic, 0, [Rec(f"m{i}".encode(), timestamp=t)])
                for i, t in enumerate((base, base + 5000, base + 1000))]
-    listed = ops.list_offsets(topic, 0, MAX_TIMESTAMP, version=ops.v(LIST_OFFSETS, lo=7))
-    expect_error(listed.error, 0, "ListOffsets MAX_TIMESTAMP")
+    listed = ops.list_offsets(topic, 0, MAX_TIMESTAMP, version=ops.v(ApiKey.LIST_OFFSETS, lo=7))
+    expect_error(listed.error, ErrorCode.NONE, "ListOffsets MAX_TIMESTAMP")
     expect_eq((listed.offset, listed.timestamp), (offsets[1], base + 5000), "(offset, timestamp)")
 
 
@@ -143,8 +135,8 @@ def earliest_local(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["a", "b"])
-    listed = ops.list_offsets(topic, 0, EARLIEST_LOCAL, version=ops.v(LIST_OFFSETS, lo=8))
-    expect_error(listed.error, 0, "ListOffsets EARLIEST_LOCAL")
+    listed = ops.list_offsets(topic, 0, EARLIEST_LOCAL, version=ops.v(ApiKey.LIST_OFFSETS, lo=8))
+    expect_error(listed.error, ErrorCode.NONE, "ListOffsets EARLIEST_LOCAL")
     expect_eq(listed.offset, ops.offset_of(topic, 0, EARLIEST), "EARLIEST_LOCAL vs EARLIEST")
 
 
@@ -154,10 +146,10 @@ def earliest_local(ctx: CheckContext) -> None:
        source="Kafka ReplicaManager.fetchOffset")
 def unknown(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    expect_error(ops.list_offsets(ctx.name("missing"), 0, LATEST).error, UNKNOWN_TOPIC_OR_PARTITION,
+    expect_error(ops.list_offsets(ctx.name("missing"), 0, LATEST).error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  "ListOffsets of a missing topic")
     topic = ops.create_topic()
-    expect_error(ops.list_offsets(topic, 4, LATEST).error, UNKNOWN_TOPIC_OR_PARTITION,
+    expect_error(ops.list_offsets(topic, 4, LATEST).error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  "ListOffsets of partition 4")
 
 
@@ -168,11 +160,11 @@ def every_version(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["x"])
-    versions = ctx.apis.versions(LIST_OFFSETS)
+    versions = ctx.apis.versions(ApiKey.LIST_OFFSETS)
     ctx.note("versions", versions)
     answers = {v: ops.list_offsets(topic, 0, LATEST, version=v) for v in versions}
     for version, listed in answers.items():
-        expect_error(listed.error, 0, f"ListOffsets v{version}")
+        expect_error(listed.error, ErrorCode.NONE, f"ListOffsets v{version}")
     expect_eq(len({a.offset for a in answers.values()}), 1, "LATEST across versions")
 
 
@@ -184,10 +176,10 @@ def read_committed_latest(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["x", "y"])
-    version = ops.v(LIST_OFFSETS, lo=2)
+    version = ops.v(ApiKey.LIST_OFFSETS, lo=2)
     committed = ops.list_offsets(topic, 0, LATEST, isolation_level=1, version=version)
     uncommitted = ops.list_offsets(topic, 0, LATEST, isolation_level=0, version=version)
-    expect_error(committed.error, 0, "ListOffsets read_committed")
+    expect_error(committed.error, ErrorCode.NONE, "ListOffsets read_committed")
     expect_eq(committed.offset, uncommitted.offset, "read_committed LATEST vs read_uncommitted LATEST")
 
 
@@ -198,8 +190,8 @@ def leader_epoch(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["x"])
-    listed = ops.list_offsets(topic, 0, LATEST, version=ops.v(LIST_OFFSETS, lo=4))
-    meta = ops.topic_metadata(topic.name, version=ops.v(METADATA, lo=7))
+    listed = ops.list_offsets(topic, 0, LATEST, version=ops.v(ApiKey.LIST_OFFSETS, lo=4))
+    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
     expect_eq(listed.leader_epoch, int(meta.partitions[0].leader_epoch),
               "leader epoch (ListOffsets vs Metadata)")
 
@@ -212,12 +204,13 @@ def epoch_end_offset(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["a", "b"])
-    epoch = int(ops.topic_metadata(topic.name, version=ops.v(METADATA, lo=7)).partitions[0].leader_epoch)
-    version = ops.v(OFFSET_FOR_LEADER_EPOCH, lo=3)
-    response = ops.call(OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[
+    metadata = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
+    epoch = int(metadata.partitions[0].leader_epoch)
+    version = ops.v(ApiKey.OFFSET_FOR_LEADER_EPOCH, lo=3)
+    response = ops.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[
         {"topic": topic.name, "partitions": [{"partition": 0, "current_leader_epoch": epoch,
                                               "leader_epoch": epoch}]}])
     p = response.topics[0].partitions[0]
-    expect_error(p.error_code, 0, "OffsetForLeaderEpoch")
+    expect_error(p.error_code, ErrorCode.NONE, "OffsetForLeaderEpoch")
     expect_eq((int(p.leader_epoch), int(p.end_offset)), (epoch, ops.offset_of(topic, 0, LATEST)),
               "(leader epoch, end offset)")

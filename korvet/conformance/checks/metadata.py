@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import time
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.messages import error_name
-from korvet.conformance.ops import METADATA, ZERO_UUID, Ops
-from korvet.conformance.registry import CheckFailed, check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import error_name
+from korvet.conformance.kafka.ops import ZERO_UUID, Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "Metadata (3)"
 JSON = "MetadataRequest.json / MetadataResponse.json"
 
-UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, INVALID_TOPIC = 3, 5, 17
 
 
 @check("metadata.brokers.bootstrap_listed", api=API,
@@ -34,7 +36,7 @@ def bootstrap_listed(ctx: CheckContext) -> None:
        source=f"KIP-78 (cluster id); {JSON}")
 def cluster_id(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    response = ops.metadata([], version=ops.v(METADATA, lo=2))
+    response = ops.metadata([], version=ops.v(ApiKey.METADATA, lo=2))
     ctx.note("cluster_id", response.cluster_id)
     expect(bool(response.cluster_id), "Metadata has no cluster id")
     ids = {int(b.node_id) for b in response.brokers}
@@ -48,7 +50,7 @@ def cluster_id(ctx: CheckContext) -> None:
 def null_lists_all(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=2)
-    response = ops.metadata(None, version=ops.v(METADATA, lo=1))
+    response = ops.metadata(None, version=ops.v(ApiKey.METADATA, lo=1))
     names = {t.name: t for t in response.topics}
     expect(topic.name in names, f"the created topic {topic.name} is missing from the full listing")
     expect_eq(len(names[topic.name].partitions), 2, "partitions listed for the new topic")
@@ -60,7 +62,7 @@ def null_lists_all(ctx: CheckContext) -> None:
 def empty_list(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     ops.create_topic()
-    response = ops.metadata([], version=ops.v(METADATA, lo=1))
+    response = ops.metadata([], version=ops.v(ApiKey.METADATA, lo=1))
     expect_eq(len(response.topics), 0, "topics in a Metadata answer for no topics")
 
 
@@ -71,11 +73,12 @@ def empty_list(ctx: CheckContext) -> None:
 def unknown_topic(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     name = ctx.name("missing")
-    version = ops.v(METADATA, lo=4)
+    version = ops.v(ApiKey.METADATA, lo=4)
     topic = ops.topic_metadata(name, version=version)
-    expect_error(topic.error_code, UNKNOWN_TOPIC_OR_PARTITION, "Metadata for a missing topic")
+    expect_error(topic.error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Metadata for a missing topic")
     again = ops.topic_metadata(name, version=version)
-    expect_error(again.error_code, UNKNOWN_TOPIC_OR_PARTITION, "the topic exists after asking for it")
+    expect_error(again.error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "the topic exists after asking for it")
 
 
 @check("metadata.auto_create_topic", api=API,
@@ -89,13 +92,14 @@ def auto_create(ctx: CheckContext) -> None:
     name = ctx.name("auto")
     first = ops.topic_metadata(name, auto_create=True)
     ctx.note("first_answer", error_name(int(first.error_code)))
-    expect_error(first.error_code, (0, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION),
+    expect_error(first.error_code,
+                 (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                  "first Metadata answer for an auto-created topic")
     deadline = time.monotonic() + 15
     while True:
         topic = ops.topic_metadata(name, auto_create=True)
         led = bool(topic.partitions) and all(p.leader_id >= 0 for p in topic.partitions)
-        if int(topic.error_code) == 0 and led:
+        if int(topic.error_code) == ErrorCode.NONE and led:
             break
         if time.monotonic() > deadline:
             raise CheckFailed(f"auto-created topic not ready after 15 s: {error_name(int(topic.error_code))}")
@@ -110,7 +114,7 @@ def auto_create(ctx: CheckContext) -> None:
 def invalid_name(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.topic_metadata(f"bad name!{ctx.run_id}", auto_create=True)
-    expect_error(topic.error_code, INVALID_TOPIC, "Metadata for an illegal topic name")
+    expect_error(topic.error_code, ErrorCode.INVALID_TOPIC_EXCEPTION, "Metadata for an illegal topic name")
 
 
 @check("metadata.partitions.leader_in_replicas_and_isr", api=API,
@@ -139,7 +143,7 @@ def leader_in_isr(ctx: CheckContext) -> None:
 def leader_epoch(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
-    meta = ops.topic_metadata(topic.name, version=ops.v(METADATA, lo=7))
+    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
     epochs = [int(p.leader_epoch) for p in meta.partitions]
     ctx.note("leader_epochs", epochs)
     expect(all(e >= 0 for e in epochs), f"leader epochs {epochs} include -1")
@@ -150,12 +154,12 @@ def leader_epoch(ctx: CheckContext) -> None:
        source="KIP-516 (topic ids)")
 def topic_id(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    response = ops.create_topics_raw([{"name": ctx.name("t")}], version=ops.v(19, lo=7))
+    response = ops.create_topics_raw([{"name": ctx.name("t")}], version=ops.v(ApiKey.CREATE_TOPICS, lo=7))
     created = response.topics[0]
-    expect_error(created.error_code, 0, "CreateTopics")
+    expect_error(created.error_code, ErrorCode.NONE, "CreateTopics")
     expect(created.topic_id not in (None, ZERO_UUID), "CreateTopics v7 returned no topic id")
     ops.wait_topic_ready(created.name, 1)
-    meta = ops.topic_metadata(created.name, version=ops.v(METADATA, lo=10))
+    meta = ops.topic_metadata(created.name, version=ops.v(ApiKey.METADATA, lo=10))
     expect_eq(str(meta.topic_id), str(created.topic_id), "Metadata topic id vs CreateTopics topic id")
 
 
@@ -166,11 +170,11 @@ def topic_id(ctx: CheckContext) -> None:
 def every_version(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(partitions=2)
-    versions = ctx.apis.versions(METADATA)
+    versions = ctx.apis.versions(ApiKey.METADATA)
     ctx.note("versions", versions)
     for version in versions:
         meta = ops.topic_metadata(topic.name, version=version)
-        expect_error(meta.error_code, 0, f"Metadata v{version}")
+        expect_error(meta.error_code, ErrorCode.NONE, f"Metadata v{version}")
         expect_eq(len(meta.partitions), 2, f"Metadata v{version} partitions")
 
 
@@ -181,11 +185,11 @@ def every_version(ctx: CheckContext) -> None:
 def deleted_disappears(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
-    expect_error(ops.delete_topic(topic.name), 0, "DeleteTopics")
+    expect_error(ops.delete_topic(topic.name), ErrorCode.NONE, "DeleteTopics")
     deadline = time.monotonic() + 15
     while True:
         meta = ops.topic_metadata(topic.name)
-        if int(meta.error_code) == UNKNOWN_TOPIC_OR_PARTITION:
+        if int(meta.error_code) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             break
         if time.monotonic() > deadline:
             raise CheckFailed(f"deleted topic still answers {error_name(int(meta.error_code))} after 15 s")

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect_eq, expect_error, wait_until
-from korvet.conformance.groups import (
+from korvet.conformance.harness.context import CheckContext, expect_eq, expect_error, wait_until
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import (
     Member,
     commit_offset,
     commit_offsets,
@@ -22,17 +23,15 @@ from korvet.conformance.groups import (
     rebalance_signal,
     subscription,
 )
-from korvet.conformance.ops import OFFSET_COMMIT, OFFSET_FETCH, Ops
-from korvet.conformance.records import Rec
-from korvet.conformance.registry import check
+from korvet.conformance.kafka.ops import Ops
+from korvet.conformance.kafka.records import Rec
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 COMMIT = "OffsetCommit (8)"
 FETCH = "OffsetFetch (9)"
 DELETE = "OffsetDelete (47)"
 OMM = "Kafka OffsetMetadataManager (commitOffset / fetchOffsets / deleteOffsets)"
-UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, ILLEGAL_GENERATION = 3, 12, 22
-UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 25, 27, 68, 69
-GROUP_SUBSCRIBED_TO_TOPIC, UNSTABLE_OFFSET_COMMIT = 86, 88
 
 
 def _topic_with_records(ops: Ops, n: int = 10, partitions: int = 1) -> tuple[str, list[int]]:
@@ -49,9 +48,10 @@ def simple_roundtrip(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops)
     group = ctx.name("g")
-    expect_error(commit_offset(ops, group, topic, 0, offsets[4], metadata="checkpoint-4"), 0, "OffsetCommit")
+    expect_error(commit_offset(ops, group, topic, 0, offsets[4], metadata="checkpoint-4"), ErrorCode.NONE,
+                 "OffsetCommit")
     got = committed(ops, group, topic, 0)
-    expect_error(got.error, 0, "OffsetFetch partition error")
+    expect_error(got.error, ErrorCode.NONE, "OffsetFetch partition error")
     expect_eq((got.offset, got.metadata), (offsets[4], "checkpoint-4"), "(offset, metadata) fetched")
 
 
@@ -63,9 +63,9 @@ def leader_epoch(ctx: CheckContext) -> None:
     topic, offsets = _topic_with_records(ops, 2)
     group = ctx.name("g")
     errors = commit_offsets(ops, group, {(topic, 0): offsets[1]}, leader_epoch=0,
-                            version=ops.v(OFFSET_COMMIT, lo=6, hi=9))
-    expect_error(errors[(topic, 0)], 0, "OffsetCommit v6+")
-    got = committed(ops, group, topic, 0, version=ops.v(OFFSET_FETCH, lo=5, hi=9))
+                            version=ops.v(ApiKey.OFFSET_COMMIT, lo=6, hi=9))
+    expect_error(errors[(topic, 0)], ErrorCode.NONE, "OffsetCommit v6+")
+    got = committed(ops, group, topic, 0, version=ops.v(ApiKey.OFFSET_FETCH, lo=5, hi=9))
     expect_eq((got.offset, got.leader_epoch), (offsets[1], 0), "(offset, leader epoch) fetched")
 
 
@@ -78,12 +78,13 @@ def any_retention(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops)
     group = ctx.name("g")
-    version = ops.v(OFFSET_COMMIT, lo=2, hi=4)
+    version = ops.v(ApiKey.OFFSET_COMMIT, lo=2, hi=4)
     # Beyond what a timedelta of microseconds in an int64 holds (~292,000 years); the longest
     # duration Python's timedelta (which builds the request) holds.
     errors = commit_offsets(ops, group, {(topic, 0): offsets[2]}, version=version,
                             retention_ms=86_399_999_913_599_999)
-    expect_eq(errors, {(topic, 0): 0}, f"OffsetCommit v{version} with a 2.7-million-year retention")
+    expect_eq(errors, {(topic, 0): ErrorCode.NONE},
+              f"OffsetCommit v{version} with a 2.7-million-year retention")
     expect_eq(committed(ops, group, topic, 0).offset, offsets[2], "offset fetched")
 
 
@@ -113,7 +114,7 @@ REFUSED_COMMITS = (
         "offset_commit.metadata_too_large",
         "A commit whose metadata string exceeds offset.metadata.max.bytes (4096 by default) answers "
         "OFFSET_METADATA_TOO_LARGE (12) for that partition and stores nothing.",
-        f"{OMM}; broker config offset.metadata.max.bytes", (OFFSET_METADATA_TOO_LARGE,),
+        f"{OMM}; broker config offset.metadata.max.bytes", (ErrorCode.OFFSET_METADATA_TOO_LARGE,),
         "OffsetCommit with 10000 bytes of metadata", lambda _: {"metadata": "m" * 10_000},
         requires="offset.metadata.max.bytes < 10000 (Kafka's default is 4096)"),
     RefusedCommit(
@@ -122,19 +123,22 @@ REFUSED_COMMITS = (
         "and stores nothing: Kafka 4 answers GROUP_ID_NOT_FOUND (69); the coordinator before 4.0 answered "
         "ILLEGAL_GENERATION (22), which is accepted too.",
         f"{OMM} (validateOffsetCommit on an unknown group: GroupIdNotFoundException); "
-        "pre-4.0 GroupCoordinator.handleCommitOffsets", (GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION),
+        "pre-4.0 GroupCoordinator.handleCommitOffsets",
+        (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.ILLEGAL_GENERATION),
         "OffsetCommit gen 3 to an absent group", lambda _: {"generation": 3, "member_id": "someone"},
         group_protocol=True),
     RefusedCommit(
         "offset_commit.unknown_member",
         "A commit to an active group with a member id it does not know answers UNKNOWN_MEMBER_ID (25) and "
         "stores nothing.",
-        f"{OMM} (validateOffsetCommit)", (UNKNOWN_MEMBER_ID,), "OffsetCommit with an unknown member id",
+        f"{OMM} (validateOffsetCommit)", (ErrorCode.UNKNOWN_MEMBER_ID,),
+        "OffsetCommit with an unknown member id",
         lambda m: {"member_id": "no-such-member"}, member=True),
     RefusedCommit(
         "offset_commit.illegal_generation",
         "A member's commit with a stale generation answers ILLEGAL_GENERATION (22) and stores nothing.",
-        f"{OMM} (validateOffsetCommit)", (ILLEGAL_GENERATION,), "OffsetCommit with a stale generation",
+        f"{OMM} (validateOffsetCommit)", (ErrorCode.ILLEGAL_GENERATION,),
+        "OffsetCommit with a stale generation",
         lambda m: {"generation": _generation(m) - 1}, member=True),
     RefusedCommit(
         "offset_commit.simple_commit_to_active_group_refused",
@@ -142,7 +146,7 @@ REFUSED_COMMITS = (
         "(UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION) and stores nothing: only a member may commit for an "
         "active group.",
         f"{OMM} (validateOffsetCommit: simple commits only to empty groups)",
-        (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), "simple OffsetCommit to an active group",
+        (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION), "simple OffsetCommit to an active group",
         lambda _: {"generation": -1, "member_id": ""}, member=True),
 )
 
@@ -185,7 +189,7 @@ def member_commit(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 3)
     (member,) = form_group(ctx, 1, ops=ops)
-    expect_error(member.commit(topic, 0, offsets[2]), 0, "member's OffsetCommit")
+    expect_error(member.commit(topic, 0, offsets[2]), ErrorCode.NONE, "member's OffsetCommit")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[2], "committed offset")
 
 
@@ -198,7 +202,8 @@ def completing_rebalance(ctx: CheckContext) -> None:
     topic, offsets = _topic_with_records(ops, 1)
     member = Member(ctx, ctx.name("g"), ops=ops)
     member.join()
-    expect_error(member.commit(topic, 0, offsets[0]), REBALANCE_IN_PROGRESS, "OffsetCommit before SyncGroup")
+    expect_error(member.commit(topic, 0, offsets[0]), ErrorCode.REBALANCE_IN_PROGRESS,
+                 "OffsetCommit before SyncGroup")
 
 
 @check("offset_commit.allowed_while_preparing_rebalance", api=COMMIT, group_protocol=True,
@@ -210,8 +215,10 @@ def preparing_rebalance(ctx: CheckContext) -> None:
     topic, offsets = _topic_with_records(ops, 3)
     (member,) = form_group(ctx, 1, ops=ops)
     Member(ctx, member.group, ops=ops, client_id="newcomer").join_start()
-    expect_error(rebalance_signal(member), REBALANCE_IN_PROGRESS, "heartbeat (the rebalance has started)")
-    expect_error(member.commit(topic, 0, offsets[2]), 0, "OffsetCommit during PreparingRebalance")
+    expect_error(rebalance_signal(member), ErrorCode.REBALANCE_IN_PROGRESS,
+                 "heartbeat (the rebalance has started)")
+    expect_error(member.commit(topic, 0, offsets[2]), ErrorCode.NONE,
+                 "OffsetCommit during PreparingRebalance")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[2], "committed offset")
 
 
@@ -222,7 +229,7 @@ def preparing_rebalance(ctx: CheckContext) -> None:
 def commit_unknown_topic(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     code = commit_offset(ops, ctx.name("g"), ctx.name("missing"), 0, 5)
-    expect_error(code, UNKNOWN_TOPIC_OR_PARTITION, "OffsetCommit for a missing topic")
+    expect_error(code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "OffsetCommit for a missing topic")
 
 
 @check("offset_commit.later_commit_replaces_even_lower", api=COMMIT,
@@ -234,7 +241,7 @@ def replaces(ctx: CheckContext) -> None:
     topic, offsets = _topic_with_records(ops, 8)
     group = ctx.name("g")
     for value in (offsets[7], offsets[2]):
-        expect_error(commit_offset(ops, group, topic, 0, value), 0, f"OffsetCommit {value}")
+        expect_error(commit_offset(ops, group, topic, 0, value), ErrorCode.NONE, f"OffsetCommit {value}")
     expect_eq(committed(ops, group, topic, 0).offset, offsets[2], "committed offset after committing lower")
 
 
@@ -245,13 +252,13 @@ def replaces(ctx: CheckContext) -> None:
 def every_commit_version(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 10)
-    versions = ctx.apis.versions(OFFSET_COMMIT, hi=9)
+    versions = ctx.apis.versions(ApiKey.OFFSET_COMMIT, hi=9)
     ctx.note("versions", versions)
     for index, version in enumerate(versions):
         group = ctx.name("g")
         target = offsets[index % len(offsets)]
         errors = commit_offsets(ops, group, {(topic, 0): target}, version=version)
-        expect_error(errors[(topic, 0)], 0, f"OffsetCommit v{version}")
+        expect_error(errors[(topic, 0)], ErrorCode.NONE, f"OffsetCommit v{version}")
         expect_eq(committed(ops, group, topic, 0).offset, target, f"offset committed with v{version}")
 
 
@@ -263,9 +270,9 @@ def fetch_unknown_group(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, _ = _topic_with_records(ops, 1, partitions=2)
     group_error, got = fetch_offsets(ops, ctx.name("g"), [(topic, 0), (topic, 1)])
-    expect_error(group_error, 0, "OffsetFetch group error")
-    expect_eq(sorted((k[1], v.offset, v.error) for k, v in got.items()), [(0, -1, 0), (1, -1, 0)],
-              "(partition, offset, error)")
+    expect_error(group_error, ErrorCode.NONE, "OffsetFetch group error")
+    expect_eq(sorted((k[1], v.offset, v.error) for k, v in got.items()),
+              [(0, -1, ErrorCode.NONE), (1, -1, ErrorCode.NONE)], "(partition, offset, error)")
 
 
 @check("offset_fetch.all_partitions_with_null_topics", api=FETCH,
@@ -278,8 +285,8 @@ def fetch_all(ctx: CheckContext) -> None:
     other, other_offsets = _topic_with_records(ops, 1)
     group = ctx.name("g")
     commit_offsets(ops, group, {(topic, 0): offsets[1], (topic, 2): 0, (other, 0): other_offsets[0]})
-    group_error, got = fetch_offsets(ops, group, None, version=ops.v(OFFSET_FETCH, lo=2, hi=9))
-    expect_error(group_error, 0, "OffsetFetch group error")
+    group_error, got = fetch_offsets(ops, group, None, version=ops.v(ApiKey.OFFSET_FETCH, lo=2, hi=9))
+    expect_error(group_error, ErrorCode.NONE, "OffsetFetch group error")
     expect_eq(sorted((k, v.offset) for k, v in got.items()),
               sorted([((topic, 0), offsets[1]), ((topic, 2), 0), ((other, 0), other_offsets[0])]),
               "committed partitions")
@@ -290,12 +297,12 @@ def fetch_all(ctx: CheckContext) -> None:
        source="KIP-709 (batched OffsetFetch)")
 def batched_groups(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(OFFSET_FETCH, lo=8, hi=9)
+    version = ops.v(ApiKey.OFFSET_FETCH, lo=8, hi=9)
     topic, offsets = _topic_with_records(ops, 4)
     g1, g2 = ctx.name("g"), ctx.name("g")
     commit_offset(ops, g1, topic, 0, offsets[1])
     commit_offset(ops, g2, topic, 0, offsets[3])
-    response = ops.call(OFFSET_FETCH, version, require_stable=False, groups=[
+    response = ops.call(ApiKey.OFFSET_FETCH, version, require_stable=False, groups=[
         {"group_id": g, "topics": [{"name": topic, "partition_indexes": [0]}]} for g in (g1, g2)])
     got = {g.group_id: int(g.topics[0].partitions[0].committed_offset) for g in response.groups}
     expect_eq(got, {g1: offsets[1], g2: offsets[3]}, "offsets per group")
@@ -309,9 +316,10 @@ def during_rebalance(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 3)
     (member,) = form_group(ctx, 1, ops=ops)
-    expect_error(member.commit(topic, 0, offsets[2]), 0, "OffsetCommit")
+    expect_error(member.commit(topic, 0, offsets[2]), ErrorCode.NONE, "OffsetCommit")
     Member(ctx, member.group, ops=ops, client_id="newcomer").join_start()
-    expect_error(rebalance_signal(member), REBALANCE_IN_PROGRESS, "heartbeat (the rebalance has started)")
+    expect_error(rebalance_signal(member), ErrorCode.REBALANCE_IN_PROGRESS,
+                 "heartbeat (the rebalance has started)")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[2], "offset fetched while rebalancing")
 
 
@@ -323,7 +331,7 @@ def during_rebalance(ctx: CheckContext) -> None:
 def require_stable(ctx: CheckContext) -> None:
     from confluent_kafka import TopicPartition
 
-    from korvet.conformance.drivers import confluent_consumer, confluent_producer
+    from korvet.conformance.harness.drivers import confluent_consumer, confluent_producer
 
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 3)
@@ -334,10 +342,11 @@ def require_stable(ctx: CheckContext) -> None:
     producer.begin_transaction()
     producer.send_offsets_to_transaction([TopicPartition(topic, 0, offsets[2])],
                                          consumer.consumer_group_metadata(), 30)
-    version = ops.v(OFFSET_FETCH, lo=7, hi=9)
+    version = ops.v(ApiKey.OFFSET_FETCH, lo=7, hi=9)
     group_error, got = fetch_offsets(ops, group, [(topic, 0)], require_stable=True, version=version)
     pending = got[(topic, 0)].error if (topic, 0) in got else group_error
-    expect_error(pending, UNSTABLE_OFFSET_COMMIT, "OffsetFetch require_stable during the transaction")
+    expect_error(pending, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                 "OffsetFetch require_stable during the transaction")
     producer.commit_transaction(30)
     # The commit markers reach the offsets log just after EndTxn returns.
     wait_until(lambda: committed(ops, group, topic, 0, version=version).offset == offsets[2], 15,
@@ -354,8 +363,8 @@ def delete_empty(ctx: CheckContext) -> None:
     group = ctx.name("g")
     commit_offsets(ops, group, {(topic, 0): offsets[1], (topic, 1): 0})
     top, per_partition = offset_delete(ops, group, [(topic, 0)])
-    expect_error(top, 0, "OffsetDelete top-level error")
-    expect_error(per_partition[(topic, 0)], 0, "OffsetDelete partition error")
+    expect_error(top, ErrorCode.NONE, "OffsetDelete top-level error")
+    expect_error(per_partition[(topic, 0)], ErrorCode.NONE, "OffsetDelete partition error")
     _, got = fetch_offsets(ops, group, [(topic, 0), (topic, 1)])
     expect_eq((got[(topic, 0)].offset, got[(topic, 1)].offset), (-1, 0), "offsets after the delete")
 
@@ -367,7 +376,7 @@ def delete_absent(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, _ = _topic_with_records(ops, 1)
     top, _ = offset_delete(ops, ctx.name("g"), [(topic, 0)])
-    expect_error(top, GROUP_ID_NOT_FOUND, "OffsetDelete of an absent group")
+    expect_error(top, ErrorCode.GROUP_ID_NOT_FOUND, "OffsetDelete of an absent group")
 
 
 @check("offset_delete.subscribed_topic_refused", api=DELETE, group_protocol=True,
@@ -378,10 +387,11 @@ def delete_subscribed(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 2)
     (member,) = form_group(ctx, 1, ops=ops, protocols=[("range", subscription([topic]))])
-    expect_error(member.commit(topic, 0, offsets[1]), 0, "OffsetCommit")
+    expect_error(member.commit(topic, 0, offsets[1]), ErrorCode.NONE, "OffsetCommit")
     top, per_partition = offset_delete(ops, member.group, [(topic, 0)])
-    expect_error(top, 0, "OffsetDelete top-level error")
-    expect_error(per_partition[(topic, 0)], GROUP_SUBSCRIBED_TO_TOPIC, "OffsetDelete of a subscribed topic")
+    expect_error(top, ErrorCode.NONE, "OffsetDelete top-level error")
+    expect_error(per_partition[(topic, 0)], ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                 "OffsetDelete of a subscribed topic")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[1], "offset kept")
 
 
@@ -393,9 +403,9 @@ def delete_non_consumer(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 1)
     (member,) = form_group(ctx, 1, ops=ops, protocol_type="connect", protocols=[("v1", b"x")])
-    expect_error(member.commit(topic, 0, offsets[0]), 0, "OffsetCommit")
+    expect_error(member.commit(topic, 0, offsets[0]), ErrorCode.NONE, "OffsetCommit")
     top, _ = offset_delete(ops, member.group, [(topic, 0)])
-    expect_error(top, NON_EMPTY_GROUP, "OffsetDelete on an active connect group")
+    expect_error(top, ErrorCode.NON_EMPTY_GROUP, "OffsetDelete on an active connect group")
 
 
 @check("offsets.failed_commit_keeps_previous_offset", api=COMMIT, group_protocol=True,
@@ -406,9 +416,9 @@ def failed_commit_keeps(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with_records(ops, 8)
     (member,) = form_group(ctx, 1, ops=ops)
-    expect_error(member.commit(topic, 0, offsets[3]), 0, "first OffsetCommit")
+    expect_error(member.commit(topic, 0, offsets[3]), ErrorCode.NONE, "first OffsetCommit")
     code = member.commit(topic, 0, offsets[7], generation=member.generation + 5)
-    expect_error(code, ILLEGAL_GENERATION, "OffsetCommit with a wrong generation")
+    expect_error(code, ErrorCode.ILLEGAL_GENERATION, "OffsetCommit with a wrong generation")
     expect_eq(committed(ops, member.group, topic, 0).offset, offsets[3], "committed offset after the failure")
 
 
@@ -424,9 +434,9 @@ def position_independent(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1, ops=ops)
     first = ops.fetch(topic, 0, offsets[0])
     expect_eq(first.offsets[:10], offsets, "first fetch of all records")
-    expect_error(member.commit(topic, 0, offsets[5]), 0, "OffsetCommit of offset 5")
-    expect_error(member.commit(topic, 0, offsets[8], generation=member.generation + 1), ILLEGAL_GENERATION,
-                 "failing OffsetCommit of offset 8")
+    expect_error(member.commit(topic, 0, offsets[5]), ErrorCode.NONE, "OffsetCommit of offset 5")
+    expect_error(member.commit(topic, 0, offsets[8], generation=member.generation + 1),
+                 ErrorCode.ILLEGAL_GENERATION, "failing OffsetCommit of offset 8")
     again = ops.fetch(topic, 0, offsets[2])
     expect_eq([r.offset for r in again.records if r.offset >= offsets[2]][:3], offsets[2:5],
               "re-fetch from before the committed offset")

@@ -10,21 +10,20 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.messages import build_request
-from korvet.conformance.ops import EARLIEST, FETCH, LATEST, Ops, Topic, fetch_result
-from korvet.conformance.records import Rec
-from korvet.conformance.registry import check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.ops import EARLIEST, LATEST, Ops, Topic, fetch_result
+from korvet.conformance.kafka.records import Rec
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
-DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 21, 35, 61, 75
 DR = "DeleteRecords (21)"
 DLD = "DescribeLogDirs (35)"
 DP = "DescribeProducers (61)"
 DTP = "DescribeTopicPartitions (75)"
 SESSIONS = "Fetch sessions (KIP-227)"
 
-OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, POLICY_VIOLATION = 1, 3, 42, 44
-FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR = 70, 71, 106
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -32,7 +31,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 def _delete(ops: Ops, topic: str, entries: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """(error code, low watermark) per partition, in request order."""
-    response = ops.call(DELETE_RECORDS, timeout=30_000, topics=[{
+    response = ops.call(ApiKey.DELETE_RECORDS, timeout=30_000, topics=[{
         "name": topic, "partitions": [{"partition_index": p, "offset": o} for p, o in entries]}])
     by_index = {int(p.partition_index): (int(p.error_code), int(p.low_watermark))
                 for t in response.topics for p in t.partitions}
@@ -52,16 +51,16 @@ def _five(ops: Ops) -> tuple[Topic, list[int]]:
 def delete_moves_start(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _five(ops)
-    expect_eq(_delete(ops, topic.name, [(0, offsets[2])]), [(0, offsets[2])],
+    expect_eq(_delete(ops, topic.name, [(0, offsets[2])]), [(ErrorCode.NONE, offsets[2])],
               "DeleteRecords (error, low watermark)")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), offsets[2], "ListOffsets EARLIEST afterwards")
     at = ops.fetch(topic, 0, offsets[2])
-    expect_error(at.error, 0, "Fetch at the new log start")
+    expect_error(at.error, ErrorCode.NONE, "Fetch at the new log start")
     expect_eq(at.log_start_offset, offsets[2], "Fetch's log start offset")
     expect_eq([r.value for r in at.records if r.offset >= offsets[2]][:1], [b"c"],
               "first record at the new log start")
     below = ops.fetch(topic, 0, offsets[1])
-    expect_error(below.error, OFFSET_OUT_OF_RANGE, "Fetch below the new log start")
+    expect_error(below.error, ErrorCode.OFFSET_OUT_OF_RANGE, "Fetch below the new log start")
 
 
 @check("delete_records.minus_one_is_the_high_watermark", api=DR,
@@ -72,7 +71,7 @@ def delete_all(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, _ = _five(ops)
     end = ops.offset_of(topic, 0, LATEST)
-    expect_eq(_delete(ops, topic.name, [(0, -1)]), [(0, end)], "DeleteRecords -1")
+    expect_eq(_delete(ops, topic.name, [(0, -1)]), [(ErrorCode.NONE, end)], "DeleteRecords -1")
     expect_eq((ops.offset_of(topic, 0, EARLIEST), ops.offset_of(topic, 0, LATEST)), (end, end),
               "(EARLIEST, LATEST) afterwards")
     expect_eq(ops.fetch(topic, 0, end).records, [], "records left")
@@ -86,9 +85,9 @@ def delete_out_of_range(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _five(ops)
     end = ops.offset_of(topic, 0, LATEST)
-    expect_eq(_delete(ops, topic.name, [(0, end + 1)]), [(OFFSET_OUT_OF_RANGE, -1)],
+    expect_eq(_delete(ops, topic.name, [(0, end + 1)]), [(ErrorCode.OFFSET_OUT_OF_RANGE, -1)],
               "DeleteRecords one past the high watermark")
-    expect_eq(_delete(ops, topic.name, [(0, -2)]), [(OFFSET_OUT_OF_RANGE, -1)],
+    expect_eq(_delete(ops, topic.name, [(0, -2)]), [(ErrorCode.OFFSET_OUT_OF_RANGE, -1)],
               "DeleteRecords to offset -2")
     expect(ops.offset_of(topic, 0, EARLIEST) <= offsets[0], "the log start moved")
 
@@ -101,7 +100,7 @@ def delete_never_back(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _five(ops)
     _delete(ops, topic.name, [(0, offsets[3])])
-    expect_eq(_delete(ops, topic.name, [(0, offsets[1])]), [(0, offsets[3])],
+    expect_eq(_delete(ops, topic.name, [(0, offsets[1])]), [(ErrorCode.NONE, offsets[3])],
               "DeleteRecords below the log start")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), offsets[3], "EARLIEST afterwards")
 
@@ -118,11 +117,11 @@ def delete_compacted(ctx: CheckContext) -> None:
     offsets = [ops.produce_ok(topic, 0, [Rec(v.encode(), key=b"k")]) for v in "abc"]
     start = ops.offset_of(topic, 0, EARLIEST)
     expect_eq([code for code, _ in _delete(ops, topic.name, [(0, offsets[2])])],
-              [POLICY_VIOLATION], "DeleteRecords error with cleanup.policy=compact")
+              [ErrorCode.POLICY_VIOLATION], "DeleteRecords error with cleanup.policy=compact")
     expect_eq(ops.offset_of(topic, 0, EARLIEST), start, "EARLIEST afterwards")
     kept = ops.create_topic(configs={"cleanup.policy": ""})
     offsets = [ops.produce_ok(kept, 0, [Rec(v.encode(), key=b"k")]) for v in "abc"]
-    expect_eq(_delete(ops, kept.name, [(0, offsets[2])]), [(0, offsets[2])],
+    expect_eq(_delete(ops, kept.name, [(0, offsets[2])]), [(ErrorCode.NONE, offsets[2])],
               "DeleteRecords (error, low watermark) with an empty cleanup.policy")
 
 
@@ -133,9 +132,9 @@ def delete_compacted(ctx: CheckContext) -> None:
 def delete_unknown(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
-    expect_eq(_delete(ops, topic.name, [(3, 0)]), [(UNKNOWN_TOPIC_OR_PARTITION, -1)],
+    expect_eq(_delete(ops, topic.name, [(3, 0)]), [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)],
               "DeleteRecords on partition 3 of a one-partition topic")
-    expect_eq(_delete(ops, ctx.name("missing"), [(0, 0)]), [(UNKNOWN_TOPIC_OR_PARTITION, -1)],
+    expect_eq(_delete(ops, ctx.name("missing"), [(0, 0)]), [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)],
               "DeleteRecords on a topic that does not exist")
 
 
@@ -152,12 +151,12 @@ def log_dirs(ctx: CheckContext) -> None:
     topic = ops.create_topic(partitions=2)
     ops.produce_ok(topic, 0, [Rec(b"x" * 2000) for _ in range(10)])
     missing = ctx.name("missing")
-    response = ops.call(DESCRIBE_LOG_DIRS, topics=[
+    response = ops.call(ApiKey.DESCRIBE_LOG_DIRS, topics=[
         {"topic": topic.name, "partitions": [0, 1]}, {"topic": missing, "partitions": [0]}])
-    expect_error(getattr(response, "error_code", 0), 0, "DescribeLogDirs top-level error")
+    expect_error(getattr(response, "error_code", 0), ErrorCode.NONE, "DescribeLogDirs top-level error")
     sizes: dict[int, int] = {}
     for result in response.results:
-        expect_error(result.error_code, 0, f"log dir {result.log_dir}")
+        expect_error(result.error_code, ErrorCode.NONE, f"log dir {result.log_dir}")
         total, usable = int(getattr(result, "total_bytes", -1)), int(getattr(result, "usable_bytes", -1))
         expect(total == -1 or 0 <= usable <= total, f"total {total}, usable {usable} bytes")
         for t in result.topics:
@@ -176,7 +175,7 @@ def log_dirs(ctx: CheckContext) -> None:
 # -- DescribeTopicPartitions -------------------------------------------------------------
 
 def _describe(ops: Ops, names: list[str], limit: int, cursor: tuple[str, int] | None) -> Any:
-    return ops.call(DESCRIBE_TOPIC_PARTITIONS, topics=[{"name": n} for n in names],
+    return ops.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, topics=[{"name": n} for n in names],
                     response_partition_limit=limit,
                     cursor=None if cursor is None else {"topic_name": cursor[0],
                                                         "partition_index": cursor[1]})
@@ -208,7 +207,7 @@ def pages(ctx: CheckContext) -> None:
         expect(sum(len(p) for _, p in topics) <= 2, f"page {page_number} holds more than 2 partitions")
         expect_eq([n for n, _ in topics], sorted(n for n, _ in topics), "topic order")
         for t in response.topics:
-            expect_error(t.error_code, 0, f"topic {t.name}")
+            expect_error(t.error_code, ErrorCode.NONE, f"topic {t.name}")
             for p in t.partitions:
                 expect(int(p.leader_id) in [int(r) for r in p.replica_nodes], "leader not a replica")
                 expect(int(p.leader_id) in [int(r) for r in p.isr_nodes], "leader not in the ISR")
@@ -228,12 +227,12 @@ def unknown_and_cursor(ctx: CheckContext) -> None:
     missing = ctx.name("missing")
     response = _describe(ops, [missing], 10, None)
     (entry,) = response.topics
-    expect_error(entry.error_code, UNKNOWN_TOPIC_OR_PARTITION, "a topic that does not exist")
+    expect_error(entry.error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "a topic that does not exist")
     expect(entry.topic_id in (None, ZERO_UUID), f"topic id {entry.topic_id} of a missing topic")
     topic = ops.create_topic()
     refused = _describe(ops, [topic.name], 10, (missing, 0))
     codes = [int(t.error_code) for t in refused.topics]
-    expect(codes != [] and all(c == INVALID_REQUEST for c in codes),
+    expect(codes != [] and all(c == ErrorCode.INVALID_REQUEST for c in codes),
            f"a cursor outside the request answered {codes}")
 
 
@@ -252,10 +251,10 @@ def producers(ctx: CheckContext) -> None:
     pid, epoch = int(init.producer_id), int(init.producer_epoch)
     result = ops.produce(topic, 0, [Rec(b"p0"), Rec(b"p1"), Rec(b"p2")], producer_id=pid,
                          producer_epoch=epoch, base_sequence=0)
-    expect_error(result.error, 0, "idempotent Produce")
-    response = ops.call(DESCRIBE_PRODUCERS, topics=[{"name": topic.name, "partition_indexes": [0, 7]}])
+    expect_error(result.error, ErrorCode.NONE, "idempotent Produce")
+    response = ops.call(ApiKey.DESCRIBE_PRODUCERS, topics=[{"name": topic.name, "partition_indexes": [0, 7]}])
     parts = {int(p.partition_index): p for t in response.topics for p in t.partitions}
-    expect_error(parts[0].error_code, 0, "partition 0")
+    expect_error(parts[0].error_code, ErrorCode.NONE, "partition 0")
     states = {int(s.producer_id): s for s in parts[0].active_producers}
     expect(pid in states, f"producer {pid} not listed: {sorted(states)}")
     state = states[pid]
@@ -263,7 +262,8 @@ def producers(ctx: CheckContext) -> None:
                int(state.current_txn_start_offset)), (epoch, 2, -1, -1),
               "(epoch, last sequence, coordinator epoch, transaction start)")
     expect(int(state.last_timestamp) > 0, "no last timestamp")
-    expect_error(parts[7].error_code, UNKNOWN_TOPIC_OR_PARTITION, "partition 7 of a 1-partition topic")
+    expect_error(parts[7].error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "partition 7 of a 1-partition topic")
 
 
 # -- Fetch sessions ----------------------------------------------------------------------
@@ -294,7 +294,7 @@ class _Session:
                 "partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
                 "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1})
         request = build_request(
-            FETCH, ver, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=50 << 20,
+            ApiKey.FETCH, ver, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=50 << 20,
             isolation_level=0, session_id=self.session_id,
             session_epoch=self.epoch if epoch is None else epoch, topics=list(topics.values()),
             forgotten_topics_data=[{key: ident(t), "partitions": [p]} for t, p in forgotten],
@@ -307,9 +307,9 @@ class _Session:
 
 
 def _open(ops: Ops, parts: list[tuple[Topic, int, int]], version: int | None = None) -> _Session:
-    session = _Session(ops, version or ops.v(FETCH, lo=7))
+    session = _Session(ops, version or ops.v(ApiKey.FETCH, lo=7))
     response = session.fetch(parts)
-    expect_error(response.error_code, 0, "the full fetch that opens the session")
+    expect_error(response.error_code, ErrorCode.NONE, "the full fetch that opens the session")
     session.session_id = int(response.session_id)
     expect(session.session_id != 0, "a full fetch with epoch 0 was given no session")
     session.epoch = 1
@@ -334,13 +334,13 @@ def incremental_omits(ctx: CheckContext) -> None:
     session = _open(ops, [(topic, 0, ends[0]), (topic, 1, ends[1])])
     ops.produce_ok(topic, 1, [Rec(b"new")])
     first = session.fetch([])
-    expect_error(first.error_code, 0, "incremental fetch (epoch 1)")
+    expect_error(first.error_code, ErrorCode.NONE, "incremental fetch (epoch 1)")
     expect_eq(int(first.session_id), session.session_id, "session id of the incremental response")
     expect_eq(session.values(first), {1: [b"new"]}, "partitions in the incremental response")
     session.epoch = 2
     position = ops.offset_of(topic, 1, LATEST)
     second = session.fetch([(topic, 1, position)])
-    expect_error(second.error_code, 0, "incremental fetch (epoch 2)")
+    expect_error(second.error_code, ErrorCode.NONE, "incremental fetch (epoch 2)")
     expect_eq(session.values(second), {}, "partitions in a response with no news")
 
 
@@ -353,16 +353,17 @@ def epoch_errors(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, ends = _two_partitions(ops)
     session = _open(ops, [(topic, 0, ends[0])])
-    expect_error(session.fetch([]).error_code, 0, "incremental fetch (epoch 1)")
+    expect_error(session.fetch([]).error_code, ErrorCode.NONE, "incremental fetch (epoch 1)")
     repeated = session.fetch([], epoch=1)
-    expect_error(repeated.error_code, INVALID_FETCH_SESSION_EPOCH, "epoch 1 again")
+    expect_error(repeated.error_code, ErrorCode.INVALID_FETCH_SESSION_EPOCH, "epoch 1 again")
     expect_eq((int(repeated.session_id), list(repeated.responses)), (0, []),
               "(session id, partitions) of the error")
     closing = session.fetch([(topic, 0, ends[0])], epoch=-1)
-    expect_error(closing.error_code, 0, "a full fetch with epoch -1 naming the session")
+    expect_error(closing.error_code, ErrorCode.NONE, "a full fetch with epoch -1 naming the session")
     expect_eq(int(closing.session_id), 0, "session id after closing")
     gone = session.fetch([], epoch=2)
-    expect_error(gone.error_code, FETCH_SESSION_ID_NOT_FOUND, "an incremental fetch of the closed session")
+    expect_error(gone.error_code, ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                 "an incremental fetch of the closed session")
 
 
 @check("fetch_sessions.forgotten_partitions_are_not_read", api=SESSIONS,
@@ -373,12 +374,13 @@ def forgotten(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, ends = _two_partitions(ops)
     session = _open(ops, [(topic, 0, ends[0]), (topic, 1, ends[1])])
-    expect_error(session.fetch([], forgotten=((topic, 0),)).error_code, 0, "forgetting partition 0")
+    expect_error(session.fetch([], forgotten=((topic, 0),)).error_code, ErrorCode.NONE,
+                 "forgetting partition 0")
     session.epoch = 2
     for p in (0, 1):
         ops.produce_ok(topic, p, [Rec(b"after")])
     response = session.fetch([])
-    expect_error(response.error_code, 0, "incremental fetch (epoch 2)")
+    expect_error(response.error_code, ErrorCode.NONE, "incremental fetch (epoch 2)")
     expect_eq(session.values(response), {1: [b"after"]}, "partitions after forgetting partition 0")
 
 
@@ -389,6 +391,7 @@ def forgotten(ctx: CheckContext) -> None:
 def topic_id_mix(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, ends = _two_partitions(ops)
-    session = _open(ops, [(topic, 0, ends[0])], version=ops.v(FETCH, lo=13))
-    by_name = session.fetch([], version=ops.v(FETCH, lo=7, hi=12))
-    expect_error(by_name.error_code, FETCH_SESSION_TOPIC_ID_ERROR, "an incremental fetch by topic name")
+    session = _open(ops, [(topic, 0, ends[0])], version=ops.v(ApiKey.FETCH, lo=13))
+    by_name = session.fetch([], version=ops.v(ApiKey.FETCH, lo=7, hi=12))
+    expect_error(by_name.error_code, ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+                 "an incremental fetch by topic name")

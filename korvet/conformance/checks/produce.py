@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.messages import build_request
-from korvet.conformance.ops import EARLIEST, LATEST, PRODUCE, Ops, produce_result
-from korvet.conformance.records import (
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.ops import EARLIEST, LATEST, Ops, produce_result
+from korvet.conformance.kafka.records import (
     CODECS,
     LOG_APPEND_TIME,
     Rec,
@@ -15,16 +16,14 @@ from korvet.conformance.records import (
     corrupt_crc,
     now_ms,
 )
-from korvet.conformance.registry import check
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "Produce (0)"
 IPI = "InitProducerId (22)"
 JSON = "ProduceRequest.json / ProduceResponse.json"
 KIP98 = "KIP-98 (idempotent producer)"
 
-CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, MESSAGE_TOO_LARGE = 2, 3, 10
-INVALID_REQUIRED_ACKS, INVALID_TIMESTAMP, OUT_OF_ORDER_SEQUENCE = 21, 32, 45
-UNKNOWN_TOPIC_ID, INVALID_RECORD = 100, 87
 
 
 def _values(prefix: str, n: int) -> list[Rec]:
@@ -67,8 +66,9 @@ def acks_zero(ctx: CheckContext) -> None:
     conn = ctx.client()
     before = ops.offset_of(topic, 0, LATEST)
     ops.produce(topic, 0, [Rec(b"fire-and-forget")], acks=0, conn=conn)
-    response = conn.call(build_request(18, 0))  # must be the ApiVersions answer, not a Produce one
-    expect_error(response.error_code, 0, "ApiVersions after an acks=0 Produce")
+    # must be the ApiVersions answer, not a Produce one
+    response = conn.call(build_request(ApiKey.API_VERSIONS, 0))
+    expect_error(response.error_code, ErrorCode.NONE, "ApiVersions after an acks=0 Produce")
     deadline = time.monotonic() + 5
     while ops.offset_of(topic, 0, LATEST) <= before and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -84,7 +84,7 @@ def invalid_acks(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     before = ops.offset_of(topic, 0, LATEST)
     result = ops.produce(topic, 0, [Rec(b"x")], acks=2)
-    expect_error(result.error, INVALID_REQUIRED_ACKS, "Produce with acks=2")
+    expect_error(result.error, ErrorCode.INVALID_REQUIRED_ACKS, "Produce with acks=2")
     expect_eq(ops.offset_of(topic, 0, LATEST), before, "latest offset afterwards")
 
 
@@ -122,10 +122,11 @@ def dense_from_zero(ctx: CheckContext) -> None:
 def unknown_topic(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     name = ctx.name("missing")
-    version = ops.v(PRODUCE, hi=12)
+    version = ops.v(ApiKey.PRODUCE, hi=12)
     result = ops.produce(name, 0, [Rec(b"x")], version=version)
-    expect_error(result.error, UNKNOWN_TOPIC_OR_PARTITION, f"Produce v{version} to a missing topic")
-    expect_error(ops.topic_metadata(name).error_code, UNKNOWN_TOPIC_OR_PARTITION, "Metadata afterwards")
+    expect_error(result.error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Produce v{version} to a missing topic")
+    expect_error(ops.topic_metadata(name).error_code, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 "Metadata afterwards")
 
 
 @check("produce.unknown_partition", api=API,
@@ -137,7 +138,7 @@ def unknown_partition(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     for partition in (5, -1):
         result = ops.produce(topic, partition, [Rec(b"x")])
-        expect_error(result.error, UNKNOWN_TOPIC_OR_PARTITION, f"Produce to partition {partition}")
+        expect_error(result.error, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Produce to partition {partition}")
 
 
 @check("produce.topic_id.v13", api=API,
@@ -148,12 +149,13 @@ def topic_id_v13(ctx: CheckContext) -> None:
     import uuid
 
     ops = Ops(ctx)
-    version = ops.v(PRODUCE, lo=13)
+    version = ops.v(ApiKey.PRODUCE, lo=13)
     topic = ops.create_topic()
     base = ops.produce_ok(topic, 0, [Rec(b"by-id")], version=version)
     expect_eq(ops.fetch(topic, 0, base).values[:1], [b"by-id"], "record produced by topic id")
     response = ops.produce_raw(topic, {0: build_batch([Rec(b"x")])}, version=version, topic_id=uuid.uuid4())
-    expect_error(produce_result(response).error, UNKNOWN_TOPIC_ID, "Produce v13 to an unknown topic id")
+    expect_error(produce_result(response).error, ErrorCode.UNKNOWN_TOPIC_ID,
+                 "Produce v13 to an unknown topic id")
 
 
 @check("produce.every_version_appends", api=API,
@@ -163,7 +165,7 @@ def topic_id_v13(ctx: CheckContext) -> None:
 def every_version(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
-    versions = ctx.apis.versions(PRODUCE, lo=3)
+    versions = ctx.apis.versions(ApiKey.PRODUCE, lo=3)
     ctx.note("versions", versions)
     for version in versions:
         value = f"v{version}".encode()
@@ -179,7 +181,7 @@ def corrupt(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     before = ops.offset_of(topic, 0, LATEST)
     result = ops.produce(topic, 0, corrupt_crc(build_batch(_values("c", 3))))
-    expect_error(result.error, CORRUPT_MESSAGE, "Produce of a batch with a bad CRC")
+    expect_error(result.error, ErrorCode.CORRUPT_MESSAGE, "Produce of a batch with a bad CRC")
     expect_eq(ops.offset_of(topic, 0, LATEST), before, "latest offset afterwards")
 
 
@@ -194,7 +196,7 @@ def two_batches(ctx: CheckContext) -> None:
     before = ops.offset_of(topic, 0, LATEST)
     data = build_batch(_values("a", 2)) + build_batch(_values("b", 2))
     result = ops.produce(topic, 0, data)
-    expect_error(result.error, INVALID_RECORD, "Produce with two batches for one partition")
+    expect_error(result.error, ErrorCode.INVALID_RECORD, "Produce with two batches for one partition")
     expect_eq(ops.offset_of(topic, 0, LATEST), before, "latest offset afterwards")
 
 
@@ -205,20 +207,21 @@ def two_batches(ctx: CheckContext) -> None:
 def multi_topic(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     a, b = ops.create_topic(partitions=2), ops.create_topic()
-    version = ops.v(PRODUCE, hi=12)
+    version = ops.v(ApiKey.PRODUCE, hi=12)
     topic_data = [
         {"name": a.name, "partition_data": [{"index": 0, "records": build_batch([Rec(b"a0")])},
                                             {"index": 1, "records": build_batch([Rec(b"a1")])}]},
         {"name": b.name, "partition_data": [{"index": 0, "records": build_batch([Rec(b"b0")])}]},
     ]
-    response = ops.conn.call(build_request(PRODUCE, version, acks=-1, timeout=30_000, topic_data=topic_data))
+    response = ops.conn.call(build_request(ApiKey.PRODUCE, version, acks=-1, timeout=30_000,
+                                           topic_data=topic_data))
     seen = {}
     for t in response.responses:
         for p in t.partition_responses:
             seen[(t.name, int(p.index))] = (int(p.error_code), int(p.base_offset))
     expect_eq(sorted(seen), sorted([(a.name, 0), (a.name, 1), (b.name, 0)]), "partitions answered")
     for (name, partition), (code, base) in seen.items():
-        expect_error(code, 0, f"Produce to {name}-{partition}")
+        expect_error(code, ErrorCode.NONE, f"Produce to {name}-{partition}")
         expected = f"{'a' if name == a.name else 'b'}{partition}".encode()
         expect_eq(ops.fetch(name, partition, base).values[:1], [expected], f"record on {name}-{partition}")
 
@@ -307,7 +310,7 @@ def log_append_time(ctx: CheckContext) -> None:
     topic = ops.create_topic(configs={"message.timestamp.type": "LogAppendTime"})
     before = now_ms()
     result = ops.produce(topic, 0, [Rec(b"old", timestamp=before - 3_600_000)])
-    expect_error(result.error, 0, "Produce")
+    expect_error(result.error, ErrorCode.NONE, "Produce")
     after = now_ms()
     ctx.note("log_append_time", result.log_append_time)
     expect(before - 2000 <= result.log_append_time <= after + 2000,
@@ -325,7 +328,7 @@ def future_timestamp(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     result = ops.produce(topic, 0, [Rec(b"future", timestamp=now_ms() + 2 * 3_600_000)])
-    expect_error(result.error, INVALID_TIMESTAMP, "Produce 2 h in the future")
+    expect_error(result.error, ErrorCode.INVALID_TIMESTAMP, "Produce 2 h in the future")
 
 
 @check("produce.message_too_large_refused", api=API,
@@ -336,7 +339,8 @@ def too_large(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic(configs={"max.message.bytes": "2000"})
     result = ops.produce(topic, 0, [Rec(b"x" * 5000)])
-    expect_error(result.error, MESSAGE_TOO_LARGE, "Produce of 5000 bytes with max.message.bytes=2000")
+    expect_error(result.error, ErrorCode.MESSAGE_TOO_LARGE,
+                 "Produce of 5000 bytes with max.message.bytes=2000")
     ops.produce_ok(topic, 0, [Rec(b"small")])
     expect_eq(ops.fetch(topic, 0, ops.offset_of(topic, 0, EARLIEST)).values, [b"small"],
               "the log holds only the small record")
@@ -364,7 +368,7 @@ def distinct_ids(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     first, second = ops.init_producer_id(), ops.init_producer_id()
     for response in (first, second):
-        expect_error(response.error_code, 0, "InitProducerId")
+        expect_error(response.error_code, ErrorCode.NONE, "InitProducerId")
         expect(int(response.producer_id) >= 0 and int(response.producer_epoch) >= 0,
                f"producer id/epoch {int(response.producer_id)}/{int(response.producer_epoch)}")
     expect(int(first.producer_id) != int(second.producer_id), "two InitProducerId calls got the same id")
@@ -376,13 +380,13 @@ def distinct_ids(ctx: CheckContext) -> None:
        source="KIP-98 (transactions); TransactionCoordinator.handleInitProducerId")
 def transactional_id(ctx: CheckContext) -> None:
     response = Ops(ctx).init_producer_id(ctx.name("txn"))
-    expect_error(response.error_code, 0, "InitProducerId with a transactional id")
+    expect_error(response.error_code, ErrorCode.NONE, "InitProducerId with a transactional id")
     expect(int(response.producer_id) >= 0, "no producer id")
 
 
 def _idempotent(ops: Ops) -> tuple[int, int]:
     response = ops.init_producer_id()
-    expect_error(response.error_code, 0, "InitProducerId")
+    expect_error(response.error_code, ErrorCode.NONE, "InitProducerId")
     return int(response.producer_id), int(response.producer_epoch)
 
 
@@ -396,9 +400,9 @@ def retry_dedup(ctx: CheckContext) -> None:
     pid, epoch = _idempotent(ops)
     batch = build_batch(_values("i", 3), producer_id=pid, producer_epoch=epoch, base_sequence=0)
     first = ops.produce(topic, 0, batch)
-    expect_error(first.error, 0, "first send")
+    expect_error(first.error, ErrorCode.NONE, "first send")
     retry = ops.produce(topic, 0, batch)
-    expect_error(retry.error, 0, "retry of the same batch")
+    expect_error(retry.error, ErrorCode.NONE, "retry of the same batch")
     expect_eq(retry.base_offset, first.base_offset, "base offset answered to the retry")
     fetched = ops.read_all(topic, 0, ops.offset_of(topic, 0, EARLIEST))
     expect_eq(len(fetched), 3, "records in the log after a retried batch")
@@ -416,12 +420,12 @@ def dedup_last_five(ctx: CheckContext) -> None:
     for i in range(5):
         batch = build_batch(_values(f"b{i}", 2), producer_id=pid, producer_epoch=epoch, base_sequence=2 * i)
         result = ops.produce(topic, 0, batch)
-        expect_error(result.error, 0, f"batch {i}")
+        expect_error(result.error, ErrorCode.NONE, f"batch {i}")
         batches.append(batch)
         offsets.append(result.base_offset)
     latest = ops.offset_of(topic, 0, LATEST)
     retry = ops.produce(topic, 0, batches[2])
-    expect_error(retry.error, 0, "retry of batch 2")
+    expect_error(retry.error, ErrorCode.NONE, "retry of batch 2")
     expect_eq(retry.base_offset, offsets[2], "offset answered to the retry of batch 2")
     expect_eq(ops.offset_of(topic, 0, LATEST), latest, "latest offset after the retry")
 
@@ -435,10 +439,10 @@ def sequence_gap(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     pid, epoch = _idempotent(ops)
     first = ops.produce(topic, 0, _values("s", 2), producer_id=pid, producer_epoch=epoch, base_sequence=0)
-    expect_error(first.error, 0, "batch with sequence 0")
+    expect_error(first.error, ErrorCode.NONE, "batch with sequence 0")
     latest = ops.offset_of(topic, 0, LATEST)
     gap = ops.produce(topic, 0, _values("g", 1), producer_id=pid, producer_epoch=epoch, base_sequence=5)
-    expect_error(gap.error, OUT_OF_ORDER_SEQUENCE, "batch with sequence 5 after 0..1")
+    expect_error(gap.error, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "batch with sequence 5 after 0..1")
     expect_eq(ops.offset_of(topic, 0, LATEST), latest, "latest offset after the refused batch")
 
 

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import time
 
-from korvet.conformance.context import CheckContext, expect, expect_eq, expect_error
-from korvet.conformance.groups import Member, coordinator_address, form_group, join_all, rebalance_signal
-from korvet.conformance.ops import JOIN_GROUP, SYNC_GROUP, Ops
-from korvet.conformance.registry import check
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.groups import (
+    Member,
+    form_group,
+    join_all,
+    rebalance_signal,
+)
+from korvet.conformance.kafka.ops import Ops
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 API = "SyncGroup (14)"
 COORD = "Kafka group coordinator (GroupMetadataManager.classicGroupSync)"
-ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24
-UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 25, 27, 82
 
 
 def _joined_pair(ctx: CheckContext) -> tuple[Member, Member]:
     ops = Ops(ctx)
     group = ctx.name("g")
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     members = [Member(ctx, group, ops=ops, address=address, client_id=f"m{i}") for i in range(2)]
     join_all(members)
     leader = next(m for m in members if m.member_id == m.leader)
@@ -35,8 +40,8 @@ def distributed(ctx: CheckContext) -> None:
     plan = {leader.member_id: b"for-the-leader", follower.member_id: b"for-the-follower"}
     follower.send_sync({})
     leader.send_sync(plan)
-    expect_eq(leader.recv_sync(), (0, b"for-the-leader"), "leader's SyncGroup answer")
-    expect_eq(follower.recv_sync(), (0, b"for-the-follower"), "follower's SyncGroup answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"for-the-leader"), "leader's SyncGroup answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b"for-the-follower"), "follower's SyncGroup answer")
 
 
 @check("sync_group.follower_waits_for_leader", api=API, group_protocol=True,
@@ -48,8 +53,8 @@ def follower_waits(ctx: CheckContext) -> None:
     follower.send_sync({})
     expect(not follower.conn.response_ready(1.0), "the follower's SyncGroup was answered before the leader's")
     leader.send_sync({leader.member_id: b"L", follower.member_id: b"F"})
-    expect_eq(leader.recv_sync(), (0, b"L"), "leader's answer")
-    expect_eq(follower.recv_sync(), (0, b"F"), "follower's answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"L"), "leader's answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b"F"), "follower's answer")
 
 
 @check("sync_group.missing_member_gets_empty_assignment", api=API, group_protocol=True,
@@ -59,8 +64,8 @@ def missing_member(ctx: CheckContext) -> None:
     leader, follower = _joined_pair(ctx)
     follower.send_sync({})
     leader.send_sync({leader.member_id: b"all-mine"})
-    expect_eq(leader.recv_sync(), (0, b"all-mine"), "leader's answer")
-    expect_eq(follower.recv_sync(), (0, b""), "left-out follower's answer")
+    expect_eq(leader.recv_sync(), (ErrorCode.NONE, b"all-mine"), "leader's answer")
+    expect_eq(follower.recv_sync(), (ErrorCode.NONE, b""), "left-out follower's answer")
 
 
 @check("sync_group.stable_returns_current_assignment", api=API, group_protocol=True,
@@ -70,7 +75,7 @@ def missing_member(ctx: CheckContext) -> None:
 def stable_repeat(ctx: CheckContext) -> None:
     members = form_group(ctx, 2)
     for member in members:
-        expect_eq(member.sync({}), (0, member.member_id.encode()),
+        expect_eq(member.sync({}), (ErrorCode.NONE, member.member_id.encode()),
                   f"repeated SyncGroup of {member.client_id}")
 
 
@@ -80,7 +85,7 @@ def stable_repeat(ctx: CheckContext) -> None:
 def unknown_member(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
     error, _ = member.sync({}, member_id="no-such-member")
-    expect_error(error, UNKNOWN_MEMBER_ID, "SyncGroup with an unknown member id")
+    expect_error(error, ErrorCode.UNKNOWN_MEMBER_ID, "SyncGroup with an unknown member id")
 
 
 @check("sync_group.illegal_generation", api=API, group_protocol=True,
@@ -89,7 +94,7 @@ def unknown_member(ctx: CheckContext) -> None:
 def illegal_generation(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
     error, _ = member.sync({}, generation=member.generation + 7)
-    expect_error(error, ILLEGAL_GENERATION, "SyncGroup with a wrong generation")
+    expect_error(error, ErrorCode.ILLEGAL_GENERATION, "SyncGroup with a wrong generation")
 
 
 @check("sync_group.absent_group", api=API, group_protocol=True,
@@ -98,7 +103,7 @@ def illegal_generation(ctx: CheckContext) -> None:
 def absent_group(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
     error, _ = member.sync({}, generation=1, member_id="someone", protocol_name="range")
-    expect_error(error, UNKNOWN_MEMBER_ID, "SyncGroup of an absent group")
+    expect_error(error, ErrorCode.UNKNOWN_MEMBER_ID, "SyncGroup of an absent group")
 
 
 @check("sync_group.empty_group_id", api=API, group_protocol=True,
@@ -107,7 +112,7 @@ def absent_group(ctx: CheckContext) -> None:
 def empty_group_id(ctx: CheckContext) -> None:
     member = Member(ctx, ctx.name("g"))
     error, _ = member.sync({}, group_id="", generation=1, member_id="someone", protocol_name="range")
-    expect_error(error, INVALID_GROUP_ID, "SyncGroup with group id ''")
+    expect_error(error, ErrorCode.INVALID_GROUP_ID, "SyncGroup with group id ''")
 
 
 @check("sync_group.during_rebalance", api=API, group_protocol=True,
@@ -118,9 +123,10 @@ def during_rebalance(ctx: CheckContext) -> None:
     (member,) = form_group(ctx, 1)
     newcomer = Member(ctx, member.group, client_id="newcomer")
     newcomer.join_start()  # the group goes to PreparingRebalance, waiting for the first member
-    expect_error(rebalance_signal(member), REBALANCE_IN_PROGRESS, "heartbeat once the newcomer joined")
+    expect_error(rebalance_signal(member), ErrorCode.REBALANCE_IN_PROGRESS,
+                 "heartbeat once the newcomer joined")
     error, _ = member.sync({})
-    expect_error(error, REBALANCE_IN_PROGRESS, "SyncGroup during a rebalance")
+    expect_error(error, ErrorCode.REBALANCE_IN_PROGRESS, "SyncGroup during a rebalance")
 
 
 @check("sync_group.inconsistent_protocol_v5", api=API, group_protocol=True,
@@ -129,10 +135,10 @@ def during_rebalance(ctx: CheckContext) -> None:
        source="KIP-559 (protocol type and name in SyncGroup v5)")
 def inconsistent_protocol(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    ops.v(SYNC_GROUP, lo=5)
+    ops.v(ApiKey.SYNC_GROUP, lo=5)
     (member,) = form_group(ctx, 1, ops=ops)
     error, _ = member.sync({}, protocol_name="roundrobin")
-    expect_error(error, INCONSISTENT_GROUP_PROTOCOL, "SyncGroup v5 with another protocol name")
+    expect_error(error, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "SyncGroup v5 with another protocol name")
 
 
 @check("sync_group.static_old_member_fenced", api=API, group_protocol=True,
@@ -141,13 +147,13 @@ def inconsistent_protocol(ctx: CheckContext) -> None:
        source="KIP-345")
 def static_fenced(ctx: CheckContext) -> None:
     ops = Ops(ctx)
-    version = ops.v(JOIN_GROUP, lo=5)
+    version = ops.v(ApiKey.JOIN_GROUP, lo=5)
     instance = ctx.name("instance")
     (member,) = form_group(ctx, 1, ops=ops, instance_id=instance, join_version=version)
     replacement = Member(ctx, member.group, ops=ops, instance_id=instance, join_version=version)
     replacement.join()
     error, _ = member.sync({})
-    expect_error(error, FENCED_INSTANCE_ID, "SyncGroup with the replaced member id")
+    expect_error(error, ErrorCode.FENCED_INSTANCE_ID, "SyncGroup with the replaced member id")
 
 
 @check("sync_group.member_that_never_syncs_is_removed", slow=True, api=API, group_protocol=True,
@@ -158,21 +164,21 @@ def static_fenced(ctx: CheckContext) -> None:
 def never_syncs(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     group = ctx.name("g")
-    address = coordinator_address(ops, group)
+    address = ops.coordinator_address(group)
     members = [Member(ctx, group, ops=ops, address=address, client_id=f"m{i}", rebalance_timeout_ms=2000)
                for i in range(2)]
     join_all(members)
     leader = next(m for m in members if m.member_id == m.leader)
     follower = next(m for m in members if m is not leader)
-    expect_eq(leader.sync({leader.member_id: b"L", follower.member_id: b"F"}), (0, b"L"),
+    expect_eq(leader.sync({leader.member_id: b"L", follower.member_id: b"F"}), (ErrorCode.NONE, b"L"),
               "leader's SyncGroup")
     deadline = time.monotonic() + 20
     code = 0
     while time.monotonic() < deadline:
         code = leader.heartbeat()
-        if code != 0:
+        if code != ErrorCode.NONE:
             break
         time.sleep(0.5)
-    expect_error(code, REBALANCE_IN_PROGRESS, "leader's heartbeat after the follower never synced")
+    expect_error(code, ErrorCode.REBALANCE_IN_PROGRESS, "leader's heartbeat after the follower never synced")
     result = leader.join()
     expect_eq([m.member_id for m in result.members], [leader.member_id], "members after the rebalance")

@@ -1,1 +1,1 @@
-"""The profiles shipped with the suite: one YAML file each (see ``korvet.conformance.profile``)."""
+"""The profiles shipped with the suite: one YAML file each (see ``korvet.conformance.harness.profile``)."""

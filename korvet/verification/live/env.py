@@ -11,15 +11,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.conformance.messages import build_request
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.wire import parse_bootstrap
 from korvet.core import coordinator as core
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.protocol.frame_io import call_blocking
 from korvet.verification.live.oracle import Flavour
 
-API_VERSIONS, FIND_COORDINATOR, CREATE_TOPICS, METADATA = 18, 10, 19, 3
 # OffsetCommit and OffsetFetch v10 (Kafka 4.1+) name topics by id: the harness sends v9 at most
-HARNESS_MAX = {8: 9, 9: 9}
-CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848: Apache Kafka 4 serves it, Korvet does not
+HARNESS_MAX: dict[int, int] = {ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 9}
 # Timeouts every member asks for: long enough that no timer fires on its own during a run
 # (a run takes seconds; Kafka's clock runs, Korvet's test clock stands still).
 SESSION_MS = 60_000
@@ -111,8 +112,8 @@ def _call(host: str, port: int, request: Any) -> Any:
 
 
 def served_versions(host: str, port: int) -> dict[int, tuple[int, int]]:
-    response = _call(host, port, build_request(API_VERSIONS, 2))
-    if int(response.error_code) != 0:
+    response = _call(host, port, build_request(ApiKey.API_VERSIONS, 2))
+    if int(response.error_code) != ErrorCode.NONE:
         raise LiveError(f"ApiVersions answered error {int(response.error_code)}")
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
 
@@ -120,12 +121,12 @@ def served_versions(host: str, port: int) -> dict[int, tuple[int, int]]:
 def wait_for_coordinator(host: str, port: int, versions: dict[int, tuple[int, int]],
                          timeout: float = 60.0) -> None:
     """Kafka answers COORDINATOR_NOT_AVAILABLE until its offsets topic exists."""
-    version = min(versions[FIND_COORDINATOR][1], 3)
+    version = min(versions[ApiKey.FIND_COORDINATOR][1], 3)
     deadline = time.monotonic() + timeout
     while True:
-        entry = _call(host, port, build_request(FIND_COORDINATOR, version, key="live-probe",
+        entry = _call(host, port, build_request(ApiKey.FIND_COORDINATOR, version, key="live-probe",
                                                 key_type=0))
-        if int(entry.error_code) == 0:
+        if int(entry.error_code) == ErrorCode.NONE:
             return
         if time.monotonic() > deadline:
             raise LiveError(f"FindCoordinator still answers {int(entry.error_code)}")
@@ -134,23 +135,23 @@ def wait_for_coordinator(host: str, port: int, versions: dict[int, tuple[int, in
 
 def create_topic(host: str, port: int, versions: dict[int, tuple[int, int]], name: str,
                  partitions: int, configs: dict[str, str] | None = None) -> None:
-    version = min(versions[CREATE_TOPICS][1], 4)
+    version = min(versions[ApiKey.CREATE_TOPICS][1], 4)
     response = _call(host, port, build_request(
-        CREATE_TOPICS, version, timeout=30_000, validate_only=False, topics=[{
+        ApiKey.CREATE_TOPICS, version, timeout=30_000, validate_only=False, topics=[{
             "name": name, "num_partitions": partitions, "replication_factor": 1,
             "assignments": [], "configs": [{"name": k, "value": v}
                                            for k, v in (configs or {}).items()]}]))
     code = int(response.topics[0].error_code)
-    if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
+    if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         raise LiveError(f"CreateTopics {name}: error {code}")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         meta = _call(host, port, build_request(
-            METADATA, min(versions[METADATA][1], 9), topics=[{"name": name}],
+            ApiKey.METADATA, min(versions[ApiKey.METADATA][1], 9), topics=[{"name": name}],
             allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False))
         topic = meta.topics[0]
-        if int(topic.error_code) == 0 and len(topic.partitions) == partitions and all(
+        if int(topic.error_code) == ErrorCode.NONE and len(topic.partitions) == partitions and all(
                 int(p.leader_id) >= 0 for p in topic.partitions):
             return
         time.sleep(0.1)
@@ -162,15 +163,14 @@ def connect(bootstrap: str, *, flavour: str = "auto", clock_url: str | None = No
             settle: float | None = None) -> Environment:
     """Ask the broker what it serves, wait for its group coordinator, create the topic
     that commits go to."""
-    from korvet.conformance.wire import parse_bootstrap
-
     host, port = parse_bootstrap(bootstrap)
     try:
         versions = served_versions(host, port)
     except OSError as exc:
         raise LiveError(f"no broker answers at {bootstrap}: {exc}") from exc
     chosen = Flavour(flavour) if flavour != "auto" else (
-        Flavour.KAFKA if CONSUMER_GROUP_HEARTBEAT in versions else Flavour.KORVET)
+        # KIP-848's ConsumerGroupHeartbeat: Apache Kafka 4 serves it, Korvet does not
+        Flavour.KAFKA if ApiKey.CONSUMER_GROUP_HEARTBEAT in versions else Flavour.KORVET)
     wait_for_coordinator(host, port, versions)
     topic = f"live-{uuid.uuid4().hex[:10]}"
     create_topic(host, port, versions, topic, 2)

@@ -26,9 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.conformance.messages import build_request, error_name
-from korvet.conformance.wire import ConnectionClosed, ResponseTimeout, WireClient, WireError
+from korvet.conformance.kafka.messages import build_request, error_name
+from korvet.conformance.kafka.wire import ConnectionClosed, ResponseTimeout, WireClient, WireError
 from korvet.core import coordinator as core
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
 from korvet.verification.live import wire_groups as wg
 from korvet.verification.live.env import (
@@ -41,7 +43,6 @@ from korvet.verification.live.env import (
 )
 from korvet.verification.live.oracle import GroupOracle, Prediction, is_placeholder
 
-UNKNOWN_MEMBER, FENCED, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = 25, 82, 79, 27
 # The requests members send (each names one group).
 GroupEvent = core.JoinGroup | core.SyncGroup | core.Heartbeat | core.LeaveGroup | core.OffsetCommit
 
@@ -97,7 +98,7 @@ class Sent:
 
     def describe(self) -> str:
         who = f"member {self.sim.index}" if self.sim is not None else "the observer"
-        return f"{wg.API_NAMES[self.api]} v{self.version} from {who}"
+        return f"{ApiKey(self.api).kafka_name} v{self.version} from {who}"
 
 
 class GroupRun:
@@ -237,7 +238,7 @@ class GroupRun:
 
     def _join(self, a: act.Join) -> bool:
         sim = self._sim(a.sim)
-        version = self.env.version(wg.JOIN_GROUP, a.version)
+        version = self.env.version(ApiKey.JOIN_GROUP, a.version)
         instance = self._instance(sim, a.instance) if version >= 5 else None
         variant = act.PROTOCOL_VARIANTS[a.protocols % len(act.PROTOCOL_VARIANTS)]
         session = SESSION_MS if a.session == "ok" else SHORT_SESSION_MS
@@ -248,7 +249,7 @@ class GroupRun:
             requires_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
             new_member_id=self.oracle.placeholder(instance if instance is not None
                                                   else sim.client_id))
-        self._exchange(sim, wg.JOIN_GROUP, version, wg.join_request(version, event), event)
+        self._exchange(sim, ApiKey.JOIN_GROUP, version, wg.join_request(version, event), event)
         return True
 
     def _sync(self, a: act.Sync) -> bool:
@@ -257,7 +258,7 @@ class GroupRun:
         member_id = self._member(sim, a.member)
         if self._leader_unknown(group_id, member_id):
             return False  # which of several members leads is not known yet: see oracle
-        version = self.env.version(wg.SYNC_GROUP, a.version)
+        version = self.env.version(ApiKey.SYNC_GROUP, a.version)
         listing = sorted(sim.listing) if a.assign == "all" else sorted(sim.listing)[:1] \
             if a.assign == "first" else []
         generation = self._generation(sim, a.generation, group_id)
@@ -274,7 +275,7 @@ class GroupRun:
             protocol_type, protocol_name,
             tuple(core.MemberAssignment(m, f"g{generation}p{i}".encode())
                   for i, m in enumerate(listing)))
-        self._exchange(sim, wg.SYNC_GROUP, version, wg.sync_request(version, event), event)
+        self._exchange(sim, ApiKey.SYNC_GROUP, version, wg.sync_request(version, event), event)
         return True
 
     def _refused_sync(self, sim: Sim, version: int, group_id: str, member_id: str,
@@ -283,7 +284,7 @@ class GroupRun:
         broker refuses it before its coordinator sees it (Kafka: KafkaApis); the machine
         is not stepped."""
         conn = self._connection(sim)
-        request = build_request(wg.SYNC_GROUP, version, group_id=group_id,
+        request = build_request(ApiKey.SYNC_GROUP, version, group_id=group_id,
                                 generation_id=generation, member_id=member_id,
                                 group_instance_id=None, protocol_type=None, protocol_name=None,
                                 assignments=[])
@@ -308,18 +309,18 @@ class GroupRun:
 
     def _heartbeat(self, a: act.Heartbeat) -> bool:
         sim = self._sim(a.sim)
-        version = self.env.version(wg.HEARTBEAT, a.version)
+        version = self.env.version(ApiKey.HEARTBEAT, a.version)
         group_id = self._group(a.group)
         event = core.Heartbeat(
             self._request_id(), group_id, self._member(sim, a.member),
             self._instance(sim, a.instance) if version >= 3 else None,
             self._generation(sim, a.generation, group_id))
-        self._exchange(sim, wg.HEARTBEAT, version, wg.heartbeat_request(version, event), event)
+        self._exchange(sim, ApiKey.HEARTBEAT, version, wg.heartbeat_request(version, event), event)
         return True
 
     def _leave(self, a: act.Leave) -> bool:
         sim = self._sim(a.sim)
-        version = self.env.version(wg.LEAVE_GROUP, a.version)
+        version = self.env.version(ApiKey.LEAVE_GROUP, a.version)
         other = self._other(sim)
         own = core.MemberIdentity(sim.member_id, self._instance(sim, "auto"))
         members = {
@@ -335,12 +336,12 @@ class GroupRun:
             first = members[0]
             members = [core.MemberIdentity(first.member_id or sim.member_id, None)]
         event = core.LeaveGroup(self._request_id(), self._group(a.group), tuple(members))
-        self._exchange(sim, wg.LEAVE_GROUP, version, wg.leave_request(version, event), event)
+        self._exchange(sim, ApiKey.LEAVE_GROUP, version, wg.leave_request(version, event), event)
         return True
 
     def _commit(self, a: act.Commit) -> bool:
         sim = self._sim(a.sim)
-        version = self.env.version(wg.OFFSET_COMMIT, a.version)
+        version = self.env.version(ApiKey.OFFSET_COMMIT, a.version)
         group_id = self.group_id if a.group != "absent" else \
             f"{self.group_id}-c{next(self._fresh)}"
         partitions = [p for p in range(self.env.partitions) if a.partitions & (1 << p)] or [0]
@@ -353,16 +354,16 @@ class GroupRun:
             tuple(core.OffsetToCommit(self.env.topic, p, a.offset, metadata, epoch)
                   for p in partitions),
             unknown_group_is_not_found=version >= 9)
-        self._exchange(sim, wg.OFFSET_COMMIT, version, wg.commit_request(version, event), event)
+        self._exchange(sim, ApiKey.OFFSET_COMMIT, version, wg.commit_request(version, event), event)
         return True
 
     def _fetch(self, a: act.FetchOffsets) -> bool:
-        version = self.env.version(wg.OFFSET_FETCH, a.version)
+        version = self.env.version(ApiKey.OFFSET_FETCH, a.version)
         group_id = self._group(a.group) or self.group_id
         everything = a.everything and version >= 2
         wanted = None if everything else [core.TopicPartition(self.env.topic, p)
                                            for p in range(self.env.partitions)]
-        response = self._query(wg.OFFSET_FETCH, version,
+        response = self._query(ApiKey.OFFSET_FETCH, version,
                                wg.fetch_request(version, group_id, wanted))
         expected = wg.expected_fetch(version, core.offset_fetch(self.oracle.state, group_id,
                                                                  wanted))
@@ -371,9 +372,9 @@ class GroupRun:
         return True
 
     def _describe(self, a: act.Describe) -> bool:
-        version = self.env.version(wg.DESCRIBE_GROUPS, a.version)
+        version = self.env.version(ApiKey.DESCRIBE_GROUPS, a.version)
         ids = [self.group_id, self.absent_group]
-        response = self._query(wg.DESCRIBE_GROUPS, version, wg.describe_request(version, ids))
+        response = self._query(ApiKey.DESCRIBE_GROUPS, version, wg.describe_request(version, ids))
         got = wg.describe_view(version, response)
         for group_id, described in zip(ids, response.groups, strict=True):
             group = self.oracle.state.groups.get(group_id)
@@ -416,7 +417,7 @@ class GroupRun:
             conn.send(request)
             response = conn.receive(self.env.reply_timeout)
         except WireError as exc:
-            raise Divergence(f"{wg.API_NAMES[api]} v{version}: {exc}") from exc
+            raise Divergence(f"{ApiKey(api).kafka_name} v{version}: {exc}") from exc
         self.env.stats.queries += 1
         self.env.stats.requests += 1
         return response
@@ -433,7 +434,7 @@ class GroupRun:
         try:
             conn.send(request)
         except WireError as exc:
-            raise Divergence(f"{wg.API_NAMES[api]} v{version}: {exc}") from exc
+            raise Divergence(f"{ApiKey(api).kafka_name} v{version}: {exc}") from exc
         sent = Sent(event.request_id, sim, conn, api, version, event)
         self.sent[event.request_id] = sent
         self.env.stats.requests += 1
@@ -504,9 +505,9 @@ class GroupRun:
 
     def _barrier(self) -> None:
         """A request the broker's coordinator handles after everything sent before it."""
-        version = self.env.version(wg.HEARTBEAT, 3)
-        self._query(wg.HEARTBEAT, version, build_request(
-            wg.HEARTBEAT, version, group_id=self.barrier_group, generation_id=0,
+        version = self.env.version(ApiKey.HEARTBEAT, 3)
+        self._query(ApiKey.HEARTBEAT, version, build_request(
+            ApiKey.HEARTBEAT, version, group_id=self.barrier_group, generation_id=0,
             member_id="barrier", group_instance_id=None))
         self.env.stats.queries -= 1
 
@@ -522,7 +523,7 @@ class GroupRun:
         for request_id, response in answers.items():
             reply = released[request_id]
             if isinstance(reply, core.JoinGroupReply) and reply.members \
-                    and int(response.error_code) == 0:
+                    and int(response.error_code) == ErrorCode.NONE:
                 self.oracle.bind_listed([m.member_id for m in reply.members],
                                         [m.member_id for m in response.members])
         for group_id in {r.event.group_id for r in self.sent.values()} | {self.group_id}:
@@ -538,7 +539,7 @@ class GroupRun:
                          if r in answers and isinstance(reply, core.JoinGroupReply)
                          and reply.error is core.ErrorCode.NONE
                          and self.sent[r].event.group_id == group_id
-                         and int(answers[r].error_code) == 0), None)
+                         and int(answers[r].error_code) == ErrorCode.NONE), None)
         if observed is None:
             return prediction
         named = next(r.leader for r in released.values() if isinstance(r, core.JoinGroupReply)
@@ -569,18 +570,19 @@ class GroupRun:
         if sim.conn is sent.conn and sim.parked == sent.request_id:
             sim.parked = None
         error = int(getattr(response, "error_code", 0))
-        if sent.api == wg.JOIN_GROUP:
-            if error in (0, MEMBER_ID_REQUIRED):
+        if sent.api == ApiKey.JOIN_GROUP:
+            if error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
                 sim.take_id(response.member_id)
-            if error == 0:
+            if error == ErrorCode.NONE:
                 sim.rejoin = False
                 sim.generation = int(response.generation_id)
                 sim.protocol_name = response.protocol_name
                 sim.listing = [m.member_id for m in response.members]
-        if sent.api == wg.SYNC_GROUP and error == 0:
+        if sent.api == ApiKey.SYNC_GROUP and error == ErrorCode.NONE:
             sim.synced = sim.generation
-        if error == REBALANCE_IN_PROGRESS:
+        if error == ErrorCode.REBALANCE_IN_PROGRESS:
             sim.rejoin = True
-        if error in (UNKNOWN_MEMBER, FENCED) and sent.event.group_id == self.group_id and \
+        forgotten = error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID)
+        if forgotten and sent.event.group_id == self.group_id and \
                 getattr(sent.event, "member_id", None) == sim.member_id:
             sim.forget_id()

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from korvet.core.api_keys import ApiKey
 from korvet.verification.live import actions as act
 from korvet.verification.live import shrink
-from korvet.verification.live import wire_groups as wg
 from korvet.verification.live.env import HARNESS_MAX, Environment, Stats
 from korvet.verification.live.groups import GroupRun
 
@@ -80,7 +80,7 @@ def group_machine(env: Environment, members: int, recorder: Recorder) -> type[An
             if not self.run.perform(action):
                 recorder.actions.pop()
 
-        @rule(sim=sims, version=versions(wg.JOIN_GROUP), member=member, instance=instance,
+        @rule(sim=sims, version=versions(ApiKey.JOIN_GROUP), member=member, instance=instance,
               protocols=variant,
               protocol_type=st.sampled_from(_weighted(("consumer", 12), ("connect", 1))),
               session=st.sampled_from(_weighted(("ok", 12), ("short", 1))), group=group)
@@ -93,22 +93,22 @@ def group_machine(env: Environment, members: int, recorder: Recorder) -> type[An
             assert self.run is not None
             self.do(self.run.next_step(sim, join, sync, heartbeat))
 
-        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
-              heartbeat=versions(wg.HEARTBEAT))
+        @rule(sim=sims, join=versions(ApiKey.JOIN_GROUP), sync=versions(ApiKey.SYNC_GROUP),
+              heartbeat=versions(ApiKey.HEARTBEAT))
         def follow(self, **kw: Any) -> None:
             self.follow_step(**kw)
 
-        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
-              heartbeat=versions(wg.HEARTBEAT))
+        @rule(sim=sims, join=versions(ApiKey.JOIN_GROUP), sync=versions(ApiKey.SYNC_GROUP),
+              heartbeat=versions(ApiKey.HEARTBEAT))
         def follow_again(self, **kw: Any) -> None:
             self.follow_step(**kw)
 
-        @rule(sim=sims, join=versions(wg.JOIN_GROUP), sync=versions(wg.SYNC_GROUP),
-              heartbeat=versions(wg.HEARTBEAT))
+        @rule(sim=sims, join=versions(ApiKey.JOIN_GROUP), sync=versions(ApiKey.SYNC_GROUP),
+              heartbeat=versions(ApiKey.HEARTBEAT))
         def follow_once_more(self, **kw: Any) -> None:
             self.follow_step(**kw)
 
-        @rule(sim=sims, version=versions(wg.SYNC_GROUP), member=member, instance=instance,
+        @rule(sim=sims, version=versions(ApiKey.SYNC_GROUP), member=member, instance=instance,
               generation=generation, assign=st.sampled_from(_weighted(("all", 6), ("first", 1),
                                                                       ("none", 1))),
               protocol=st.sampled_from(_weighted(("match", 8), ("name", 1), ("type", 1),
@@ -116,31 +116,31 @@ def group_machine(env: Environment, members: int, recorder: Recorder) -> type[An
         def sync(self, **kw: Any) -> None:
             self.do(act.Sync(**kw))
 
-        @rule(sim=sims, version=versions(wg.HEARTBEAT), member=member, instance=instance,
+        @rule(sim=sims, version=versions(ApiKey.HEARTBEAT), member=member, instance=instance,
               generation=generation, group=group)
         def heartbeat(self, **kw: Any) -> None:
             self.do(act.Heartbeat(**kw))
 
-        @rule(sim=sims, version=versions(wg.LEAVE_GROUP),
+        @rule(sim=sims, version=versions(ApiKey.LEAVE_GROUP),
               who=st.sampled_from(_weighted(("self", 6), ("self+other", 1), ("admin", 1),
                                             ("admin-other", 1), ("other", 1), ("bogus", 1))),
               group=st.sampled_from(_weighted(("main", 10), ("absent", 1))))
         def leave(self, **kw: Any) -> None:
             self.do(act.Leave(**kw))
 
-        @rule(sim=sims, version=versions(wg.OFFSET_COMMIT), member=member, instance=instance,
+        @rule(sim=sims, version=versions(ApiKey.OFFSET_COMMIT), member=member, instance=instance,
               generation=generation, partitions=st.integers(1, 3), offset=st.integers(0, 99),
               metadata=st.sampled_from(_weighted(("short", 10), ("long", 1))),
               group=st.sampled_from(_weighted(("main", 10), ("absent", 1))))
         def commit(self, **kw: Any) -> None:
             self.do(act.Commit(**kw))
 
-        @rule(version=versions(wg.OFFSET_FETCH), everything=st.booleans(),
+        @rule(version=versions(ApiKey.OFFSET_FETCH), everything=st.booleans(),
               group=st.sampled_from(_weighted(("main", 6), ("absent", 1))))
         def fetch_offsets(self, **kw: Any) -> None:
             self.do(act.FetchOffsets(**kw))
 
-        @rule(version=versions(wg.DESCRIBE_GROUPS))
+        @rule(version=versions(ApiKey.DESCRIBE_GROUPS))
         def describe(self, **kw: Any) -> None:
             self.do(act.Describe(**kw))
 

@@ -34,23 +34,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.conformance.messages import build_request, error_name
-from korvet.conformance.records import Rec, build_batch, decode_records
-from korvet.conformance.wire import WireClient, WireError
+from korvet.conformance.kafka.messages import build_request, error_name
+from korvet.conformance.kafka.ops import EARLIEST, LATEST
+from korvet.conformance.kafka.records import Rec, build_batch, decode_records
+from korvet.conformance.kafka.wire import WireClient, WireError
 from korvet.core.admin import delete_records
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
 from korvet.verification.live.env import Divergence, Environment, Stats, create_topic
 from korvet.verification.live.oracle import Flavour
 
-PRODUCE, FETCH, LIST_OFFSETS, DELETE_RECORDS, INIT_PRODUCER_ID = 0, 1, 2, 21, 22
 CACHE_SIZE = 5  # ProducerState CacheSize: append.lua CACHED_BATCHES, Kafka's NUM_BATCHES_TO_RETAIN
 OK, DUP, BAD_EPOCH, OUT_OF_ORDER = "OK", "DUP", "BAD_EPOCH", "OUT_OF_ORDER"
-ERRORS = {OK: 0, DUP: 0, BAD_EPOCH: 47, OUT_OF_ORDER: 45}
-OFFSET_OUT_OF_RANGE = 1
+ERRORS = {OK: ErrorCode.NONE, DUP: ErrorCode.NONE, BAD_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
+          OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER}
 MIN_PRODUCE = 3  # record batches (magic 2): v3+; Kafka 4 advertises older versions it refuses
-RETRIABLE = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
-NOT_LED_YET = (3, 5, 6)  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
-EARLIEST, LATEST = -2, -1
+RETRIABLE = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+# What a partition answers until it has a leader
+NOT_LED_YET = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+               ErrorCode.NOT_LEADER_OR_FOLLOWER)
 PRODUCERS = 2  # idempotent producer slots; slot PRODUCERS is a plain producer
 KORVET_RETENTION_RECORDS = 6  # Korvet's run keeps the last 6 records (korvet.retention.records)
 
@@ -144,8 +147,8 @@ class PartitionModel:
 
     def fetch(self, offset: int) -> tuple[int, list[Stored]]:
         if offset < self.start or offset > self.hw:
-            return OFFSET_OUT_OF_RANGE, []
-        return 0, [r for r in self.log if r.offset >= offset]
+            return ErrorCode.OFFSET_OUT_OF_RANGE, []
+        return ErrorCode.NONE, [r for r in self.log if r.offset >= offset]
 
     def list_offset(self, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) ListOffsets answers."""
@@ -248,17 +251,17 @@ class StorageRun:
     # -- producers -----------------------------------------------------------------------
 
     def _new_producer(self, slot: Slot) -> None:
-        version = self._version(INIT_PRODUCER_ID, 4, 4)
+        version = self._version(ApiKey.INIT_PRODUCER_ID, 4, 4)
         deadline = time.monotonic() + 30
         while True:
-            response = self._call(build_request(INIT_PRODUCER_ID, version,
+            response = self._call(build_request(ApiKey.INIT_PRODUCER_ID, version,
                                                 transactional_id=None, transaction_timeout=60_000,
                                                 producer_id=-1, producer_epoch=-1))
             # Kafka: retriable while its transaction coordinator loads (a fresh broker)
             if int(response.error_code) not in RETRIABLE or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        if int(response.error_code) != 0:
+        if int(response.error_code) != ErrorCode.NONE:
             raise Divergence(f"InitProducerId: {error_name(int(response.error_code))}")
         slot.pid, slot.epoch, slot.next_seq, slot.sent = (int(response.producer_id),
                                                           int(response.producer_epoch), 0, [])
@@ -287,13 +290,13 @@ class StorageRun:
         return batch
 
     def _produce(self, a: act.Produce) -> None:
-        version = max(self._version(PRODUCE, a.version, 12), MIN_PRODUCE)
+        version = max(self._version(ApiKey.PRODUCE, a.version, 12), MIN_PRODUCE)
         batch = self._batch(a)
         records = build_batch([Rec(k, k, (), t) for k, t in zip(batch.keys, batch.timestamps,
                                                                  strict=True)],
                               producer_id=batch.pid, producer_epoch=batch.epoch,
                               base_sequence=batch.first)
-        response = self._call(build_request(PRODUCE, version, transactional_id=None, acks=-1,
+        response = self._call(build_request(ApiKey.PRODUCE, version, transactional_id=None, acks=-1,
                                             timeout=30_000, topic_data=[{
                                                 "name": self.topic, "partition_data": [
                                                     {"index": 0, "records": records}]}]))
@@ -332,10 +335,10 @@ class StorageRun:
         return self.position
 
     def _fetch(self, a: act.Fetch) -> None:
-        version = self._version(FETCH, a.version, 12)
+        version = self._version(ApiKey.FETCH, a.version, 12)
         offset = self._fetch_offset(a)
         response = self._call(build_request(
-            FETCH, version, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+            ApiKey.FETCH, version, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
             isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
             rack_id="", topics=[{"topic": self.topic, "partitions": [{
                 "partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
@@ -366,7 +369,7 @@ class StorageRun:
         deadline = time.monotonic() + timeout
         while True:
             response = self._call(build_request(
-                LIST_OFFSETS, 1, replica_id=-1, isolation_level=0, timeout=30_000,
+                ApiKey.LIST_OFFSETS, 1, replica_id=-1, isolation_level=0, timeout=30_000,
                 topics=[{"name": self.topic, "partitions": [{
                     "partition_index": 0, "timestamp": EARLIEST, "current_leader_epoch": -1,
                     "max_num_offsets": 1}]}]))
@@ -377,17 +380,17 @@ class StorageRun:
 
     def _list(self, timestamp: int, version: int) -> tuple[int, int]:
         response = self._call(build_request(
-            LIST_OFFSETS, version, replica_id=-1, isolation_level=0, timeout=30_000,
+            ApiKey.LIST_OFFSETS, version, replica_id=-1, isolation_level=0, timeout=30_000,
             topics=[{"name": self.topic, "partitions": [{
                 "partition_index": 0, "timestamp": timestamp, "current_leader_epoch": -1,
                 "max_num_offsets": 1}]}]))
         part = response.topics[0].partitions[0]
-        if int(part.error_code) != 0:
+        if int(part.error_code) != ErrorCode.NONE:
             raise Divergence(f"ListOffsets({timestamp}): {error_name(int(part.error_code))}")
         return int(part.offset), int(part.timestamp)
 
     def _list_offsets(self, a: act.ListOffsets) -> None:
-        version = self._version(LIST_OFFSETS, max(a.version, 1), 7)
+        version = self._version(ApiKey.LIST_OFFSETS, max(a.version, 1), 7)
         timestamp = {"earliest": EARLIEST, "latest": LATEST}.get(a.which)
         if timestamp is None:
             stamps = self.stamps or [self.stamp]
@@ -397,13 +400,13 @@ class StorageRun:
                     self.model.list_offset(timestamp))
 
     def _delete(self, a: act.DeleteRecords) -> None:
-        version = self._version(DELETE_RECORDS, a.version, 2)
+        version = self._version(ApiKey.DELETE_RECORDS, a.version, 2)
         m = self.model
         offset = {"end": -1, "beyond": m.hw + 1}.get(a.at)
         if offset is None:
             offset = m.log[a.which % len(m.log)].offset if m.log else m.hw
         response = self._call(build_request(
-            DELETE_RECORDS, version, timeout=30_000, topics=[{
+            ApiKey.DELETE_RECORDS, version, timeout=30_000, topics=[{
                 "name": self.topic, "partitions": [{"partition_index": 0, "offset": offset}]}]))
         part = response.topics[0].partitions[0]
         got = (error_name(int(part.error_code)), int(part.low_watermark))
@@ -439,7 +442,7 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
             recorder.actions.append(action)
             self.run.perform(action)
 
-        @rule(producer=slots, version=versions(PRODUCE, 12, MIN_PRODUCE), records=st.integers(1, 3),
+        @rule(producer=slots, version=versions(ApiKey.PRODUCE, 12, MIN_PRODUCE), records=st.integers(1, 3),
               kind=st.sampled_from(["next"] * 5 + ["retry"] * 3 + ["gap", "old-epoch"]),
               which=index)
         def produce(self, **kw: Any) -> None:
@@ -453,17 +456,17 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
         def new_producer(self, producer: int) -> None:
             self.do(act.NewProducer(producer))
 
-        @rule(version=versions(FETCH, 12), at=st.sampled_from(
+        @rule(version=versions(ApiKey.FETCH, 12), at=st.sampled_from(
             ["next"] * 3 + ["start", "end", "beyond", "below", "record", "gap"]), which=index)
         def fetch(self, **kw: Any) -> None:
             self.do(act.Fetch(**kw))
 
-        @rule(version=versions(LIST_OFFSETS, 7, 1),
+        @rule(version=versions(ApiKey.LIST_OFFSETS, 7, 1),
               which=st.sampled_from(["earliest", "latest", "time", "time"]), k=index)
         def list_offsets(self, **kw: Any) -> None:
             self.do(act.ListOffsets(**kw))
 
-        @rule(version=versions(DELETE_RECORDS, 2), at=st.sampled_from(["record"] * 3 + [
+        @rule(version=versions(ApiKey.DELETE_RECORDS, 2), at=st.sampled_from(["record"] * 3 + [
             "end", "beyond"]), which=index)
         def delete_records(self, **kw: Any) -> None:
             self.do(act.DeleteRecords(**kw))

@@ -11,17 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from korvet.conformance.messages import build_request
+from korvet.conformance.kafka.messages import build_request
 from korvet.core import coordinator as core
+from korvet.core.api_keys import ApiKey
 from korvet.core.coordinator.queries import GroupDescription
-
-OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
-DESCRIBE_GROUPS = 15
-GROUP_APIS = (OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
-              DESCRIBE_GROUPS)
-API_NAMES = {OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch", JOIN_GROUP: "JoinGroup",
-             HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup", SYNC_GROUP: "SyncGroup",
-             DESCRIBE_GROUPS: "DescribeGroups"}
+from korvet.core.errors import ErrorCode
 
 View = dict[str, Any]
 Wire = Callable[[str], str]  # the machine's member id -> the broker's
@@ -46,7 +40,7 @@ def _code(value: Any) -> int:
 
 def join_request(version: int, event: core.JoinGroup) -> Any:
     return build_request(
-        JOIN_GROUP, version, group_id=event.group_id, session_timeout=event.session_timeout_ms,
+        ApiKey.JOIN_GROUP, version, group_id=event.group_id, session_timeout=event.session_timeout_ms,
         rebalance_timeout=event.rebalance_timeout_ms, member_id=event.member_id,
         group_instance_id=event.group_instance_id if version >= 5 else None,
         protocol_type=event.protocol_type,
@@ -55,7 +49,7 @@ def join_request(version: int, event: core.JoinGroup) -> Any:
 
 def sync_request(version: int, event: core.SyncGroup) -> Any:
     return build_request(
-        SYNC_GROUP, version, group_id=event.group_id, generation_id=event.generation_id,
+        ApiKey.SYNC_GROUP, version, group_id=event.group_id, generation_id=event.generation_id,
         member_id=event.member_id,
         group_instance_id=event.group_instance_id if version >= 3 else None,
         protocol_type=event.protocol_type if version >= 5 else None,
@@ -66,7 +60,7 @@ def sync_request(version: int, event: core.SyncGroup) -> Any:
 
 def heartbeat_request(version: int, event: core.Heartbeat) -> Any:
     return build_request(
-        HEARTBEAT, version, group_id=event.group_id, generation_id=event.generation_id,
+        ApiKey.HEARTBEAT, version, group_id=event.group_id, generation_id=event.generation_id,
         member_id=event.member_id,
         group_instance_id=event.group_instance_id if version >= 3 else None)
 
@@ -74,9 +68,9 @@ def heartbeat_request(version: int, event: core.Heartbeat) -> Any:
 def leave_request(version: int, event: core.LeaveGroup) -> Any:
     if version < 3:
         (only,) = event.members
-        return build_request(LEAVE_GROUP, version, group_id=event.group_id,
+        return build_request(ApiKey.LEAVE_GROUP, version, group_id=event.group_id,
                              member_id=only.member_id)
-    return build_request(LEAVE_GROUP, version, group_id=event.group_id, members=[
+    return build_request(ApiKey.LEAVE_GROUP, version, group_id=event.group_id, members=[
         {"member_id": m.member_id, "group_instance_id": m.group_instance_id}
         for m in event.members])
 
@@ -89,7 +83,7 @@ def commit_request(version: int, event: core.OffsetCommit) -> Any:
             "committed_leader_epoch": item.leader_epoch,
             "committed_metadata": item.metadata})
     return build_request(
-        OFFSET_COMMIT, version, group_id=event.group_id,
+        ApiKey.OFFSET_COMMIT, version, group_id=event.group_id,
         generation_id_or_member_epoch=event.generation_id, member_id=event.member_id,
         group_instance_id=event.group_instance_id if version >= 7 else None,
         retention_time=-1,
@@ -105,14 +99,14 @@ def fetch_request(version: int, group_id: str,
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
     if version >= 8:
-        return build_request(OFFSET_FETCH, version, require_stable=False, groups=[
+        return build_request(ApiKey.OFFSET_FETCH, version, require_stable=False, groups=[
             {"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": topics}])
-    return build_request(OFFSET_FETCH, version, group_id=group_id, topics=topics,
+    return build_request(ApiKey.OFFSET_FETCH, version, group_id=group_id, topics=topics,
                          require_stable=False)
 
 
 def describe_request(version: int, group_ids: Sequence[str]) -> Any:
-    return build_request(DESCRIBE_GROUPS, version, groups=list(group_ids),
+    return build_request(ApiKey.DESCRIBE_GROUPS, version, groups=list(group_ids),
                          include_authorized_operations=False)
 
 
@@ -189,9 +183,9 @@ def describe_view(version: int, response: Any) -> list[View]:
 
 
 RESPONSE_VIEWS: dict[int, Callable[[int, Any], Any]] = {
-    JOIN_GROUP: join_view, SYNC_GROUP: sync_view, HEARTBEAT: heartbeat_view,
-    LEAVE_GROUP: leave_view, OFFSET_COMMIT: commit_view, OFFSET_FETCH: fetch_view,
-    DESCRIBE_GROUPS: describe_view}
+    ApiKey.JOIN_GROUP: join_view, ApiKey.SYNC_GROUP: sync_view, ApiKey.HEARTBEAT: heartbeat_view,
+    ApiKey.LEAVE_GROUP: leave_view, ApiKey.OFFSET_COMMIT: commit_view, ApiKey.OFFSET_FETCH: fetch_view,
+    ApiKey.DESCRIBE_GROUPS: describe_view}
 
 
 # --- views of the machine's replies ----------------------------------------------------------
@@ -260,13 +254,13 @@ def expected_fetch(version: int, offsets: Sequence[tuple[core.TopicPartition,
     rows = []
     for tp, committed in offsets:
         row: list[Any] = [tp.topic, tp.partition, committed.offset if committed else -1,
-                          committed.metadata if committed else "", 0]
+                          committed.metadata if committed else "", int(ErrorCode.NONE)]
         if version >= 5:
             row.append(committed.leader_epoch if committed else -1)
         rows.append(row)
     view: View = {"partitions": sorted(rows)}
     if version >= 2:
-        view["error"] = 0
+        view["error"] = int(ErrorCode.NONE)
     return view
 
 

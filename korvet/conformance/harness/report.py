@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from korvet.conformance.runner import EXCUSED, FAIL, PASS, SKIP, CheckResult, RunReport
+from korvet.conformance.harness.runner import EXCUSED, FAIL, PASS, SKIP, CheckResult, RunReport
 
 _STYLE = {PASS: "green", FAIL: "bold red", EXCUSED: "yellow", SKIP: "dim"}
 

@@ -21,31 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect
-from korvet.conformance.messages import build_request, error_name
-from korvet.conformance.ops import (
-    DELETE_GROUPS,
-    DESCRIBE_GROUPS,
-    FIND_COORDINATOR,
-    HEARTBEAT,
-    JOIN_GROUP,
-    LEAVE_GROUP,
-    LIST_GROUPS,
-    OFFSET_COMMIT,
-    OFFSET_DELETE,
-    OFFSET_FETCH,
-    SYNC_GROUP,
-    Ops,
-)
-from korvet.conformance.registry import CheckFailed
-from korvet.conformance.wire import WireClient
+from korvet.conformance.kafka.messages import build_request, error_name
+from korvet.conformance.kafka.ops import COORDINATOR_STARTING, Ops
+from korvet.conformance.kafka.session import KafkaCallFailed, Session
+from korvet.conformance.kafka.wire import WireClient
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
-NONE = 0
-# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-COORDINATOR_RETRIABLE = frozenset({14, 15, 16})
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
+# OffsetCommit's answers while the group's coordinator loads or moves: look it up and retry.
+COORDINATOR_RETRIABLE = COORDINATOR_STARTING | {ErrorCode.NOT_COORDINATOR}
 DEFAULT_SESSION_MS = 10_000
 DEFAULT_REBALANCE_MS = 5_000
 # How long a parked JoinGroup may take: initial delay (3 s) + extension + slack on a busy machine.
@@ -72,33 +56,6 @@ def assignment(parts: dict[str, list[int]]) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-def find_coordinator(ops: Ops, key: str, key_type: int = 0, version: int | None = None,
-                     retry_for: float = 20.0) -> tuple[int, Any]:
-    """(error, coordinator entry with node_id/host/port) for one group (or transactional) id.
-
-    COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS are retried for ``retry_for``
-    seconds, as clients do: a fresh Kafka answers them until its __consumer_offsets exists."""
-    ver = ops.v(FIND_COORDINATOR, version)
-    deadline = time.monotonic() + retry_for
-    while True:
-        if ver >= 4:
-            response = ops.call(FIND_COORDINATOR, ver, key_type=key_type, coordinator_keys=[key])
-            entry = response.coordinators[0]
-        else:
-            entry = ops.call(FIND_COORDINATOR, ver, key=key, key_type=key_type)
-        error = int(entry.error_code)
-        if error not in (14, 15) or time.monotonic() > deadline:
-            return error, entry
-        time.sleep(0.2)
-
-
-def coordinator_address(ops: Ops, group: str) -> tuple[str, int]:
-    error, entry = find_coordinator(ops, group)
-    if error != 0:
-        raise CheckFailed(f"FindCoordinator({group}): {error_name(error)}")
-    return str(entry.host), int(entry.port)
-
-
 @dataclass
 class JoinResult:
     error: int
@@ -117,7 +74,7 @@ class Member:
 
     def __init__(
         self,
-        ctx: CheckContext,
+        session: Session,
         group: str,
         *,
         ops: Ops | None = None,
@@ -130,8 +87,8 @@ class Member:
         address: tuple[str, int] | None = None,
         join_version: int | None = None,
     ) -> None:
-        self.ctx = ctx
-        self.ops = ops or Ops(ctx)
+        self.session = session
+        self.ops = ops or Ops(session)
         self.group = group
         self.client_id = client_id
         self.session_timeout_ms = session_timeout_ms
@@ -139,9 +96,9 @@ class Member:
         self.instance_id = instance_id
         self.protocol_type = protocol_type
         self.protocols = list(protocols)
-        host, port = address or coordinator_address(self.ops, group)
-        self.conn: WireClient = ctx.client(host, port, client_id=client_id, timeout=JOIN_WAIT_S)
-        self.join_version = join_version if join_version is not None else self.ops.v(JOIN_GROUP)
+        host, port = address or self.ops.coordinator_address(group)
+        self.conn: WireClient = session.client(host, port, client_id=client_id, timeout=JOIN_WAIT_S)
+        self.join_version = join_version if join_version is not None else self.ops.v(ApiKey.JOIN_GROUP)
         self.member_id = ""
         self.generation = -1
         self.leader = ""
@@ -154,7 +111,7 @@ class Member:
                   protocol_type: str | None = None, session_timeout_ms: int | None = None,
                   group_id: str | None = None, reason: str | None = None) -> None:
         request = build_request(
-            JOIN_GROUP, self.join_version,
+            ApiKey.JOIN_GROUP, self.join_version,
             group_id=self.group if group_id is None else group_id,
             session_timeout=self.session_timeout_ms if session_timeout_ms is None else session_timeout_ms,
             rebalance_timeout=self.rebalance_timeout_ms,
@@ -174,9 +131,9 @@ class Member:
             leader=response.leader, member_id=response.member_id, members=list(response.members),
             skip_assignment=bool(getattr(response, "skip_assignment", False)), raw=response,
         )
-        if result.error in (NONE, MEMBER_ID_REQUIRED) and result.member_id:
+        if result.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED) and result.member_id:
             self.member_id = result.member_id
-        if result.error == NONE:
+        if result.error == ErrorCode.NONE:
             self.generation = result.generation
             self.leader = result.leader
             self.protocol_name = result.protocol_name
@@ -195,21 +152,22 @@ class Member:
         if self.needs_member_id:
             self.send_join(member_id="")
             first = self.recv_join()
-            if first.error == NONE:
-                raise CheckFailed("JoinGroup v4+ with an empty member id joined at once; "
-                                  "expected MEMBER_ID_REQUIRED (79) and a member id (KIP-394)")
-            if first.error != MEMBER_ID_REQUIRED:
-                raise CheckFailed(f"JoinGroup with an empty member id: expected MEMBER_ID_REQUIRED (79), "
-                                  f"got {error_name(first.error)}")
-            expect(bool(first.member_id), "MEMBER_ID_REQUIRED came without a member id")
+            if first.error == ErrorCode.NONE:
+                raise KafkaCallFailed("JoinGroup v4+ with an empty member id joined at once; "
+                                      "expected MEMBER_ID_REQUIRED (79) and a member id (KIP-394)")
+            if first.error != ErrorCode.MEMBER_ID_REQUIRED:
+                raise KafkaCallFailed(f"JoinGroup with an empty member id: expected MEMBER_ID_REQUIRED (79), "
+                                      f"got {error_name(first.error)}")
+            if not first.member_id:
+                raise KafkaCallFailed("MEMBER_ID_REQUIRED came without a member id")
         self.send_join()
 
     def join(self, timeout: float = JOIN_WAIT_S) -> JoinResult:
         """Join (or re-join) and require NONE."""
         self.join_start()
         result = self.recv_join(timeout)
-        if result.error != NONE:
-            raise CheckFailed(f"JoinGroup of {self.group}: {error_name(result.error)}")
+        if result.error != ErrorCode.NONE:
+            raise KafkaCallFailed(f"JoinGroup of {self.group}: {error_name(result.error)}")
         return result
 
     # -- SyncGroup -----------------------------------------------------------
@@ -217,9 +175,9 @@ class Member:
     def send_sync(self, assignments: dict[str, bytes] | None = None, *, generation: int | None = None,
                   member_id: str | None = None, protocol_name: str | None = None,
                   protocol_type: str | None = None, group_id: str | None = None) -> None:
-        version = self.ops.v(SYNC_GROUP)
+        version = self.ops.v(ApiKey.SYNC_GROUP)
         request = build_request(
-            SYNC_GROUP, version,
+            ApiKey.SYNC_GROUP, version,
             group_id=self.group if group_id is None else group_id,
             generation_id=self.generation if generation is None else generation,
             member_id=self.member_id if member_id is None else member_id,
@@ -243,7 +201,7 @@ class Member:
     def heartbeat(self, *, generation: int | None = None, member_id: str | None = None,
                   group_id: str | None = None, instance_id: str | None = None) -> int:
         response = self.ops.call(
-            HEARTBEAT, None, self.conn, group_id=self.group if group_id is None else group_id,
+            ApiKey.HEARTBEAT, None, self.conn, group_id=self.group if group_id is None else group_id,
             generation_id=self.generation if generation is None else generation,
             member_id=self.member_id if member_id is None else member_id,
             group_instance_id=self.instance_id if instance_id is None else instance_id,
@@ -252,13 +210,13 @@ class Member:
 
     def leave(self, *, member_id: str | None = None) -> tuple[int, list[int]]:
         """(top-level error, per-member errors) of leaving with this member's id."""
-        ver = self.ops.v(LEAVE_GROUP)
+        ver = self.ops.v(ApiKey.LEAVE_GROUP)
         mid = self.member_id if member_id is None else member_id
         if ver >= 3:
-            response = self.ops.call(LEAVE_GROUP, ver, self.conn, group_id=self.group, members=[
+            response = self.ops.call(ApiKey.LEAVE_GROUP, ver, self.conn, group_id=self.group, members=[
                 {"member_id": mid, "group_instance_id": self.instance_id, "reason": "conformance"}])
             return int(response.error_code), [int(m.error_code) for m in response.members]
-        response = self.ops.call(LEAVE_GROUP, ver, self.conn, group_id=self.group, member_id=mid)
+        response = self.ops.call(ApiKey.LEAVE_GROUP, ver, self.conn, group_id=self.group, member_id=mid)
         return int(response.error_code), []
 
     def commit(self, topic: str, partition: int, offset: int, *, metadata: str | None = "",
@@ -276,7 +234,7 @@ def rebalance_signal(member: Member, timeout: float = 3.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         code = member.heartbeat()
-        if code != NONE or time.monotonic() > deadline:
+        if code != ErrorCode.NONE or time.monotonic() > deadline:
             return code
         time.sleep(0.05)
 
@@ -288,9 +246,9 @@ def start_all(members: Sequence[Member]) -> None:
         member.send_join(member_id="")
     for member in fetching:
         first = member.recv_join()
-        if first.error != MEMBER_ID_REQUIRED:
-            raise CheckFailed(f"JoinGroup with an empty member id: expected MEMBER_ID_REQUIRED (79), "
-                              f"got {error_name(first.error)}")
+        if first.error != ErrorCode.MEMBER_ID_REQUIRED:
+            raise KafkaCallFailed(f"JoinGroup with an empty member id: expected MEMBER_ID_REQUIRED (79), "
+                                  f"got {error_name(first.error)}")
     for member in members:
         member.send_join()
 
@@ -324,20 +282,20 @@ def join_all(members: Sequence[Member], timeout: float = JOIN_WAIT_S) -> list[Jo
                 continue
             result = member.recv_join()
             waiting.discard(i)
-            if result.error == UNKNOWN_MEMBER_ID:
+            if result.error == ErrorCode.UNKNOWN_MEMBER_ID:
                 member.member_id = ""
                 member.join_start()
                 waiting.add(i)
                 rejoins += 1
                 continue
-            if result.error != NONE:
-                raise CheckFailed(f"JoinGroup of {member.group}: {error_name(result.error)}")
+            if result.error != ErrorCode.NONE:
+                raise KafkaCallFailed(f"JoinGroup of {member.group}: {error_name(result.error)}")
             answered[i] = (result, time.monotonic())
         if not waiting:
             generations = {result.generation for result, _ in answered.values()}
             if len(generations) == 1:
                 if rejoins:
-                    members[0].ctx.note("join_all_rejoins", rejoins)
+                    members[0].session.note("join_all_rejoins", rejoins)
                 return [answered[i][0] for i in range(len(members))]
             behind = [i for i, (result, _) in answered.items() if result.generation < max(generations)]
         else:
@@ -350,14 +308,14 @@ def join_all(members: Sequence[Member], timeout: float = JOIN_WAIT_S) -> list[Jo
             rejoins += 1
         if time.monotonic() > deadline:
             seen = sorted({result.generation for result, _ in answered.values()})
-            raise CheckFailed(f"the members of {members[0].group} did not settle in one generation within "
-                              f"{timeout:.0f} s ({len(waiting)} joins still held, generations {seen}, "
-                              f"{rejoins} rejoins)")
+            raise KafkaCallFailed(f"the members of {members[0].group} did not settle in one generation "
+                                  f"within {timeout:.0f} s ({len(waiting)} joins still held, "
+                                  f"generations {seen}, {rejoins} rejoins)")
         if waiting:
             members[min(waiting)].conn.response_ready(0.02)
 
 
-class Rebalancing(CheckFailed):
+class Rebalancing(KafkaCallFailed):
     """A SyncGroup answered REBALANCE_IN_PROGRESS: the members must join again."""
 
 
@@ -366,8 +324,8 @@ def sync_all(members: Sequence[Member], assignments: dict[str, bytes] | None = N
     Raises ``Rebalancing`` when a SyncGroup answers REBALANCE_IN_PROGRESS (see ``join_and_sync``)."""
     leader = next((m for m in members if m.member_id == m.leader), None)
     if leader is None:
-        raise CheckFailed("no member of the group was told it is the leader",
-                          leader=members[0].leader, members=[m.member_id for m in members])
+        raise KafkaCallFailed("no member of the group was told it is the leader",
+                              leader=members[0].leader, members=[m.member_id for m in members])
     plan = assignments if assignments is not None else {m.member_id: m.member_id.encode() for m in members}
     for member in members:
         if member is not leader:
@@ -377,11 +335,11 @@ def sync_all(members: Sequence[Member], assignments: dict[str, bytes] | None = N
     errors: dict[str, int] = {}
     for member in [leader, *[m for m in members if m is not leader]]:
         errors[member.member_id], got[member.member_id] = member.recv_sync()
-    if REBALANCE_IN_PROGRESS in errors.values():
+    if ErrorCode.REBALANCE_IN_PROGRESS in errors.values():
         raise Rebalancing(f"SyncGroup answered REBALANCE_IN_PROGRESS for {members[0].group}")
     for member_id, error in errors.items():
-        if error != NONE:
-            raise CheckFailed(f"SyncGroup of {member_id}: {error_name(error)}")
+        if error != ErrorCode.NONE:
+            raise KafkaCallFailed(f"SyncGroup of {member_id}: {error_name(error)}")
     return got
 
 
@@ -398,13 +356,13 @@ def join_and_sync(members: Sequence[Member], assignments: dict[str, bytes] | Non
     raise AssertionError("unreachable")
 
 
-def form_group(ctx: CheckContext, n: int = 1, *, group: str | None = None, ops: Ops | None = None,
+def form_group(session: Session, n: int = 1, *, group: str | None = None, ops: Ops | None = None,
                **member_kw: Any) -> list[Member]:
     """n members joined and synced: the group is Stable. Members are in join order."""
-    group_id = group or ctx.name("g")
-    shared = ops or Ops(ctx)
-    address = coordinator_address(shared, group_id)
-    members = [Member(ctx, group_id, ops=shared, address=address, client_id=f"member-{i}", **member_kw)
+    group_id = group or session.name("g")
+    shared = ops or Ops(session)
+    address = shared.coordinator_address(group_id)
+    members = [Member(session, group_id, ops=shared, address=address, client_id=f"member-{i}", **member_kw)
                for i in range(n)]
     join_and_sync(members)
     return members
@@ -417,7 +375,7 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
                    generation: int = -1, member_id: str = "", instance_id: str | None = None,
                    conn: WireClient | None = None, version: int | None = None,
                    leader_epoch: int = -1, retention_ms: int = -1) -> dict[tuple[str, int], int]:
-    ver = ops.v(OFFSET_COMMIT, version, hi=None if version is not None else 9)
+    ver = ops.v(ApiKey.OFFSET_COMMIT, version, hi=None if version is not None else 9)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in offsets.items():
         by_topic.setdefault(topic, []).append({
@@ -426,7 +384,7 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
         })
     deadline = time.monotonic() + 20.0
     while True:
-        response = ops.call(OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
+        response = ops.call(ApiKey.OFFSET_COMMIT, ver, conn, group_id=group, generation_id=generation,
                             generation_id_or_member_epoch=generation, member_id=member_id,
                             group_instance_id=instance_id, retention_time=retention_ms,
                             topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
@@ -436,14 +394,14 @@ def commit_offsets(ops: Ops, group: str, offsets: dict[tuple[str, int], int], *,
         # __consumer_offsets on first use): as a client does, look the coordinator up and retry.
         if not errors or not set(errors.values()) <= COORDINATOR_RETRIABLE or time.monotonic() > deadline:
             return errors
-        find_coordinator(ops, group)
+        ops.find_coordinator(group)
         time.sleep(0.2)
 
 
 def commit_offset(ops: Ops, group: str, topic: str, partition: int, offset: int, **kw: Any) -> int:
     errors = commit_offsets(ops, group, {(topic, partition): offset}, **kw)
     if (topic, partition) not in errors:
-        raise CheckFailed(f"OffsetCommit response does not list {topic}-{partition}", errors=str(errors))
+        raise KafkaCallFailed(f"OffsetCommit response does not list {topic}-{partition}", errors=str(errors))
     return errors[(topic, partition)]
 
 
@@ -460,7 +418,7 @@ def fetch_offsets(ops: Ops, group: str, parts: list[tuple[str, int]] | None, *,
                   require_stable: bool = False, version: int | None = None,
                   conn: WireClient | None = None) -> tuple[int, dict[tuple[str, int], Committed]]:
     """(group error, committed offsets) from OffsetFetch; ``parts=None`` asks for all."""
-    ver = ops.v(OFFSET_FETCH, version, hi=None if version is not None else 9)
+    ver = ops.v(ApiKey.OFFSET_FETCH, version, hi=None if version is not None else 9)
     topics: list[dict[str, Any]] | None = None
     if parts is not None:
         grouped: dict[str, list[int]] = {}
@@ -468,13 +426,13 @@ def fetch_offsets(ops: Ops, group: str, parts: list[tuple[str, int]] | None, *,
             grouped.setdefault(topic, []).append(partition)
         topics = [{"name": t, "partition_indexes": ps} for t, ps in grouped.items()]
     if ver >= 8:
-        response = ops.call(OFFSET_FETCH, ver, conn, require_stable=require_stable,
+        response = ops.call(ApiKey.OFFSET_FETCH, ver, conn, require_stable=require_stable,
                             groups=[{"group_id": group, "topics": topics}])
         body = response.groups[0]
         group_error = int(body.error_code)
         topic_list = body.topics
     else:
-        response = ops.call(OFFSET_FETCH, ver, conn, group_id=group, topics=topics,
+        response = ops.call(ApiKey.OFFSET_FETCH, ver, conn, group_id=group, topics=topics,
                             require_stable=require_stable)
         group_error = int(getattr(response, "error_code", 0))
         topic_list = response.topics
@@ -489,26 +447,26 @@ def fetch_offsets(ops: Ops, group: str, parts: list[tuple[str, int]] | None, *,
 
 def committed(ops: Ops, group: str, topic: str, partition: int, **kw: Any) -> Committed:
     group_error, offsets = fetch_offsets(ops, group, [(topic, partition)], **kw)
-    if group_error != 0:
-        raise CheckFailed(f"OffsetFetch({group}): {error_name(group_error)}")
+    if group_error != ErrorCode.NONE:
+        raise KafkaCallFailed(f"OffsetFetch({group}): {error_name(group_error)}")
     if (topic, partition) not in offsets:
-        raise CheckFailed(f"OffsetFetch({group}) does not list {topic}-{partition}")
+        raise KafkaCallFailed(f"OffsetFetch({group}) does not list {topic}-{partition}")
     return offsets[(topic, partition)]
 
 
 def describe_group(ops: Ops, group: str, version: int | None = None) -> Any:
-    response = ops.call(DESCRIBE_GROUPS, version, groups=[group], include_authorized_operations=False)
+    response = ops.call(ApiKey.DESCRIBE_GROUPS, version, groups=[group], include_authorized_operations=False)
     return response.groups[0]
 
 
 def list_groups(ops: Ops, *, states: list[str] | None = None, types: list[str] | None = None,
                 version: int | None = None) -> tuple[int, dict[str, Any]]:
-    response = ops.call(LIST_GROUPS, version, states_filter=states or [], types_filter=types or [])
+    response = ops.call(ApiKey.LIST_GROUPS, version, states_filter=states or [], types_filter=types or [])
     return int(response.error_code), {g.group_id: g for g in response.groups}
 
 
 def delete_groups(ops: Ops, groups: list[str], version: int | None = None) -> dict[str, int]:
-    response = ops.call(DELETE_GROUPS, version, groups_names=groups)
+    response = ops.call(ApiKey.DELETE_GROUPS, version, groups_names=groups)
     return {r.group_id: int(r.error_code) for r in response.results}
 
 
@@ -517,7 +475,7 @@ def offset_delete(ops: Ops, group: str,
     grouped: dict[str, list[int]] = {}
     for topic, partition in parts:
         grouped.setdefault(topic, []).append(partition)
-    response = ops.call(OFFSET_DELETE, None, group_id=group, topics=[
+    response = ops.call(ApiKey.OFFSET_DELETE, None, group_id=group, topics=[
         {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in grouped.items()])
     return int(response.error_code), {(t.name, int(p.partition_index)): int(p.error_code)
                                       for t in response.topics for p in t.partitions}

@@ -17,52 +17,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from enum import IntEnum
+from typing import Any, NoReturn
 
-from korvet.conformance.messages import error_name, to_plain
-from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
-from korvet.conformance.wire import WireClient, parse_bootstrap
-
-
-class ApiTable:
-    """The broker's ApiVersions answer, intersected with the versions kio has schemas for."""
-
-    def __init__(self, advertised: dict[int, tuple[int, int]]) -> None:
-        self.advertised = dict(advertised)
-
-    def usable(self, api_key: int) -> list[int]:
-        from korvet.conformance.schemas import kio_request_versions
-
-        if api_key not in self.advertised:
-            return []
-        lo, hi = self.advertised[api_key]
-        return [v for v in kio_request_versions(api_key) if lo <= v <= hi]
-
-    def pick(self, api_key: int, lo: int | None = None, hi: int | None = None) -> int:
-        """The newest version both sides know within [lo, hi]; fails the check if none."""
-        versions = [v for v in self.usable(api_key)
-                    if (lo is None or v >= lo) and (hi is None or v <= hi)]
-        if not versions:
-            from korvet.conformance.schemas import api_name
-
-            advertised = self.advertised.get(api_key)
-            shown = f"v{advertised[0]}-{advertised[1]}" if advertised else "not at all"
-            wanted = f"v{lo if lo is not None else 0}-{hi if hi is not None else 'max'}"
-            raise CheckFailed(
-                f"the broker does not advertise {api_name(api_key)} (key {api_key}) in {wanted} "
-                f"(ApiVersions lists it {shown})"
-            )
-        return max(versions)
-
-    def versions(self, api_key: int, lo: int | None = None, hi: int | None = None) -> list[int]:
-        """Every usable version within [lo, hi]; fails the check (like ``pick``) when there is none."""
-        self.pick(api_key, lo, hi)
-        return [v for v in self.usable(api_key) if (lo is None or v >= lo) and (hi is None or v <= hi)]
-
-    def has(self, api_key: int, version: int | None = None) -> bool:
-        versions = self.usable(api_key)
-        return bool(versions) if version is None else version in versions
-
+from korvet.conformance.harness.outcomes import CheckFailed, CheckSkipped
+from korvet.conformance.harness.security import SecurityTarget
+from korvet.conformance.kafka.messages import error_name, to_plain
+from korvet.conformance.kafka.session import ApiTable, KafkaCallFailed
+from korvet.conformance.kafka.wire import WireClient, parse_bootstrap
 
 CLOSE_SECONDS = 20.0  # how long one closer of a check may take (a client's close, say)
 
@@ -83,10 +45,12 @@ def _close_within(closer: Callable[[], None]) -> str | None:
 
 
 class CheckContext:
-    def __init__(self, check: Check, bootstrap: str, run_id: str, apis: ApiTable,
-                 *, request_timeout: float = 30.0, security: Any = None,
+    """One run of one check (named ``check_name``): a ``kafka.session.Session`` for ``Ops``."""
+
+    def __init__(self, check_name: str, bootstrap: str, run_id: str, apis: ApiTable,
+                 *, request_timeout: float = 30.0, security: SecurityTarget | None = None,
                  attempt: int = 1) -> None:
-        self.check = check
+        self.check_name = check_name
         self.security = security  # the secured listener of the security.* checks (--security FILE)
         self.attempt = attempt
         self.bootstrap = bootstrap
@@ -111,7 +75,7 @@ class CheckContext:
         with self._lock:
             self._names += 1
             n = self._names
-        slug = self.check.name.replace(".", "-").replace("_", "-")
+        slug = self.check_name.replace(".", "-").replace("_", "-")
         if len(slug) > 60:
             slug = slug[:60]
         again = f"a{self.attempt}-" if self.attempt > 1 else ""
@@ -193,7 +157,7 @@ class CheckContext:
         """Prefix failures inside the block with ``what`` (which step of a scenario failed)."""
         try:
             yield
-        except CheckFailed as exc:
+        except KafkaCallFailed as exc:
             raise CheckFailed(f"{what}: {exc.message}", **exc.details) from exc
 
 
@@ -217,7 +181,21 @@ def expect(condition: bool, message: str, **details: Any) -> None:
 
 def expect_eq(actual: Any, expected: Any, what: str) -> None:
     if actual != expected:
-        raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
+        raise CheckFailed(f"{what}: expected {_wire(expected)!r}, got {_wire(actual)!r}")
+
+
+def _wire(value: Any) -> Any:
+    """``value`` with Kafka's named codes (``ErrorCode``, ``ApiKey``, ACL codes) as the numbers the
+    broker sends, inside lists, tuples, sets and dicts too: a check names what it expects, the
+    broker answers numbers, and a failure shows both alike."""
+    if isinstance(value, IntEnum):
+        return int(value)
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(_wire(v) for v in value)
+    if kind is dict:
+        return {_wire(k): _wire(v) for k, v in value.items()}
+    return value
 
 
 def expect_error(actual: Any, expected: int | tuple[int, ...], what: str) -> None:
@@ -229,7 +207,7 @@ def expect_error(actual: Any, expected: int | tuple[int, ...], what: str) -> Non
         raise CheckFailed(f"{what}: expected {names}, got {error_name(code)}")
 
 
-def skip(reason: str) -> None:
+def skip(reason: str) -> NoReturn:
     raise CheckSkipped(reason)
 
 

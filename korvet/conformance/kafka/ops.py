@@ -1,11 +1,11 @@
 """Broker operations on the raw wire client, for any negotiated API version.
 
-``Ops(ctx)`` wraps a check's context: each method builds the request for the
-newest version both the broker and kio know (or the ``version`` asked for),
-sends it on the given connection (by default one shared per check) and returns
-the part of the answer a check asserts on. Nothing here asserts Kafka
-behaviour except where an operation cannot continue (a topic that was never
-created); the checks do the asserting.
+``Ops(session)`` works for whoever drives it (a check's context, say: see
+``session.Session``): each method builds the request for the newest version both the
+broker and kio know (or the ``version`` asked for), sends it on the given connection (by
+default one shared per ``Ops``) and returns the part of the answer a caller asserts on.
+Nothing here asserts Kafka behaviour except where an operation cannot continue (a topic
+that was never created): then it raises ``KafkaCallFailed``; the callers do the asserting.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.conformance.context import CheckContext, expect
-from korvet.conformance.messages import build_request, error_name
-from korvet.conformance.records import BatchInfo, Fetched, Rec, build_batch, decode_records
-from korvet.conformance.registry import CheckFailed
-from korvet.conformance.wire import WireClient
+from korvet.conformance.kafka.messages import build_request, error_name
+from korvet.conformance.kafka.records import BatchInfo, Fetched, Rec, build_batch, decode_records
+from korvet.conformance.kafka.session import KafkaCallFailed, Session
+from korvet.conformance.kafka.wire import WireClient
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18
-CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 19, 20, 22
-OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS = 23, 32, 33
-CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 44
-OFFSET_DELETE, DESCRIBE_CLUSTER = 47, 60
-
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' special timestamps
+# FindCoordinator's answers that clients wait out: the coordinator is loading or not there yet.
+COORDINATOR_STARTING = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                  ErrorCode.COORDINATOR_NOT_AVAILABLE})
+# InitProducerId's answers that clients retry (CONCURRENT_TRANSACTIONS: the first call on a fresh
+# Kafka creates __transaction_state); after one of _COORDINATOR_MOVED they look the coordinator up
+# again.
+_INIT_PRODUCER_RETRIABLE = frozenset({*COORDINATOR_STARTING, ErrorCode.NOT_COORDINATOR,
+                                      ErrorCode.CONCURRENT_TRANSACTIONS})
+_COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -97,15 +98,16 @@ def _ms(value: Any) -> int:
 
 
 class Ops:
-    def __init__(self, ctx: CheckContext) -> None:
-        self.ctx = ctx
-        self.apis = ctx.apis
-        self._conn: WireClient | None = None
+    def __init__(self, session: Session, conn: WireClient | None = None) -> None:
+        """``conn``: the connection to use by default (one from the session when not given)."""
+        self.session = session
+        self.apis = session.apis
+        self._conn = conn
 
     @property
     def conn(self) -> WireClient:
         if self._conn is None:
-            self._conn = self.ctx.client()
+            self._conn = self.session.client()
         return self._conn
 
     def v(self, api_key: int, version: int | None = None, lo: int | None = None,
@@ -126,11 +128,11 @@ class Ops:
 
     def metadata(self, topics: list[str] | None, *, auto_create: bool = False, version: int | None = None,
                  conn: WireClient | None = None) -> Any:
-        ver = self.v(METADATA, version)
+        ver = self.v(ApiKey.METADATA, version)
         requested = None if topics is None else [
             {"name": name, "topic_id": ZERO_UUID} for name in topics
         ]
-        return self.call(METADATA, ver, conn, topics=requested, allow_auto_topic_creation=auto_create,
+        return self.call(ApiKey.METADATA, ver, conn, topics=requested, allow_auto_topic_creation=auto_create,
                          include_cluster_authorized_operations=False,
                          include_topic_authorized_operations=False)
 
@@ -139,8 +141,8 @@ class Ops:
         for topic in response.topics:
             if topic.name == name:
                 return topic
-        raise CheckFailed(f"Metadata for topic {name!r} does not list it", topics=[t.name for t in
-                                                                                  response.topics])
+        raise KafkaCallFailed(f"Metadata for topic {name!r} does not list it", topics=[t.name for t in
+                              response.topics])
 
     def wait_topic_ready(self, name: str, partitions: int, timeout: float = 15.0) -> Any:
         """Metadata lists every partition with a leader: the topic takes produce and fetch."""
@@ -148,13 +150,14 @@ class Ops:
         last = "no answer"
         while True:
             topic = self.topic_metadata(name)
-            ready = (int(topic.error_code) == 0 and len(topic.partitions) == partitions
-                     and all(int(p.error_code) == 0 and p.leader_id >= 0 for p in topic.partitions))
+            ready = (int(topic.error_code) == ErrorCode.NONE and len(topic.partitions) == partitions
+                     and all(int(p.error_code) == ErrorCode.NONE and p.leader_id >= 0
+                             for p in topic.partitions))
             if ready:
                 return topic
             last = f"{error_name(int(topic.error_code))}, {len(topic.partitions)} partitions"
             if time.monotonic() > deadline:
-                raise CheckFailed(f"topic {name} not ready within {timeout:.0f} s ({last})")
+                raise KafkaCallFailed(f"topic {name} not ready within {timeout:.0f} s ({last})")
             time.sleep(0.1)
 
     def create_topics_raw(self, topics: list[dict[str, Any]], *, validate_only: bool = False,
@@ -164,18 +167,18 @@ class Ops:
         for t in full:
             if isinstance(t["configs"], dict):
                 t["configs"] = [{"name": k, "value": v} for k, v in t["configs"].items()]
-        return self.call(CREATE_TOPICS, version, topics=full, timeout=timeout_ms,
+        return self.call(ApiKey.CREATE_TOPICS, version, topics=full, timeout=timeout_ms,
                          validate_only=validate_only)
 
     def create_topic(self, *, partitions: int = 1, configs: dict[str, str] | None = None,
                      name: str | None = None, wait: bool = True) -> Topic:
-        topic_name = name or self.ctx.name("t")
+        topic_name = name or self.session.name("t")
         response = self.create_topics_raw([{"name": topic_name, "num_partitions": partitions,
                                             "configs": configs or {}}])
         result = response.topics[0]
-        if int(result.error_code) != 0:
-            raise CheckFailed(f"CreateTopics {topic_name}: {error_name(int(result.error_code))} "
-                              f"({result.error_message})")
+        if int(result.error_code) != ErrorCode.NONE:
+            raise KafkaCallFailed(f"CreateTopics {topic_name}: {error_name(int(result.error_code))} "
+                                  f"({result.error_message})")
         topic = Topic(topic_name, partitions, getattr(result, "topic_id", None))
         if wait:
             meta = self.wait_topic_ready(topic_name, partitions)
@@ -191,20 +194,20 @@ class Ops:
         for partition in range(topic.partitions):
             while True:
                 listed = self.list_offsets(topic, partition, LATEST)
-                if listed.error == 0:
+                if listed.error == ErrorCode.NONE:
                     break
                 if time.monotonic() > deadline:
-                    raise CheckFailed(f"partition {partition} of new topic {topic.name} answers "
-                                      f"{error_name(listed.error)} to ListOffsets after {timeout:.0f} s")
+                    raise KafkaCallFailed(f"partition {partition} of new topic {topic.name} answers "
+                                          f"{error_name(listed.error)} to ListOffsets after {timeout:.0f} s")
                 time.sleep(0.05)
 
     def delete_topic(self, name: str, version: int | None = None) -> int:
-        ver = self.v(DELETE_TOPICS, version)
+        ver = self.v(ApiKey.DELETE_TOPICS, version)
         if ver >= 6:
-            response = self.call(DELETE_TOPICS, ver, topics=[{"name": name, "topic_id": ZERO_UUID}],
+            response = self.call(ApiKey.DELETE_TOPICS, ver, topics=[{"name": name, "topic_id": ZERO_UUID}],
                                  timeout=30_000)
         else:
-            response = self.call(DELETE_TOPICS, ver, topic_names=[name], timeout=30_000)
+            response = self.call(ApiKey.DELETE_TOPICS, ver, topic_names=[name], timeout=30_000)
         return int(response.responses[0].error_code)
 
     # -- produce -------------------------------------------------------------
@@ -214,7 +217,7 @@ class Ops:
                     transactional_id: str | None = None, timeout_ms: int = 30_000,
                     topic_id: uuid.UUID | None = None) -> Any:
         """One Produce request with the given records fields; the whole response (None for acks=0)."""
-        ver = self.v(PRODUCE, version)
+        ver = self.v(ApiKey.PRODUCE, version)
         name = topic.name if isinstance(topic, Topic) else topic
         data: dict[str, Any] = {
             "partition_data": [{"index": p, "records": r} for p, r in partition_records.items()],
@@ -226,7 +229,7 @@ class Ops:
             data["topic_id"] = tid
         else:
             data["name"] = name
-        request = build_request(PRODUCE, ver, transactional_id=transactional_id, acks=acks,
+        request = build_request(ApiKey.PRODUCE, ver, transactional_id=transactional_id, acks=acks,
                                 timeout=timeout_ms, topic_data=[data])
         connection = conn or self.conn
         if acks == 0:
@@ -235,8 +238,9 @@ class Ops:
         return connection.call(request)
 
     def topic_id_of(self, name: str) -> uuid.UUID:
-        meta = self.topic_metadata(name, version=self.v(METADATA, lo=10))
-        expect(meta.topic_id not in (None, ZERO_UUID), f"Metadata v10+ gives no topic id for {name}")
+        meta = self.topic_metadata(name, version=self.v(ApiKey.METADATA, lo=10))
+        if meta.topic_id in (None, ZERO_UUID):
+            raise KafkaCallFailed(f"Metadata v10+ gives no topic id for {name}")
         return uuid.UUID(str(meta.topic_id))
 
     def produce(self, topic: Topic | str, partition: int, records: list[Rec] | bytes, *, acks: int = -1,
@@ -255,9 +259,9 @@ class Ops:
     def produce_ok(self, topic: Topic | str, partition: int, records: list[Rec], **kw: Any) -> int:
         """Produce and require NONE; returns the base offset."""
         result = self.produce(topic, partition, records, **kw)
-        if result.error != 0:
-            raise CheckFailed(f"Produce to partition {partition}: {error_name(result.error)} "
-                              f"({result.error_message})")
+        if result.error != ErrorCode.NONE:
+            raise KafkaCallFailed(f"Produce to partition {partition}: {error_name(result.error)} "
+                                  f"({result.error_message})")
         return result.base_offset
 
     def produce_values(self, topic: Topic | str, partition: int, values: list[str], **kw: Any) -> list[int]:
@@ -271,7 +275,7 @@ class Ops:
                       partition_max_bytes: int = 1024 * 1024, isolation_level: int = 0,
                       session_id: int = 0, session_epoch: int = -1, version: int | None = None,
                       current_leader_epoch: int = -1) -> Any:
-        ver = self.v(FETCH, version)
+        ver = self.v(ApiKey.FETCH, version)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         ids: dict[str, uuid.UUID | None] = {}
         for topic, partition, offset in parts:
@@ -291,7 +295,7 @@ class Ops:
             else:
                 entry["topic"] = name
             topics.append(entry)
-        return build_request(FETCH, ver, replica_id=-1, max_wait=max_wait_ms, min_bytes=min_bytes,
+        return build_request(ApiKey.FETCH, ver, replica_id=-1, max_wait=max_wait_ms, min_bytes=min_bytes,
                              max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id,
                              session_epoch=session_epoch, topics=topics, forgotten_topics_data=[],
                              rack_id="")
@@ -310,8 +314,8 @@ class Ops:
         _, results = self.fetch_many([(topic, partition, offset)], **kw)
         if len(results) != 1:
             top = int(getattr(_, "error_code", 0))
-            raise CheckFailed(f"Fetch of one partition answered {len(results)} partitions "
-                              f"(top-level {error_name(top)})")
+            raise KafkaCallFailed(f"Fetch of one partition answered {len(results)} partitions "
+                                  f"(top-level {error_name(top)})")
         return results[0]
 
     def read_all(self, topic: Topic | str, partition: int, start: int, *, until: int | None = None,
@@ -321,8 +325,8 @@ class Ops:
         offset = start
         for _ in range(max_rounds):
             result = self.fetch(topic, partition, offset, **kw)
-            if result.error != 0:
-                raise CheckFailed(f"Fetch at offset {offset}: {error_name(result.error)}")
+            if result.error != ErrorCode.NONE:
+                raise KafkaCallFailed(f"Fetch at offset {offset}: {error_name(result.error)}")
             fresh = [r for r in result.records if r.offset >= offset]
             records.extend(fresh)
             end = until if until is not None else result.high_watermark
@@ -337,9 +341,9 @@ class Ops:
     def list_offsets(self, topic: Topic | str, partition: int, timestamp: int, *,
                      isolation_level: int = 0, version: int | None = None,
                      current_leader_epoch: int = -1, conn: WireClient | None = None) -> ListedOffset:
-        ver = self.v(LIST_OFFSETS, version)
+        ver = self.v(ApiKey.LIST_OFFSETS, version)
         name = topic.name if isinstance(topic, Topic) else topic
-        response = self.call(LIST_OFFSETS, ver, conn, replica_id=-1, isolation_level=isolation_level,
+        response = self.call(ApiKey.LIST_OFFSETS, ver, conn, replica_id=-1, isolation_level=isolation_level,
                              timeout=30_000, topics=[{"name": name, "partitions": [
                                  {"partition_index": partition, "timestamp": timestamp,
                                   "current_leader_epoch": current_leader_epoch, "max_num_offsets": 1}]}])
@@ -352,9 +356,9 @@ class Ops:
 
     def offset_of(self, topic: Topic | str, partition: int, timestamp: int, **kw: Any) -> int:
         listed = self.list_offsets(topic, partition, timestamp, **kw)
-        if listed.error != 0:
-            raise CheckFailed(f"ListOffsets({timestamp}) on partition {partition}: "
-                              f"{error_name(listed.error)}")
+        if listed.error != ErrorCode.NONE:
+            raise KafkaCallFailed(f"ListOffsets({timestamp}) on partition {partition}: "
+                                  f"{error_name(listed.error)}")
         return listed.offset
 
     # -- producer ids --------------------------------------------------------
@@ -371,48 +375,75 @@ class Ops:
         while True:
             if transactional_id is not None and conn is None:
                 conn = self._transaction_coordinator(transactional_id, deadline)
-            response = self.call(INIT_PRODUCER_ID, version, conn, transactional_id=transactional_id,
+            response = self.call(ApiKey.INIT_PRODUCER_ID, version, conn, transactional_id=transactional_id,
                                  transaction_timeout=timeout_ms, producer_id=-1, producer_epoch=-1)
             code = int(response.error_code)
-            if code not in (14, 15, 16, 51) or time.monotonic() > deadline:
+            if code not in _INIT_PRODUCER_RETRIABLE or time.monotonic() > deadline:
                 return response
-            if code in (15, 16):
+            if code in _COORDINATOR_MOVED:
                 conn = None
             time.sleep(0.2)
 
     def _transaction_coordinator(self, transactional_id: str, deadline: float) -> WireClient | None:
         """A connection to the transaction coordinator, or None (the default connection) when the
         broker does not name one (it will then answer the InitProducerId with its own error)."""
-        from korvet.conformance.groups import find_coordinator
-
         while True:
-            error, entry = find_coordinator(self, transactional_id, key_type=1)
-            if error == 0:
-                if (str(entry.host), int(entry.port)) == (self.ctx.host, self.ctx.port):
+            error, entry = self.find_coordinator(transactional_id, key_type=1)
+            if error == ErrorCode.NONE:
+                if (str(entry.host), int(entry.port)) == (self.session.host, self.session.port):
                     return None
-                return self.ctx.client(str(entry.host), int(entry.port))
-            if error not in (14, 15) or time.monotonic() > deadline:
+                return self.session.client(str(entry.host), int(entry.port))
+            if error not in COORDINATOR_STARTING or time.monotonic() > deadline:
                 return None
             time.sleep(0.2)
+
+    # -- coordinators --------------------------------------------------------
+
+    def find_coordinator(self, key: str, key_type: int = 0, version: int | None = None,
+                         retry_for: float = 20.0) -> tuple[int, Any]:
+        """(error, coordinator entry with node_id/host/port) for one group (key type 0) or
+        transactional (1) id.
+
+        COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS are retried for ``retry_for``
+        seconds, as clients do: a fresh Kafka answers them until its __consumer_offsets exists."""
+        ver = self.v(ApiKey.FIND_COORDINATOR, version)
+        deadline = time.monotonic() + retry_for
+        while True:
+            if ver >= 4:
+                response = self.call(ApiKey.FIND_COORDINATOR, ver, key_type=key_type, coordinator_keys=[key])
+                entry = response.coordinators[0]
+            else:
+                entry = self.call(ApiKey.FIND_COORDINATOR, ver, key=key, key_type=key_type)
+            error = int(entry.error_code)
+            if error not in COORDINATOR_STARTING or time.monotonic() > deadline:
+                return error, entry
+            time.sleep(0.2)
+
+    def coordinator_address(self, group: str) -> tuple[str, int]:
+        """(host, port) of ``group``'s coordinator; KafkaCallFailed when the broker names none."""
+        error, entry = self.find_coordinator(group)
+        if error != ErrorCode.NONE:
+            raise KafkaCallFailed(f"FindCoordinator({group}): {error_name(error)}")
+        return str(entry.host), int(entry.port)
 
     # -- configs -------------------------------------------------------------
 
     def describe_topic_configs(self, name: str, keys: list[str] | None = None,
                                version: int | None = None) -> Any:
-        response = self.call(DESCRIBE_CONFIGS, version, resources=[
+        response = self.call(ApiKey.DESCRIBE_CONFIGS, version, resources=[
             {"resource_type": 2, "resource_name": name, "configuration_keys": keys}],
             include_synonyms=False, include_documentation=False)
         return response.results[0]
 
     def topic_config(self, name: str, key: str) -> str | None:
         result = self.describe_topic_configs(name, [key])
-        if int(result.error_code) != 0:
-            raise CheckFailed(f"DescribeConfigs {name}: {error_name(int(result.error_code))}")
+        if int(result.error_code) != ErrorCode.NONE:
+            raise KafkaCallFailed(f"DescribeConfigs {name}: {error_name(int(result.error_code))}")
         for entry in result.configs:
             if entry.name == key:
                 value: str | None = entry.value
                 return value
-        raise CheckFailed(f"DescribeConfigs {name} does not list {key}")
+        raise KafkaCallFailed(f"DescribeConfigs {name} does not list {key}")
 
 
 def produce_result(response: Any) -> ProduceResult:
@@ -431,7 +462,7 @@ def fetch_result(response: Any, p: Any) -> FetchResult:
     try:
         batches, records, partial = decode_records(data)
     except ValueError as exc:
-        raise CheckFailed(f"fetched records do not decode: {exc}") from exc
+        raise KafkaCallFailed(f"fetched records do not decode: {exc}") from exc
     return FetchResult(
         error=int(p.error_code), high_watermark=int(p.high_watermark),
         last_stable_offset=int(getattr(p, "last_stable_offset", -1)),

@@ -5,7 +5,7 @@ kio generates one frozen dataclass per API version, with typed fields
 entity classes for arrays of structs). The suite describes requests once, as
 plain values, and builds them for whichever version it negotiated::
 
-    build_request(11, 5, group_id="g", session_timeout=10_000, member_id="",
+    build_request(ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout=10_000, member_id="",
                   protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}])
 
 Rules (the same ones turn a JSON document generated from ``schemas.py`` back into
@@ -14,7 +14,8 @@ bytes may be a list of ints, arrays are lists, nested structs are dicts. Keys th
 class has no field for are dropped (fields come and go between versions); a
 missing field falls back to its default, and a missing field without one raises.
 
-``to_plain`` goes the other way, for reports: a response becomes JSON-able data.
+``to_plain`` goes the other way, for reports: a response becomes JSON-able data;
+``error_name`` names an error code as Kafka does (``UNKNOWN_MEMBER_ID (25)``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from korvet.core.errors import ErrorCode
 
 NoneType = type(None)
 
@@ -108,7 +111,7 @@ def _scalar(shape: FieldShape, value: Any) -> Any:  # noqa: C901, PLR0912 -- one
             return None
         return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
     if kind == "error_code":
-        return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
     if kind == "uuid":
         return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     if kind in ("bytes", "records"):
@@ -187,6 +190,6 @@ def to_plain(value: Any) -> Any:
 def error_name(code: int) -> str:
     """``NAME (code)`` for an error code, as Kafka's Errors enum spells it."""
     try:
-        return f"{ErrorCode(code).name.upper()} ({code})"
+        return f"{ErrorCode(code).name} ({code})"
     except ValueError:
         return f"error {code}"

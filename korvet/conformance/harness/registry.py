@@ -2,8 +2,8 @@
 
 A check is a function ``fn(ctx) -> None`` that raises ``CheckFailed`` when the
 broker does not behave as Kafka does (``CheckSkipped`` when it cannot run here,
-e.g. a client tool is missing). It is registered with ``@check(...)``, which
-records what a reader of the catalogue needs:
+e.g. a client tool is missing; both in ``outcomes.py``). It is registered with
+``@check(...)``, which records what a reader of the catalogue needs:
 
 - ``name``: dotted and stable, ``<api>.<topic>.<behaviour>`` (``produce.acks_all.offsets_consecutive``);
 - ``api``: the API (or client, or history) it exercises, which groups the catalogue;
@@ -18,36 +18,29 @@ records what a reader of the catalogue needs:
   last seconds are not one long check started late while the other workers idle.
 
 Which checks an implementation is excused from is not here: it is data, in a profile
-(``profile.py``; Korvet's and kfake's ship in ``profiles/``).
+(``profile.py``; Korvet's and kfake's ship in ``korvet/conformance/profiles/``).
+
+Check modules register themselves when imported. ``load_checks`` imports every module
+of the ``korvet.conformance.checks`` package (subpackages included), found on disk: a
+new module is a new family, with no list to add it to, and the harness imports no
+check module by name.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import pkgutil
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from korvet.conformance.context import CheckContext
+from korvet.conformance.harness.context import CheckContext
 
-CheckFn = Callable[["CheckContext"], None]
+CheckFn = Callable[[CheckContext], None]
+CHECKS_PACKAGE = "korvet.conformance.checks"
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
-
-
-class CheckFailed(AssertionError):
-    """The broker did not behave as the check asserts. ``details`` go to the reports."""
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-
-class CheckSkipped(Exception):
-    """The check cannot run against this broker or on this machine (a missing tool, say)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +100,9 @@ def check(
 
 def load_checks() -> dict[str, Check]:
     """Import every check module (they register themselves) and return the registry."""
-    from korvet.conformance import checks
-
-    checks.load_all()
+    package = importlib.import_module(CHECKS_PACKAGE)
+    for module in pkgutil.walk_packages(package.__path__, f"{CHECKS_PACKAGE}."):
+        importlib.import_module(module.name)
     return REGISTRY
 
 

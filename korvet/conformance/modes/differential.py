@@ -14,7 +14,7 @@ generated request sequences to both, and compares what comes back field by field
   free-text error messages, record bytes, and the lists that describe the broker itself
   (ApiVersions' API table, DescribeConfigs' config listings).
 
-Requests come from the JSON Schemas of Kafka's messages (``schemas.py``) through
+Requests come from the JSON Schemas of Kafka's messages (``kafka/schemas.py``) through
 hypothesis-jsonschema (``fuzz.request_strategy``): a sequence of one to three requests on
 one connection, each valid against its schema or made malformed on the wire (truncated, or
 with bytes appended). Both brokers first get the same fixture: a topic with two partitions
@@ -22,7 +22,7 @@ and three records of fixed timestamps in partition 0. Offsets in requests are dr
 symbols (the fixture's first, second, third record, its end, past its end) and translated
 for each broker, so a request means the same on both even though their offsets differ.
 Generation is derandomized (the same sequences every run). The narrowings of the
-``generated.*`` checks keep requests harmless (no topic auto-creation, validate-only admin
+``generated.*`` checks (``fuzz.TARGETS``) keep requests harmless (no topic auto-creation, validate-only admin
 calls, ``kc-fuzz-`` group ids, bounded waits); APIs without one are not sent.
 
 A difference that the profile's ``differential`` section does not excuse fails the API's
@@ -41,12 +41,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from korvet.conformance.context import ApiTable, CheckContext
-from korvet.conformance.messages import build, to_plain
-from korvet.conformance.profile import Profile
-from korvet.conformance.registry import Check, CheckFailed
-from korvet.conformance.schemas import UUID_PATTERN, JsonSchema, api_name, narrow, request_schema
-from korvet.conformance.wire import ConnectionClosed, DecodeError, ResponseTimeout, WireClient, encode_request
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+
+from korvet.conformance.harness.context import CheckContext
+from korvet.conformance.harness.outcomes import CheckFailed
+from korvet.conformance.harness.profile import Profile
+from korvet.conformance.harness.registry import Check
+from korvet.conformance.harness.runner import read_api_versions
+from korvet.conformance.kafka.messages import build, to_plain
+from korvet.conformance.kafka.ops import LATEST, Ops
+from korvet.conformance.kafka.records import Rec
+from korvet.conformance.kafka.schemas import UUID_PATTERN, JsonSchema, api_name, narrow, request_schema
+from korvet.conformance.kafka.session import ApiTable
+from korvet.conformance.kafka.wire import (
+    ConnectionClosed,
+    DecodeError,
+    ResponseTimeout,
+    WireClient,
+    encode_request,
+)
+from korvet.conformance.modes.fuzz import TARGETS, request_strategy, validate_only
+from korvet.core.api_keys import ApiKey
 
 # -- what legitimately differs ------------------------------------------------------
 
@@ -193,11 +210,11 @@ _DELETE_OFFSET_CHOICES: JsonSchema = {"anyOf": [
 _TIMESTAMP_CHOICES: JsonSchema = {"enum": [-1, -2, -3, *TIMESTAMP_SYMBOLS, 4_000_000_000_000]}
 # Request fields holding a log position of the broker's choosing, per API.
 OFFSET_PATHS: dict[int, tuple[str, ...]] = {
-    1: ("topics.*.partitions.*.fetch_offset", "topics.*.partitions.*.log_start_offset"),
-    8: ("topics.*.partitions.*.committed_offset",),
+    ApiKey.FETCH: ("topics.*.partitions.*.fetch_offset", "topics.*.partitions.*.log_start_offset"),
+    ApiKey.OFFSET_COMMIT: ("topics.*.partitions.*.committed_offset",),
 }
-DELETE_OFFSET_PATHS: dict[int, tuple[str, ...]] = {21: ("topics.*.partitions.*.offset",)}
-TIMESTAMP_PATHS: dict[int, tuple[str, ...]] = {2: ("topics.*.partitions.*.timestamp",)}
+DELETE_OFFSET_PATHS: dict[int, tuple[str, ...]] = {ApiKey.DELETE_RECORDS: ("topics.*.partitions.*.offset",)}
+TIMESTAMP_PATHS: dict[int, tuple[str, ...]] = {ApiKey.LIST_OFFSETS: ("topics.*.partitions.*.timestamp",)}
 
 
 @dataclass
@@ -221,14 +238,11 @@ class Side:
         return host, int(port)
 
 
-def prepare_fixture(side: Side, check: Check, run_id: str, topic: str,
+def prepare_fixture(side: Side, check_name: str, run_id: str, topic: str,
                     stamps: tuple[int, int, int]) -> None:
     """Create the fixture topic on one broker (records with timestamps ``stamps``) and learn its
-    offsets (the values of ``SYMBOLS``)."""
-    from korvet.conformance.ops import Ops
-    from korvet.conformance.records import Rec
-
-    ctx = CheckContext(check, side.bootstrap, run_id, side.apis)
+    offsets (the values of ``SYMBOLS``), in the name of check ``check_name``."""
+    ctx = CheckContext(check_name, side.bootstrap, run_id, side.apis)
     try:
         ops = Ops(ctx)
         producer = _warm_up(ops)
@@ -238,12 +252,12 @@ def prepare_fixture(side: Side, check: Check, run_id: str, topic: str,
                                            for i, ts in enumerate(stamps)],
                               producer_id=int(producer.producer_id),
                               producer_epoch=int(producer.producer_epoch), base_sequence=0)
-        end = ops.offset_of(created, 0, -1)
+        end = ops.offset_of(created, 0, LATEST)
         topic_id = created.topic_id or ops.topic_id_of(topic)
         doomed = ops.create_topic(partitions=1, name=delete_topic(topic))
         doomed_base = ops.produce_ok(doomed, 0, [Rec(f"d{i}".encode(), timestamp=ts)
                                                  for i, ts in enumerate(stamps)])
-        doomed_end = ops.offset_of(doomed, 0, -1)
+        doomed_end = ops.offset_of(doomed, 0, LATEST)
     finally:
         ctx.close()
     side.symbols = dict(zip(sorted(SYMBOLS, reverse=True), [base, base + 1, base + 2, end, end + 5],
@@ -255,13 +269,11 @@ def prepare_fixture(side: Side, check: Check, run_id: str, topic: str,
     side.ids = {FIXTURE_TOPIC_ID: str(topic_id)}
 
 
-def _warm_up(ops: Any) -> Any:
+def _warm_up(ops: Ops) -> Any:
     """Bring up what a fresh broker creates on first use (Kafka's __consumer_offsets, its producer id
     block), so that answers do not depend on which request happened to come first. Returns the
     InitProducerId answer (the fixture's idempotent producer)."""
-    from korvet.conformance.groups import find_coordinator
-
-    find_coordinator(ops, "kc-fuzz-warm-up")
+    ops.find_coordinator("kc-fuzz-warm-up")
     return ops.init_producer_id(None)
 
 
@@ -337,8 +349,6 @@ class Step:
 
 
 def _frame(step: Step, document: dict[str, Any], correlation: int) -> bytes:
-    from kio.index import load_request_schema
-
     request = build(load_request_schema(step.api_key, step.version), document)
     frame = encode_request(request, correlation, "korvet-differential")
     if step.mutation is None:
@@ -370,7 +380,7 @@ def send_sequence(side: Side, steps: Sequence[Step], timeout: float = 5.0) -> li
                     continue
                 conn.send_frame(frame, api_key=step.api_key, version=step.version, correlation_id=correlation)
                 response = conn.receive(timeout)
-                if step.api_key == FETCH and int(getattr(response, "session_id", 0)):
+                if step.api_key == ApiKey.FETCH and int(getattr(response, "session_id", 0)):
                     session = int(response.session_id)
                 outcomes.append(symbolise(to_plain(response), labels))
             except ConnectionClosed:
@@ -414,9 +424,6 @@ def only_mentioned(value: Any, mentioned: set[str]) -> Any:
     return value
 
 
-INVALID_REQUEST = 42
-
-
 def _error_codes(value: Any) -> set[int]:
     if isinstance(value, dict):
         codes = {int(value["error_code"])} if isinstance(value.get("error_code"), int) else set()
@@ -456,7 +463,6 @@ def diff_outcomes(steps: Sequence[Step], subject: list[Any], oracle: list[Any]) 
 
 # -- generation ----------------------------------------------------------------------
 
-FETCH, DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 1, 21, 35, 61, 75
 _INT32 = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
 # Partition indexes: mostly the fixture's (0, 1) and just past them, sometimes anything.
 _PARTITION = {"anyOf": [{"enum": [0, 1, 2, -1]}, _INT32]}
@@ -521,12 +527,13 @@ def _fetch_sessions(schema: JsonSchema, topic: str) -> JsonSchema:
 
 def _targets() -> dict[int, tuple[Any, Callable[[dict[str, Any]], bool] | None]]:
     """The generated checks' narrowings, and those that only the comparison needs."""
-    from korvet.conformance.checks.generated import TARGETS, _validate_only
-
-    return {**TARGETS, 33: (_validate_only, None), 20: (_delete_topics, None),
-            DELETE_RECORDS: (_delete_records, None), DESCRIBE_LOG_DIRS: (_describe_log_dirs, None),
-            DESCRIBE_PRODUCERS: (_describe_producers, None),
-            DESCRIBE_TOPIC_PARTITIONS: (_describe_topic_partitions, None)}
+    return {**TARGETS,
+            ApiKey.ALTER_CONFIGS: (validate_only, None),
+            ApiKey.DELETE_TOPICS: (_delete_topics, None),
+            ApiKey.DELETE_RECORDS: (_delete_records, None),
+            ApiKey.DESCRIBE_LOG_DIRS: (_describe_log_dirs, None),
+            ApiKey.DESCRIBE_PRODUCERS: (_describe_producers, None),
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: (_describe_topic_partitions, None)}
 
 
 def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Callable[[dict[str, Any]], bool]]:
@@ -534,8 +541,9 @@ def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Calla
     schema = narrowing(request_schema(api_key, version, max_string=24, max_bytes=24, max_items=2), topic)
     # Request timeouts long enough that no answer depends on how fast a broker is (a CreateTopics
     # with timeout 0 times out on Kafka's controller, say); Produce's stays short, acks=-1 waits it out.
-    schema = narrow(schema, "timeout", {"type": "integer", "minimum": 500 if api_key == 0 else 10_000,
-                                        "maximum": 1000 if api_key == 0 else 30_000})
+    produce = api_key == ApiKey.PRODUCE
+    schema = narrow(schema, "timeout", {"type": "integer", "minimum": 500 if produce else 10_000,
+                                        "maximum": 1000 if produce else 30_000})
     schema = narrow(schema, "timeout_ms", {"type": "integer", "minimum": 10_000, "maximum": 30_000})
     # Consumers send replica_id -1; another id claims to be a follower broker, which Kafka answers
     # with UNKNOWN_SERVER_ERROR (there is no such broker): nothing to compare.
@@ -543,11 +551,11 @@ def _narrowed(api_key: int, version: int, topic: str) -> tuple[JsonSchema, Calla
     # Isolation levels are 0 and 1; Kafka answers another with UNKNOWN_SERVER_ERROR
     # (IsolationLevel.forId throws): nothing to compare either.
     schema = narrow(schema, "isolation_level", {"enum": [0, 1]})
-    if api_key == 3:
+    if api_key == ApiKey.METADATA:
         # Apache Kafka 4.3.1 does not look topics up by id in Metadata (KIP-516 left it out): it
         # answers such a request with errors and no brokers. There is nothing to compare.
         schema = narrow(schema, "topics.*.topic_id", {"const": "00000000-0000-0000-0000-000000000000"})
-    if api_key == FETCH:
+    if api_key == ApiKey.FETCH:
         schema = _fetch_sessions(schema, topic)
     for path in OFFSET_PATHS.get(api_key, ()):
         schema = narrow(schema, path, _OFFSET_CHOICES)
@@ -585,7 +593,7 @@ def session_scenarios(versions: Sequence[int], topic: str) -> list[list[Step]]:
 
     def step(version: int, session: int, epoch: int, offsets: Sequence[tuple[int, int]] = (),
              forgotten: Sequence[int] = ()) -> Step:
-        return Step(FETCH, version, _fetch_document(topic, session, epoch, offsets, forgotten))
+        return Step(ApiKey.FETCH, version, _fetch_document(topic, session, epoch, offsets, forgotten))
 
     for version in [*by_name[-1:], *by_id[-1:]]:
         out += [
@@ -644,11 +652,6 @@ def explore(subject: Side, oracle: Side, api_key: int, versions: list[int], topi
             *, examples: int, explicit: Sequence[list[Step]] = ()) -> ApiOutcome:
     """Send the ``explicit`` sequences, then generate sequences for every version; on an unexplained
     difference, shrink it to a counterexample."""
-    from hypothesis import HealthCheck, Phase, example, given, settings
-    from hypothesis import strategies as st
-
-    from korvet.conformance.fuzz import request_strategy
-
     outcome = ApiOutcome()
     step_strategies = []
     for version in versions:
@@ -709,11 +712,11 @@ def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: s
     skipped: dict[str, str] = {}
     checks = []
 
-    def ensure_fixture(check: Check) -> None:
+    def ensure_fixture(check_name: str) -> None:
         if not state.get("ready"):
             stamps = fixture_timestamps()
-            prepare_fixture(subject, check, run_id, topic, stamps)
-            prepare_fixture(oracle, check, run_id, topic, stamps)
+            prepare_fixture(subject, check_name, run_id, topic, stamps)
+            prepare_fixture(oracle, check_name, run_id, topic, stamps)
             state["ready"] = True
 
     for api_key in sorted(set(subject.apis.advertised) & set(oracle.apis.advertised)):
@@ -728,9 +731,9 @@ def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: s
         slug = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
 
         def run(ctx: CheckContext, api_key: int = api_key, versions: list[int] = versions) -> None:
-            ensure_fixture(ctx.check)
+            ensure_fixture(ctx.check_name)
             started = time.monotonic()
-            explicit = session_scenarios(versions, topic) if api_key == FETCH else []
+            explicit = session_scenarios(versions, topic) if api_key == ApiKey.FETCH else []
             result = explore(subject, oracle, api_key, versions, topic, profile,
                              examples=max(examples, 4 * len(versions)), explicit=explicit)
             ctx.note("versions", versions)
@@ -756,8 +759,6 @@ def differential_checks(subject: Side, oracle: Side, profile: Profile, run_id: s
 
 
 def sides(subject: str, oracle: str) -> tuple[Side, Side]:
-    from korvet.conformance.runner import read_api_versions
-
     return (Side("subject", subject, ApiTable(read_api_versions(subject))),
             Side("Apache Kafka", oracle, ApiTable(read_api_versions(oracle))))
 
@@ -770,11 +771,9 @@ def replay(path: str, subject_bootstrap: str, oracle_bootstrap: str, profile: Pr
     steps = [Step.from_json(s) for s in data["steps"]]
     subject, oracle = sides(subject_bootstrap, oracle_bootstrap)
     run_id = uuid.uuid4().hex[:6]
-    probe = Check(name="differential.replay", api="replay", asserts="Replay.", source="replay file",
-                  fn=lambda ctx: None)
     stamps = fixture_timestamps()
     for side in (subject, oracle):
-        prepare_fixture(side, probe, run_id, f"kc-diff-{run_id}", stamps)
+        prepare_fixture(side, "differential.replay", run_id, f"kc-diff-{run_id}", stamps)
     # The requests named the fixture topic of the run that found them: name this run's instead.
     old_topic = data.get("fixture_topic")
     if old_topic:

@@ -9,7 +9,7 @@ A profile is a YAML file::
         checks: [find_coordinator.transaction_key, "fetch.read_committed.*"]   # names or globs
         reason: why the broker behaves differently (one paragraph)
         reference: where that is documented (your docs, or Kafka's source or protocol guide)
-    differential:                     # only for --oracle runs (korvet.conformance.differential)
+    differential:                     # only for --oracle runs (korvet.conformance.modes.differential)
       sparse_offsets:
         fields: ["ListOffsets.*.offset", "Produce.*.base_offset"]   # API name, then a field path glob
         reason: ...

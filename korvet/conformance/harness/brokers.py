@@ -26,8 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
-from korvet.conformance.messages import build_request
-from korvet.conformance.wire import WireClient, WireError, parse_bootstrap
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.wire import WireClient, WireError, parse_bootstrap
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 
 class BrokerError(RuntimeError):
@@ -39,7 +41,7 @@ def answers_api_versions(bootstrap: str, timeout: float = 5.0) -> bool:
     host, port = parse_bootstrap(bootstrap)
     try:
         with WireClient(host, port, timeout=timeout) as conn:
-            return int(conn.call(build_request(18, 0)).error_code) == 0
+            return int(conn.call(build_request(ApiKey.API_VERSIONS, 0)).error_code) == ErrorCode.NONE
     except (OSError, WireError):
         return False
 

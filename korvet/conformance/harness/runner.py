@@ -27,13 +27,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from korvet.conformance import context, drivers
-from korvet.conformance.brokers import Broker, BrokerError, RemoteBroker
-from korvet.conformance.context import ApiTable, CheckContext
-from korvet.conformance.messages import build_request
-from korvet.conformance.profile import KAFKA, Profile, load
-from korvet.conformance.registry import Check, CheckFailed, CheckSkipped
-from korvet.conformance.wire import WireClient, WireError, parse_bootstrap
+from korvet.conformance.harness import context, drivers
+from korvet.conformance.harness.brokers import Broker, BrokerError, RemoteBroker
+from korvet.conformance.harness.context import CheckContext
+from korvet.conformance.harness.outcomes import CheckSkipped
+from korvet.conformance.harness.profile import KAFKA, Profile, load
+from korvet.conformance.harness.registry import Check
+from korvet.conformance.harness.security import SecurityTarget
+from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.session import ApiTable, KafkaCallFailed
+from korvet.conformance.kafka.wire import WireClient, WireError, parse_bootstrap
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 PASS, FAIL, EXCUSED, SKIP = "pass", "fail", "excused", "skip"
 STATUSES = (PASS, FAIL, EXCUSED, SKIP)
@@ -115,8 +120,8 @@ def read_api_versions(bootstrap: str, timeout: float = 15.0) -> dict[int, tuple[
     """The broker's ApiVersions table (asked with v0, which every broker answers)."""
     host, port = parse_bootstrap(bootstrap)
     with WireClient(host, port, timeout=timeout) as conn:
-        response = conn.call(build_request(18, 0))
-    if int(response.error_code) != 0:
+        response = conn.call(build_request(ApiKey.API_VERSIONS, 0))
+    if int(response.error_code) != ErrorCode.NONE:
         raise WireError(f"ApiVersions v0 answered error {int(response.error_code)}")
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
 
@@ -128,17 +133,18 @@ def cleanup(bootstrap: str, run_id: str) -> int:
     prefix = f"kc-{run_id}-"
     with WireClient(host, port, timeout=60) as conn:
         versions = ApiTable(read_api_versions(bootstrap))
-        meta = conn.call(build_request(3, versions.pick(3, 1), topics=None, allow_auto_topic_creation=False,
+        meta = conn.call(build_request(ApiKey.METADATA, versions.pick(ApiKey.METADATA, 1), topics=None,
+                                       allow_auto_topic_creation=False,
                                        include_topic_authorized_operations=False))
         names = sorted(t.name for t in meta.topics if t.name and t.name.startswith(prefix))
-        version = versions.pick(20)
+        version = versions.pick(ApiKey.DELETE_TOPICS)
         for start in range(0, len(names), 50):
             chunk = names[start:start + 50]
             if version >= 6:
-                request = build_request(20, version, timeout=60_000,
+                request = build_request(ApiKey.DELETE_TOPICS, version, timeout=60_000,
                                         topics=[{"name": n, "topic_id": None} for n in chunk])
             else:
-                request = build_request(20, version, timeout=60_000, topic_names=chunk)
+                request = build_request(ApiKey.DELETE_TOPICS, version, timeout=60_000, topic_names=chunk)
             conn.call(request, timeout=90)
     return len(names)
 
@@ -150,7 +156,7 @@ def run_check(check: Check, ctx: CheckContext, profile: Profile) -> CheckResult:
     status, message = PASS, ""
     try:
         check.fn(ctx)
-    except CheckFailed as exc:
+    except KafkaCallFailed as exc:  # a CheckFailed, or an operation that could not go on
         status, message = FAIL, exc.message
         for key, value in exc.details.items():
             ctx.note(key, value)
@@ -185,7 +191,7 @@ class _Run:
 
     def __init__(self, broker: Broker, run_id: str, apis: ApiTable, profile: Profile,
                  on_event: Event | None, on_note: Callable[[str], None] | None,
-                 security: Any = None) -> None:
+                 security: SecurityTarget | None = None) -> None:
         self.broker = broker
         self.security = security  # the secured listener of the security.* checks (--security FILE)
         self.run_id = run_id
@@ -197,7 +203,7 @@ class _Run:
         self.incidents: list[dict[str, Any]] = []
         self.stopped: str | None = None
         self.lock = threading.Lock()
-        self.running: dict[str, tuple[CheckContext, float]] = {}
+        self.running: dict[str, tuple[Check, CheckContext, float]] = {}
         self.spans: list[tuple[str, float, float]] = []  # (check, started, ended) of finished checks
         self.last_alive = time.monotonic()
         self.began = time.monotonic()
@@ -208,11 +214,11 @@ class _Run:
             attempt = self.attempts[check.name] = self.attempts.get(check.name, 0) + 1
         # A rerun gets names of its own: a client of the earlier attempt may still be retrying
         # against the restarted broker and recreate that attempt's topics there.
-        ctx = CheckContext(check, self.broker.bootstrap, self.run_id, self.apis,
+        ctx = CheckContext(check.name, self.broker.bootstrap, self.run_id, self.apis,
                            security=self.security, attempt=attempt)
         began = time.monotonic()
         with self.lock:
-            self.running[check.name] = (ctx, began)
+            self.running[check.name] = (check, ctx, began)
         if self.on_event:
             self.on_event("start", check, None)
         try:
@@ -236,7 +242,7 @@ class _Run:
         while not stop.wait(0.5):
             now = time.monotonic()
             with self.lock:
-                overdue = [ctx for ctx, began in self.running.values() if now - began > ctx.check.timeout]
+                overdue = [ctx for check, ctx, began in self.running.values() if now - began > check.timeout]
             for ctx in overdue:
                 ctx.abort()
 
@@ -268,7 +274,7 @@ class _Run:
                 # retry until their own timeouts, find it again and end soon too.
                 death = self.broker.death()
                 with self.lock:
-                    for ctx, _ in self.running.values():
+                    for _, ctx, _ in self.running.values():
                         ctx.abort()
                 incident: dict[str, Any] = {"death": death, "suspects": [], "killers": [], "restarts": 0}
                 self.incidents.append(incident)
@@ -376,7 +382,7 @@ def run(
     on_event: Event | None = None,
     broker: Broker | None = None,
     on_note: Callable[[str], None] | None = None,
-    security: Any = None,  # a checks.security.SecurityTarget: the secured listener the security.* checks use
+    security: SecurityTarget | None = None,  # the secured listener the security.* checks use
 ) -> RunReport:
     """Run ``checks`` against the broker at ``bootstrap``. ``broker``: one the caller started (the
     runner restarts it if it dies); ``on_note`` hears when the broker died and what was done."""

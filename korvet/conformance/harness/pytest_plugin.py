@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _selected(config: pytest.Config) -> list[Any]:
-    from korvet.conformance.registry import load_checks, select
+    from korvet.conformance.harness.registry import load_checks, select
 
     patterns = [p.strip() for value in config.getoption("--conformance-only") for p in value.split(",")]
     return select(load_checks().values(), [p for p in patterns if p])
@@ -52,8 +52,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def conformance_results(request: pytest.FixtureRequest) -> dict[str, Any]:
-    from korvet.conformance import runner
-    from korvet.conformance.profile import load
+    from korvet.conformance.harness import runner
+    from korvet.conformance.harness.profile import load
 
     bootstrap = request.config.getoption("--bootstrap")
     if not bootstrap:
@@ -62,7 +62,7 @@ def conformance_results(request: pytest.FixtureRequest) -> dict[str, Any]:
     security = None
     target = request.config.getoption("--conformance-security")
     if target:
-        from korvet.conformance.checks.security import SecurityTarget
+        from korvet.conformance.harness.security import SecurityTarget
 
         try:
             security = SecurityTarget.load(target)
@@ -75,7 +75,7 @@ def conformance_results(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 def outcome(result: Any) -> None:
     """Report one check's result as the outcome of the running test."""
-    from korvet.conformance.runner import EXCUSED, FAIL, SKIP
+    from korvet.conformance.harness.runner import EXCUSED, FAIL, SKIP
 
     if result.status == SKIP:
         pytest.skip(result.message)

@@ -1,255 +1,28 @@
-"""The pure parts of the conformance suite: the history checker, schema derivation, registry, reports."""
+"""The harness (korvet/conformance/harness/): the registry, profiles, the runner and a broker that
+dies, the reports, the command line and the generated catalogue."""
 
 from __future__ import annotations
 
-import io
+import importlib
 import json
 import re
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
 
-from korvet.conformance import catalogue, report, runner
-from korvet.conformance.brokers import BrokerError
-from korvet.conformance.context import ApiTable, CheckContext
-from korvet.conformance.fuzz import request_strategy
-from korvet.conformance.history import ANOMALIES, History, analyse
-from korvet.conformance.messages import MessageError, build, build_request, to_plain
-from korvet.conformance.profile import KAFKA, ProfileError, load, parse
-from korvet.conformance.registry import Check, CheckFailed, CheckSkipped, load_checks
-from korvet.conformance.schemas import kio_request_versions, narrow, request_schema
-from korvet.conformance.wire import decode_response, encode_request
-from korvet.protocol.framing import encode_response, parse_request
-from tests.support.examples import examples
+from korvet.conformance.harness import catalogue, pytest_plugin, registry, report, runner
+from korvet.conformance.harness.brokers import BrokerError
+from korvet.conformance.harness.context import CheckContext, expect_eq
+from korvet.conformance.harness.outcomes import CheckFailed, CheckSkipped
+from korvet.conformance.harness.profile import KAFKA, ProfileError, load, parse
+from korvet.conformance.harness.registry import Check, load_checks
+from korvet.conformance.kafka.session import ApiTable, KafkaCallFailed
+from korvet.core.errors import ErrorCode
 
-ROOT = Path(__file__).resolve().parents[2]
-T0, T1 = ("t", 0), ("t", 1)
-
-
-# -- the history checker -------------------------------------------------------
-
-
-def clean_history() -> History:
-    """Two producers, sparse offsets (as Korvet's), one consumer reading everything in order."""
-    h = History()
-    h.send("p1", T0, "a", 1024)
-    h.send("p2", T0, "b", 5120)
-    h.send("p1", T0, "c", 9216)
-    h.send("p1", T1, "d", 7)
-    h.assign("c1")
-    h.poll("c1", [(T0, 1024, "a"), (T0, 5120, "b")])
-    h.poll("c1", [(T0, 9216, "c"), (T1, 7, "d")])
-    return h
-
-
-def found(h: History, *, drained: bool = False) -> dict[str, list[dict[str, Any]]]:
-    return analyse(h, drained=drained).found()
-
-
-def test_a_clean_history_with_sparse_offsets_has_no_anomaly() -> None:
-    assert found(clean_history(), drained=True) == {}
-
-
-def test_inconsistent_offsets_one_offset_two_values() -> None:
-    h = clean_history()
-    h.poll("c2", [(T0, 5120, "z")])
-    result = found(h)
-    assert [c["offset"] for c in result["inconsistent_offsets"]] == [5120]
-
-
-def test_duplicate_one_value_at_two_offsets() -> None:
-    h = clean_history()
-    h.poll("c1", [(T0, 9300, "a")])
-    assert found(h)["duplicate"][0]["value"] == "a"
-
-
-def test_lost_write_below_the_highest_read_offset() -> None:
-    h = History()
-    h.send("p", T0, "a", 10)
-    h.send("p", T0, "b", 20)
-    h.send("p", T0, "c", 30)
-    h.poll("c", [(T0, 10, "a"), (T0, 30, "c")])
-    result = found(h)
-    assert [c["value"] for c in result["lost_write"]] == ["b"]
-    # a read that skips b is also a poll skip: b's offset is known from its acknowledgement
-    assert result["poll_skip"][0]["skipped"] == 20
-
-
-def test_unseen_only_counts_once_drained() -> None:
-    h = History()
-    h.send("p", T0, "a", 10)
-    h.send("p", T0, "b", 20)
-    h.poll("c", [(T0, 10, "a")])
-    assert "unseen" not in found(h)
-    assert "lost_write" not in found(h)  # 20 is above the highest offset read
-    assert [c["value"] for c in found(h, drained=True)["unseen"]] == ["b"]
-
-
-def test_unacknowledged_sends_are_never_lost_or_unseen() -> None:
-    h = History()
-    h.send("p", T0, "a", None)
-    h.send("p", T0, "b", 5)
-    h.poll("c", [(T0, 5, "b")])
-    assert found(h, drained=True) == {}
-
-
-def test_nonmonotonic_send_per_producer_and_partition() -> None:
-    h = History()
-    h.send("p", T0, "a", 50)
-    h.send("q", T0, "b", 40)  # another producer: fine
-    h.send("p", T1, "c", 10)  # another partition: fine
-    h.send("p", T0, "d", 30)
-    result = found(h)
-    assert len(result["nonmonotonic_send"]) == 1
-    assert result["nonmonotonic_send"][0]["later"] == "d@30"
-
-
-def test_nonmonotonic_poll_within_and_between_polls() -> None:
-    h = clean_history()
-    h.poll("c1", [(T0, 1024, "a")])  # back to the start without an assignment event
-    assert found(h)["nonmonotonic_poll"][0]["offset"] == 1024
-
-
-def test_an_assignment_allows_going_back() -> None:
-    h = clean_history()
-    h.assign("c1", [T0])
-    h.poll("c1", [(T0, 1024, "a"), (T0, 5120, "b")])
-    assert found(h) == {}
-
-
-def test_poll_skip_over_an_offset_another_consumer_read() -> None:
-    h = History()
-    h.poll("c1", [(T0, 1, "a"), (T0, 2, "b"), (T0, 3, "c")])
-    h.poll("c2", [(T0, 1, "a")])
-    h.poll("c2", [(T0, 3, "c")])
-    result = found(h)
-    assert result["poll_skip"] == [{"process": "c2", "partition": "t-0", "from_offset": 1, "to_offset": 3,
-                                    "skipped": 2}]
-    assert set(result) == {"poll_skip"}
-
-
-def test_allowed_anomalies_are_not_reported() -> None:
-    h = clean_history()
-    h.poll("c1", [(T0, 1024, "a")])
-    analysis = analyse(h)
-    assert analysis.found(allowed=["nonmonotonic_poll"]) == {}
-    assert "nonmonotonic_poll" in analysis.summary()
-
-
-def test_every_anomaly_has_a_synthetic_history_above() -> None:
-    source = Path(__file__).read_text()
-    for name in ANOMALIES:
-        assert f'"{name}"' in source, f"no test exercises {name}"
-
-
-# -- schema derivation -----------------------------------------------------------
-
-
-SAMPLED_APIS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 22, 32, 42, 47, 60)
-
-
-@pytest.mark.parametrize("api_key", SAMPLED_APIS)
-def test_request_schemas_are_valid_json_schema(api_key: int) -> None:
-    for version in kio_request_versions(api_key):
-        schema = request_schema(api_key, version)
-        jsonschema.Draft7Validator.check_schema(schema)
-        assert schema["additionalProperties"] is False
-
-
-def test_schema_types_follow_kafka_field_types() -> None:
-    schema = request_schema(11, 9)
-    props = schema["properties"]
-    assert props["group_id"]["type"] == "string"
-    assert props["group_instance_id"]["anyOf"][0] == {"type": "null"}
-    assert props["session_timeout"]["minimum"] == -(2**31)
-    assert props["protocols"]["items"]["properties"]["metadata"]["items"]["maximum"] == 255
-    assert "reason" not in schema["required"]  # it has a default
-    produce = request_schema(0, 13)
-    partition = produce["properties"]["topic_data"]["items"]["properties"]["partition_data"]["items"]
-    assert partition["properties"]["index"] == {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1,
-                                                "description": "int32"}
-    topic_id = produce["properties"]["topic_data"]["items"]["properties"]["topic_id"]
-    assert "pattern" in topic_id
-
-
-def test_narrow_replaces_nested_fields_and_ignores_missing_paths() -> None:
-    schema = request_schema(3, 12)
-    narrowed = narrow(schema, "topics.*.name", {"const": "x"})
-    topic = narrowed["properties"]["topics"]["anyOf"][1]["items"]
-    assert topic["properties"]["name"] == {"const": "x"}
-    assert schema["properties"]["topics"]["anyOf"][1]["items"]["properties"]["name"] != {"const": "x"}
-    assert narrow(schema, "no.such.field", {"const": 1}) == schema
-    removed = narrow(schema, "allow_auto_topic_creation", None)
-    assert "allow_auto_topic_creation" not in removed["properties"]
-
-
-def _roundtrip(api_key: int, version: int, document: dict[str, Any]) -> None:
-    cls = load_request_schema(api_key, version)
-    request = build(cls, document)
-    buffer = io.BytesIO()
-    entity_writer(cls)(buffer, request)
-    decoded, size = entity_reader(cls)(memoryview(buffer.getvalue()), 0)
-    assert size == len(buffer.getvalue())
-    assert to_plain(decoded) == to_plain(request)
-
-
-@pytest.mark.parametrize(("api_key", "version"), [(0, 3), (0, 13), (1, 4), (1, 18), (3, 13), (8, 9), (11, 5),
-                                                  (14, 5), (19, 7), (32, 4), (42, 2), (44, 1)])
-def test_generated_documents_validate_and_encode(api_key: int, version: int) -> None:
-    schema = request_schema(api_key, version, max_string=20, max_bytes=20, max_items=2)
-    validator = jsonschema.Draft7Validator(schema)
-
-    @settings(max_examples=examples(0.25), deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(request_strategy(schema))
-    def prop(document: dict[str, Any]) -> None:
-        errors = list(validator.iter_errors(document))
-        assert not errors, errors[0].message
-        _roundtrip(api_key, version, document)
-
-    prop()
-
-
-def test_build_fills_defaults_converts_types_and_drops_unknown_fields() -> None:
-    request = build_request(11, 5, group_id="g", session_timeout=10_000, member_id="",
-                            protocol_type="consumer", protocols=[{"name": "range", "metadata": [1, 2]}],
-                            reason="only in v8+")
-    assert request.session_timeout.total_seconds() == 10.0
-    assert request.rebalance_timeout.total_seconds() == -0.001
-    assert request.protocols[0].metadata == b"\x01\x02"
-    with pytest.raises(MessageError, match="group_id"):
-        build_request(11, 5, session_timeout=1, member_id="", protocol_type="c", protocols=[])
-
-
-def test_request_frames_decode_with_the_brokers_parser() -> None:
-    request = build_request(3, 12, topics=[{"name": "t", "topic_id": "00000000-0000-0000-0000-000000000000"}],
-                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-    frame = encode_request(request, 42, "unit")
-    parsed = parse_request(frame[4:])
-    header = (parsed.api_key, parsed.api_version, parsed.correlation_id, parsed.client_id)
-    assert header == (3, 12, 42, "unit")
-    assert to_plain(parsed.body) == to_plain(request)
-
-
-def test_response_frames_decode() -> None:
-    from kio.index import load_response_schema
-
-    response = build(load_response_schema(18, 3), {"error_code": 0, "api_keys": [
-        {"api_key": 18, "min_version": 0, "max_version": 3}], "throttle_time": 0})
-    frame = encode_response(7, response)
-    correlation, decoded = decode_response(18, 3, frame[4:])
-    assert correlation == 7
-    assert decoded.api_keys[0].max_version == 3
-
-
-# -- registry, profiles and reports -----------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_registry_has_enough_named_documented_checks() -> None:
@@ -303,7 +76,7 @@ def test_a_malformed_profile_is_refused_with_a_clear_message(text: str, message:
 
 
 def _context(check: Check) -> CheckContext:
-    return CheckContext(check, "127.0.0.1:1", "unit", ApiTable({}))
+    return CheckContext(check.name, "127.0.0.1:1", "unit", ApiTable({}))
 
 
 def _fake(name: str, fn: Any, **kw: Any) -> Check:
@@ -551,109 +324,9 @@ def test_docs_catalogue_is_up_to_date() -> None:
     body = doc.split(catalogue.CATALOGUE_BEGIN, 1)[1].split(catalogue.CATALOGUE_END, 1)[0].strip()
     assert body == catalogue.catalogue_markdown(load_checks().values()), (
         "docs/conformance.md's catalogue is stale: run "
-        "`.venv/bin/python -m korvet.conformance.catalogue --update docs/conformance.md`")
+        "`.venv/bin/python -m korvet.conformance.harness.catalogue --update docs/conformance.md`")
     table = doc.split(catalogue.DIFFERENCES_BEGIN, 1)[1].split(catalogue.DIFFERENCES_END, 1)[0].strip()
     assert table == catalogue.differences_markdown(load_checks().values()), "the differences table is stale"
-
-
-@given(st.lists(st.tuples(st.sampled_from(["p1", "p2"]), st.integers(0, 1), st.integers(1, 5)), max_size=30))
-@settings(max_examples=examples(0.6), deadline=None, database=None)
-def test_histories_of_a_correct_log_have_no_anomalies(plan: list[tuple[str, int, int]]) -> None:
-    """Model: appends to a sparse log (gaps of 1..5) read back in order by one consumer."""
-    h = History()
-    ends = {0: 0, 1: 0}
-    log: dict[int, list[tuple[int, str]]] = {0: [], 1: []}
-    for index, (producer, partition, gap) in enumerate(plan):
-        offset = ends[partition] + gap
-        ends[partition] = offset
-        value = f"{producer}-{index}"
-        log[partition].append((offset, value))
-        h.send(producer, ("t", partition), value, offset)
-    for partition, entries in log.items():
-        h.poll("c", [(("t", partition), offset, value) for offset, value in entries])
-    assert analyse(h, drained=True).found() == {}
-
-
-# -- the differential mode's comparison -------------------------------------------------------
-
-
-def test_differential_compare_normalises_what_brokers_choose_and_reports_the_rest() -> None:
-    from korvet.conformance.differential import compare
-
-    kafka = {"throttle_time": 0, "topics": [
-        {"name": "b", "error_code": 0, "topic_id": "x",
-         "partitions": [{"partition_index": 0, "leader_id": 1}]},
-        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []}]}
-    same = {"throttle_time": 7, "topics": [
-        {"name": "a", "error_code": 3, "topic_id": None, "partitions": []},
-        {"name": "b", "error_code": 0, "topic_id": "y",
-         "partitions": [{"partition_index": 0, "leader_id": 5}]}]}
-    assert compare(same, kafka, "Metadata") == [], "ids, broker ids and entry order may differ"
-    other = json.loads(json.dumps(same))
-    other["topics"][0]["error_code"] = 17
-    other["topics"][1]["partitions"].append({"partition_index": 1, "leader_id": 5})
-    found = {d.signature for d in compare(other, kafka, "Metadata")}
-    assert found == {"error code at Metadata.topics.*.error_code", "shape at Metadata.topics.*.partitions.*"}
-
-
-def test_differential_translates_symbols_only_in_offset_fields_and_filters_listings() -> None:
-    from korvet.conformance.differential import only_mentioned, translate
-
-    symbols = {-7_000_001: 1024, -8_000_001: 1_700_000_000_000}
-    request = {"topics": [{"partitions": [{"partition": -7_000_001, "fetch_offset": -7_000_001,
-                                            "timestamp": -8_000_001}]}]}
-    assert translate(request, symbols) == {"topics": [{"partitions": [
-        {"partition": -7_000_001, "fetch_offset": 1024, "timestamp": 1_700_000_000_000}]}]}
-    listing = {"topics": [{"name": "asked"}, {"name": "__consumer_offsets"}], "groups": [{"group_id": "g"}]}
-    assert only_mentioned(listing, {"asked"}) == {"topics": [{"name": "asked"}], "groups": []}
-
-
-def test_differential_sessions_topic_ids_and_low_watermarks_compare_as_symbols() -> None:
-    """A fetch session id or a DeleteRecords low watermark is each broker's own number: requests name
-    them by symbol (translated for each broker), answers are compared through the same symbols."""
-    from korvet.conformance.differential import (
-        DELETE_SYMBOLS,
-        FIXTURE_TOPIC_ID,
-        SESSION_SYMBOL,
-        Side,
-        symbolise,
-        translate,
-    )
-
-    request = {"session_id": SESSION_SYMBOL, "session_epoch": SESSION_SYMBOL,
-               "topics": [{"topic_id": FIXTURE_TOPIC_ID, "partitions": [{"offset": -7_100_002}]}]}
-    real_id = "6f1e0000-0000-4000-8000-000000000001"
-    sent = translate(request, {SESSION_SYMBOL: 4711, -7_100_002: 2049}, {FIXTURE_TOPIC_ID: real_id})
-    assert sent == {"session_id": 4711, "session_epoch": SESSION_SYMBOL,
-                    "topics": [{"topic_id": real_id, "partitions": [{"offset": 2049}]}]}
-    korvet_side = Side("subject", "127.0.0.1:1", ApiTable({}), {**dict.fromkeys(DELETE_SYMBOLS, 0),
-                                                                -7_100_002: 2049})
-    kafka_side = Side("oracle", "127.0.0.1:2", ApiTable({}), {**dict.fromkeys(DELETE_SYMBOLS, 0),
-                                                              -7_100_002: 1})
-    korvet = {"session_id": 4711,
-              "topics": [{"partitions": [{"low_watermark": 2049}, {"low_watermark": -1}]}]}
-    kafka = {"session_id": 123, "topics": [{"partitions": [{"low_watermark": 1}, {"low_watermark": -1}]}]}
-    assert symbolise(korvet, korvet_side.labels()) == symbolise(kafka, kafka_side.labels()) == {
-        "session_id": "<a session>", "topics": [{"partitions": [{"low_watermark": "<second>"},
-                                                                {"low_watermark": -1}]}]}
-    assert symbolise({"session_id": 0}, {}) != symbolise({"session_id": 9}, {}), "no session is not a session"
-
-
-def test_differential_session_scenarios_build_for_every_fetch_version_with_sessions() -> None:
-    from kio.index import load_request_schema
-
-    from korvet.conformance.differential import FIXTURE_TOPIC_ID, session_scenarios, translate
-    from korvet.conformance.messages import build
-
-    scenarios = session_scenarios(list(range(4, 19)), "kc-diff-x")
-    versions = {step.version for steps in scenarios for step in steps}
-    assert versions == {12, 18}, "the newest version with topic names and the newest with topic ids"
-    assert any(len({s.version for s in steps}) == 2 for steps in scenarios), "ids and names mixed"
-    for steps in scenarios:
-        for step in steps:
-            ids = {FIXTURE_TOPIC_ID: "6f1e0000-0000-4000-8000-000000000001"}
-            request = build(load_request_schema(1, step.version), translate(step.document, {}, ids))
-            assert request.topics == () or request.topics[0].partitions[0].partition == 0
 
 
 def test_differential_excuses_match_field_paths_segment_by_segment() -> None:
@@ -679,13 +352,6 @@ def test_a_differential_excuse_with_values_covers_only_those_pairs() -> None:
               "    values: [0, -1]\n    reason: r\n    reference: s\n", "p")
 
 
-def test_a_replay_step_survives_its_file() -> None:
-    from korvet.conformance.differential import Step
-
-    step = Step(1, 12, {"max_wait": 5, "topics": []}, ("append", 3), True)
-    assert Step.from_json(json.loads(json.dumps(step.to_json()))) == step
-
-
 def test_a_close_that_never_returns_is_left_behind_and_the_check_still_reports(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A client whose close blocks for good (librdkafka's consumer close once hung a whole
@@ -694,7 +360,7 @@ def test_a_close_that_never_returns_is_left_behind_and_the_check_still_reports(
     registered before it still ran."""
     import threading
 
-    from korvet.conformance import context
+    from korvet.conformance.harness import context
 
     monkeypatch.setattr(context, "CLOSE_SECONDS", 0.3)
     never = threading.Event()
@@ -716,3 +382,68 @@ def test_a_close_that_never_returns_is_left_behind_and_the_check_still_reports(
     assert 0.3 <= took < 5, f"run_check took {took:.1f} s"
     assert [name.rsplit(".", 1)[-1] for name in result.details["unclosed"]] == ["blocks"]
     assert closed == ["first"]
+
+
+def test_a_failed_kafka_call_fails_its_check_with_its_message_and_details() -> None:
+    """An operation of the client floor that cannot go on (KafkaCallFailed) fails the check that
+    called it as a CheckFailed would: its message, its details, and the step it failed in."""
+    def calls(ctx: CheckContext) -> None:
+        with ctx.step("creating the topic"):
+            raise KafkaCallFailed("CreateTopics t: POLICY_VIOLATION (44)", seen=[44])
+
+    check = _fake("unit.kafka_call", calls)
+    result = runner.run_check(check, _context(check), KAFKA)
+    assert (result.status, result.message) == (runner.FAIL, "creating the topic: CreateTopics t: "
+                                                             "POLICY_VIOLATION (44)")
+    assert result.details == {"seen": [44]}
+
+
+def test_check_modules_are_found_on_disk_without_a_list(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_checks`` imports every module of the checks package, those of its subpackages too:
+    a new family is a new file and nothing else."""
+    package = tmp_path / "unit_found_checks"
+    (package / "nested").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "nested" / "__init__.py"):
+        init.write_text("")
+    body = ("from korvet.conformance.harness.registry import check\n\n"
+            "@check({name!r}, api='Unit', asserts='Found.', source='Unit test.')\n"
+            "def found(ctx):\n    pass\n")
+    (package / "family.py").write_text(body.format(name="unit_found.top"))
+    (package / "nested" / "deeper.py").write_text(body.format(name="unit_found.nested"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "CHECKS_PACKAGE", "unit_found_checks")
+    monkeypatch.setattr(registry, "REGISTRY", {})
+    assert sorted(registry.load_checks()) == ["unit_found.nested", "unit_found.top"]
+
+
+def test_the_suites_own_checks_are_all_found() -> None:
+    """Every module of korvet/conformance/checks/ that registers checks is imported by
+    ``load_checks`` (a module it missed would leave its family out of every run)."""
+    checks = load_checks()
+    families = {c.fn.__module__.rsplit(".", 1)[-1] for c in checks.values()}
+    on_disk = {path.stem for path in (ROOT / "korvet" / "conformance" / "checks").rglob("*.py")}
+    assert families == on_disk - {"__init__", "secure"}
+
+
+def test_the_pytest_entry_point_is_the_plugin() -> None:
+    """``pip install korvet[conformance]`` registers the plugin that ``pytest --pyargs
+    korvet.conformance`` needs under the pytest11 entry point: it must name it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    plugin = importlib.import_module(project["entry-points"]["pytest11"]["korvet_conformance"])
+    assert plugin is pytest_plugin
+    assert (ROOT / "korvet" / "conformance" / "test_checks.py").is_file()
+
+
+def test_a_failed_comparison_shows_named_codes_as_the_numbers_the_broker_sent() -> None:
+    """Checks name the codes they expect (ErrorCode, ApiKey); the broker answers numbers. A
+    failure shows both sides as numbers, as it did when checks wrote the numbers themselves."""
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq([0, 0], [ErrorCode.INVALID_REQUEST] * 2, "errors of the two bindings")
+    assert failed.value.message == "errors of the two bindings: expected [42, 42], got [0, 0]"
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq({"u": 0}, {"u": ErrorCode.UNACCEPTABLE_CREDENTIAL}, "error per user")
+    assert failed.value.message == "error per user: expected {'u': 93}, got {'u': 0}"
+    with pytest.raises(CheckFailed) as failed:
+        expect_eq({("t", 0)}, {("t", ErrorCode.INVALID_FETCH_SIZE)}, "pairs")
+    assert failed.value.message == "pairs: expected {('t', 4)}, got {('t', 0)}"

@@ -17,14 +17,14 @@ bytes, records     array of 0..255 integers (nullable: or null)
 uuid               string matching the canonical uuid pattern
 timedelta_i32/64   integer milliseconds within the type's range
 datetime_i64       integer milliseconds since the epoch (nullable: or null)
-error_code         one of the codes kio knows
+error_code         one of Kafka's error codes (korvet.core.errors)
 struct             object with every field required (fields with a default are
                    optional), no other properties
 array              array (nullable: or null) of at most ``max_items`` items
 =================  ============================================================
 
 ``messages.build(cls, document)`` turns a document that validates into the kio
-request, so hypothesis-jsonschema can generate requests (``fuzz.py``). Schemas
+request, so hypothesis-jsonschema can generate requests (``modes/fuzz.py``). Schemas
 can be narrowed with ``narrow(schema, "topics.*.name", {...})`` where a field's
 values must stay harmless (no topic auto-creation on a shared broker, say).
 """
@@ -38,12 +38,13 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 from kio.static.primitive import i64_timedelta_max, i64_timedelta_min
 
-from korvet.conformance.messages import FieldShape, shapes
+from korvet.conformance.kafka.messages import FieldShape, shapes
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
 
 JsonSchema = dict[str, Any]
 _MS = datetime.timedelta(milliseconds=1)
@@ -67,13 +68,11 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
 
 
 def api_name(api_key: int) -> str:
-    """Kafka's CamelCase name of an API (``JoinGroup``)."""
-    name = api_key_map.get(api_key)
-    if name is None:
+    """Kafka's name of an API (``JoinGroup``); ``api N`` for a key Kafka does not have."""
+    try:
+        return ApiKey(api_key).kafka_name
+    except ValueError:
         return f"api {api_key}"
-    special = {"list_offsets": "ListOffsets", "offset_for_leader_epoch": "OffsetForLeaderEpoch",
-               "init_producer_id": "InitProducerId", "describe_configs": "DescribeConfigs"}
-    return special.get(name, "".join(part.capitalize() for part in name.split("_")))
 
 
 @cache

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -230,6 +231,22 @@ class WireClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TlsWireClient(WireClient):
+    """A WireClient over TLS (the broker's certificate checked against the CA file)."""
+
+    def __init__(self, host: str, port: int, *, ca_file: str, timeout: float = 30.0,
+                 client_id: str | None = DEFAULT_CLIENT_ID) -> None:
+        super().__init__(host, port, client_id=client_id, timeout=timeout)
+        context = ssl.create_default_context(cafile=ca_file)
+        context.check_hostname = False  # test certificates name localhost and 127.0.0.1
+        assert self._sock is not None
+        try:
+            self._sock = context.wrap_socket(self._sock, server_hostname=host)
+        except (OSError, ssl.SSLError):
+            self.close()
+            raise
 
 
 def request_class(api_key: int, version: int) -> type[Any]:

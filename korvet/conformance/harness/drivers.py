@@ -21,8 +21,8 @@ import subprocess
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from korvet.conformance.context import CheckContext, skip
-from korvet.conformance.registry import CheckFailed
+from korvet.conformance.harness.context import CheckContext, skip
+from korvet.conformance.harness.outcomes import CheckFailed
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ for _name in ("kafka", "aiokafka"):
 
 CLIENT_MODULES = (
     "confluent_kafka", "confluent_kafka.admin", "kafka", "kafka.admin", "kafka.structs", "aiokafka",
-    "aiokafka.structs", "korvet.jvm.java_clients", "korvet.conformance.fuzz",
+    "aiokafka.structs", "korvet.jvm.java_clients",
 )
 
 
@@ -223,7 +223,6 @@ def kcat(ctx: CheckContext, args: list[str], *, input_bytes: bytes | None = None
     binary = shutil.which("kcat") or shutil.which("kafkacat")
     if binary is None:
         skip("kcat is not installed")
-    assert binary is not None
     try:
         result = subprocess.run([binary, "-b", ctx.bootstrap, *args], input=input_bytes, capture_output=True,
                                 timeout=timeout, check=False)
