@@ -29,6 +29,9 @@
   is validated as a topic name first (INVALID_TOPIC_EXCEPTION), then looked up
   (UNKNOWN_TOPIC_OR_PARTITION).
 
+The plans of the admin requests that change topics (korvet/core/create_partitions.py,
+korvet/core/alter_configs.py) answer a refused item with a ``Refusal``.
+
 Tests: tests/properties/test_admin_rules.py.
 """
 
@@ -43,6 +46,15 @@ from korvet.core.topics import TopicNameError, validate_topic_name
 HIGH_WATERMARK = -1  # DeleteRecords: delete everything below the high watermark
 NO_LOW_WATERMARK = -1
 MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit default
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An item of an admin request (a topic, a config resource) refused: Kafka's error code
+    and the message sent with it."""
+
+    code: ErrorCode
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
