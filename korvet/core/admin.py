@@ -57,6 +57,16 @@ class Refusal:
     message: str
 
 
+def named_twice(names: Iterable[str]) -> frozenset[str]:
+    """The names a request lists more than once: CreateTopics and CreatePartitions refuse every
+    entry of each with INVALID_REQUEST (Kafka's ControllerApis), whatever else they ask."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return frozenset(twice)
+
+
 @dataclass(frozen=True, slots=True)
 class Deletion:
     error: ErrorCode

@@ -24,11 +24,10 @@ Tests: tests/properties/test_admin_plans.py.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from korvet.core.admin import Refusal
+from korvet.core.admin import Refusal, named_twice
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import PartitionCountError, TopicInfo, validate_partition_count
 
@@ -54,8 +53,8 @@ class CreatePartitionsCall:
     def looked_up(self) -> tuple[str, ...]:
         """The topics ``plan`` needs the facts of: those named once (a topic named twice is
         refused whatever it is)."""
-        counts = Counter(t.name for t in self.topics)
-        return tuple(name for name, seen in counts.items() if seen == 1)
+        twice = named_twice(t.name for t in self.topics)
+        return tuple(dict.fromkeys(t.name for t in self.topics if t.name not in twice))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +76,10 @@ def plan(call: CreatePartitionsCall, topics: Mapping[str, TopicInfo],
     """What each topic of the request gets, in request order. ``topics`` holds the existing
     topics among ``call.looked_up``; ``node_id`` is the broker asked (the only one an
     assignment may name)."""
-    counts = Counter(t.name for t in call.topics)
+    twice = named_twice(t.name for t in call.topics)
     return tuple(
         Refusal(ErrorCode.INVALID_REQUEST, f"Duplicate topic {wanted.name} in the request.")
-        if counts[wanted.name] > 1 else _topic(wanted, topics.get(wanted.name), node_id,
+        if wanted.name in twice else _topic(wanted, topics.get(wanted.name), node_id,
                                                call.validate_only)
         for wanted in call.topics)
 

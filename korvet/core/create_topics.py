@@ -32,11 +32,10 @@ Tests: tests/properties/test_admin_plans.py.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from korvet.core.admin import Refusal
+from korvet.core.admin import Refusal, named_twice
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import (
     PartitionCountError,
@@ -77,9 +76,9 @@ class CreateTopicsCall:
     @property
     def looked_up(self) -> tuple[str, ...]:
         """The topics whose existence ``plan`` needs: those named once, with a valid name."""
-        counts = Counter(t.name for t in self.topics)
-        return tuple(name for name, seen in counts.items()
-                     if seen == 1 and _name_refusal(name) is None)
+        twice = named_twice(t.name for t in self.topics)
+        return tuple(dict.fromkeys(t.name for t in self.topics
+                                   if t.name not in twice and _name_refusal(t.name) is None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +95,8 @@ def plan(call: CreateTopicsCall, existing: Set[str], default_partitions: Mapping
     """What each topic of the request gets, in request order. ``existing`` holds the topics
     among ``call.looked_up`` that exist, ``default_partitions`` their partition count when the
     request leaves it to the broker; ``node_id`` is the broker asked."""
-    counts = Counter(t.name for t in call.topics)
-    return tuple(_topic(wanted, counts[wanted.name] > 1, wanted.name in existing,
+    twice = named_twice(t.name for t in call.topics)
+    return tuple(_topic(wanted, wanted.name in twice, wanted.name in existing,
                         default_partitions, node_id)
                  for wanted in call.topics)
 
