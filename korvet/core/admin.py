@@ -29,6 +29,9 @@
   is validated as a topic name first (INVALID_TOPIC_EXCEPTION), then looked up
   (UNKNOWN_TOPIC_OR_PARTITION).
 
+The plans of the admin requests that change topics (korvet/core/create_partitions.py,
+korvet/core/alter_configs.py) answer a refused item with a ``Refusal``.
+
 Tests: tests/properties/test_admin_rules.py.
 """
 
@@ -43,6 +46,25 @@ from korvet.core.topics import TopicNameError, validate_topic_name
 HIGH_WATERMARK = -1  # DeleteRecords: delete everything below the high watermark
 NO_LOW_WATERMARK = -1
 MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit default
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An item of an admin request (a topic, a config resource) refused: Kafka's error code
+    and the message sent with it."""
+
+    code: ErrorCode
+    message: str
+
+
+def named_twice(names: Iterable[str]) -> frozenset[str]:
+    """The names a request lists more than once: CreateTopics and CreatePartitions refuse every
+    entry of each with INVALID_REQUEST (Kafka's ControllerApis), whatever else they ask."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return frozenset(twice)
 
 
 @dataclass(frozen=True, slots=True)

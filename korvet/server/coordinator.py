@@ -365,13 +365,13 @@ class GroupCoordinator:
                 else:
                     self.durable[group_id] = snapshot
             sent = list(ready.replies)
-            self._note_activity(ready.touched, getattr(event, "group_id", None), now)
+            self._note_activity(ready.touched, core.group_of(event), now)
             for cleanup in ready.cleanups:
                 task = asyncio.create_task(self._delete_group_data(cleanup.group_id))
                 self._cleanups.add(task)
                 task.add_done_callback(self._cleanups.discard)
         if self._on_step is not None:
-            self._on_step(before, self.state, getattr(event, "group_id", None))
+            self._on_step(before, self.state, core.group_of(event))
         if self._event_log is not None:  # encoding a step is a third of a big commit's cost
             self._log({"t": now, "event": event_to_json(event),
                        "effects": [effect_to_json(e) for e in effects], "persisted": persisted,

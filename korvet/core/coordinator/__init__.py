@@ -44,6 +44,7 @@ from korvet.core.coordinator.events import (
     SyncGroup,
     TimeoutEvent,
     TopicDeleted,
+    group_of,
 )
 from korvet.core.coordinator.machine import step
 from korvet.core.coordinator.queries import (
@@ -90,6 +91,7 @@ __all__ = [
     "PendingMember", "PendingMemberTimeout", "PendingSyncTimeout", "PersistOffsets", "Protocol",
     "RebalanceTimeout", "Reply", "RequestEvent", "Restart", "SessionTimeout", "SnapshotError",
     "SyncGroup", "SyncGroupReply", "TimeoutEvent", "TopicDeleted", "TopicPartition", "describe_group",
-    "due_timeouts", "expired_groups", "from_snapshot", "group_snapshot", "initial_state", "list_groups",
+    "due_timeouts", "expired_groups", "from_snapshot", "group_of", "group_snapshot", "initial_state",
+    "list_groups",
     "new_member_id", "next_deadline", "offset_fetch", "read_group", "removable_groups", "step", "to_snapshot",
 ]

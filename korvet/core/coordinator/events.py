@@ -168,3 +168,11 @@ TimeoutEvent = SessionTimeout | PendingMemberTimeout | RebalanceTimeout | Pendin
 RequestEvent = (JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | OffsetDelete
                 | DeleteGroups)
 Event = RequestEvent | TimeoutEvent | GroupDataDeleted | TopicDeleted | Restart
+
+
+def group_of(event: Event) -> str | None:
+    """The one group an event is about: None for an event about several (DeleteGroups) or
+    about none in particular (TopicDeleted, Restart)."""
+    if isinstance(event, DeleteGroups | TopicDeleted | Restart):
+        return None
+    return event.group_id

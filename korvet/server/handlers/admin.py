@@ -2,7 +2,8 @@
 ElectLeaders (43), ListPartitionReassignments (46), DescribeProducers (61), ListTransactions
 (66), DescribeTopicPartitions (75).
 
-Kafka's rules are in korvet/core/admin.py; Redis access in korvet/storage/admin_store.py.
+Kafka's rules are in korvet/core/admin.py; Redis access in korvet/storage/admin_store.py;
+ElectLeaders' request, whose versions differ, is decoded by korvet/protocol/decoders/admin.py.
 
 - DeleteRecords (``kafka-delete-records``, ``Admin.deleteRecords``): the partition's log
   start moves up to the requested offset (-1: the high watermark) and the entries below it
@@ -40,6 +41,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.core.topics import TopicInfo, is_internal, records_deletable
+from korvet.protocol.decoders.admin import PREFERRED, UNCLEAN, decode_elect_leaders
 from korvet.protocol.denials import Items, Shape, Whole, empty, topic_answer, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -67,7 +69,6 @@ from korvet.storage.admin_store import AdminStore, LogStartOutcome
 
 log = logging.getLogger("korvet.admin")
 
-PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 # Kafka's transaction states (TransactionState): ListTransactions names any other filter.
 TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
                                 "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
@@ -234,27 +235,28 @@ class AdminHandler:
         response_cls = response_type(type(request))
         result_cls = nested(response_cls, "ReplicaElectionResult")
         partition_cls = nested(response_cls, "PartitionResult")
-        if getattr(request, "election_type", PREFERRED) not in (PREFERRED, UNCLEAN):  # v1+
+        call = decode_elect_leaders(request)
+        if call.election_type not in (PREFERRED, UNCLEAN):
             return make(response_cls, throttle_time=0, error_code=ErrorCode.INVALID_REQUEST,
                         replica_election_results=())
         results = []
         # All partitions asked (null): Kafka lists only those whose election was needed.
-        for entry in request.topic_partitions or ():
-            topic = await self.services.topics.get(entry.topic)
+        for name, indexes in call.topic_partitions or ():
+            topic = await self.services.topics.get(name)
             partitions = []
-            for index in entry.partitions:
+            for index in indexes:
                 if topic is None or not 0 <= index < topic.partitions:
                     partitions.append(make(
                         partition_cls, partition_id=index,
                         error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message=(f"No such topic as {entry.topic}" if topic is None
-                                       else f"No such partition as {entry.topic}-{index}")))
+                        error_message=(f"No such topic as {name}" if topic is None
+                                       else f"No such partition as {name}-{index}")))
                 else:
                     partitions.append(make(
                         partition_cls, partition_id=index,
                         error_code=ErrorCode.ELECTION_NOT_NEEDED,
                         error_message="Leader election not needed for topic partition."))
-            results.append(make(result_cls, topic=entry.topic, partition_result=tuple(partitions)))
+            results.append(make(result_cls, topic=name, partition_result=tuple(partitions)))
         return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                     replica_election_results=tuple(results))
 

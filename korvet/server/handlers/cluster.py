@@ -15,6 +15,11 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
+from korvet.protocol.decoders.cluster import (
+    BROKERS_ENDPOINT,
+    decode_describe_cluster,
+    decode_init_producer_id,
+)
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     DescribeClusterRequest,
@@ -28,13 +33,14 @@ from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
 
 _MAX_EPOCH = 32767
-BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
+CONTROLLERS_ENDPOINT = 2
 
 
 async def init_producer_id(services: Services, ctx: RequestContext,
                            request: InitProducerIdRequest) -> InitProducerIdResponse:
+    call = decode_init_producer_id(request)
     response_cls = response_type(type(request))
-    if request.transactional_id is not None:
+    if call.transactional_id is not None:
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     producer_id=-1, producer_epoch=-1)
@@ -43,8 +49,7 @@ async def init_producer_id(services: Services, ctx: RequestContext,
             or access.allowed_on_some(Operation.WRITE, ResourceType.TOPIC)):
         return make(response_cls, throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                     producer_id=-1, producer_epoch=-1)
-    producer_id = getattr(request, "producer_id", -1)
-    epoch = getattr(request, "producer_epoch", -1)
+    producer_id, epoch = call.producer_id, call.producer_epoch
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
         return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                     producer_id=producer_id, producer_epoch=epoch + 1)
@@ -55,13 +60,14 @@ async def init_producer_id(services: Services, ctx: RequestContext,
 
 async def describe_cluster(services: Services, ctx: RequestContext,
                            request: DescribeClusterRequest) -> DescribeClusterResponse:
+    call = decode_describe_cluster(request)
     response_cls = response_type(type(request))
     broker_cls = nested(response_cls, "DescribeClusterBroker")
-    endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    endpoint = call.endpoint_type
     brokers = tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port,
                          rack=b.rack, is_fenced=False) for b in live_brokers(services, ctx))
     operations = NOT_REQUESTED
-    if request.include_cluster_authorized_operations:
+    if call.include_cluster_authorized_operations:
         access = ctx.access  # Kafka: 0 without DESCRIBE on the cluster; no error
         operations = (access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
                       if access.cluster_allowed(Operation.DESCRIBE) else 0)

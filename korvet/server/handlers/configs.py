@@ -7,6 +7,11 @@ which DescribeConfigs documents as having no effect. ``korvet.sequence.bits`` an
 ``korvet.storage.format`` are read-only after creation: changing them would change the
 meaning of every stored offset or entry. The broker (resource type 4) can be described;
 its settings are static (``korvet serve`` flags/env/YAML), so altering them is refused.
+
+Requests are decoded into version-free values (korvet/protocol/decoders/configs.py). The
+alter requests read, decide and write: resource by resource, the handler reads the topic, the
+plan (korvet/core/alter_configs.py) applies Kafka's checks in Kafka's order and gives the new
+configs, and the handler stores them.
 """
 
 from __future__ import annotations
@@ -14,11 +19,21 @@ from __future__ import annotations
 from typing import Any
 
 from korvet.core import admin
+from korvet.core import alter_configs as alter_plan
 from korvet.core import topics as rules
+from korvet.core.admin import Refusal
+from korvet.core.alter_configs import AlterConfigsCall, NewConfigs
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import CLUSTER_NAME
 from korvet.core.topics import TopicConfig
+from korvet.protocol.decoders.configs import (
+    DescribeConfigsCall,
+    DescribedResource,
+    decode_alter_configs,
+    decode_describe_configs,
+    decode_incremental_alter_configs,
+)
 from korvet.protocol.denials import Shape, Whole, config_resources, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -42,7 +57,6 @@ SOURCE_CODES = {"topic": 1, "broker": 4, "default": 5}
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 _CONFIG_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
                  "double": DOUBLE, "list": LIST}
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def config_type(definition: rules.ConfigDef) -> int:
@@ -65,39 +79,39 @@ def broker_configs(services: Services) -> list[tuple[str, str, str]]:
 
 async def describe_configs(services: Services, ctx: RequestContext,
                            request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    call = decode_describe_configs(request)
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DescribeConfigsResult")
-    refused = admin.describe_configs_request_error(r.resource_type for r in request.resources)
+    refused = admin.describe_configs_request_error(r.resource_type for r in call.resources)
     if refused is not ErrorCode.NONE:
         code = ErrorCode(int(refused))
         return make(response_cls, throttle_time=0, results=tuple(
             make(result_cls, error_code=code, error_message="Unknown resource type in the request.",
-                 resource_type=r.resource_type, resource_name=r.resource_name, configs=())
-            for r in request.resources))
+                 resource_type=r.resource_type, resource_name=r.name, configs=())
+            for r in call.resources))
     results = []
-    for resource in request.resources:
-        entries, error, message = await _describe_resource(services, response_cls, request, resource)
+    for resource in call.resources:
+        entries, error, message = await _describe_resource(services, response_cls, call, resource)
         results.append(make(result_cls, error_code=error, error_message=message,
                             resource_type=resource.resource_type,
-                            resource_name=resource.resource_name, configs=tuple(entries)))
+                            resource_name=resource.name, configs=tuple(entries)))
     return make(response_cls, throttle_time=0, results=tuple(results))
 
 
-async def _describe_resource(services: Services, response_cls: type[Any], request: Any,
-                             resource: Any) -> tuple[list[Any], ErrorCode, str | None]:
+async def _describe_resource(services: Services, response_cls: type[Any], call: DescribeConfigsCall,
+                             resource: DescribedResource) -> tuple[list[Any], ErrorCode, str | None]:
     entry_cls = nested(response_cls, "DescribeConfigsResourceResult")
     synonym_cls = nested(response_cls, "DescribeConfigsSynonym")
-    synonyms_wanted = bool(getattr(request, "include_synonyms", False))
-    docs_wanted = bool(getattr(request, "include_documentation", False))
-    keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+    synonyms_wanted, docs_wanted = call.include_synonyms, call.include_documentation
+    keys = resource.keys
     entries: list[Any] = []
     if resource.resource_type == TOPIC:
-        topic = await services.topics.get(resource.resource_name)
-        found = admin.config_topic_error(resource.resource_name, topic is not None)
+        topic = await services.topics.get(resource.name)
+        found = admin.config_topic_error(resource.name, topic is not None)
         if topic is None or found is not ErrorCode.NONE:
-            message = (f"Topic '{resource.resource_name}' does not exist."
+            message = (f"Topic '{resource.name}' does not exist."
                        if found is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                       else f"Invalid topic name {resource.resource_name!r}.")
+                       else f"Invalid topic name {resource.name!r}.")
             return entries, ErrorCode(int(found)), message
         for definition in rules.CONFIG_DEFS:
             if keys is None or definition.name in keys:
@@ -105,8 +119,8 @@ async def _describe_resource(services: Services, response_cls: type[Any], reques
                                             synonyms_wanted, docs_wanted))
         return entries, ErrorCode.NONE, None
     if resource.resource_type == BROKER:
-        if resource.resource_name not in ("", str(services.node_id)):
-            return entries, ErrorCode.INVALID_REQUEST, f"Unknown broker id {resource.resource_name!r}."
+        if resource.name not in ("", str(services.node_id)):
+            return entries, ErrorCode.INVALID_REQUEST, f"Unknown broker id {resource.name!r}."
         for name, value, doc in broker_configs(services):
             if keys is not None and name not in keys:
                 continue
@@ -144,130 +158,37 @@ def _topic_entry(entry_cls: type[Any], synonym_cls: type[Any], definition: rules
     )
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-_FIXED_WHY = {
-    rules.STORAGE_FORMAT: "every stored entry of its partitions has that format; to change it, "
-                          "create a topic with the other format and copy the records",
-    "": "it fixes the meaning of every stored offset",
-}
-
-
-def _check_read_only(current: TopicConfig, wanted: dict[str, str]) -> None:
-    for definition in rules.CONFIG_DEFS:
-        if not definition.read_only_after_create:
-            continue
-        if definition.name not in wanted:
-            if definition.name in current.explicit:
-                # A DELETE: the topic would read its stored entries with the built-in default.
-                raise _Refused(ErrorCode.INVALID_CONFIG,
-                               f"{definition.name} cannot be deleted: it is fixed when the topic "
-                               f"is created ({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); "
-                               f"it is {current.get(definition.name)!r}")
-            continue
-        if wanted[definition.name] != current.get(definition.name):
-            raise _Refused(ErrorCode.INVALID_CONFIG,
-                           f"{definition.name} cannot change after the topic is created "
-                           f"({_FIXED_WHY.get(definition.name, _FIXED_WHY[''])}); it is "
-                           f"{current.get(definition.name)!r}")
-
-
-async def _alter(services: Services,  # noqa: C901, PLR0912 -- Kafka's checks, in Kafka's order
-                 request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
-                 incremental: bool) -> Any:
+async def _alter(services: Services, request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+                 call: AlterConfigsCall) -> Any:
+    """Resource by resource: reads its topic, asks the plan (core/alter_configs.py), writes the
+    new configs."""
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "AlterConfigsResourceResponse")
     results = []
-    for resource in request.resources:
-        error, message = ErrorCode.NONE, None
-        try:
-            if resource.resource_type == BROKER:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               "Broker settings are static in Korvet: restart `korvet serve` "
-                               "with new flags, KORVET_* variables or YAML.")
-            if resource.resource_type != TOPIC:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"Resource type {resource.resource_type} is not supported.")
-            topic = await services.topics.get(resource.resource_name)
-            if topic is None:
-                raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"Topic '{resource.resource_name}' does not exist.")
-            stored = topic.config.explicit
-            # A setting Korvet no longer knows (one Kafka removed) is dropped by the next change.
-            current = {name: value for name, value in stored.items() if name in rules.CONFIGS}
-            if incremental:
-                wanted = dict(current)
-                for entry in resource.configs:
-                    _apply_operation(wanted, entry, topic.config)
-            else:
-                wanted = {}
-                for entry in resource.configs:
-                    if entry.value is None:
-                        raise _Refused(ErrorCode.INVALID_CONFIG,
-                                       f"Null value not supported for topic configs: {entry.name}")
-                    wanted[entry.name] = entry.value
-                for definition in rules.CONFIG_DEFS:  # a full replace keeps read-only settings
-                    if definition.read_only_after_create and definition.name in current:
-                        wanted.setdefault(definition.name, current[definition.name])
-            try:
-                validated = rules.validate_configs(wanted)
-            except rules.TopicConfigError as exc:
-                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
-            _check_read_only(topic.config, validated)
-            try:
-                rules.check_combination(TopicConfig(validated, topic.config.defaults))
-            except rules.TopicConfigError as exc:
-                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
-            if not request.validate_only:
-                removed = [name for name in stored if name not in validated]
-                await services.store.update_topic_configs(topic.name, validated, removed)
-                services.topics.invalidate(topic.name)
-        except _Refused as refused:
-            error, message = refused.code, str(refused)
-        results.append(make(result_cls, error_code=error, error_message=message,
-                            resource_type=resource.resource_type,
-                            resource_name=resource.resource_name))
+    for resource in call.resources:
+        topic = await services.topics.get(resource.name) if resource.names_topic else None
+        verdict = alter_plan.decide(resource, topic.config if topic else None,
+                                    incremental=call.incremental, validate_only=call.validate_only)
+        if isinstance(verdict, NewConfigs) and verdict.write:
+            await services.store.update_topic_configs(verdict.topic, verdict.configs,
+                                                      verdict.removed)
+            services.topics.invalidate(verdict.topic)
+        refusal = verdict if isinstance(verdict, Refusal) else None
+        results.append(make(result_cls, error_code=refusal.code if refusal else ErrorCode.NONE,
+                            error_message=refusal.message if refusal else None,
+                            resource_type=resource.resource_type, resource_name=resource.name))
     return make(response_cls, throttle_time=0, responses=tuple(results))
-
-
-def _apply_operation(wanted: dict[str, str], entry: Any, config: TopicConfig) -> None:
-    name, operation, value = entry.name, entry.config_operation, entry.value
-    if name not in rules.CONFIGS:
-        raise _Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
-    if operation == SET:
-        if value is None:
-            raise _Refused(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
-        wanted[name] = value
-    elif operation == DELETE:
-        wanted.pop(name, None)
-    elif operation in (APPEND, SUBTRACT):
-        if config_type(rules.CONFIGS[name]) != LIST:
-            raise _Refused(ErrorCode.INVALID_CONFIG,
-                           f"{name} is not a list: APPEND and SUBTRACT apply to list configs only")
-        items = [v for v in wanted.get(name, config.get(name)).split(",") if v]
-        for item in (value or "").split(","):
-            if operation == APPEND and item and item not in items:
-                items.append(item)
-            if operation == SUBTRACT and item in items:
-                items.remove(item)
-        wanted[name] = ",".join(items)
-    else:
-        raise _Refused(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation}.")
 
 
 async def alter_configs(services: Services, ctx: RequestContext,
                         request: AlterConfigsRequest) -> AlterConfigsResponse:
-    return await _alter(services, request, incremental=False)
+    return await _alter(services, request, decode_alter_configs(request))
 
 
 async def incremental_alter_configs(
         services: Services, ctx: RequestContext,
         request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    return await _alter(services, request, incremental=True)
+    return await _alter(services, request, decode_incremental_alter_configs(request))
 
 
 async def describe_client_quotas(services: Services, ctx: RequestContext,

@@ -1,13 +1,13 @@
 """The classic consumer-group APIs, wired to the pure coordinator (korvet/core/coordinator).
 
-Each handler turns a kio request into a coordinator event (or a read-only query),
-waits for the reply the machine produces (possibly much later: a JoinGroup held
-until the rebalance completes) and builds the version's response. Version
-differences become plain event fields: JoinGroup v4+ requires a known member id,
-v5+ carries group instance ids, v9 may skip the assignment; OffsetCommit v9+
-answers GROUP_ID_NOT_FOUND for an unknown group. With one broker, it coordinates
-every group (FindCoordinator names it); with several on one Redis, the holder of a
-group's lease does (korvet/server/ownership.py), the others answer NOT_COORDINATOR.
+Each handler has its request decoded into a coordinator event or a version-free value
+(korvet/protocol/decoders/groups.py: version differences become plain fields there: JoinGroup
+v4+ requires a known member id, v5+ carries group instance ids, v9 may skip the assignment;
+OffsetCommit v9+ answers GROUP_ID_NOT_FOUND for an unknown group ...), asks the machine (or
+reads its durable copy), waits for the reply the machine produces (possibly much later: a
+JoinGroup held until the rebalance completes) and builds the version's response. With one
+broker, it coordinates every group (FindCoordinator names it); with several on one Redis, the
+holder of a group's lease does (korvet/server/ownership.py), the others answer NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -28,6 +28,24 @@ from korvet.core.security.access import NOT_REQUESTED, Access
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.security.rules import Need
 from korvet.protocol import denials
+from korvet.protocol.decoders.groups import (
+    GROUP_KEY,
+    TRANSACTION_KEY,
+    FetchedGroup,
+    decode_describe_groups,
+    decode_find_coordinator,
+    decode_heartbeat,
+    decode_join_group,
+    decode_leave_group,
+    decode_list_groups,
+    decode_offset_commit,
+    decode_offset_fetch,
+    decode_sync_group,
+    fetches_several_groups,
+    fetches_several_keys,
+    find_coordinator_key_type,
+    mandatory_protocol_present,
+)
 from korvet.protocol.denials import (
     Check,
     Handled,
@@ -40,7 +58,7 @@ from korvet.protocol.denials import (
     topic_answer,
     whole_error,
 )
-from korvet.protocol.kbuild import has_field, make, millis, nested, response_type
+from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -72,12 +90,6 @@ from korvet.server.services import Services
 from korvet.storage.leases import BrokerEntry
 
 log = logging.getLogger("korvet.groups")
-
-GROUP_KEY, TRANSACTION_KEY = 0, 1
-
-
-def find_coordinator_key_type(request: FindCoordinatorRequest) -> int:
-    return int(getattr(request, "key_type", GROUP_KEY))  # v0 has no key type: a group
 
 
 def _error(code: core.ErrorCode | int) -> ErrorCode:
@@ -111,11 +123,8 @@ def _owner_error(coordinator: GroupCoordinator, group_id: str) -> ErrorCode:
 async def find_coordinator(services: Services, ctx: RequestContext,
                            request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     response_cls = response_type(type(request))
-    keys = list(getattr(request, "coordinator_keys", ()) or ())
-    single = not has_field(type(request), "coordinator_keys")
-    if single:
-        keys = [getattr(request, "key", "")]
-    key_type = find_coordinator_key_type(request)
+    call = decode_find_coordinator(request)
+    keys, key_type = call.keys, call.key_type
 
     owners = ({k: await _group_owner(services, ctx, k) for k in keys}
               if key_type == GROUP_KEY else {})
@@ -136,7 +145,7 @@ async def find_coordinator(services: Services, ctx: RequestContext,
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
                 "error_message": message}
 
-    if single:
+    if not call.several:
         return make(response_cls, throttle_time=0, **answer(keys[0]))
     coordinator_cls = nested(response_cls, "Coordinator")
     return make(response_cls, throttle_time=0,
@@ -182,23 +191,11 @@ async def _group_owner(services: Services, ctx: RequestContext,
 async def join_group(services: Services, ctx: RequestContext,
                      request: JoinGroupRequest) -> JoinGroupResponse:
     coordinator = services.groups
-    version = ctx.api_version
+    version = ctx.api_version  # the response's layout: protocol_name is nullable from v7
     response_cls = response_type(type(request))
-    session_ms = millis(request.session_timeout)
-    # v0 has no rebalance timeout: the session timeout serves for both
-    rebalance_ms = millis(getattr(request, "rebalance_timeout", request.session_timeout))
-    instance = getattr(request, "group_instance_id", None)
-    client_id = ctx.client_id or ""
-    event = core.JoinGroup(
-        request_id=coordinator.next_request_id(), group_id=request.group_id,
-        member_id=request.member_id, group_instance_id=instance,
-        protocol_type=request.protocol_type,
-        protocols=tuple(core.Protocol(p.name, p.metadata) for p in request.protocols),
-        session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
-        client_id=client_id, client_host=ctx.client_host,
-        requires_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
-        new_member_id=core.new_member_id(client_id, instance, str(uuid.uuid4())),
-    )
+    event = decode_join_group(request, request_id=coordinator.next_request_id(),
+                              client_id=ctx.client_id or "", client_host=ctx.client_host,
+                              member_uuid=str(uuid.uuid4()))
     reply = await _ask(coordinator, event)
     if not isinstance(reply, core.JoinGroupReply):
         return make(response_cls, throttle_time=0, error_code=_failure(reply),
@@ -225,25 +222,15 @@ async def sync_group(services: Services, ctx: RequestContext,
                      request: SyncGroupRequest) -> SyncGroupResponse:
     coordinator = services.groups
     response_cls = response_type(type(request))
-    protocol_type = getattr(request, "protocol_type", None)
-    protocol_name = getattr(request, "protocol_name", None)
-    if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
+    if not mandatory_protocol_present(request):
         # Kafka (KafkaApis.handleSyncGroupRequest): from v5 both fields are mandatory; a
         # request without them is refused before the coordinator sees it (found by
         # korvet spec test-live against Apache Kafka)
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                     protocol_type=None, protocol_name=None, assignment=b"")
-    event = core.SyncGroup(
-        request_id=coordinator.next_request_id(), group_id=request.group_id,
-        member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        generation_id=request.generation_id,
-        protocol_type=protocol_type, protocol_name=protocol_name,
-        assignments=tuple(core.MemberAssignment(a.member_id, a.assignment)
-                          for a in request.assignments),
-    )
-    reply = await _ask(coordinator, event)
+    reply = await _ask(coordinator, decode_sync_group(
+        request, request_id=coordinator.next_request_id()))
     if not isinstance(reply, core.SyncGroupReply):
         return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     protocol_type=None, protocol_name=None, assignment=b"")
@@ -256,13 +243,8 @@ async def heartbeat(services: Services, ctx: RequestContext,
                     request: HeartbeatRequest) -> HeartbeatResponse:
     coordinator = services.groups
     response_cls = response_type(type(request))
-    event = core.Heartbeat(
-        request_id=coordinator.next_request_id(), group_id=request.group_id,
-        member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        generation_id=request.generation_id,
-    )
-    reply = await _ask(coordinator, event)
+    reply = await _ask(coordinator, decode_heartbeat(
+        request, request_id=coordinator.next_request_id()))
     error = (_error(reply.error) if isinstance(reply, core.HeartbeatReply)
              else _failure(reply))
     return make(response_cls, throttle_time=0, error_code=error)
@@ -272,15 +254,9 @@ async def leave_group(services: Services, ctx: RequestContext,
                       request: LeaveGroupRequest) -> LeaveGroupResponse:
     coordinator = services.groups
     response_cls = response_type(type(request))
-    shaped: Any = request  # v0-v2 name one member, v3+ a batch
-    batch = has_field(type(request), "members")
-    if batch:
-        members = tuple(core.MemberIdentity(m.member_id, m.group_instance_id)
-                        for m in shaped.members)
-    else:
-        members = (core.MemberIdentity(shaped.member_id, None),)
-    reply = await _ask(coordinator, core.LeaveGroup(
-        request_id=coordinator.next_request_id(), group_id=request.group_id, members=members))
+    batch = has_field(response_cls, "members")  # v0-v2 answer for one member, v3+ for each
+    reply = await _ask(coordinator, decode_leave_group(
+        request, request_id=coordinator.next_request_id()))
     if not isinstance(reply, core.LeaveGroupReply):
         return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     members=())
@@ -301,72 +277,62 @@ async def leave_group(services: Services, ctx: RequestContext,
 async def offset_commit(services: Services, ctx: RequestContext,
                         request: OffsetCommitRequest) -> OffsetCommitResponse:
     coordinator = services.groups
-    version = ctx.api_version
+    call = decode_offset_commit(request)
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "OffsetCommitResponseTopic")
     partition_cls = nested(response_cls, "OffsetCommitResponsePartition")
-    generation = getattr(request, "generation_id_or_member_epoch",
-                         getattr(request, "generation_id", -1))
     known: list[core.OffsetToCommit] = []
     unknown: set[tuple[str, int]] = set()
-    for topic in request.topics:
+    for topic in call.topics:
         info = await services.topics.get(topic.name)
-        for p in topic.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
-                unknown.add((topic.name, p.partition_index))
-                continue
-            known.append(core.OffsetToCommit(
-                topic.name, p.partition_index, p.committed_offset,
-                p.committed_metadata if p.committed_metadata is not None else "",
-                getattr(p, "committed_leader_epoch", -1)))
+        for offset in topic.offsets:
+            if info is None or not 0 <= offset.partition < info.partitions:
+                unknown.add((topic.name, offset.partition))
+            else:
+                known.append(offset)
     errors: dict[tuple[str, int], ErrorCode] = {
         key: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for key in unknown}
     if known or not unknown:
-        reply = await _ask(coordinator, core.OffsetCommit(
-            request_id=coordinator.next_request_id(), group_id=request.group_id,
-            member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
-            generation_id=generation, offsets=tuple(known),
-            unknown_group_is_not_found=version >= 9))
+        reply = await _ask(coordinator, call.event(coordinator.next_request_id(), tuple(known)))
         if isinstance(reply, core.OffsetCommitReply):
             for result in reply.partitions:
                 errors[(result.topic, result.partition)] = _error(result.error)
         else:
             for item in known:
                 errors[(item.topic, item.partition)] = _failure(reply)
-    topics = []
-    for topic in request.topics:
-        topics.append(make(topic_cls, name=topic.name, partitions=tuple(
-            make(partition_cls, partition_index=p.partition_index,
-                 error_code=errors.get((topic.name, p.partition_index), ErrorCode.NONE))
-            for p in topic.partitions)))
-    return make(response_cls, throttle_time=0, topics=tuple(topics))
+    return make(response_cls, throttle_time=0, topics=tuple(
+        make(topic_cls, name=topic.name, partitions=tuple(
+            make(partition_cls, partition_index=o.partition,
+                 error_code=errors.get((topic.name, o.partition), ErrorCode.NONE))
+            for o in topic.offsets))
+        for topic in call.topics))
 
 
-def _fetched_offsets(coordinator: GroupCoordinator, group_id: str,
-                     topics: Any) -> list[tuple[str, list[tuple[int, core.CommittedOffset | None]]]]:
+def _fetched_offsets(coordinator: GroupCoordinator, group: FetchedGroup
+                     ) -> list[tuple[str, list[tuple[int, core.CommittedOffset | None]]]]:
     """(topic, [(partition, committed or None)]) for the requested topics, or all committed."""
-    if topics is None:
+    if group.topics is None:
         by_topic: dict[str, list[tuple[int, core.CommittedOffset | None]]] = {}
-        for tp, committed in core.offset_fetch(coordinator.durable_view, group_id):
+        for tp, committed in core.offset_fetch(coordinator.durable_view, group.group_id):
             by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
         return sorted(by_topic.items())
-    wanted = [core.TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
-    found = dict(core.offset_fetch(coordinator.durable_view, group_id, wanted))
-    return [(t.name, [(p, found.get(core.TopicPartition(t.name, p)))
-                      for p in t.partition_indexes]) for t in topics]
+    wanted = [core.TopicPartition(t.name, p) for t in group.topics for p in t.partitions]
+    found = dict(core.offset_fetch(coordinator.durable_view, group.group_id, wanted))
+    return [(t.name, [(p, found.get(core.TopicPartition(t.name, p))) for p in t.partitions])
+            for t in group.topics]
 
 
 async def offset_fetch(services: Services, ctx: RequestContext,
                        request: OffsetFetchRequest) -> OffsetFetchResponse:
     coordinator = services.groups
+    groups = decode_offset_fetch(request)
     response_cls = response_type(type(request))
-    grouped = has_field(type(request), "groups")
-    suffix = "s" if grouped else ""
+    several = has_field(response_cls, "groups")  # v1-v7 answer for one group, v8+ for each
+    suffix = "s" if several else ""
     topic_cls = nested(response_cls, f"OffsetFetchResponseTopic{suffix}")
     partition_cls = nested(response_cls, f"OffsetFetchResponsePartition{suffix}")
 
-    def topics_of(group_id: str, topics: Any) -> tuple[Any, ...]:
+    def topics_of(group: FetchedGroup) -> tuple[Any, ...]:
         return tuple(
             make(topic_cls, name=name, partitions=tuple(
                 make(partition_cls, partition_index=partition,
@@ -375,21 +341,18 @@ async def offset_fetch(services: Services, ctx: RequestContext,
                      metadata=committed.metadata if committed else "",
                      error_code=ErrorCode.NONE)
                 for partition, committed in partitions))
-            for name, partitions in _fetched_offsets(coordinator, group_id, topics))
+            for name, partitions in _fetched_offsets(coordinator, group))
 
-    if not grouped:
-        single: Any = request  # v1-v7: one group, at the top level
+    if not several:
+        (single,) = groups
         error = _owner_error(coordinator, single.group_id)
         return make(response_cls, throttle_time=0, error_code=error,
-                    topics=topics_of(single.group_id, single.topics)
-                    if error == ErrorCode.NONE else ())
+                    topics=topics_of(single) if error == ErrorCode.NONE else ())
     group_cls = nested(response_cls, "OffsetFetchResponseGroup")
-    batch: Any = request  # v8+: a list of groups
     return make(response_cls, throttle_time=0, groups=tuple(
         make(group_cls, group_id=g.group_id,
-             topics=topics_of(g.group_id, g.topics)
-             if coordinator.owns(g.group_id) else (),
-             error_code=_owner_error(coordinator, g.group_id)) for g in batch.groups))
+             topics=topics_of(g) if coordinator.owns(g.group_id) else (),
+             error_code=_owner_error(coordinator, g.group_id)) for g in groups))
 
 
 async def offset_delete(services: Services, ctx: RequestContext,
@@ -431,20 +394,19 @@ async def offset_delete(services: Services, ctx: RequestContext,
 async def describe_groups(services: Services, ctx: RequestContext,
                           request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     coordinator = services.groups
-    version = ctx.api_version
+    call = decode_describe_groups(request)
     response_cls = response_type(type(request))
     group_cls = nested(response_cls, "DescribedGroup")
     member_cls = nested(response_cls, "DescribedGroupMember")
-    include_ops = bool(getattr(request, "include_authorized_operations", False))
     groups = []
-    for group_id in request.groups:
+    for group_id in call.groups:
         described = core.describe_group(coordinator.durable_view, group_id)
         error = _error(described.error)
         if not coordinator.owns(group_id):
             error = ErrorCode.NOT_COORDINATOR
         message = None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:
-            if version >= 6:
+            if call.unknown_group_is_error:
                 message = f"Group {group_id} not found."
             else:
                 error = ErrorCode.NONE  # v0-v5 describe an unknown group as Dead
@@ -457,7 +419,7 @@ async def describe_groups(services: Services, ctx: RequestContext,
                                client_host=m.client_host, member_metadata=m.metadata,
                                member_assignment=m.assignment) for m in described.members),
             authorized_operations=(ctx.access.operations(ResourceType.GROUP, group_id)
-                                   if include_ops else NOT_REQUESTED)))
+                                   if call.include_authorized_operations else NOT_REQUESTED)))
     return make(response_cls, throttle_time=0, groups=tuple(groups))
 
 
@@ -472,8 +434,8 @@ async def list_groups(services: Services, ctx: RequestContext,
         log.warning("ListGroups: %s", exc)
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=())
-    listed = core.list_groups(view, getattr(request, "states_filter", ()) or (),
-                              getattr(request, "types_filter", ()) or ())
+    wanted = decode_list_groups(request)
+    listed = core.list_groups(view, wanted.states, wanted.types)
     access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
     if not access.cluster_allowed(Operation.DESCRIBE):
         listed = tuple(g for g in listed
@@ -532,7 +494,7 @@ async def _offset_fetch_check(needs: tuple[Need, ...], access: Access, ctx: Requ
     all-topics answer). Its own check: from v8 the groups each carry their topics."""
     group_need, topic_need = needs
     response_cls = response_type(type(request))
-    grouped = has_field(type(request), "groups")
+    grouped = fetches_several_groups(request)
     suffix = "s" if grouped else ""
     topic_cls = nested(response_cls, f"OffsetFetchResponseTopic{suffix}")
     partition_cls = nested(response_cls, f"OffsetFetchResponsePartition{suffix}")
@@ -609,8 +571,7 @@ def _find_coordinator_checks(request: Any) -> tuple[Check | None, ...]:
     refuses it)."""
     if find_coordinator_key_type(request) != GROUP_KEY:
         return (None,)
-    return (_FIND_COORDINATOR_KEYS if has_field(type(request), "coordinator_keys")
-            else _FIND_COORDINATOR_KEY,)
+    return (_FIND_COORDINATOR_KEYS if fetches_several_keys(request) else _FIND_COORDINATOR_KEY,)
 
 
 _GROUP_TOPIC_DENIED = topic_answer("OffsetCommitResponseTopic", "partitions",

@@ -25,6 +25,7 @@ from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED, Access
 from korvet.core.security.acl import CLUSTER_NAME, Operation, ResourceType
 from korvet.core.topics import TopicInfo, TopicNameError, is_internal, validate_topic_name
+from korvet.protocol.decoders.metadata import MetadataCall, MetadataTopic, decode_metadata
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
     MetadataRequest,
@@ -65,12 +66,12 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
     principal may not DESCRIBE; a topic asked for by name that it may not DESCRIBE (or, to be
     auto-created, CREATE on the topic or the cluster) is TOPIC_AUTHORIZATION_FAILED, whether
     it exists or not."""
-    version = ctx.api_version
+    call = decode_metadata(request)
     access = ctx.access
     response_cls = response_type(type(request))
     topic_cls = nested(response_cls, "MetadataResponseTopic")
     broker_cls = nested(response_cls, "MetadataResponseBroker")
-    include_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+    include_ops = call.include_topic_authorized_operations
 
     def topic_entry(error: ErrorCode, name: str | None, topic: TopicInfo | None,
                     topic_id: uuid.UUID | None = None) -> Any:
@@ -86,17 +87,16 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
                                          if include_ops and topic and name else NOT_REQUESTED),
         )
 
-    requested = request.topics
-    if requested is None or (version == 0 and not requested):
+    if call.topics is None:
         entries = [topic_entry(ErrorCode.NONE, topic.name, topic) for topic in await services.topics.all()
                    if access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
     else:
-        entries = [await _requested_topic(services, access, request, wanted, topic_entry)
-                   for wanted in requested]
+        entries = [await _requested_topic(services, access, call, wanted, topic_entry)
+                   for wanted in call.topics]
     brokers = tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                     for b in live_brokers(services, ctx))
     cluster_ops = NOT_REQUESTED
-    if getattr(request, "include_cluster_authorized_operations", False):
+    if call.include_cluster_authorized_operations:
         cluster_ops = (access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
                        if access.cluster_allowed(Operation.DESCRIBE) else 0)
     return make(
@@ -111,11 +111,10 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
     )
 
 
-async def _requested_topic(services: Services, access: Access, request: MetadataRequest, wanted: Any,
-                           topic_entry: Callable[..., Any]) -> Any:
-    name = getattr(wanted, "name", None)
-    topic_id = getattr(wanted, "topic_id", None)
-    if name is None and topic_id is not None and topic_id.int != 0:
+async def _requested_topic(services: Services, access: Access, call: MetadataCall,
+                           wanted: MetadataTopic, topic_entry: Callable[..., Any]) -> Any:
+    name, topic_id = wanted.name, wanted.topic_id
+    if name is None and topic_id is not None:
         found = await services.topics.by_id(str(topic_id))
         if found is None:
             return topic_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id)
@@ -131,7 +130,7 @@ async def _requested_topic(services: Services, access: Access, request: Metadata
     except TopicNameError:
         return topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
     known = await services.topics.get(name)
-    allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+    allow_auto = call.allow_auto_topic_creation
     if known is None and allow_auto and services.settings.topics.auto_create:
         if not (access.cluster_allowed(Operation.CREATE)
                 or access.allowed(Operation.CREATE, ResourceType.TOPIC, name)):

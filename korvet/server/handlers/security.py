@@ -26,6 +26,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security import acl, credentials, sasl
 from korvet.core.security.acl import CLUSTER_NAME
+from korvet.protocol.decoders.security import decode_sasl_authenticate, decode_sasl_handshake
 from korvet.protocol.denials import Shape, Whole, per_item, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -102,14 +103,14 @@ class SecurityHandlers:
         return (outcome.reply or sasl.Reply()).auth_bytes
 
     async def sasl_handshake(self, ctx: Connection, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
-        outcome = await self._step(ctx, sasl.Handshake(request.mechanism, ctx.api_version))
+        outcome = await self._step(ctx, decode_sasl_handshake(request))
         reply = outcome.reply or sasl.Reply()
         return make(response_type(type(request)), error_code=int(reply.error),
                     mechanisms=reply.mechanisms)
 
     async def sasl_authenticate(self, ctx: Connection,
                                 request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
-        outcome = await self._step(ctx, sasl.Authenticate(bytes(request.auth_bytes), ctx.api_version))
+        outcome = await self._step(ctx, decode_sasl_authenticate(request))
         reply = outcome.reply or sasl.Reply()
         return make(response_type(type(request)), error_code=int(reply.error),
                     error_message=reply.message, auth_bytes=reply.auth_bytes,

@@ -1,24 +1,37 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
 
-Kafka's rules and error codes, in Kafka's order: a topic named twice in one request ->
-INVALID_REQUEST (42), invalid names -> INVALID_TOPIC_EXCEPTION (17), existing ->
-TOPIC_ALREADY_EXISTS (36, whatever else the request asks), partitions < 1 -> INVALID_PARTITIONS (37),
-a replication factor this single-copy store cannot give -> INVALID_REPLICATION_FACTOR
-(38), bad configs -> INVALID_CONFIG (40). ``validate_only`` checks everything and
-changes nothing.
+Each request is decoded into a version-free value (korvet/protocol/decoders/topics.py).
+CreateTopics and CreatePartitions then read, decide and write: the handler reads the facts
+their plan needs (which topics exist, their partition counts), the plan applies Kafka's checks
+in Kafka's order (korvet/core/create_topics.py, korvet/core/create_partitions.py: a topic
+named twice in one request -> INVALID_REQUEST (42), invalid names -> INVALID_TOPIC_EXCEPTION
+(17), existing -> TOPIC_ALREADY_EXISTS (36, whatever else the request asks), partitions < 1 ->
+INVALID_PARTITIONS (37), a replication factor this single-copy store cannot give ->
+INVALID_REPLICATION_FACTOR (38), bad configs -> INVALID_CONFIG (40) ...), and the handler
+writes what passes. ``validate_only`` checks everything and changes nothing.
 Partition streams are created lazily by the first append.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from typing import Any
 
+from korvet.core import create_partitions as partitions_plan
+from korvet.core import create_topics as create_topics_plan
 from korvet.core import topics as rules
+from korvet.core.admin import Refusal
 from korvet.core.api_keys import ApiKey
+from korvet.core.create_partitions import Growth
+from korvet.core.create_topics import Creation
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import TopicConfig
+from korvet.protocol.decoders.topics import (
+    decode_create_partitions,
+    decode_create_topics,
+    decode_delete_topics,
+    deleted_topics_field,
+)
 from korvet.protocol.denials import Items, Shape, empty, flat_answer
 from korvet.protocol.kbuild import has_field, make, nested, response_type
 from korvet.protocol.messages import (
@@ -36,121 +49,62 @@ from korvet.server.services import Services
 from korvet.storage.redis_store import CreateOutcome
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _replication_factor(services: Services, requested: int) -> int:
-    if requested == -1:
-        return 1
-    if requested < 1:
-        raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
-                       f"Replication factor must be larger than 0, or -1 to use the default "
-                       f"value (got {requested}).")
-    if requested > 1:
-        raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
-                       f"Unable to replicate the partition {requested} time(s): the target "
-                       "replication factor cannot be reached because only 1 broker(s) are "
-                       "registered (Korvet keeps one copy; Redis provides durability).")
-    return 1
-
-
-def _partition_count(services: Services, topic: Any) -> int:
-    assignments = tuple(getattr(topic, "assignments", ()) or ())
-    if assignments:
-        if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise _Refused(ErrorCode.INVALID_REQUEST,
-                           "Both numPartitions or replicationFactor and replicasAssignments "
-                           "were set. Both cannot be used at the same time.")
-        indexes = sorted(a.partition_index for a in assignments)
-        if indexes != list(range(len(assignments))):
-            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                           "Partitions in the assignment must be consecutive from 0.")
-        for assignment in assignments:
-            if list(assignment.broker_ids) != [services.node_id]:
-                raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                               f"Replica assignment {list(assignment.broker_ids)} names brokers "
-                               f"other than the only broker {services.node_id}.")
-        return len(assignments)
-    _replication_factor(services, topic.replication_factor)
-    if topic.num_partitions == -1:
-        return services.default_partitions(topic.name)
-    try:
-        return rules.validate_partition_count(topic.num_partitions)
-    except rules.PartitionCountError as exc:
-        raise _Refused(ErrorCode.INVALID_PARTITIONS, str(exc)) from None
-
-
-def _configs(topic: Any) -> dict[str, str]:
-    raw: dict[str, str | None] = {}
-    for entry in topic.configs or ():
-        if entry.value is None:
-            raise _Refused(ErrorCode.INVALID_CONFIG,
-                           f"Null value not supported for topic configs: {entry.name}")
-        raw[entry.name] = entry.value
-    try:
-        return rules.validate_configs(raw)
-    except rules.TopicConfigError as exc:
-        raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
-
-
 async def create_topics(services: Services, ctx: RequestContext,
                         request: CreateTopicsRequest) -> CreateTopicsResponse:
+    """Reads which topics exist (in Redis, not the cache), asks the plan
+    (core/create_topics.py) and creates each topic that passes."""
+    call = decode_create_topics(request)
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "CreatableTopicResult")
     config_cls = (nested(response_cls, "CreatableTopicConfigs")
                   if has_field(result_cls, "configs") else None)
-    counts = Counter(t.name for t in request.topics)
+    existing = {name for name in call.looked_up
+                if await services.store.get_topic(name, {}) is not None}
+    verdicts = create_topics_plan.plan(
+        call, existing, {name: services.default_partitions(name) for name in call.looked_up},
+        services.node_id)
     results = []
-    for topic in request.topics:
-        name = topic.name
-        try:
-            if counts[name] > 1:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"Create topics request contains multiple entries for {name}.")
-            try:
-                rules.validate_topic_name(name)
-            except rules.TopicNameError as exc:
-                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
-            if await services.store.get_topic(name, {}) is not None:  # Redis, not the cache
-                # Kafka marks existing topics before it validates configs and partitions:
-                # a create-if-missing tool learns the topic is there whatever it asked.
-                raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-            partitions = _partition_count(services, topic)
-            configs = _configs(topic)
-            try:
-                outcome, detail = await services.create_topic(name, partitions, configs,
-                                                              validate_only=request.validate_only)
-            except rules.TopicConfigError as exc:
-                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
-            if outcome is CreateOutcome.EXISTS:
-                raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-            if outcome is CreateOutcome.COLLIDES:
-                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                               f"Topic '{name}' collides with existing topic: {detail}")
-        except _Refused as refused:
-            results.append(make(result_cls, name=name, topic_id=uuid.UUID(int=0),
-                                error_code=refused.code, error_message=str(refused),
+    for wanted, verdict in zip(call.topics, verdicts, strict=True):
+        created = (await _create(services, verdict, call.validate_only)
+                   if isinstance(verdict, Creation) else verdict)
+        if isinstance(created, Refusal):
+            results.append(make(result_cls, name=wanted.name, topic_id=uuid.UUID(int=0),
+                                error_code=created.code, error_message=created.message,
                                 topic_config_error_code=0, num_partitions=-1,
                                 replication_factor=-1, configs=None))
             continue
+        assert isinstance(verdict, Creation)
         described = None
         if config_cls is not None:
-            full = {**services.fixed_at_creation(name), **configs}
-            described = _described_configs(config_cls, services, TopicConfig(
-                explicit=full, defaults=services.topics.defaults_for(name)))
+            full = {**services.fixed_at_creation(verdict.name), **verdict.configs}
+            described = _described_configs(config_cls, TopicConfig(
+                explicit=full, defaults=services.topics.defaults_for(verdict.name)))
         results.append(make(
-            result_cls, name=name,
-            topic_id=uuid.UUID(detail) if outcome is CreateOutcome.CREATED else uuid.UUID(int=0),
-            error_code=ErrorCode.NONE, error_message=None, topic_config_error_code=0,
-            num_partitions=partitions, replication_factor=1, configs=described,
+            result_cls, name=verdict.name, topic_id=created, error_code=ErrorCode.NONE,
+            error_message=None, topic_config_error_code=0, num_partitions=verdict.partitions,
+            replication_factor=1, configs=described,
         ))
     return make(response_cls, throttle_time=0, topics=tuple(results))
 
 
-def _described_configs(config_cls: type[Any], services: Services, config: TopicConfig) -> tuple[Any, ...]:
+async def _create(services: Services, creation: Creation, validate_only: bool) -> uuid.UUID | Refusal:
+    """The new topic's id (the zero id when the request only validates), or why storage
+    refused it."""
+    try:
+        outcome, detail = await services.create_topic(creation.name, creation.partitions,
+                                                      dict(creation.configs),
+                                                      validate_only=validate_only)
+    except rules.TopicConfigError as exc:  # with the broker's defaults for the topic
+        return Refusal(ErrorCode.INVALID_CONFIG, str(exc))
+    if outcome is CreateOutcome.EXISTS:
+        return create_topics_plan.already_exists(creation.name)
+    if outcome is CreateOutcome.COLLIDES:
+        return Refusal(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Topic '{creation.name}' collides with existing topic: {detail}")
+    return uuid.UUID(detail) if outcome is CreateOutcome.CREATED else uuid.UUID(int=0)
+
+
+def _described_configs(config_cls: type[Any], config: TopicConfig) -> tuple[Any, ...]:
     return tuple(
         make(config_cls, name=d.name, value=config.get(d.name), read_only=d.read_only_after_create,
              config_source=SOURCE_CODES[config.source(d.name)], is_sensitive=d.sensitive)
@@ -162,11 +116,7 @@ async def delete_topics(services: Services, ctx: RequestContext,
                         request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DeletableTopicResult")
-    wanted: list[tuple[str | None, uuid.UUID | None]] = []
-    if hasattr(request, "topics"):
-        wanted = [(t.name, t.topic_id) for t in request.topics]
-    else:
-        wanted = [(name, None) for name in request.topic_names]
+    wanted = [(t.name, t.topic_id) for t in decode_delete_topics(request)]
     results = []
     for name, topic_id in wanted:
         error, message, resolved_id = ErrorCode.NONE, None, topic_id
@@ -193,54 +143,32 @@ async def delete_topics(services: Services, ctx: RequestContext,
     return make(response_cls, throttle_time=0, responses=tuple(results))
 
 
-async def create_partitions(services: Services, ctx: RequestContext,  # noqa: C901, PLR0912 -- Kafka's checks of CreatePartitions, in Kafka's order
+async def create_partitions(services: Services, ctx: RequestContext,
                             request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    """Reads the topics, asks the plan (core/create_partitions.py), grows the topics that
+    pass: each write is conditional on the topic read (its id and a smaller count)."""
+    call = decode_create_partitions(request)
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "CreatePartitionsTopicResult")
-    counts = Counter(t.name for t in request.topics)
+    found = {name: await services.topics.get(name) for name in call.looked_up}
+    verdicts = partitions_plan.plan(
+        call, {name: topic for name, topic in found.items() if topic is not None},
+        services.node_id)
     results = []
-    for entry in request.topics:
-        error, message = ErrorCode.NONE, None
-        try:
-            if counts[entry.name] > 1:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
-                               f"Duplicate topic {entry.name} in the request.")
-            topic = await services.topics.get(entry.name)
-            if topic is None:
-                raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"The topic '{entry.name}' does not exist.")
-            if entry.count < topic.partitions:
-                raise _Refused(ErrorCode.INVALID_PARTITIONS,
-                               f"Topic currently has {topic.partitions} partitions, which is "
-                               f"higher than the requested {entry.count}.")
-            if entry.count == topic.partitions:
-                raise _Refused(ErrorCode.INVALID_PARTITIONS,
-                               f"Topic already has {topic.partitions} partitions.")
-            try:
-                rules.validate_partition_count(entry.count)
-            except rules.PartitionCountError as exc:
-                raise _Refused(ErrorCode.INVALID_PARTITIONS, str(exc)) from None
-            assignments = entry.assignments
-            if assignments is not None:
-                if len(assignments) != entry.count - topic.partitions:
-                    raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                   f"Increasing the number of partitions by "
-                                   f"{entry.count - topic.partitions} but {len(assignments)} "
-                                   "assignments provided.")
-                for assignment in assignments:
-                    if list(assignment.broker_ids) != [services.node_id]:
-                        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                       f"Unknown broker(s) in assignment {list(assignment.broker_ids)}.")
-            if not request.validate_only:
-                grown = await services.store.grow_partitions(entry.name, topic.topic_id, entry.count)
-                services.topics.invalidate(entry.name)
-                if not grown:
-                    raise _Refused(ErrorCode.INVALID_PARTITIONS,
-                                   "The topic changed concurrently; describe it and retry.")
-        except _Refused as refused:
-            error, message = refused.code, str(refused)
-        results.append(make(result_cls, name=entry.name, error_code=error, error_message=message))
+    for wanted, verdict in zip(call.topics, verdicts, strict=True):
+        refusal = await _grow(services, verdict) if isinstance(verdict, Growth) else verdict
+        results.append(make(result_cls, name=wanted.name,
+                            error_code=refusal.code if refusal else ErrorCode.NONE,
+                            error_message=refusal.message if refusal else None))
     return make(response_cls, throttle_time=0, results=tuple(results))
+
+
+async def _grow(services: Services, growth: Growth) -> Refusal | None:
+    if not growth.write:
+        return None
+    grown = await services.store.grow_partitions(growth.name, growth.topic_id, growth.count)
+    services.topics.invalidate(growth.name)
+    return None if grown else partitions_plan.CHANGED_CONCURRENTLY
 
 
 APIS = (
@@ -252,7 +180,7 @@ APIS = (
     Api(ApiKey.DELETE_TOPICS, range(1, 7), delete_topics,
         "by name or by id (v6); Kafka's errors",
         Shape((Items(
-            lambda r: "topics" if has_field(type(r), "topics") else "topic_names", "responses",
+            deleted_topics_field, "responses",
             flat_answer("DeletableTopicResult", "name", error_message=None),
             name_of=lambda t: t if isinstance(t, str) else t.name,
             id_of=lambda t: None if isinstance(t, str) else t.topic_id,
