@@ -8,7 +8,7 @@ API it serves. Each names
 - the handler: every handler has the one signature ``(services, conn, request)``, the
   tenant's ``Services``, the ``Connection`` and the request as kio decoded it, and returns
   the response, a ``Deferred`` one, or None when no response is sent (acks=0);
-- the shape of its denials (korvet/server/denials.py), which the authorization check point
+- the shape of its denials (korvet/protocol/denials.py), which the authorization check point
   (korvet/server/authz.py) needs to apply the API's row of korvet/core/security/rules.py;
 - a line for the API table of docs/implementers/broker.md, which is generated from this
   table (korvet/devtools/docgen.py) and checked by tests/test_docs.py.

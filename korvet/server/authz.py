@@ -11,7 +11,7 @@ the connection's ``access`` before the handler runs, without the handler knowing
   (TOPIC_AUTHORIZATION_FAILED on every partition of a denied topic, ...).
 
 Which fields hold the items, and how a denied item is answered, is the API's ``Shape``
-(korvet/server/denials.py), declared by its handler module beside the handler
+(korvet/protocol/denials.py), declared by its handler module beside the handler
 (korvet/server/api.py). A topic named by id is authorized by the name the id resolves to; an
 unknown id goes to the handler, which answers UNKNOWN_TOPIC_ID. Without an authorizer the
 broker does not wrap at all: no check, no cost.
