@@ -29,7 +29,7 @@
   is validated as a topic name first (INVALID_TOPIC_EXCEPTION), then looked up
   (UNKNOWN_TOPIC_OR_PARTITION).
 
-Tests: tests/properties/test_admin_rules.py.
+Tests: tests/unit/core/test_admin_rules.py.
 """
 
 from __future__ import annotations
