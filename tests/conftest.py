@@ -102,6 +102,10 @@ def _file_of(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        # `pytest -k SessionTimeout` finds every test of that spec action: the replay's case
+        # and the example tests marked spec("GroupCoordinator", "SessionTimeout", ...).
+        for marker in item.iter_markers("spec"):
+            item.extra_keyword_matches.update(str(name) for name in marker.args)
         fixtures = set(getattr(item, "fixturenames", ()))
         heavy = (item.path.parent.name == "integration"
                  or any(item.get_closest_marker(m) for m in _HEAVY_MARKERS)
