@@ -5,7 +5,7 @@ boundary (``request: ProduceRequest``) instead of taking ``Any``.
     .venv/bin/python scripts/gen_messages.py            # rewrite the module
     .venv/bin/python scripts/gen_messages.py --check    # exit 1 if it is out of date
 
-Add an API to ``SERVED`` when a handler for it is added. tests/test_messages.py runs
+Add an API to ``SERVED`` when a handler for it is added. tests/unit/protocol/test_messages.py runs
 the check.
 """
 

@@ -2,7 +2,9 @@
 
 ``korvet`` (session scope) is one broker shared by the whole run: tests must use
 their own topic and group names (``unique_name``). ``fresh_korvet`` starts a
-private broker for tests that stop, kill or restart it.
+private broker for tests that stop, kill or restart it. ``redis_url`` is a bare
+redis-server of a test module's own, for the tests that run Korvet's Lua scripts
+without a broker (the state-graph replays, the script laws).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 from hypothesis import settings
 
 from korvet.process import stop_process
+from korvet.server.embedded_redis import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,19 +49,20 @@ _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
 # ran alone. The TLC models stay in one file on one worker: spread over two workers, two TLC
 # runs fought for the two cores while the other work waited (a full run took 23 min instead of 16).
 _LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest)
-    "tests/test_spec_models.py",  # 261 s of TLC runs
+    "tests/spec/test_spec_models.py",  # 261 s of TLC runs
     "tests/integration/test_groups.py",  # 193 s: four real clients' rebalances
     "tests/integration/test_spark_pipeline.py",  # 135 s
     "tests/conformance/test_kafka_conformance.py",  # 86 s
-    "tests/properties/test_coordinator_replay.py",  # 73 s
+    "tests/spec/GroupCoordinator/test_coordinator_replay.py",  # 73 s
     "tests/integration/test_security.py",  # 64 s
     "tests/integration/test_several_brokers.py",  # 47 s
     "tests/test_bench_smoke.py",  # 46 s
     "tests/conformance/test_korvet_conformance.py",  # 40 s
     "tests/conformance/test_kfake_conformance.py",  # 39 s
-    "tests/properties/test_partition_log_replay.py",  # 34 s
+    "tests/spec/PartitionLog/test_partition_log_replay.py",  # 34 s
     "tests/integration/test_clients.py",  # 31 s
-    "tests/test_spec_validate.py",  # 30 s (it came last, alone, in collection order)
+    # 30 s (it came last, alone, in collection order)
+    "tests/spec/GroupCoordinatorTrace/test_spec_validate.py",
     "tests/conformance/test_security_conformance.py",  # 30 s
     "tests/integration/test_several_brokers_on_redis_cluster.py",  # 26 s
     "tests/integration/test_redis_cluster.py",  # 25 s
@@ -98,6 +102,10 @@ def _file_of(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        # `pytest -k SessionTimeout` finds every test of that spec action: the replay's case
+        # and the example tests marked spec("GroupCoordinator", "SessionTimeout", ...).
+        for marker in item.iter_markers("spec"):
+            item.extra_keyword_matches.update(str(name) for name in marker.args)
         fixtures = set(getattr(item, "fixturenames", ()))
         heavy = (item.path.parent.name == "integration"
                  or any(item.get_closest_marker(m) for m in _HEAVY_MARKERS)
@@ -195,6 +203,18 @@ def fresh_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A private redis-server (no persistence) for one test module."""
+    with tempfile.TemporaryDirectory() as folder:
+        server = EmbeddedRedis(Path(folder), appendfsync="off")
+        url = server.start()
+        try:
+            yield url
+        finally:
+            server.stop()
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@
 The plans of the admin requests that change topics (korvet/core/create_partitions.py,
 korvet/core/alter_configs.py) answer a refused item with a ``Refusal``.
 
-Tests: tests/properties/test_admin_rules.py.
+Tests: tests/unit/core/test_admin_rules.py, tests/unit/core/test_admin_plans.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ A resource that passes them gets its ``NewConfigs``: the set to store and the st
 remove (a setting Korvet no longer knows, one Kafka removed, goes with the next change);
 nothing is written when the request only validates.
 
-Tests: tests/properties/test_admin_plans.py.
+Tests: tests/unit/core/test_admin_plans.py.
 """
 
 from __future__ import annotations

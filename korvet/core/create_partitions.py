@@ -19,7 +19,7 @@ A topic that passes them grows to the count (``Growth``), unless the request onl
 The write is conditional on the topic being what was read (storage's ``grow_partitions``); a
 topic changed in between is answered ``CHANGED_CONCURRENTLY``.
 
-Tests: tests/properties/test_admin_plans.py.
+Tests: tests/unit/core/test_admin_plans.py.
 """
 
 from __future__ import annotations

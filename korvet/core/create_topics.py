@@ -27,7 +27,7 @@ A topic that passes them is created (``validate_only``: checked by storage as a 
 would be, then left alone); what storage answers then (the topic appeared meanwhile, or its
 name collides with another's) is the handler's to report.
 
-Tests: tests/properties/test_admin_plans.py.
+Tests: tests/unit/core/test_admin_plans.py.
 """
 
 from __future__ import annotations

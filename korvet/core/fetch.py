@@ -2,7 +2,7 @@
 
 The handler (korvet/server/handlers/fetch.py) decodes the request (a ``FetchCall``), asks these rules
 which partitions may be read and how much of each, reads Redis, and asks again
-whether what it read answers the request. Tests: tests/properties/test_fetch_rules.py.
+whether what it read answers the request. Tests: tests/unit/core/test_fetch_rules.py.
 
 - Limits: ``max_bytes`` absent or not positive means no limit (Fetch v0-v2 had none);
   a negative ``partition_max_bytes`` reads nothing for that partition.

@@ -36,7 +36,7 @@ news. The rules follow Kafka's FetchSession/FetchSessionCache (facts, not code):
 State is the table ``{session id: Session}`` of frozen values. ``on_request`` and
 ``on_response`` never change it: they return a ``CacheEdit`` (sessions to drop, one to
 store) that the adapter applies, and the plan or answer for the wire. Time and the new
-session's id are inputs. The Hypothesis machine in tests/properties/test_fetch_sessions.py
+session's id are inputs. The Hypothesis machine in tests/unit/core/test_fetch_sessions.py
 drives clients that follow the protocol (and some that do not) through it.
 """
 

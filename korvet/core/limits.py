@@ -13,7 +13,7 @@ korvet/server/limits.py, which applies them).
   from or written to it for that long and no request of it is being handled; a response
   the client does not read does not keep it alive. 0 or less turns the timeout off.
 
-Tests: tests/properties/test_limit_rules.py.
+Tests: tests/unit/core/test_limit_rules.py.
 """
 
 from __future__ import annotations

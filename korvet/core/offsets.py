@@ -27,7 +27,7 @@ OFFSET_OUT_OF_RANGE); a bad sequence width raises ``SequenceBitsError``.
 
 ``offset_bits`` is the width of the offset space: 63 (a signed 64-bit Kafka
 offset) in production. The TLA+ models shrink it, because TLC's integers are
-32-bit; the replay test (tests/properties/test_offset_replay.py) builds the
+32-bit; the replay test (tests/spec/OffsetCodec/test_offset_replay.py) builds the
 codec at the model's width so the Python code meets the same boundaries.
 """
 

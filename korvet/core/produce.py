@@ -5,7 +5,7 @@ The handler (korvet/server/handlers/produce.py) only adapts: it decodes the requ
 ``ProduceCall`` (korvet/protocol/decoders/produce.py), looks each topic up, asks ``accept``
 which refusal, if any, a partition gets (in Kafka's order, below; the batches are decoded
 only when the partition passes the checks before them), sends the append, and maps the
-append's status back through ``append_refusal``. Tests: tests/properties/test_produce_rules.py.
+append's status back through ``append_refusal``. Tests: tests/unit/core/test_produce_rules.py.
 
 The rules, in the order a request meets them (Kafka's ``ReplicaManager.appendRecords``
 and ``LogValidator``):

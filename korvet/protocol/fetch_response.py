@@ -10,7 +10,7 @@ as a scatter write (server/listener.py) with no copy of the records in Python.
 
 ``FetchAnswer`` holds exactly what the Fetch handler answers (server/handlers/fetch.py): no
 aborted transactions (null), no preferred read replica (-1), no tagged fields, throttle time
-0. Versions 4 to 18, the ones served; tests/properties/test_fetch_response.py holds
+0. Versions 4 to 18, the ones served; tests/unit/protocol/test_fetch_response.py holds
 ``b"".join(frame(...))`` equal to kio's bytes for the same response in every one of them.
 """
 

@@ -6,7 +6,7 @@ broker's listener, the conformance client, the benchmark's probes, the Kafka
 launcher's readiness probe and the test proxies all feed it the bytes they
 received and take whole frames out. It does no I/O and keeps no clock (in the
 manner of h11's ``ReceiveBuffer``), so its rules are tested on their own
-(tests/properties/test_frames.py) and every caller enforces the same limits:
+(tests/unit/protocol/test_frames.py) and every caller enforces the same limits:
 
 - a size below ``min_size`` (a request needs at least its 8-byte header prefix) or
   above ``max_size`` is a ``FrameSizeError``, raised as soon as the 4 size bytes are

@@ -5,7 +5,7 @@ objects: produce goes from aiokafka's decoded records straight into the append
 script's argument list (storage/entries.py layout); fetch goes from Redis' raw
 XRANGE reply straight into aiokafka's batch builder. They live in the server layer
 because they join the storage layout (korvet.storage.entries) with the wire codec
-(korvet.protocol.records); tests/properties/test_batching.py checks both against
+(korvet.protocol.records); tests/unit/server/test_batching.py checks both against
 the plain, unfused functions of those modules.
 """
 

@@ -121,7 +121,7 @@ class PackedRecords:
 
 def pack_records(records: Sequence[Record], timestamp: int | None = None) -> PackedRecords:
     """``append_arguments`` and the RESP packing of its output in one pass: byte for byte
-    what ``hiredis.pack_command`` makes of those arguments (tests/properties/test_entries.py),
+    what ``hiredis.pack_command`` makes of those arguments (tests/unit/storage/test_entries.py),
     at a fraction of the cost, for this is the produce path's hottest loop."""
     return (_pack_values(records, timestamp) or _pack_keyed(records, timestamp)
             or _pack_fields(records, timestamp))

@@ -266,6 +266,7 @@ def test_approximate_trimming_is_per_topic(korvet: KorvetProcess, unique_name: s
     assert 100 <= kept < 1000, f"approximate trimming kept {kept} of 1000 entries"
 
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups")
 def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
     """Kafka's periodic clean-up: a group whose consumer left without committing (a console
     consumer without --group) goes from ListGroups and Redis; a group whose consumer committed
@@ -306,6 +307,7 @@ def test_empty_groups_without_offsets_are_cleaned_up(tmp_path: Any) -> None:
         broker.stop()
 
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups")
 def test_committed_offsets_expire_once_their_group_has_been_empty_for_the_retention(
         tmp_path: Any) -> None:
     """Kafka's offsets.retention.minutes (groups.offsets-retention-ms, 4 s here): a group

@@ -100,6 +100,8 @@ def logged_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
     broker.stop()
 
 
+@pytest.mark.spec("GroupCoordinatorDurable", "phase", "Step", "StepOf", "saved", "dur", "disk",
+                  "Persist", "Replies", "PersistFails", "Unavailable", "Parked")
 def test_a_group_forms_only_once_redis_takes_its_writes(logged_korvet: KorvetProcess,
                                                        unique_name: str) -> None:
     bootstrap, topic, group = logged_korvet.bootstrap, unique_name, f"{unique_name}-g"
@@ -188,6 +190,7 @@ def _resume_after_crash(broker: KorvetProcess, event_log: Path, topic: str, grou
     return generations, _generations(event_log, group)[len(generations):]
 
 
+@pytest.mark.spec("GroupCoordinatorDurable", "BrokerRestart", "bands", "loadLife", "floor", "Raise")
 def test_a_crash_whose_redis_restarted_raises_generations_to_a_new_band(
         logged_korvet: KorvetProcess, unique_name: str) -> None:
     event_log = logged_korvet.data_dir.parent / "coordinator.ndjson"
@@ -222,6 +225,7 @@ def test_the_bands_wrap_before_generations_leave_int32(logged_korvet: KorvetProc
     assert [(load["lossy"], load["floor"]) for load in loads][-1] == (True, BAND)
 
 
+@pytest.mark.spec("GroupCoordinatorDurable", "CleanStop", "durMark", "diskMark")
 def test_a_crash_whose_redis_kept_running_keeps_the_generation(tmp_path: Path,
                                                                unique_name: str) -> None:
     redis_server = EmbeddedRedis(tmp_path / "redis", appendfsync="everysec")

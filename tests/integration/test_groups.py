@@ -43,7 +43,7 @@ from korvet.verification.validate import summary, validate
 from tests.conftest import ROOT, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic
-from tests.support.event_logs import tamper_persisted, tamper_sync_assignment
+from tests.support.event_logs import VALIDATED, tamper_persisted, tamper_sync_assignment
 
 pytestmark = [pytest.mark.clients, pytest.mark.slow]
 
@@ -246,6 +246,10 @@ def assignments_by_generation(event_log: Path, group: str) -> dict[int, dict[str
     return found
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", *VALIDATED)
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchLoad", "MatchStop", note="the broker restart")
+@pytest.mark.spec("GroupCoordinatorTrace", "EnvStep",
+                  note="the embedded Redis restarts with the broker")
 @pytest.mark.parametrize("client", CLIENTS)
 def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, unique_name: str) -> None:  # noqa: PLR0915 -- one end-to-end scenario
     event_log = tmp_path / "coordinator.ndjson"

@@ -61,6 +61,9 @@ def _korvet_env(broker: KorvetProcess) -> Environment:
     return connect(broker.bootstrap, clock_url=f"http://127.0.0.1:{broker.http_port}")
 
 
+@pytest.mark.spec("GroupCoordinator", "Next", "issued", "FreshId", "MemberIdsFresh", "CompleteJoin",
+                  "RemoveMembers", "grp")
+@pytest.mark.spec("GroupCoordinator", "awaitingJoin", "awaitingSync", note="`held_back_confirmed`")
 def test_group_protocol_on_korvet_follows_the_machine(korvet_live: KorvetProcess) -> None:
     env = _korvet_env(korvet_live)
     assert env.flavour is Flavour.KORVET and env.clock is not None
@@ -73,6 +76,10 @@ def test_group_protocol_on_korvet_follows_the_machine(korvet_live: KorvetProcess
     assert env.stats.clock_moves > 0, "the test clock never moved"
 
 
+@pytest.mark.spec("GroupCoordinator", "Next", "issued", "FreshId", "MemberIdsFresh", "CompleteJoin",
+                  "RemoveMembers", "grp")
+@pytest.mark.spec("GroupCoordinator", "awaitingJoin", "awaitingSync", note="`held_back_confirmed`")
+@pytest.mark.spec("GroupCoordinator", "KORVET", note="counts in `kafka_rules`")
 def test_group_protocol_on_kafka_follows_the_machine(kafka_live: KafkaServer) -> None:
     env = connect(kafka_live.bootstrap)
     assert env.flavour is Flavour.KAFKA and env.clock is None
@@ -84,6 +91,9 @@ def test_group_protocol_on_kafka_follows_the_machine(kafka_live: KafkaServer) ->
     assert env.stats.held_back_confirmed > 0
 
 
+@pytest.mark.spec("ProducerState", "Decide", "CacheSize", "SurvivesRetention")
+@pytest.mark.spec("PartitionLog", "AppendAt", "FetchWithinBounds", "NoRecordSkipped")
+@pytest.mark.spec("OffsetCodec", "BatchConsecutive", "StrictlyIncreasing")
 def test_storage_path_on_korvet_follows_the_models(korvet_live: KorvetProcess) -> None:
     env = _korvet_env(korvet_live)
     count = examples(0.1)
@@ -93,6 +103,9 @@ def test_storage_path_on_korvet_follows_the_models(korvet_live: KorvetProcess) -
     assert env.stats.replies_compared > count * 5
 
 
+@pytest.mark.spec("ProducerState", "Decide", "CacheSize", "SurvivesRetention")
+@pytest.mark.spec("PartitionLog", "AppendAt", "FetchWithinBounds", "NoRecordSkipped")
+@pytest.mark.spec("OffsetCodec", "BatchConsecutive", "StrictlyIncreasing")
 def test_storage_path_on_kafka_follows_the_models(kafka_live: KafkaServer) -> None:
     env = connect(kafka_live.bootstrap)
     count = examples(0.1)
@@ -102,6 +115,7 @@ def test_storage_path_on_kafka_follows_the_models(kafka_live: KafkaServer) -> No
     assert env.stats.replies_compared > count * 5
 
 
+@pytest.mark.spec("GroupCoordinator", "Heartbeat", note="a mutant broker")
 def test_a_broken_rule_is_caught_and_its_script_replays(
         tmp_path: Path, korvet_live: KorvetProcess) -> None:
     mutant = KorvetProcess(tmp_path / "mutant", extra_args=KORVET_FLAGS, command=[

@@ -125,6 +125,9 @@ def _run_producer(bootstraps: tuple[str, str], topic: str, name: str, plan: list
             connection.sock.close()
 
 
+@pytest.mark.spec("ProducerState", "epoch", "nextSeq", "unacked", "net", "NoBatchStoredTwice",
+                  "DupReturnsOriginalOffsets", "OkReturnsStoredOffsets", "FencedAndInSequence",
+                  "AckedStoredOnce")
 @settings(max_examples=examples(0.12), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(plan_a=plans, plan_b=plans)
@@ -244,6 +247,7 @@ def _fetch_one(client: WireClient, topic: str, offset: int) -> Any:
     return response.responses[0].partitions[0]
 
 
+@pytest.mark.spec("PartitionLog", "ReadAhead", "ReadAheadChecked", "FetchWithinBounds")
 def test_read_ahead_never_serves_records_retention_deleted_before_the_request(
         brokers: Brokers) -> None:
     """spec/PartitionLog.tla, model PartitionLog-ReadAheadUnchecked: the broker reads the

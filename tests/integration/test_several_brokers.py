@@ -249,6 +249,7 @@ def _group_queries(bootstrap: str, group: str) -> tuple[ErrorCode, ErrorCode, Er
             ErrorCode(batch.groups[0].error_code))
 
 
+@pytest.mark.spec("CoordinatorLease", "lease", "Acquire")
 def test_find_coordinator_names_one_owner_through_every_broker(cluster: Cluster) -> None:
     answers = {_find_coordinator(b.bootstrap, "one-owner") for b in cluster.brokers}
     assert len(answers) == 1, answers
@@ -290,6 +291,7 @@ async def _stale_write(group: str, url: str, token: int, snapshot: str) -> list[
         await client.aclose()
 
 
+@pytest.mark.spec("CoordinatorLease", "TTL", "Margin", "mem", "saved", "Apply", "Refuse")
 def test_a_paused_owner_is_fenced_off_after_a_takeover(cluster: Cluster) -> None:
     group, topic = "split", "spread"
     owner_id, _ = _find_coordinator(cluster.brokers[0].bootstrap, group)
@@ -395,6 +397,7 @@ class GroupRun:
             time.sleep(0.05)
 
 
+@pytest.mark.spec("CoordinatorLease", "Crash", "NeverBackwards", "Rebalance", "Commit")
 def test_a_group_survives_its_coordinator_killed(cluster: Cluster) -> None:
     topic, group, count = "failover", "failover-group", 3000
     create_topic(cluster.brokers[0].bootstrap, topic, 3)

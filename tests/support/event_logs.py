@@ -17,7 +17,15 @@ from typing import Any
 from korvet.core import coordinator as core
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
+from korvet.verification import validate
 from korvet.verification.replay import boundary
+
+# What `korvet spec validate` checks of every log (spec/GroupCoordinatorTrace.tla): the trace,
+# the constants it binds from the log, the invariants and the properties; the tests that
+# validate logs carry it as their spec marker.
+VALIDATED = ("TraceLog", "l", "MemberIds", "Rank", "InstanceIds", "ProtocolChoices", "ProtocolNames",
+             "Partitions", "Offsets", "Assignments", "GroupMaxSize", "FsyncEveryWrite",
+             "WriteMayFail", "RaiseAfterLoss", "Stride", *validate.INVARIANTS, *validate.PROPERTIES)
 
 GROUP = "synthetic-group"
 TOPIC = "t"

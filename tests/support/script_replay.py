@@ -31,6 +31,7 @@ import redis
 
 from korvet.verification import tlc
 from korvet.verification.values import TlaValue, format_value
+from tests.support.spec_actions import ActionTally
 
 StateKey = tuple[tuple[str, TlaValue], ...]
 Snapshot = tuple[bytes | None, ...]
@@ -160,6 +161,7 @@ class WalkReport:
     actions: dict[str, int] = field(default_factory=dict)
     divergences: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    tally: ActionTally = field(default_factory=lambda: ActionTally(0))  # action by action
 
     def summary(self, graph: tlc.StateGraph) -> str:
         return (f"replayed {self.transitions:,} transitions from {self.states:,} states through "
@@ -178,7 +180,7 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
     """Breadth-first over TLC's graph; ``initial`` sets Redis up for an initial state (after
     ``store.reset()``) and returns its snapshot."""
     started = time.monotonic()
-    report = WalkReport()
+    report = WalkReport(tally=ActionTally(len(graph.states)))
     node_of = {key(state): node for node, state in graph.states.items()}
     snapshots: dict[str, Snapshot] = {}
     queue: list[str] = []
@@ -197,15 +199,17 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
         for successor in replay(state, snapshots[node]):
             target = node_of.get(key(successor.state))
             if target is None:
-                report.divergences.append(
-                    f"from {describe(state)}\n  {successor.action} gave a state TLC never "
-                    f"reached: {describe(successor.state)}")
+                problem = (f"from {describe(state)}\n  {successor.action} gave a state TLC never "
+                           f"reached: {describe(successor.state)}")
+                report.divergences.append(problem)
+                report.tally.note(successor.action, problem)
                 continue
             got.add((successor.action, target))
             if target not in snapshots:
                 snapshots[target] = successor.snapshot
                 queue.append(target)
-        if got != expected:
+        report.tally.states += 1
+        if not report.tally.compare(expected, got, node, lambda n: describe(graph.states[n])):
             missing = sorted((a, describe(graph.states[t])) for a, t in expected - got)
             extra = sorted((a, describe(graph.states[t])) for a, t in got - expected)
             report.divergences.append(
@@ -214,6 +218,8 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
         for action, _ in expected:
             report.actions[action] = report.actions.get(action, 0) + 1
         report.transitions += len(expected)
+    if index < len(queue):
+        report.tally.stopped = f"stopped after {len(report.divergences)} divergences"
     report.script_calls = store.calls
     report.seconds = time.monotonic() - started
     return report

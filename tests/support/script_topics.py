@@ -1,6 +1,6 @@
 """A store with one topic of one partition, for the tests that call the storage scripts
-straight through ``RedisStore`` (tests/properties/test_append_script.py,
-test_delete_records_script.py)."""
+straight through ``RedisStore`` (tests/spec/OffsetCodec/test_append_script.py,
+tests/unit/storage/test_delete_records_script.py)."""
 
 from __future__ import annotations
 

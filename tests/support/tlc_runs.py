@@ -1,7 +1,7 @@
 """One TLC run per model per test session, shared by the verdict test and the replays.
 
 A model that a replay walks (``DUMPED``) used to be checked twice in a run of the suite:
-once by tests/test_spec_models.py for its verdict, once more with ``-dump dot`` by the
+once by tests/spec/test_spec_models.py for its verdict, once more with ``-dump dot`` by the
 replay for its state graph. Here TLC checks it once, with the dump, and both read that
 run: the verdict test asserts the same verdict on the same TLC result, the replay walks
 the same graph.
@@ -26,15 +26,15 @@ from korvet.verification import tlc
 
 SHARE_ENV = "KORVET_TLC_RUNS"
 
-# The models a replay walks (tests/test_spec_models.py checks that each is a ci model
+# The models a replay walks (tests/spec/test_spec_models.py checks that each is a ci model
 # expected to pass): their verdict run is the run that dumps the graph.
 DUMPED = frozenset({
-    "OffsetCodec",  # tests/properties/test_offset_replay.py
-    "ProducerState",  # tests/properties/test_producer_state_replay.py
-    "PartitionLog",  # tests/properties/test_partition_log_replay.py
+    "OffsetCodec",  # tests/spec/OffsetCodec/test_offset_replay.py
+    "ProducerState",  # tests/spec/ProducerState/test_producer_state_replay.py
+    "PartitionLog",  # tests/spec/PartitionLog/test_partition_log_replay.py
     "PartitionLog-approximate",  # same
-    "GroupCoordinator-replay",  # tests/properties/test_coordinator_replay.py
-    "CoordinatorLease-replay",  # tests/properties/test_lease_replay.py
+    "GroupCoordinator-replay",  # tests/spec/GroupCoordinator/test_coordinator_replay.py
+    "CoordinatorLease-replay",  # tests/spec/CoordinatorLease/test_lease_replay.py
 })
 
 

@@ -64,6 +64,7 @@ def _without_transients(value: Any) -> Any:
     return value
 
 
+@pytest.mark.spec("GroupCoordinatorDurable", "Snapshot")
 @given(st.dictionaries(ids, groups, max_size=3))
 def test_a_snapshot_reads_back_as_the_state_without_its_transient_fields(
         by_id: dict[str, core.Group]) -> None:
@@ -75,6 +76,7 @@ def test_a_snapshot_reads_back_as_the_state_without_its_transient_fields(
     assert back.groups == {g: _without_transients(v) for g, v in state.groups.items()}
 
 
+@pytest.mark.spec("GroupCoordinatorDurable", "Snapshot")
 @given(groups)
 def test_transient_fields_never_reach_the_snapshot(group: core.Group) -> None:
     text = json.dumps(to_snapshot(core.CoordinatorState(groups={group.group_id: group})))

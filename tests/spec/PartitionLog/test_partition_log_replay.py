@@ -9,12 +9,14 @@ the storage functions the fetch path uses (_bounds, _below, foreign_bounds,
 PartitionRead.entries) and fetch.py's range check. The stream (ids, who wrote each, and
 the node count Redis reports), Redis' last-generated id, the meta hash and every fetch
 variable must be exactly TLC's successors. Copies of the scripts with one rule broken
-must diverge.
+must diverge. Each model is walked once; each action's transitions are also a test of their
+own (``test_transition_replays[PartitionLog-AppendAt]``; ``pytest -k AppendBatch`` finds it
+too), which fails when the action never fires in the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,15 @@ from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_b
 from korvet.verification import tlc
 from korvet.verification.values import Record, TlaValue
 from tests.support import tlc_runs
-from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
+from tests.support.script_replay import (
+    ScriptRedis,
+    Snapshot,
+    Successor,
+    WalkReport,
+    script_text,
+    walk,
+)
+from tests.support.spec_actions import action_cases, assert_action_replays
 
 CI_MODELS = ["PartitionLog", "PartitionLog-approximate"]
 STREAM, META, TOPIC, WAITING = "pl:stream:t:0", "pl:partition:t:0", "pl:topic:t", "pl:waiting"
@@ -337,6 +347,22 @@ class PartitionReplay:
             yield Successor("Expire", {**s, "prep": NO_PREP}, snapshot)
 
 
+def actions_of(c: Constants) -> tuple[str, ...]:
+    """The actions a model's constants enable, as TLC labels them (``AppendBatch`` is
+    ``AppendAt``: TLC names an action after the innermost operator defining it)."""
+    actions = ["AppendAt"]
+    if c.foreign_writes:
+        actions.append("XAddStar")
+    if c.consumer:
+        actions += ["Request", "FetchRange", "FetchBounds"]
+    if c.consumer and c.seek_to:
+        actions.append("Seek")
+    if c.consumer and c.read_ahead:
+        actions += ["PrepRange", "PrepBounds", "UsePrepared", "Expire"]
+    return tuple(actions)
+
+
+CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config) for name in CI_MODELS}
 _graphs: dict[str, tuple[tlc.StateGraph, Constants]] = {}
 
 
@@ -344,12 +370,12 @@ def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
     if name not in _graphs:
         graph, _ = tlc_runs.state_graph(name)
         assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-        _graphs[name] = graph, Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
+        _graphs[name] = graph, CONSTANTS[name]
     return _graphs[name]
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
-            mutate: tuple[str, str, str] | None = None) -> Any:
+            mutate: tuple[str, str, str] | None = None) -> WalkReport:
     """Walk the graph; a mutated script stops at its first divergence."""
     def text(name: str) -> str:
         rule = (mutate[1], mutate[2]) if mutate and mutate[0] == name else None
@@ -366,38 +392,66 @@ def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
         store.close()
 
 
-@pytest.mark.parametrize("name", CI_MODELS)
-def test_every_transition_replays_through_the_scripts(redis_url: str, name: str) -> None:
+@pytest.fixture(scope="module")
+def walked(redis_url: str) -> Callable[[str], WalkReport]:
+    """The real scripts' walk of a model's whole graph, once per model and module."""
+    reports: dict[str, WalkReport] = {}
+
+    def of(name: str) -> WalkReport:
+        if name not in reports:
+            graph, c = _model(name)
+            reports[name] = _replay(redis_url, graph, c)
+            print(f"\n{name}: " + reports[name].summary(graph))
+        return reports[name]
+    return of
+
+
+@pytest.mark.spec("PartitionLog", "Spec", "Bits", "OffsetBits", "Clocks", "FetchCount", "Consumer",
+                  "ReadAhead", "ReadAheadChecked", "ReadAheadSameOffset", "SeekTo", "stream",
+                  "lastGen", "exists", "fill", "meta", "pos", "f", "prep", "resp", "BoundsAt",
+                  "BoundsWrite", "ForeignHW", "LogStartNow", "Answer", "Records", "XRange")
+@pytest.mark.spec("PartitionLog", "TimeRetention", "RetentionMs", "SizeRetention", "MaxLen",
+                  "Approximate", note="the real `trim_policy`")
+@pytest.mark.parametrize("name", [
+    pytest.param("PartitionLog", marks=pytest.mark.spec("PartitionLog", "ForeignWrites")),
+    pytest.param("PartitionLog-approximate", marks=pytest.mark.spec(
+        "PartitionLog", "NodeSize", note="Redis' node count checked")),
+])
+def test_every_transition_replays_through_the_scripts(walked: Callable[[str], WalkReport],
+                                                      name: str) -> None:
     graph, c = _model(name)
-    report = _replay(redis_url, graph, c)
-    print(f"\n{name}: " + report.summary(graph))
+    report = walked(name)
     assert not report.divergences, "the scripts diverge from PartitionLog:\n" + "\n".join(
         report.divergences)
     assert report.states == graph.result.distinct == len(graph.states)
     assert report.transitions == sum(len(set(v)) for v in graph.edges.values())
-    expected = {"AppendAt"}
-    if c.consumer:
-        expected |= {"Request", "FetchRange", "FetchBounds"}
-    if c.foreign_writes:
-        expected.add("XAddStar")
-    if c.consumer and c.seek_to:
-        expected.add("Seek")
-    if c.consumer and c.read_ahead:
-        expected |= {"PrepRange", "PrepBounds", "UsePrepared", "Expire"}
-    assert set(report.actions) == expected
+    assert set(report.actions) == set(actions_of(c))
+
+
+@pytest.mark.parametrize(("name", "action"), [
+    case for name in CI_MODELS
+    for case in action_cases("PartitionLog", name, actions_of(CONSTANTS[name]), with_model=True,
+                             aliases={"AppendAt": ["AppendBatch"]})])
+def test_transition_replays(walked: Callable[[str], WalkReport], name: str, action: str) -> None:
+    """Every transition of one action of a model, replayed through the scripts."""
+    assert_action_replays(walked(name).tally, action)
 
 
 @pytest.mark.parametrize("script,rule,broken", [
     # bounds.lua sets `last` on a read again, as it did (the high watermark of an empty
     # partition then comes from a last id nothing was written at).
-    ("bounds.lua", "redis.call('HSET', KEYS[2], 'start', start)",
-     "redis.call('HSET', KEYS[2], 'start', start, 'last', start)"),
+    pytest.param("bounds.lua", "redis.call('HSET', KEYS[2], 'start', start)",
+                 "redis.call('HSET', KEYS[2], 'start', start, 'last', start)",
+                 id="bounds-writes-last", marks=pytest.mark.spec("PartitionLog", "BoundsWrite")),
     # Exact MAXLEN trimming forgets to raise the log start.
-    ("append.lua", "      raise_start(after(entry_last(removed[#removed])))", "      local _ = removed"),
+    pytest.param("append.lua", "      raise_start(after(entry_last(removed[#removed])))",
+                 "      local _ = removed",
+                 id="maxlen-keeps-start", marks=pytest.mark.spec("PartitionLog", "AppendAt")),
     # After a refused first XADD the script keeps the stale meta last (fails, as it did).
-    ("append.lua", "  last_ms, last_seq_id = stream_last_id()\n  ms, seq = first_after",
-     "  ms, seq = first_after"),
-], ids=["bounds-writes-last", "maxlen-keeps-start", "stale-last-after-xadd-star"])
+    pytest.param("append.lua", "  last_ms, last_seq_id = stream_last_id()\n  ms, seq = first_after",
+                 "  ms, seq = first_after", id="stale-last-after-xadd-star",
+                 marks=pytest.mark.spec("PartitionLog", "AppendAt")),
+])
 def test_a_broken_rule_is_caught(redis_url: str, script: str, rule: str, broken: str) -> None:
     graph, c = _model(CI_MODELS[0])
     try:

@@ -3,7 +3,7 @@ send Redis exactly the command that packing the readable argument layout
 (``entries.append_arguments``) with hiredis sends, for every kind of record, or stored
 records would differ from what was produced. (That append.lua stores what
 ``entries.entry_fields`` says, whichever layout the arguments came in, is checked on a real
-Redis in tests/properties/test_append_script.py.)"""
+Redis in tests/spec/OffsetCodec/test_append_script.py.)"""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from kio.schema.index import api_key_map
 from korvet.server.broker import Broker
 from korvet.settings import load
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MESSAGES = ROOT / "korvet" / "protocol" / "messages.py"
 
 

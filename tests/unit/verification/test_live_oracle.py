@@ -39,6 +39,7 @@ def test_java_string_hash_matches_known_values() -> None:
     assert java_string_hash("roundrobin") - 2**32 == -128548644
 
 
+@pytest.mark.spec("GroupCoordinator", "SelectProtocol")
 def test_the_harness_protocol_names_sit_in_distinct_hashmap_buckets() -> None:
     """kafka_vote is exact only if no two names share a bucket (then insertion order counts)."""
     slots = [java_hashmap_slot(name) for name in act.PROTOCOL_NAMES]
@@ -51,6 +52,7 @@ def _member(member_id: str, *names: str) -> core.Member:
                        tuple(core.Protocol(n, b"") for n in names))
 
 
+@pytest.mark.spec("GroupCoordinator", "SelectProtocol")
 def test_a_tied_vote_goes_to_sticky_on_kafka_and_range_on_korvet() -> None:
     members = [_member("a", "sticky", "range"), _member("b", "range", "sticky")]
     assert kafka_vote(members) == "sticky"
@@ -78,6 +80,7 @@ def test_a_tied_vote_goes_to_sticky_on_kafka_and_range_on_korvet() -> None:
     assert vote() == "range", "the machine's own rule is back after the context"
 
 
+@pytest.mark.spec("GroupCoordinator", "issued", "FreshId", "MemberIdsFresh")
 def test_binding_checks_prefix_and_freshness() -> None:
     oracle = GroupOracle(core.Config(), Flavour.KORVET, 0)
     first = oracle.placeholder("live0")
@@ -103,6 +106,7 @@ def _oracle_with_three_members(flavour: Flavour) -> tuple[GroupOracle, list[str]
     return oracle, ids
 
 
+@pytest.mark.spec("GroupCoordinator", "CompleteJoin", "RemoveMembers")
 @pytest.mark.parametrize("flavour", list(Flavour))
 def test_a_removed_leaders_successor_is_known_on_korvet_and_a_set_on_kafka(
         flavour: Flavour) -> None:
@@ -139,6 +143,7 @@ def test_an_unknown_action_in_a_script_is_a_clear_error() -> None:
         act.from_json({"do": "join", "sim": 0, "version": 4, "colour": "red"})
 
 
+@pytest.mark.spec("ProducerState", "Decide")
 def test_decide_is_producer_states_table() -> None:
     assert decide(None, 0, 7, 9) == OK  # unknown producer: any sequence
     state = PState(epoch=1, last=4, cache=[(3, 4, 100), (0, 2, 90)])
@@ -150,6 +155,7 @@ def test_decide_is_producer_states_table() -> None:
     assert decide(state, 2, 1, 1) == OUT_OF_ORDER
 
 
+@pytest.mark.spec("PartitionLog", "AppendAt", note="size retention")
 def test_size_retention_moves_the_log_start_past_the_last_removed_record() -> None:
     model = PartitionModel(dense=False, retention=2, start=1000, high_watermark=1000)
     model.append(Batch(7, 0, 0, (b"a", b"b"), (1, 2)), 1000)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -74,6 +75,8 @@ async def _run(url: str, ops: list[tuple[str, str, int]]) -> None:
         await client.aclose()
 
 
+@pytest.mark.spec("CoordinatorLease", "Acquire", "Renew", "RenewRefused", "Apply", "Refuse",
+                  note="the Lua scripts against the rules")
 @settings(max_examples=examples(0.5), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(op, max_size=25))

@@ -517,7 +517,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert parked <= self.outstanding
 
 
+# The machine checks every invariant of spec/GroupCoordinator.tla after every step (the
+# state's, the effects' and GenerationIncreases); its rules take actions the example tests
+# below do not all reach.
 TestCoordinatorMachine = CoordinatorMachine.TestCase
+for _mark in (pytest.mark.spec("GroupCoordinator", *INVARIANTS, *OUTPUT_INVARIANTS,
+                               "GenerationIncreases"),
+              pytest.mark.spec("GroupCoordinator", "Restart", note="rule `restart`"),
+              pytest.mark.spec("GroupCoordinator", "DeleteGroups",
+                               note="rules `periodic_clean_up`, `offsets_expire`"),
+              pytest.mark.spec("GroupCoordinatorLive", "RebalanceCompletes",
+                               note="rule `rebalance_completes` asserts Stable")):
+    TestCoordinatorMachine = _mark(TestCoordinatorMachine)
 TestCoordinatorMachine.settings = settings(
     max_examples=examples(3), stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
@@ -525,6 +536,7 @@ TestCoordinatorMachine.settings = settings(
 
 # --- example tests: error codes ------------------------------------------------------------
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups")
 def test_the_clean_up_removes_an_empty_group_without_offsets_only() -> None:
     """What Kafka's periodic clean-up removes: a group its last member left without
     committing (a console consumer without --group); a group with committed offsets
@@ -540,6 +552,7 @@ def test_the_clean_up_removes_an_empty_group_without_offsets_only() -> None:
     assert [g.group_id for g in list_groups(h.state)] == ["active", "committed"]
 
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups")
 def test_offsets_expire_once_their_group_has_been_empty_for_the_retention() -> None:
     """Kafka's offsets.retention.minutes for classic groups: an Empty group's offsets go
     once it has been Empty (here: last active) for the retention; a group with members
@@ -564,6 +577,7 @@ def test_offsets_expire_once_their_group_has_been_empty_for_the_retention() -> N
     assert [g.group_id for g in list_groups(h.state)] == ["active", "standalone"]
 
 
+@pytest.mark.spec("GroupCoordinator", "Heartbeat", "UNKNOWN_MEMBER_ID")
 def test_unknown_member_id_for_a_heartbeat_of_a_member_the_group_does_not_know() -> None:
     h = Harness()
     h.stable_group("a")
@@ -571,6 +585,7 @@ def test_unknown_member_id_for_a_heartbeat_of_a_member_the_group_does_not_know()
     assert h.heartbeat("nogroup", "ghost", 1) is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup", "UNKNOWN_MEMBER_ID")
 def test_unknown_member_id_for_a_join_with_a_member_id_the_group_never_gave() -> None:
     h = Harness()
     _, (reply,) = h.join("g", "made-up-id")
@@ -579,6 +594,7 @@ def test_unknown_member_id_for_a_join_with_a_member_id_the_group_never_gave() ->
     assert "g" not in h.state.groups  # no group is created for it
 
 
+@pytest.mark.spec("GroupCoordinator", "SyncGroup", "UNKNOWN_MEMBER_ID")
 def test_unknown_member_id_for_a_sync_to_an_empty_group() -> None:
     h = Harness()
     h.commit("g", "", -1)  # a simple group: Empty
@@ -587,6 +603,7 @@ def test_unknown_member_id_for_a_sync_to_an_empty_group() -> None:
     assert reply.error is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@pytest.mark.spec("GroupCoordinator", "Heartbeat", "SyncGroup", "ILLEGAL_GENERATION")
 def test_illegal_generation_for_a_heartbeat_and_sync_of_an_old_generation() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -597,6 +614,7 @@ def test_illegal_generation_for_a_heartbeat_and_sync_of_an_old_generation() -> N
     assert reply.error is ErrorCode.ILLEGAL_GENERATION
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit", "StaleCommitNeverStored")
 def test_stale_commit_is_rejected_and_not_stored() -> None:
     h = Harness()
     ids = h.stable_group("a")
@@ -609,6 +627,7 @@ def test_stale_commit_is_rejected_and_not_stored() -> None:
     assert offset_fetch(h.state, "g", [TopicPartition("t", 0)]) == ((TopicPartition("t", 0), None),)
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit")
 def test_commit_of_the_current_generation_is_persisted_then_answered() -> None:
     h = Harness()
     ids = h.stable_group("a")
@@ -619,6 +638,7 @@ def test_commit_of_the_current_generation_is_persisted_then_answered() -> None:
     assert persist.offsets == ((TopicPartition("t", 0), CommittedOffset(42)),)
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit", "ILLEGAL_GENERATION", "GROUP_ID_NOT_FOUND")
 def test_illegal_generation_or_group_id_not_found_for_a_commit_to_an_unknown_group() -> None:
     h = Harness()
     reply = only(h.commit("g", "m", 3), OffsetCommitReply)
@@ -630,6 +650,7 @@ def test_illegal_generation_or_group_id_not_found_for_a_commit_to_an_unknown_gro
     assert "g" not in h.state.groups
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit")
 def test_commit_without_group_management_creates_a_simple_group() -> None:
     h = Harness()
     effects = h.commit("g", "", -1, offset=7)
@@ -638,6 +659,7 @@ def test_commit_without_group_management_creates_a_simple_group() -> None:
     assert describe_group(h.state, "g").protocol_type == ""
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit", "UNKNOWN_MEMBER_ID")
 def test_unknown_member_id_for_a_generationless_commit_to_a_group_with_members() -> None:
     h = Harness()
     h.stable_group("a")
@@ -646,6 +668,7 @@ def test_unknown_member_id_for_a_generationless_commit_to_a_group_with_members()
     assert reply.partitions[0].error is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@pytest.mark.spec("GroupCoordinator", "Heartbeat", "SyncGroup", "REBALANCE_IN_PROGRESS")
 def test_rebalance_in_progress_for_heartbeat_and_sync_while_preparing() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -658,6 +681,7 @@ def test_rebalance_in_progress_for_heartbeat_and_sync_while_preparing() -> None:
     assert reply.error is ErrorCode.REBALANCE_IN_PROGRESS
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit")
 def test_commit_of_the_previous_generation_is_stored_while_preparing_a_rebalance() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -667,6 +691,7 @@ def test_commit_of_the_previous_generation_is_stored_while_preparing_a_rebalance
     assert replies(effects, PersistOffsets)
 
 
+@pytest.mark.spec("GroupCoordinator", "OffsetCommit", "REBALANCE_IN_PROGRESS")
 def test_rebalance_in_progress_for_a_commit_while_completing_the_rebalance() -> None:
     h = Harness()
     for client in ("a", "b"):
@@ -681,6 +706,7 @@ def test_rebalance_in_progress_for_a_commit_while_completing_the_rebalance() -> 
     assert reply.partitions[0].error is ErrorCode.REBALANCE_IN_PROGRESS
 
 
+@pytest.mark.spec("GroupCoordinator", "LeaveGroup", "REBALANCE_IN_PROGRESS")
 def test_held_back_syncs_get_rebalance_in_progress_when_a_member_leaves() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -698,6 +724,7 @@ def test_held_back_syncs_get_rebalance_in_progress_when_a_member_leaves() -> Non
     assert answer.request_id == sync_rid and answer.error is ErrorCode.REBALANCE_IN_PROGRESS
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup", "issued", "FreshId", "MEMBER_ID_REQUIRED")
 def test_member_id_required_for_a_v4_join_without_member_id_then_the_rejoin_joins() -> None:
     h = Harness()
     _, (reply,) = h.join("g", client="a")
@@ -714,6 +741,7 @@ def test_member_id_required_for_a_v4_join_without_member_id_then_the_rejoin_join
     assert [m.member_id for m in answer.members] == [reply.member_id]
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup")
 def test_v3_join_without_member_id_joins_at_once() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -722,6 +750,7 @@ def test_v3_join_without_member_id_joins_at_once() -> None:
     assert g.state is GroupState.PREPARING_REBALANCE
 
 
+@pytest.mark.spec("GroupCoordinator", "PendingMemberTimeout")
 def test_pending_member_id_expires_after_the_session_timeout() -> None:
     h = Harness()
     _, (reply,) = h.join("g", client="a")
@@ -733,6 +762,7 @@ def test_pending_member_id_expires_after_the_session_timeout() -> None:
     assert late.error is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@pytest.mark.spec("GroupCoordinator", "ReplaceStaticMember", "FENCED_INSTANCE_ID")
 def test_fenced_instance_id_for_the_old_member_id_of_a_replaced_static_member() -> None:
     h = Harness()
     h.join("g", instance="i1", client="a")
@@ -758,6 +788,7 @@ def test_fenced_instance_id_for_the_old_member_id_of_a_replaced_static_member() 
     assert reply_old.partitions[0].error is ErrorCode.FENCED_INSTANCE_ID
 
 
+@pytest.mark.spec("GroupCoordinator", "ReplaceStaticMember")
 def test_static_member_rejoin_with_v9_tells_the_leader_to_skip_assignment() -> None:
     h = Harness()
     h.join("g", instance="i1", client="a")
@@ -771,6 +802,7 @@ def test_static_member_rejoin_with_v9_tells_the_leader_to_skip_assignment() -> N
     assert [m.member_id for m in reply.members] == [reply.member_id]
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup", "INCONSISTENT_GROUP_PROTOCOL")
 def test_inconsistent_group_protocol_for_a_join_sharing_no_protocol() -> None:
     h = Harness()
     h.stable_group("a")
@@ -782,6 +814,7 @@ def test_inconsistent_group_protocol_for_a_join_sharing_no_protocol() -> None:
     assert reply.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
+@pytest.mark.spec("GroupCoordinator", "SyncGroup", "INCONSISTENT_GROUP_PROTOCOL")
 def test_inconsistent_group_protocol_for_a_sync_naming_another_protocol() -> None:
     h = Harness()
     ids = h.stable_group("a")
@@ -790,6 +823,7 @@ def test_inconsistent_group_protocol_for_a_sync_naming_another_protocol() -> Non
     assert reply.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup", "INVALID_SESSION_TIMEOUT")
 @pytest.mark.parametrize("session_ms", [5_999, 1_800_001])
 def test_invalid_session_timeout_outside_the_brokers_bounds(session_ms: int) -> None:
     h = Harness()
@@ -799,6 +833,7 @@ def test_invalid_session_timeout_outside_the_brokers_bounds(session_ms: int) -> 
     assert h.state.groups == {}
 
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups", "NON_EMPTY_GROUP")
 def test_non_empty_group_cannot_be_deleted() -> None:
     h = Harness()
     h.stable_group("a")
@@ -808,6 +843,7 @@ def test_non_empty_group_cannot_be_deleted() -> None:
     assert h.state.groups["g"].state is GroupState.STABLE
 
 
+@pytest.mark.spec("GroupCoordinator", "DeleteGroups", "GROUP_ID_NOT_FOUND")
 def test_group_id_not_found_for_deleting_an_unknown_group() -> None:
     h = Harness()
     reply = only(h.delete("nope"), DeleteGroupsReply)
@@ -815,6 +851,7 @@ def test_group_id_not_found_for_deleting_an_unknown_group() -> None:
     assert reply.results[0].error is ErrorCode.GROUP_ID_NOT_FOUND
 
 
+@pytest.mark.spec("GroupCoordinator", "GroupDataDeleted", "COORDINATOR_NOT_AVAILABLE")
 def test_coordinator_not_available_while_a_deleted_group_is_cleaned_up() -> None:
     h = Harness()
     h.commit("g", "", -1, offset=3)
@@ -841,6 +878,7 @@ def test_coordinator_not_available_while_a_deleted_group_is_cleaned_up() -> None
     assert join.error is ErrorCode.MEMBER_ID_REQUIRED  # a new group of the same name
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup", "GROUP_MAX_SIZE_REACHED")
 def test_group_max_size_reached_for_one_member_too_many() -> None:
     h = Harness(state=initial_state(Config(group_max_size=1)))
     h.stable_group("a")
@@ -875,6 +913,7 @@ def test_offset_metadata_too_large_is_refused_per_partition() -> None:
     assert not replies(effects, PersistOffsets)
 
 
+@pytest.mark.spec("GroupCoordinator", "LeaveGroup", "UNKNOWN_MEMBER_ID")
 def test_leave_of_an_unknown_group_answers_each_member_unknown() -> None:
     h = Harness()
     reply = only(h.leave("g", ("a", None), ("", "i1")), LeaveGroupReply)
@@ -885,6 +924,7 @@ def test_leave_of_an_unknown_group_answers_each_member_unknown() -> None:
 
 # --- example tests: behaviour ----------------------------------------------------------------
 
+@pytest.mark.spec("GroupCoordinator", "StableAssignmentFromLeader")
 def test_two_members_join_sync_and_hold_the_leaders_assignment() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -898,6 +938,7 @@ def test_two_members_join_sync_and_hold_the_leaders_assignment() -> None:
     assert list_groups(h.state, states=["stable"])[0].group_id == "g"
 
 
+@pytest.mark.spec("GroupCoordinator", "SyncGroup")
 def test_followers_sync_is_answered_when_the_leader_sends_the_assignment() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -913,6 +954,7 @@ def test_followers_sync_is_answered_when_the_leader_sends_the_assignment() -> No
     assert answers[rid].assignment == b"F" and answers[rid].error is ErrorCode.NONE
 
 
+@pytest.mark.spec("GroupCoordinator", "SyncGroup")
 def test_missing_members_get_an_empty_assignment() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -925,6 +967,7 @@ def test_missing_members_get_an_empty_assignment() -> None:
     assert h.state.groups["g"].members[follower].assignment == b""
 
 
+@pytest.mark.spec("GroupCoordinator", "RebalanceTimeout")
 def test_initial_rebalance_delay_is_extended_while_members_arrive() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -936,6 +979,7 @@ def test_initial_rebalance_delay_is_extended_while_members_arrive() -> None:
     assert len([e for e in completed if isinstance(e, JoinGroupReply)]) == 2
 
 
+@pytest.mark.spec("GroupCoordinator", "SessionTimeout")
 def test_session_expiry_of_a_member_rebalances_the_rest() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -951,6 +995,7 @@ def test_session_expiry_of_a_member_rebalances_the_rest() -> None:
     assert g.state is GroupState.COMPLETING_REBALANCE and g.generation == generation + 1
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup")
 def test_leader_rejoin_in_stable_starts_a_rebalance_follower_rejoin_does_not() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -964,6 +1009,7 @@ def test_leader_rejoin_in_stable_starts_a_rebalance_follower_rejoin_does_not() -
     assert h.state.groups["g"].state.value == "PreparingRebalance"
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinGroup")
 def test_changed_metadata_starts_a_rebalance() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -971,6 +1017,7 @@ def test_changed_metadata_starts_a_rebalance() -> None:
     assert h.state.groups["g"].state is GroupState.PREPARING_REBALANCE
 
 
+@pytest.mark.spec("GroupCoordinator", "SelectProtocol")
 def test_protocol_vote_picks_the_most_preferred_common_protocol() -> None:
     h = Harness()
     h.join("g", client="a", protocols=BOTH, v4=False)
@@ -981,6 +1028,7 @@ def test_protocol_vote_picks_the_most_preferred_common_protocol() -> None:
     assert h.state.groups["g"].protocol_name == "roundrobin"  # two votes to one
 
 
+@pytest.mark.spec("GroupCoordinator", "LeaveGroup")
 def test_last_member_leaving_empties_the_group_with_a_new_generation() -> None:
     h = Harness()
     ids = h.stable_group("a")
@@ -990,6 +1038,7 @@ def test_last_member_leaving_empties_the_group_with_a_new_generation() -> None:
     assert g.state is GroupState.EMPTY and g.generation == generation + 1 and not g.members
 
 
+@pytest.mark.spec("GroupCoordinator", "LeaveGroup")
 def test_admin_removes_a_static_member_by_instance_id() -> None:
     h = Harness()
     h.join("g", instance="i1", client="a")
@@ -1000,6 +1049,7 @@ def test_admin_removes_a_static_member_by_instance_id() -> None:
     assert not h.state.groups["g"].members
 
 
+@pytest.mark.spec("GroupCoordinator", "PendingSyncTimeout")
 def test_members_that_never_sync_are_removed_after_the_rebalance_timeout() -> None:
     h = Harness()
     h.join("g", client="a", v4=False)
@@ -1014,6 +1064,7 @@ def test_members_that_never_sync_are_removed_after_the_rebalance_timeout() -> No
     assert set(g.members) <= {leader} and g.state is not GroupState.STABLE
 
 
+@pytest.mark.spec("GroupCoordinator", "SessionTimeout")
 def test_new_member_waiting_in_join_expires_after_the_new_member_timeout() -> None:
     h = Harness()
     ids = h.stable_group("a")
@@ -1024,6 +1075,7 @@ def test_new_member_waiting_in_join_expires_after_the_new_member_timeout() -> No
     assert ids["a"] not in h.state.groups["g"].members
 
 
+@pytest.mark.spec("GroupCoordinator", "Restart")
 def test_restart_keeps_generations_assignments_and_commits() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -1039,6 +1091,7 @@ def test_restart_keeps_generations_assignments_and_commits() -> None:
     assert next_deadline(h.state) is not None and next_deadline(h.state) > h.now  # type: ignore[operator]
 
 
+@pytest.mark.spec("GroupCoordinator", "Restart")
 def test_restart_drops_held_back_requests_and_members_rejoin() -> None:
     h = Harness()
     ids = h.stable_group("a", "b")
@@ -1053,6 +1106,7 @@ def test_restart_drops_held_back_requests_and_members_rejoin() -> None:
     assert g.state is GroupState.COMPLETING_REBALANCE and g.generation == generation + 1
 
 
+@pytest.mark.spec("GroupCoordinator", "Restart")
 def test_restart_orders_the_clean_up_of_a_dead_group_again() -> None:
     h = Harness()
     h.commit("g", "", -1)

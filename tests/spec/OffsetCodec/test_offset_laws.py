@@ -46,6 +46,7 @@ offsets = st.integers(0, INT64_MAX)
 
 # --- TypeOK ---------------------------------------------------------------------------
 
+@pytest.mark.spec("OffsetCodec", "TypeOK")
 @given(codec=codecs, data=st.data())
 def test_TypeOK(codec: OffsetCodec, data: st.DataObject) -> None:
     """decode maps every offset into the valid domain, encode every valid id into 0..2^63-1."""
@@ -58,6 +59,7 @@ def test_TypeOK(codec: OffsetCodec, data: st.DataObject) -> None:
 
 # --- RoundTrip ------------------------------------------------------------------------
 
+@pytest.mark.spec("OffsetCodec", "RoundTrip", "Encode", "EncodeId", "Decode")
 @given(codec=codecs, data=st.data())
 def test_RoundTrip(codec: OffsetCodec, data: st.DataObject) -> None:
     entry = data.draw(valid_ids(codec))
@@ -68,6 +70,7 @@ def test_RoundTrip(codec: OffsetCodec, data: st.DataObject) -> None:
     assert EntryId.parse(str(codec.decode(offset)).encode()) == codec.decode(offset)
 
 
+@pytest.mark.spec("OffsetCodec", "RoundTrip", "SeqLimit", "Decode")
 @given(codec=codecs, data=st.data())
 def test_RoundTrip_carry(codec: OffsetCodec, data: st.DataObject) -> None:
     """CodecCarry: the offset after a millisecond's last one is the next millisecond's first."""
@@ -75,6 +78,7 @@ def test_RoundTrip_carry(codec: OffsetCodec, data: st.DataObject) -> None:
     assert codec.decode(codec.encode(ms, codec.seq_limit - 1) + 1) == EntryId(ms + 1, 0)
 
 
+@pytest.mark.spec("OffsetCodec", "RoundTrip")
 def test_RoundTrip_examples() -> None:
     codec = OffsetCodec(DEFAULT_SEQUENCE_BITS)
     assert codec.encode(NOW_2026, 0) == NOW_2026 * 1024
@@ -84,6 +88,7 @@ def test_RoundTrip_examples() -> None:
 
 # --- OrderPreserved -------------------------------------------------------------------
 
+@pytest.mark.spec("OffsetCodec", "OrderPreserved", "IdLess")
 @given(codec=codecs, data=st.data())
 def test_OrderPreserved(codec: OffsetCodec, data: st.DataObject) -> None:
     """Offsets compare as the ids they encode (Redis' ms-then-seq order), both ways."""
@@ -97,6 +102,7 @@ def test_OrderPreserved(codec: OffsetCodec, data: st.DataObject) -> None:
 
 # --- FitsInt64 at the end of the range --------------------------------------------------
 
+@pytest.mark.spec("OffsetCodec", "FitsInt64", "MaxOffset", "MaxMs", "RejectBatch")
 @given(codec=codecs)
 def test_FitsInt64(codec: OffsetCodec) -> None:
     """The last valid id encodes to exactly 2^63-1; nothing beyond it has an offset."""
@@ -115,6 +121,7 @@ def test_FitsInt64(codec: OffsetCodec) -> None:
         codec.reserve(INT64_MAX, NOW_2026, 1)
 
 
+@pytest.mark.spec("OffsetCodec", "FitsInt64", "MaxMs")
 def test_FitsInt64_bits_bound() -> None:
     """22 bits is the widest sequence that still leaves today's clock (41 bits) an offset."""
     assert OffsetCodec(22).max_ms >= NOW_2026
@@ -132,6 +139,7 @@ def test_negative_offsets_are_rejected(codec: OffsetCodec, offset: int) -> None:
         codec.reserve(offset, NOW_2026, 1)
 
 
+@pytest.mark.spec("RedisStarIds", "SeedClaim_SeqFitsBits")
 @given(codec=codecs, data=st.data())
 def test_sequence_wider_than_bits_is_rejected(codec: OffsetCodec, data: st.DataObject) -> None:
     ms = data.draw(st.integers(0, codec.max_ms))
@@ -152,6 +160,7 @@ def test_millisecond_out_of_range_is_rejected(codec: OffsetCodec, data: st.DataO
             codec.last_offset_of(EntryId(ms, 0))
 
 
+@pytest.mark.spec("OffsetCodec", "Bits")
 @given(bits=st.one_of(st.integers(max_value=MIN_SEQUENCE_BITS - 1),
                       st.integers(min_value=MAX_SEQUENCE_BITS + 1)))
 def test_bits_out_of_range_are_rejected(bits: int) -> None:
@@ -159,6 +168,7 @@ def test_bits_out_of_range_are_rejected(bits: int) -> None:
         OffsetCodec(bits)
 
 
+@pytest.mark.spec("OffsetCodec", "OffsetBits")
 @given(bits=bits_strategy, offset_bits=st.one_of(st.integers(max_value=0), st.integers(min_value=64)))
 def test_offset_width_out_of_range_is_rejected(bits: int, offset_bits: int) -> None:
     with pytest.raises(SequenceBitsError):
@@ -167,6 +177,7 @@ def test_offset_width_out_of_range_is_rejected(bits: int, offset_bits: int) -> N
         OffsetCodec(bits, offset_bits=bits)  # no room left for a millisecond
 
 
+@pytest.mark.spec("OffsetCodec", "Bits")
 def test_bits_of_the_wrong_type_are_rejected() -> None:
     for bad in (True, 10.0, "10"):
         with pytest.raises(SequenceBitsError):
@@ -186,6 +197,7 @@ def test_errors_are_typed() -> None:
 
 # --- the append rule --------------------------------------------------------------------
 
+@pytest.mark.spec("OffsetCodec", "Floor", "FirstOffset", "Fits")
 @given(codec=codecs, data=st.data())
 def test_reserve_starts_at_the_smallest_allowed_offset(codec: OffsetCodec,
                                                        data: st.DataObject) -> None:
@@ -206,6 +218,8 @@ def test_reserve_starts_at_the_smallest_allowed_offset(codec: OffsetCodec,
     assert reserved[-1] <= INT64_MAX
 
 
+@pytest.mark.spec("OffsetCodec", "XAddAccepted", "LastOffset")
+@pytest.mark.spec("RedisStarIds", "SeedClaim_SeqFitsBits")
 @given(codec=codecs, data=st.data())
 def test_XAddAccepted_after_ids_the_broker_did_not_write(codec: OffsetCodec,
                                                          data: st.DataObject) -> None:
@@ -229,6 +243,7 @@ def test_XAddAccepted_after_ids_the_broker_did_not_write(codec: OffsetCodec,
     assert (first.ms, first.seq) > (foreign.ms, foreign.seq)
 
 
+@pytest.mark.spec("OffsetCodec", "LastOffset")
 def test_a_new_stream_never_gets_offset_zero() -> None:
     """Redis refuses the id 0-0 (an empty stream's last-generated id), even at clock 0."""
     codec = OffsetCodec(DEFAULT_SEQUENCE_BITS)
@@ -326,6 +341,7 @@ def runs(draw: st.DrawFn) -> Partition:
 LOG_SETTINGS = settings(max_examples=examples(3), deadline=None)
 
 
+@pytest.mark.spec("OffsetCodec", "UniqueEntryIds", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_UniqueEntryIds(run: Partition) -> None:
@@ -333,6 +349,7 @@ def test_UniqueEntryIds(run: Partition) -> None:
     assert len(set(run.offsets)) == len(run.offsets)
 
 
+@pytest.mark.spec("OffsetCodec", "BatchConsecutive", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_BatchConsecutive(run: Partition) -> None:
@@ -342,12 +359,14 @@ def test_BatchConsecutive(run: Partition) -> None:
             range(base, base + count))
 
 
+@pytest.mark.spec("OffsetCodec", "StrictlyIncreasing", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_StrictlyIncreasing(run: Partition) -> None:
     assert all(a < b for a, b in zip(run.offsets, run.offsets[1:], strict=False))
 
 
+@pytest.mark.spec("OffsetCodec", "XAddAccepted", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_XAddAccepted(run: Partition) -> None:
@@ -358,6 +377,7 @@ def test_XAddAccepted(run: Partition) -> None:
     assert run.last_id == (run.ids[-1] if run.ids else EntryId(0, 0))
 
 
+@pytest.mark.spec("OffsetCodec", "FitsInt64", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_FitsInt64_over_the_log(run: Partition) -> None:
@@ -365,6 +385,7 @@ def test_FitsInt64_over_the_log(run: Partition) -> None:
     assert all(0 <= e.ms <= run.codec.max_ms and 0 <= e.seq < run.codec.seq_limit for e in run.ids)
 
 
+@pytest.mark.spec("OffsetCodec", "RoundTrip", "OrderPreserved", "AppendBatch")
 @LOG_SETTINGS
 @given(run=runs())
 def test_all_log_invariants_with_concurrent_producers(run: Partition) -> None:
@@ -399,6 +420,7 @@ def test_the_log_laws_see_carries_steps_back_and_rejections() -> None:
     assert all(seen.values()), seen
 
 
+@pytest.mark.spec("OffsetCodec", "OffsetBits", "MaxOffset")
 def test_max_offset_is_int64() -> None:
     assert MAX_OFFSET == INT64_MAX
     assert OffsetCodec().max_offset == INT64_MAX

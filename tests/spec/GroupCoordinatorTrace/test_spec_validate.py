@@ -19,9 +19,10 @@ from korvet.core import coordinator as core
 from korvet.core.coordinator import ErrorCode
 from korvet.verification.trace_plan import OUTSIDE, RESTART, TIMER_IDLE, plan_log
 from korvet.verification.validate import validate
-from tests.support.event_logs import GROUP, SyntheticLog
+from tests.support.event_logs import GROUP, VALIDATED, SyntheticLog
 
-pytestmark = pytest.mark.tlc
+# Every test here validates a log: the trace, its constants, invariants and properties.
+pytestmark = [pytest.mark.tlc, pytest.mark.spec("GroupCoordinatorTrace", *VALIDATED)]
 
 RETRY = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
@@ -34,6 +35,7 @@ def formed_group(log: SyntheticLog, member: str = "client-a") -> None:
     log.step(log.sync(member, 1, {member: b"partitions-of-a"}))
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchPersist")
 def test_a_log_with_refused_writes_validates() -> None:
     """Redis refuses the write of a new generation, of the leader's assignment and of a
     commit: each time the client is told COORDINATOR_NOT_AVAILABLE and the group stays as
@@ -105,6 +107,7 @@ def two_members(log: SyntheticLog) -> None:
                                       "client-b": b"partitions-of-b"}))
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchPersist", "Relaxed", "Diagnose")
 def test_a_sync_reply_with_another_assignment_than_the_leaders_fails() -> None:
     """Hand-edited: the follower is told the leader's partitions instead of its own."""
     log = SyntheticLog()
@@ -126,6 +129,7 @@ def test_a_sync_reply_with_another_assignment_than_the_leaders_fails() -> None:
     assert f"line {number}: SyncGroup" in problem and "only the broker's" in problem, problem
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchPersist")
 def test_a_reply_sent_although_its_write_failed_fails() -> None:
     """Hand-edited: the log says the write of a new generation failed (or that there was
     nothing to write), yet the JoinGroup reply revealing it was sent."""
@@ -146,6 +150,7 @@ def test_a_reply_sent_although_its_write_failed_fails() -> None:
     assert unwritten.groups[0].failed_lines == [number]
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStep")
 def test_a_changed_generation_fails() -> None:
     """Hand-edited: the JoinGroup reply that formed the group announces generation 2 (in
     the machine's effects and on the wire) where the spec's rebalance makes generation 1."""
@@ -167,6 +172,7 @@ def test_a_changed_generation_fails() -> None:
     assert "only the broker's" in problem and "gen |-> 2" in problem, problem
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStep")
 def test_reordered_lines_fail_at_the_first_line_out_of_place() -> None:
     """Hand-edited: the follower's SyncGroup is moved before the JoinGroup that completed
     the rebalance. At that point the group is still rebalancing, where the spec answers a
@@ -187,6 +193,7 @@ def test_reordered_lines_fail_at_the_first_line_out_of_place() -> None:
     assert check.segments[0].problem.startswith(f"line {sync - 1}: SyncGroup"), check.segments
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStep")
 def test_a_reply_the_machine_never_gave_fails_without_explanation_run() -> None:
     """Hand-edited: a heartbeat of a stale generation answered NONE. With explain=False
     TLC runs once and the first unmatched line is still named."""
@@ -203,6 +210,7 @@ def test_a_reply_the_machine_never_gave_fails_without_explanation_run() -> None:
     assert result.groups[0].failed_lines == [len(log.lines)]
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "TraceInit", "MatchStutter")
 def test_steps_outside_the_spec_are_stutters_or_cut_the_trace_and_are_reported() -> None:
     """OffsetDelete of a partition the group never committed changes nothing the spec sees
     (a stutter); deleting a topic the group committed on changes its committed offsets,
@@ -235,6 +243,7 @@ def test_steps_outside_the_spec_are_stutters_or_cut_the_trace_and_are_reported()
     assert sum(s.entries for s in check.segments) == len(log.lines) - 3
 
 
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStutter")
 def test_a_timer_with_nothing_to_do_is_a_stutter() -> None:
     """The session timeout of a member waiting in the rebalance changes nothing the spec
     sees (it needs no heartbeat while it waits): a stutter, reported as such."""

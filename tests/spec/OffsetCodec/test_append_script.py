@@ -67,6 +67,8 @@ clocks = st.integers(min_value=1, max_value=40)
 batch_sizes = st.integers(min_value=1, max_value=9)
 
 
+@pytest.mark.spec("OffsetCodec", "AppendBatch", "BatchConsecutive", "StrictlyIncreasing",
+                  "UniqueEntryIds", "RoundTrip", "FitsInt64")
 @settings(max_examples=examples(1.5), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bits=st.integers(min_value=1, max_value=4),
@@ -78,6 +80,8 @@ def test_script_follows_the_offset_codec_on_small_widths(redis_url: str, bits: i
     asyncio.run(_run(redis_url, bits, batches))
 
 
+@pytest.mark.spec("OffsetCodec", "AppendBatch", "BatchConsecutive", "StrictlyIncreasing",
+                  "UniqueEntryIds", "RoundTrip", "FitsInt64")
 @settings(max_examples=examples(0.4), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bits=st.integers(min_value=1, max_value=22),
@@ -144,6 +148,7 @@ def test_every_argument_layout_stores_the_entry_fields(
     asyncio.run(scenario())
 
 
+@pytest.mark.spec("OffsetCodec", "AppendBatch", "UniqueEntryIds")
 def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
     """Several clients append to one partition at once (as several brokers would)."""
 
@@ -171,6 +176,7 @@ def test_concurrent_appenders_never_share_an_offset(redis_url: str) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.spec("OffsetCodec", "RejectBatch", "FitsInt64")
 def test_script_refuses_a_batch_past_the_last_offset_and_clamps_a_late_clock(
         redis_url: str) -> None:
     """RejectBatch: at 22 bits the last millisecond is 2^41-1 (September 2039)."""
@@ -224,6 +230,7 @@ def test_default_retention_reads_nothing_while_nothing_expires(redis_url: str) -
     asyncio.run(scenario())
 
 
+@pytest.mark.spec("OffsetCodec", "RejectBatch")
 @pytest.mark.parametrize("bits", [1, 5, 9, 10, 22])
 def test_a_full_partition_refuses_the_next_batch_at_every_width(redis_url: str,
                                                                 bits: int) -> None:
@@ -247,6 +254,7 @@ def test_a_full_partition_refuses_the_next_batch_at_every_width(redis_url: str,
     asyncio.run(scenario())
 
 
+@pytest.mark.spec("OffsetCodec", "XAddAccepted")
 def test_an_append_after_a_foreign_xadd_continues_above_it(redis_url: str) -> None:
     """Something else writes to the partition with XADD * after the broker's last append (its
     id is above the meta hash's `last`): the next append continues above it instead of

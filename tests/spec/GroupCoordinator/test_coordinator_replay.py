@@ -17,6 +17,10 @@ transition for it, so it is left out. Abstraction (docs/spec/group-coordinator.m
 member ids, instance ids, protocol names, metadata and assignments are the same
 strings (bytes as UTF-8); deadlines, timeouts, client ids and request ids have
 fixed values; the spec's ``issued`` counts the member ids handed out.
+
+The graph is replayed once per model; each action's transitions are also a test of their
+own (``test_transition_replays[GroupCoordinator-replay-SessionTimeout]``, ``pytest -k
+SessionTimeout``), which fails when the action never fires in the model.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ from korvet.verification import tlc
 from korvet.verification.values import Function, Record, TlaValue, parse_state
 from tests.support import tlc_runs
 from tests.support.examples import examples
+from tests.support.spec_actions import ActionTally, action_cases, assert_action_replays
 
 pytestmark = pytest.mark.tlc
 
@@ -545,13 +550,14 @@ class Replay:
     transitions: int = 0
     outputs_checked: int = 0
     divergences: list[str] = dataclass_field(default_factory=list)
+    tally: ActionTally = dataclass_field(default_factory=lambda: ActionTally(0))  # per action
 
 
 def replay(g: Graph, nodes: Iterable[str] | None = None,
            table: MachineTable | None = None) -> Replay:
     """Compare the machine with the spec at ``nodes`` (default: every state of the graph)."""
     c, graph = g.constants, g.graph
-    report = Replay()
+    report = Replay(tally=ActionTally(graph.result.distinct))
     by_core: dict[tuple[Canon, int], dict[Successor, set[Canon]]] = {}
     table = table or MachineTable(c)
 
@@ -571,12 +577,13 @@ def replay(g: Graph, nodes: Iterable[str] | None = None,
                 for action, target in graph.successors(node)
                 if within_constraint(c, graph.states[target])}
         report.transitions += len(spec)
-        if set(python) != spec:
-            missing = sorted(a for a, _ in spec - set(python))
-            extra = sorted(a for a, _ in set(python) - spec)
+        report.tally.states += 1
+        got = set(python)
+        if not report.tally.compare(spec, got, (node, state["grp"]), lambda s: str(s)[:300]):
+            missing = sorted(a for a, _ in spec - got)
+            extra = sorted(a for a, _ in got - spec)
             report.divergences.append(f"state {node} {state['grp']}:\n  the machine lacks "
                                       f"{missing}\n  and adds {extra}")
-            continue
         if node in g.discovered and node not in graph.initial:
             source, action = g.discovered[node]
             out = state["out"]
@@ -585,8 +592,9 @@ def replay(g: Graph, nodes: Iterable[str] | None = None,
             outs = successors_of(graph.states[source]).get((action, core(state)), set())
             report.outputs_checked += 1
             if wanted not in outs:
-                report.divergences.append(f"{action} into state {node}: the spec's effects "
-                                          f"{out}, the machine's {outs}")
+                problem = f"{action} into state {node}: the spec's effects {out}, the machine's {outs}"
+                report.divergences.append(problem)
+                report.tally.note(action, problem)
     report.groups = len(by_core)
     return report
 
@@ -601,6 +609,12 @@ def cached_graph(c: Constants) -> Graph:
         _GRAPHS[c.model] = load_graph(c)
     return _GRAPHS[c.model]
 
+
+# Next's actions: TLC labels each transition with one, and the Python event of the same
+# name takes it.
+ACTIONS = ("JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "DeleteGroups",
+           "GroupDataDeleted", "SessionTimeout", "PendingMemberTimeout", "RebalanceTimeout",
+           "PendingSyncTimeout", "Restart")
 
 # The dedicated replay model always; the bigger CI model (20,735 states, about 3 minutes
 # more) when asked for: KORVET_REPLAY_MODELS=GroupCoordinator-replay,GroupCoordinator
@@ -625,6 +639,8 @@ def test_replayed_models_are_known() -> None:
     assert REPLAYED and set(REPLAYED) <= set(MODELS), REPLAYED
 
 
+@pytest.mark.spec("GroupCoordinator", "JoinVariants", "Gens", "StaleGen", "SyncNames",
+                  "AssignmentMaps", "OffsetMapsOf", "LeaveBatches")
 def test_constants_are_the_models(graph: Graph) -> None:
     """The Python side enumerates over the constants the cfg binds."""
     c = graph.constants
@@ -650,10 +666,32 @@ def test_constants_are_the_models(graph: Graph) -> None:
         set(range(len(c.member_ids) + 1))
 
 
+_REPLAYS: dict[str, tuple[Replay, float]] = {}
+
+
+def whole_replay(c: Constants) -> tuple[Replay, float]:
+    """The real machine's replay of a model's whole graph and the seconds it took, once per
+    module run: the whole-model test and each action's test read it."""
+    if c.model not in _REPLAYS:
+        graph = cached_graph(c)
+        started = time.monotonic()
+        report = replay(graph, table=shared_table(c))
+        _REPLAYS[c.model] = report, time.monotonic() - started
+    return _REPLAYS[c.model]
+
+
+# The operators every transition goes through (the methods of the machine's ``_Draft``).
+OPERATORS = ("CompleteJoin", "PrepareRebalance", "MaybeCompleteJoinPhase",
+             "MaybePrepareRebalanceOrCompleteJoin", "AddMemberThenRebalance",
+             "UpdateMemberThenRebalance", "ReplaceStaticMember", "RemoveMembers", "RemovalReplies",
+             "AcceptJoining", "ValidateMember", "Supports", "SelectProtocol", "AllJoined")
+
+
+@pytest.mark.spec("GroupCoordinator", "Spec", "grp", "grp.members", "StateConstraint", "CoreView",
+                  *OPERATORS)
+@pytest.mark.spec("GroupCoordinator", "out", note="effects of every discovering transition")
 def test_every_transition_of_the_spec_is_a_step_of_the_machine(graph: Graph) -> None:
-    started = time.monotonic()
-    report = replay(graph, table=shared_table(graph.constants))
-    elapsed = time.monotonic() - started
+    report, elapsed = whole_replay(graph.constants)
     result = graph.graph.result
     print(f"\n{graph.constants.model}: replayed {report.states:,} spec states "
           f"({report.groups:,} distinct groups), {report.transitions:,} distinct transitions "
@@ -664,8 +702,20 @@ def test_every_transition_of_the_spec_is_a_step_of_the_machine(graph: Graph) -> 
         "\n".join(report.divergences[:3])
     assert report.states == result.distinct
     assert report.outputs_checked >= result.distinct - len(graph.graph.initial) - 1
+    # Every action of the spec's Next occurs, so none of them was replayed vacuously.
+    assert set(report.tally.expected) == set(ACTIONS), sorted(report.tally.expected)
 
 
+@pytest.mark.parametrize(("model", "action"), [
+    case for model in REPLAYED
+    for case in action_cases("GroupCoordinator", model, ACTIONS, with_model=True)])
+def test_transition_replays(model: str, action: str) -> None:
+    """Every transition of one action of a model, replayed through ``step``: the successor
+    states, and the effects of the transitions of this action that discovered a state."""
+    assert_action_replays(whole_replay(MODELS[model])[0].tally, action)
+
+
+@pytest.mark.spec("GroupCoordinator", "AllJoined", note="a bug planted in `all_joined` is caught")
 def test_the_replay_catches_a_machine_that_strays_from_the_spec(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: with a plausible bug planted (pending members no longer hold up the
@@ -682,6 +732,7 @@ def test_the_replay_catches_a_machine_that_strays_from_the_spec(
     assert report.divergences
 
 
+@pytest.mark.spec("GroupCoordinator", "grp.state", "Init")
 def test_spec_states_read_back_as_themselves() -> None:
     """The abstraction inverts the concretization on TLC's printing of a state."""
     state = parse_state('/\\ grp = [state |-> "Absent", generation |-> 0, protocolType |-> "", '
@@ -846,6 +897,8 @@ def check_steps(g: Graph, nodes: Iterable[str] | None = None,
 
 
 
+@pytest.mark.spec("GroupCoordinatorSteps", "StepNext", "ev", "CheckInit", "CheckNext",
+                  "MachineStep", "Agrees")
 def test_every_step_of_the_spec_is_the_machines_step(graph: Graph) -> None:
     """Every (state, event) of the model, self-loops and error replies included: TLC takes
     each step of StepNext from each state of the graph and finds the machine's step for
@@ -862,6 +915,7 @@ def test_every_step_of_the_spec_is_the_machines_step(graph: Graph) -> None:
     assert check.tlc_steps == check.machine_steps
 
 
+@pytest.mark.spec("GroupCoordinatorSteps", "CheckInit", "CheckNext", "MachineStep", "Agrees")
 def test_the_step_check_catches_a_wrong_reply_that_changes_no_state(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: a heartbeat during a rebalance answered NONE instead of
@@ -982,6 +1036,7 @@ def abstraction() -> Abstraction:
     return Abstraction(cached_graph(REPLAY), shared_table(REPLAY))
 
 
+@pytest.mark.spec("GroupCoordinator", "Spec")
 @settings(max_examples=examples(0.5), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())

@@ -7,6 +7,9 @@ BumpEpoch) in Python, Deliver as an append.lua call with the batch's producer id
 and sequences and the append's MAXLEN; the stream (the log), the meta hash's producer
 field (pstate) and the script's reply are read back. The successors must be exactly
 TLC's, every variable compared. A copy of the script with one rule broken must diverge.
+The graph is walked once; each action's transitions are also a test of their own
+(``test_transition_replays[Receive]``, ``pytest -k Receive``), which fails when the action
+never fires in the model.
 """
 
 from __future__ import annotations
@@ -21,9 +24,18 @@ import pytest
 from korvet.verification import tlc
 from korvet.verification.values import Function, ModelValue, Record, TlaValue
 from tests.support import tlc_runs
-from tests.support.script_replay import ScriptRedis, Snapshot, Successor, script_text, walk
+from tests.support.script_replay import (
+    ScriptRedis,
+    Snapshot,
+    Successor,
+    WalkReport,
+    script_text,
+    walk,
+)
+from tests.support.spec_actions import action_cases, assert_action_replays
 
 MODEL_NAME = "ProducerState"
+ACTIONS = ("NewBatch", "Retry", "BumpEpoch", "Receive")  # Next's actions, as TLC labels them
 BITS = 10  # the clock stands still at 0: offsets 1, 2, ... are the ids 0-1, 0-2, ...
 STREAM, META, TOPIC, WAITING = "ps:stream:t:0", "ps:partition:t:0", "ps:topic:t", "ps:waiting"
 TOPIC_ID = "topic-id-ps"
@@ -195,7 +207,7 @@ def model() -> tuple[tlc.StateGraph, Constants]:
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
-            mutate: tuple[str, str] | None = None) -> Any:
+            mutate: tuple[str, str] | None = None) -> WalkReport:
     """Walk the graph; a mutated script stops at its first divergence."""
     store = ScriptRedis(redis_url, {"append": script_text("append.lua", offset_bits=63,
                                                           cached_batches=c.cache_size,
@@ -209,30 +221,51 @@ def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
         store.close()
 
 
-def test_every_transition_replays_through_append_lua(
-        redis_url: str, model: tuple[tlc.StateGraph, Constants]) -> None:
+@pytest.fixture(scope="module")
+def walked(redis_url: str, model: tuple[tlc.StateGraph, Constants]) -> WalkReport:
+    """The real script's walk of the whole graph, once per module."""
     graph, c = model
     report = _replay(redis_url, graph, c)
     print("\n" + report.summary(graph))
+    return report
+
+
+@pytest.mark.spec("ProducerState", "Spec", "Producers", "MaxEpoch", "MaxBatch", "MaxInFlight",
+                  "MaxSeq", "CacheSize", "MaxLens", "epoch", "nextSeq", "unacked", "net", "log",
+                  "pstate", "history", "reply")
+def test_every_transition_replays_through_append_lua(
+        walked: WalkReport, model: tuple[tlc.StateGraph, Constants]) -> None:
+    graph, _ = model
+    report = walked
     assert not report.divergences, "append.lua diverges from ProducerState:\n" + "\n".join(
         report.divergences)
     assert report.states == graph.result.distinct == len(graph.states)
     assert report.transitions == sum(len(set(v)) for v in graph.edges.values())
     # Every action occurred, and the script gave every kind of answer.
-    assert set(report.actions) == {"NewBatch", "Retry", "BumpEpoch", "Receive"}
+    assert set(report.actions) == set(ACTIONS)
     statuses = {_get(state["reply"], "status") for state in graph.states.values()}
     assert statuses == {"NONE", "OK", "DUP", "OUT_OF_ORDER", "BAD_EPOCH"}
 
 
+@pytest.mark.parametrize(("model_name", "action"), action_cases("ProducerState", MODEL_NAME, ACTIONS))
+def test_transition_replays(walked: WalkReport, model_name: str, action: str) -> None:
+    """Every transition of one action of the model, replayed through append.lua."""
+    assert_action_replays(walked.tally, action)
+
+
+@pytest.mark.spec("ProducerState", "Receive", "Deliver")
 @pytest.mark.parametrize("rule,broken", [
     # A DUP answers the offset after the original one.
-    ("return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms or 0, start_seq or 0}",
-     "return {'DUP', pstate[i + 2], pstate[i + 3] + 1, 0, 0, start_ms or 0, start_seq or 0}"),
+    pytest.param(
+        "return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms or 0, start_seq or 0}",
+        "return {'DUP', pstate[i + 2], pstate[i + 3] + 1, 0, 0, start_ms or 0, start_seq or 0}",
+        id="dup-offset"),
     # A new epoch accepts any sequence, not only 0.
-    ("elseif base_seq ~= 0 then", "elseif base_seq < 0 then"),
+    pytest.param("elseif base_seq ~= 0 then", "elseif base_seq < 0 then", id="epoch-bump-sequence"),
     # One batch more is remembered than the cache holds (Kafka: 5).
-    ("math.min(#cached, 4 * CACHED_BATCHES)", "math.min(#cached, 4 * CACHED_BATCHES + 4)"),
-], ids=["dup-offset", "epoch-bump-sequence", "cache-size"])
+    pytest.param("math.min(#cached, 4 * CACHED_BATCHES)", "math.min(#cached, 4 * CACHED_BATCHES + 4)",
+                 id="cache-size", marks=pytest.mark.spec("ProducerState", "CacheSize")),
+])
 def test_a_broken_rule_is_caught(redis_url: str, model: tuple[tlc.StateGraph, Constants],
                                  rule: str, broken: str) -> None:
     graph, c = model

@@ -8,6 +8,9 @@ coordinator parts (a rebalance, a commit) as the spec does, and requires the set
 (action, successor) pairs to be exactly TLC's. A lease rule changed in Python (a
 grant that keeps the token, a write accepted with a stale token, a deadline without
 the margin) makes the sets differ: ``test_a_broken_rule_is_caught`` checks that.
+The graph is replayed once; each action's transitions are also a test of their own
+(``test_transition_replays[RenewRefused]``, ``pytest -k RenewRefused``), which fails
+when the action never fires in the model.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from korvet.core import lease
 from korvet.verification import tlc
 from korvet.verification.values import ModelValue, TlaValue
 from tests.support import tlc_runs
+from tests.support.spec_actions import ActionTally, action_cases, assert_action_replays
 
 MODEL_NAME = "CoordinatorLease-replay"
 
@@ -245,40 +249,71 @@ class Machine:
         yield "Lose", rest if after == held else self.drop(rest, w.sender)
 
 
+# Next's actions, as TLC labels them; Skew only where the clocks may drift apart.
+ACTIONS = ("Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry", "Crash", "Commit",
+           "Rebalance", "Apply", "Refuse", "Lose", "GiveUp")
+
+
+def actions_of(c: Constants) -> tuple[str, ...]:
+    return (*ACTIONS, "Skew") if c.drift else ACTIONS
+
+
+CONSTANTS = Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
+
+
 @pytest.fixture(scope="module")
 def model() -> tuple[tlc.StateGraph, Constants]:
     graph, _ = tlc_runs.state_graph(MODEL_NAME)
     assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
+    return graph, CONSTANTS
 
 
-def _replay(graph: tlc.StateGraph, c: Constants) -> list[str]:
+def _replay(graph: tlc.StateGraph, c: Constants, limit: int = 0) -> tuple[list[str], ActionTally]:
+    """Compare every state's successors; stop after ``limit`` divergent states (0: never)."""
     machine = Machine(c)
     states = {node: from_tla(s, c) for node, s in graph.states.items()}
     problems: list[str] = []
+    tally = ActionTally(len(states))
     for node, state in states.items():
         expected = {(action, states[target]) for action, target in graph.successors(node)}
         got = set(machine.successors(state))
-        if got != expected:
+        tally.states += 1
+        if not tally.compare(expected, got, state):
             missing = sorted(a for a, _ in expected - got)
             extra = sorted(a for a, _ in got - expected)
             problems.append(f"state {state}: TLC only {missing}, Python only {extra}")
-            if len(problems) >= 3:
+            if len(problems) == limit:
+                tally.stopped = f"stopped after {limit} divergent states"
                 break
-    return problems
+    return problems, tally
 
 
+@pytest.fixture(scope="module")
+def replayed(model: tuple[tlc.StateGraph, Constants]) -> tuple[list[str], ActionTally]:
+    """The real rules' replay of every state, once per module."""
+    return _replay(*model)
+
+
+@pytest.mark.spec("CoordinatorLease", "Spec", "Brokers", "held", "net")
 def test_every_transition_replays_through_the_lease_machine(
-        model: tuple[tlc.StateGraph, Constants]) -> None:
+        model: tuple[tlc.StateGraph, Constants],
+        replayed: tuple[list[str], ActionTally]) -> None:
     graph, c = model
     assert len(graph.states) == graph.result.distinct
     assert graph.transition_count > len(graph.states)
-    problems = _replay(graph, c)
-    assert not problems, "\n".join(problems)
+    problems, _ = replayed
+    assert not problems, f"{len(problems)} divergent states; the first:\n" + "\n".join(problems[:3])
     actions = {a for edges in graph.edges.values() for a, _ in edges}
     # every action of the spec happens in the replayed graph
-    assert actions >= {"Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry",
-                       "Crash", "Commit", "Rebalance", "Apply", "Refuse", "Lose", "GiveUp"}, actions
+    assert actions == set(actions_of(c)), actions
+
+
+@pytest.mark.parametrize(("model_name", "action"),
+                         action_cases("CoordinatorLease", MODEL_NAME, actions_of(CONSTANTS)))
+def test_transition_replays(replayed: tuple[list[str], ActionTally], model_name: str,
+                            action: str) -> None:
+    """Every transition of one action of the model, replayed through korvet/core/lease.py."""
+    assert_action_replays(replayed[1], action)
 
 
 BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
@@ -290,10 +325,38 @@ BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN))
+# The spec names whose rule each broken copy breaks.
+BROKEN_NAMES = {"grant keeps the token": ("Acquire",), "stale token accepted": ("Apply", "Refuse"),
+                "deadline without margin": ("AtMostOneBelieves", "Margin"),
+                "refused write keeps the lease": ("Refuse",)}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.spec("CoordinatorLease", *BROKEN_NAMES[name]))
+    for name in sorted(BROKEN)])
 def test_a_broken_rule_is_caught(model: tuple[tlc.StateGraph, Constants],
                                  monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     graph, c = model
     attribute, broken = BROKEN[name]
     monkeypatch.setattr(lease, attribute, broken)
-    assert _replay(graph, c), f"the replay did not notice: {name}"
+    assert _replay(graph, c, limit=3)[0], f"the replay did not notice: {name}"
+
+
+@pytest.mark.spec("CoordinatorLease", "Apply", "Refuse")
+def test_a_broken_rule_fails_the_tests_of_its_actions_only(
+        model: tuple[tlc.StateGraph, Constants], monkeypatch: pytest.MonkeyPatch,
+        replayed: tuple[list[str], ActionTally]) -> None:
+    """Not vacuous, and keyed right: a write accepted with a stale token fails the tests of
+    the two deliveries it decides (Apply, Refuse) and no other; an action the model never
+    takes (Skew: the replay model's clocks do not drift) fails its test."""
+    monkeypatch.setattr(lease, "accepts", BROKEN["stale token accepted"][1])
+    _, tally = _replay(*model)
+    failed = set()
+    for action in ACTIONS:
+        try:
+            assert_action_replays(tally, action)
+        except AssertionError:
+            failed.add(action)
+    assert failed == {"Apply", "Refuse"}, failed
+    with pytest.raises(AssertionError, match="Skew never fires"):
+        assert_action_replays(replayed[1], "Skew")

@@ -8,7 +8,9 @@ requires the set of (action, successor) pairs to equal TLC's. It also requires
 every value the spec derives in a state (a record's offset from its id, the
 append floor from the last-generated id, a batch's base offset) to be what the
 Python codec computes. The constants come from the .cfg file, so the test
-follows the model when it changes.
+follows the model when it changes. The graph is walked once; each action's
+transitions are also a test of their own (``test_transition_replays[AppendBatch]``,
+``pytest -k AppendBatch``), which fails when the action never fires.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from korvet.core.offsets import EntryId, OffsetCodec, OffsetError
 from korvet.verification import tlc
 from korvet.verification.values import Function, ModelValue, Record, TlaValue, format_value
 from tests.support import tlc_runs
+from tests.support.spec_actions import ActionTally, action_cases, assert_action_replays
 
 MODEL_NAME = "OffsetCodec"
+ACTIONS = ("Tick", "Send", "AppendBatch", "RejectBatch")  # Next's disjuncts, as TLC labels them
 
 pytestmark = pytest.mark.tlc
 
@@ -216,6 +220,7 @@ def _describe(state: dict[str, TlaValue]) -> str:
     return ", ".join(f"{name} = {format_value(value)}" for name, value in sorted(state.items()))
 
 
+@pytest.mark.spec("OffsetCodec", "OffsetBits")
 def test_constants_read_from_the_cfg(replay: Replay) -> None:
     c = replay.constants
     assert c.producers and c.max_batch >= 1 and c.max_clock >= 1
@@ -226,15 +231,29 @@ def test_constants_read_from_the_cfg(replay: Replay) -> None:
     assert c.max_clock > codec.max_ms
 
 
+@pytest.mark.spec("OffsetCodec", "Init")
 def test_initial_states_match(replay: Replay) -> None:
     tlc_initial = {key(replay.graph.states[node]) for node in replay.graph.initial}
     assert tlc_initial == initial_states(replay.constants)
 
 
-def test_every_transition_replays(replay: Replay) -> None:
+@dataclass
+class Walked:
+    """The replay of every state, once per module: the whole model's findings and each
+    action's share."""
+
+    replayed: int
+    actions: dict[str, int]
+    divergences: list[str]
+    tally: ActionTally
+
+
+@pytest.fixture(scope="module")
+def walked(replay: Replay) -> Walked:
     c = replay.constants
     codec = OffsetCodec(c.bits, offset_bits=c.offset_bits)
     graph = replay.graph
+    tally = ActionTally(len(graph.states))
     replayed = 0
     actions: dict[str, int] = {}
     divergences: list[str] = []
@@ -244,13 +263,15 @@ def test_every_transition_replays(replay: Replay) -> None:
         divergences.extend(f"{_describe(tla_state)}: {e}" for e in derived_value_errors(codec, state))
         tlc_successors = {(action, key(graph.states[target]))
                           for action, target in graph.successors(node)}
+        tally.states += 1
         if not within_constraint(c, state):
             assert not tlc_successors, "TLC expanded a state outside StateConstraint"
             continue
         python_successors = {(action, key(successor.to_tla()))
                              for action, successor in successors(c, codec, state)
                              if within_constraint(c, successor)}
-        if python_successors != tlc_successors:
+        if not tally.compare(tlc_successors, python_successors, key(tla_state),
+                             lambda s: _describe(dict(s))):
             only_tlc = sorted(a for a, _ in tlc_successors - python_successors)
             only_python = sorted(a for a, _ in python_successors - tlc_successors)
             divergences.append(f"{_describe(tla_state)}: successors only TLC has {only_tlc}, "
@@ -259,12 +280,26 @@ def test_every_transition_replays(replay: Replay) -> None:
             actions[action] = actions.get(action, 0) + 1
         replayed += len(tlc_successors)
         if len(divergences) > 20:
+            tally.stopped = "stopped after 20 divergences"
             break
     print(f"\nreplayed {replayed:,} transitions from {len(graph.states):,} states "
           f"(TLC: {graph.result.generated:,} generated, {graph.result.distinct:,} distinct); "
           f"by action: {dict(sorted(actions.items()))}")
-    assert not divergences, "Python diverges from the spec:\n" + "\n".join(divergences[:20])
-    assert replayed > 0
+    return Walked(replayed, actions, divergences, tally)
+
+
+@pytest.mark.spec("OffsetCodec", "Spec", "LastOffset", "StateConstraint")
+def test_every_transition_replays(replay: Replay, walked: Walked) -> None:
+    graph = replay.graph
+    assert not walked.divergences, "Python diverges from the spec:\n" + "\n".join(
+        walked.divergences[:20])
+    assert walked.replayed > 0
     assert len(graph.states) == graph.result.distinct
     # Every action of the spec occurred, so none of them was replayed vacuously.
-    assert set(actions) == {"Tick", "Send", "AppendBatch", "RejectBatch"}
+    assert set(walked.actions) == set(ACTIONS)
+
+
+@pytest.mark.parametrize(("model", "action"), action_cases("OffsetCodec", MODEL_NAME, ACTIONS))
+def test_transition_replays(walked: Walked, model: str, action: str) -> None:
+    """Every transition of one action of the model, replayed through the codec."""
+    assert_action_replays(walked.tally, action)
