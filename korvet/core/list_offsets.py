@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from korvet.core.errors import ErrorCode
-from korvet.core.offsets import OffsetCodec
+from korvet.core.offsets import Codec, DenseCodec
 from korvet.core.topics import TopicInfo
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -80,10 +80,13 @@ def query(topic: TopicInfo | None, partition: ListOffsetsPartition) -> ErrorCode
             MAX_TIMESTAMP: Lookup.MAX_TIMESTAMP, LATEST_TIERED: Lookup.NOTHING}[stamp]
 
 
-def timestamp_search_start(timestamp: int, lead_ms: int, codec: OffsetCodec, log_start: int) -> int:
+def timestamp_search_start(timestamp: int, lead_ms: int, codec: Codec, log_start: int) -> int:
     """The first offset a search for ``timestamp`` must look at: a record's CreateTime may be
     ahead of its append time by at most ``message.timestamp.after.max.ms`` (``lead_ms``, which
-    Produce enforces), so no record appended before ``timestamp - lead_ms`` can carry it."""
+    Produce enforces), so no record appended before ``timestamp - lead_ms`` can carry it. A
+    dense topic's offsets say nothing of time: from the log start."""
+    if isinstance(codec, DenseCodec):
+        return log_start
     floor_ms = max(0, min(timestamp - lead_ms, codec.max_ms))
     return max(log_start, codec.encode(floor_ms, 0))
 

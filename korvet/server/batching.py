@@ -37,10 +37,12 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
     """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
 
     Entries whose sequence is wider than ``bits`` (not written by the broker) are
-    skipped. A batch is cut before an offset delta would pass int32; the response stops
-    at ``max_bytes`` except that, with ``force_first``, the first record always comes
-    (KIP-74). Returns the bytes, the number of records in them, and the offset after the
-    last of them (-1 when none): where the consumer will fetch next.
+    skipped. ``bits`` 0 is a dense topic: offset o is the id o-1 (the sequence less
+    ``bias``, 1, is the offset's sequence part, 0). A batch is cut before an offset delta
+    would pass int32; the response stops at ``max_bytes`` except that, with
+    ``force_first``, the first record always comes (KIP-74). Returns the bytes, the number
+    of records in them, and the offset after the last of them (-1 when none): where the
+    consumer will fetch next.
 
     ``log_append_time``: the topic's records carry the broker's append time. Each batch then
     holds records of one append time and says LogAppendTime in its attributes, so clients
@@ -49,6 +51,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
     out = bytearray()
     taken = 0
     limit = 1 << bits
+    bias = 1 if bits == 0 else 0
     decode = entries.decode_fields
     index, total = 0, len(raw)
     next_offset = -1
@@ -70,8 +73,8 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
         while index < total:
             entry_id, fields = raw[index]
             ms, _, seq_text = entry_id.partition(b"-")
-            seq = int(seq_text)
-            if seq >= limit:
+            seq = int(seq_text) - bias
+            if not 0 <= seq < limit:
                 index += 1
                 continue
             if ms != ms_text:
@@ -137,14 +140,15 @@ def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
     bytes), the records in them, the offset after the last (-1 when none) and the number of
     batches."""
     limit = 1 << bits
+    bias = 1 if bits == 0 else 0  # a dense topic: offset o is the id o-1
     found: list[tuple[int, int, bytes]] = []  # (offset, records, batch)
     for entry_id, fields in raw:
         stored = entries.batch_fields(fields)
         if stored is None or len(stored[2]) < BATCH_OVERHEAD:
             continue
         ms, _, seq_text = entry_id.partition(b"-")
-        seq = int(seq_text)
-        if seq < limit:
+        seq = int(seq_text) - bias
+        if 0 <= seq < limit:
             found.append(((int(ms) << bits) | seq, stored[0], stored[2]))
     taken = batches_that_fit([len(b) for _, _, b in found], max_bytes, force_first)
     if not taken:

@@ -23,7 +23,6 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.storage.redis_store import RedisStore
 
@@ -54,7 +53,7 @@ class AdminStore:
                               offset: int) -> tuple[LogStartOutcome, int]:
         """Move the log start up to ``offset``; returns the log start afterwards (-1 if the
         topic or partition is gone)."""
-        codec = OffsetCodec(topic.config.sequence_bits)
+        codec = topic.config.codec
         target = codec.decode(offset)
         reply = await self._delete(
             keys=[self.store.stream_key(topic.name, partition),

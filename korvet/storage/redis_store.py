@@ -40,7 +40,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.offsets import Codec, EntryId
 from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.cluster_pipe import ClusterPipes
@@ -76,13 +76,15 @@ class PartitionRead:
     high_watermark: int
 
     def entries(self, bits: int) -> list[tuple[int, list[bytes]]]:
-        """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped."""
+        """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped.
+        ``bits`` 0 is a dense topic: offset o is the id o-1."""
         limit = 1 << bits
+        bias = 1 if bits == 0 else 0
         found = []
         for entry_id, fields in self.raw:
             ms, _, seq_text = entry_id.partition(b"-")
-            seq = int(seq_text)
-            if seq < limit:
+            seq = int(seq_text) - bias
+            if 0 <= seq < limit:
                 found.append(((int(ms) << bits) | seq, fields))
         return found
 
@@ -348,7 +350,7 @@ class RedisStore:
         """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
         with its keys and ARGV (in the script's order), then the records."""
         fixed = self._append_heads.get(
-            (topic.name, partition, topic.topic_id, topic.config.sequence_bits))
+            (topic.name, partition, topic.topic_id, topic.config.codec_bits))
         if fixed is None:
             fixed = self._append_head(topic, partition)
         stream, keys, middle, channel = fixed
@@ -371,25 +373,25 @@ class RedisStore:
         keys = hiredis.pack_command((  # type: ignore[arg-type]
             "EVALSHA", self._append.sha, 4, stream, meta, meta, self.waiting_key(stream)))
         middle = hiredis.pack_command((  # type: ignore[arg-type]
-            topic.config.sequence_bits, partition, topic.topic_id))
+            topic.config.codec_bits, partition, topic.topic_id))
         channel = hiredis.pack_command((self.append_channel,))
         # pack_command starts each with its own "*<n>\r\n": the parts go without it.
         fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel))
         if len(self._append_heads) >= _APPEND_HEADS_KEPT:
             self._append_heads.clear()
-        self._append_heads[(topic.name, partition, topic.topic_id, topic.config.sequence_bits)] = fixed
+        self._append_heads[(topic.name, partition, topic.topic_id, topic.config.codec_bits)] = fixed
         return fixed
 
     async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
         reply = await sent
         if isinstance(reply, tuple):  # (the script's reply, replicas that have it: WAIT)
             reply, replicas = reply
-            result = _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+            result = _append_result(topic.config.codec, reply)
             if replicas < self.wait_replicas and result.status in (AppendStatus.OK,
                                                                      AppendStatus.DUPLICATE):
                 return replace(result, status=AppendStatus.NOT_REPLICATED)
             return result
-        return _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+        return _append_result(topic.config.codec, reply)
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
@@ -404,7 +406,7 @@ class RedisStore:
             return await self._read(reads)  # pipe has queued them again ahead of the retry
 
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
-        firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
+        firsts = [_first_id(topic.config.codec, offset)
                   for topic, _p, offset, _c in reads]
         if self.reads is not None:
             replies = iter(await self.reads.call_all(self._read_commands(reads, firsts)))
@@ -436,7 +438,7 @@ class RedisStore:
             stream = self.stream_key(topic.name, partition)
             if topic.config.stores_batches:
                 commands.append(pack(("EVALSHA", self._batch_holder.sha, 1, stream, first,  # type: ignore[arg-type]
-                                      topic.config.sequence_bits)))
+                                      topic.config.codec_bits)))
             commands.append(pack(("XRANGE", stream, first, "+", "COUNT", count)))  # type: ignore[arg-type]
             commands.append(pack(("HMGET", self.meta_key(topic.name, partition),  # type: ignore[arg-type]
                                   "last", "start")))
@@ -449,7 +451,7 @@ class RedisStore:
         replies of the read's commands (in their order)."""
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
-            codec = OffsetCodec(topic.config.sequence_bits)
+            codec = topic.config.codec
             holder = holders.get(index)
             if topic.config.stores_batches and self.reads is not None:  # in the replies
                 holder = next(replies)
@@ -476,13 +478,13 @@ class RedisStore:
             return {}
         found = await asyncio.gather(*(
             self._batch_holder(keys=[self.stream_key(reads[i][0].name, reads[i][1])],
-                               args=[firsts[i], reads[i][0].config.sequence_bits])
+                               args=[firsts[i], reads[i][0].config.codec_bits])
             for i in wanted))
         return dict(zip(wanted, found, strict=True))
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
-        codec = OffsetCodec(topic.config.sequence_bits)
+        codec = topic.config.codec
         meta: Any
         if self.reads is not None:  # every fetch answered from a read-ahead asks: kept cheap
             meta = await self.reads.call(hiredis.pack_command((  # type: ignore[arg-type]
@@ -493,7 +495,7 @@ class RedisStore:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
 
-    async def _bounds_without_meta(self, codec: OffsetCodec, topic: TopicInfo,
+    async def _bounds_without_meta(self, codec: Codec, topic: TopicInfo,
                                    partition: int) -> tuple[int, int]:
         """A partition nothing was appended to: bounds.lua gives it its start now. A stream
         written by something else keeps Redis' own view of its ids."""
@@ -513,7 +515,7 @@ class RedisStore:
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
         read = await self.read([(topic, partition, offset, count)])
-        return read[0].entries(topic.config.sequence_bits)
+        return read[0].entries(topic.config.codec_bits)
 
     async def next_producer_id(self) -> int:
         value: int = await self.redis.incr(self.producer_ids_key)
@@ -531,7 +533,7 @@ class RedisStore:
             await self.cluster.close()
 
 
-def _first_id(codec: OffsetCodec, offset: int) -> str:
+def _first_id(codec: Codec, offset: int) -> str:
     """The stream id to read from for ``offset``. Past the last offset there is nothing to
     read: from the first id after it (only ids wider than bits, which have no offset, can be
     there). Clamping the offset instead returned the last record for a fetch one past it
@@ -541,7 +543,7 @@ def _first_id(codec: OffsetCodec, offset: int) -> str:
     return f"({codec.decode(codec.max_offset)}"
 
 
-def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
+def foreign_bounds(codec: Codec, last_generated: bytes, first: bytes | None
                    ) -> tuple[int, int]:
     """(log start, high watermark) of a stream only something else wrote (XADD *), from
     Redis' last-generated id and first entry. An id wider than bits has no offset: it counts
@@ -551,7 +553,7 @@ def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | Non
     if first is None:
         return end, end
     first_id = EntryId.parse(first)
-    start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
+    start = (codec.encode_id(first_id) if codec.has_offset(first_id)
              else codec.last_offset_of(first_id) + 1)
     return min(start, end), end
 
@@ -584,7 +586,7 @@ def _raw_entries(response: Any, **_options: Any) -> Any:
     return response or []
 
 
-def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
+def _bounds(codec: Codec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
     """(log start, high watermark) from the meta hash. `last` is the id of the last entry
     append.lua wrote; without one (bounds.lua gave an empty partition its start) the log ends
     where it starts."""
@@ -595,7 +597,7 @@ def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tupl
     return min(begin, end), end
 
 
-def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
+def _below(codec: Codec, raw: list[Any], end: int) -> list[Any]:
     """XRANGE's entries below the high watermark. An entry above it was written by something
     other than append.lua (`XADD *`) after the last append: it gets its offset, and is
     fetched, once the next append moves the high watermark past it (spec/PartitionLog.tla,
@@ -604,20 +606,20 @@ def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
     cut = len(raw)
     while cut:
         ms, _, seq = raw[cut - 1][0].partition(b"-")
-        offset = codec.encode(int(ms), int(seq)) if int(seq) < codec.seq_limit and \
-            int(ms) <= codec.max_ms else None
+        entry = EntryId(int(ms), int(seq))
+        offset = codec.encode_id(entry) if codec.has_offset(entry) else None
         if offset is not None and offset < end:
             break
         cut -= 1
     return raw if cut == len(raw) else raw[:cut]
 
 
-def _append_result(codec: OffsetCodec, reply: list[Any]) -> AppendResult:
+def _append_result(codec: Codec, reply: list[Any]) -> AppendResult:
     status = AppendStatus(reply[0].decode() if isinstance(reply[0], bytes) else reply[0])
-    start = codec.encode(int(reply[5]), int(reply[6])) if status is not AppendStatus.NO_TOPIC else -1
+    start = codec.from_script(int(reply[5]), int(reply[6])) if status is not AppendStatus.NO_TOPIC else -1
     if status is AppendStatus.OK:
-        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])),
-                            codec.encode(int(reply[3]), int(reply[4])), start)
+        return AppendResult(status, codec.from_script(int(reply[1]), int(reply[2])),
+                            codec.from_script(int(reply[3]), int(reply[4])), start)
     if status is AppendStatus.DUPLICATE:
-        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])), -1, start)
+        return AppendResult(status, codec.from_script(int(reply[1]), int(reply[2])), -1, start)
     return AppendResult(status, -1, -1, start)

@@ -299,10 +299,10 @@ class FetchHandler:
             budget = rules.partition_budget(part.max_bytes, max_bytes, used)
             if part.topic.config.stores_batches:
                 data, taken, part.next_offset, stored = stored_batches(
-                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0)
+                    result.raw, part.topic.config.codec_bits, budget, force_first=used == 0)
             else:
                 built, taken, part.next_offset = entries_to_batches(
-                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0,
+                    result.raw, part.topic.config.codec_bits, budget, force_first=used == 0,
                     log_append_time=part.topic.config.log_append_time)
                 data, stored = RecordSet.of(built), taken
             if stored:  # the size estimate is per stored entry: a record, or a whole batch
@@ -350,7 +350,7 @@ class FetchHandler:
             if all((g, stream) in coordinator.redis_groups for g in group_ids):
                 continue
             partitions.append((PartitionRef(part.topic.name, part.partition, stream,
-                                            part.topic.config.sequence_bits), part.offset))
+                                            part.topic.config.codec_bits), part.offset))
         if partitions:
             task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
             self._background.add(task)

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from korvet.core import list_offsets as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
-from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.protocol.decoders.offsets import decode_list_offsets, decode_offset_for_leader_epoch
 from korvet.protocol.denials import Items, Shape, empty, topic_answer
@@ -73,7 +72,7 @@ async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
     start, _ = await services.store.offsets(topic, partition)
     first = rules.timestamp_search_start(
         timestamp, topic.config.get_int("message.timestamp.after.max.ms"),
-        OffsetCodec(topic.config.sequence_bits), start)
+        topic.config.codec, start)
     async for offset, stamp in _stamps(services, topic, partition, first,
                                        lambda most: most >= timestamp):
         if stamp >= timestamp:
