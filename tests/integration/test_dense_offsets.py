@@ -202,15 +202,20 @@ def test_two_brokers_append_gap_free_and_without_duplicates(
 
 def test_the_scheme_is_fixed_when_the_topic_is_created(korvet: KorvetProcess,
                                                        unique_name: str) -> None:
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-    from confluent_kafka.error import KafkaException
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
 
     create_dense(korvet.bootstrap, unique_name)
     admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
     resource = ConfigResource(ConfigResource.Type.TOPIC, unique_name, incremental_configs=[
         ConfigEntry("korvet.offset.scheme", "time",
                     incremental_operation=AlterConfigOpType.SET)])
-    with pytest.raises(KafkaException, match="korvet.offset.scheme cannot change"):
+    with pytest.raises(KafkaException, match=r"korvet\.offset\.scheme cannot change"):
         admin.incremental_alter_configs([resource])[resource].result(30)
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, unique_name)])
     entries = next(iter(described.values())).result(30)
