@@ -302,8 +302,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               kind="long", effective=False),
     ConfigDef("flush.ms", "9223372036854775807", _long(0), "Redis' appendfsync decides",
               kind="long", effective=False),
-    ConfigDef("index.interval.bytes", "4096", _int(0), "no offset index", kind="int",
-              effective=False),
+    ConfigDef("index.interval.bytes", "4096", _int(0),
+              "a dense topic (korvet.offset.scheme=dense) adds a checkpoint to its time index "
+              "every this many bytes appended (ListOffsets by time reads at most this much plus "
+              "a batch after its binary search); no effect on a time topic", kind="int"),
     ConfigDef("segment.index.bytes", "10485760", _int(4), "no offset index", kind="int",
               effective=False),
     ConfigDef("segment.jitter.ms", "0", _long(0), "no segments", kind="long", effective=False),

@@ -55,10 +55,11 @@ class AdminStore:
         topic or partition is gone)."""
         codec = topic.config.codec
         target = codec.decode(offset)
+        stream = self.store.stream_key(topic.name, partition)
         reply = await self._delete(
-            keys=[self.store.stream_key(topic.name, partition),
-                  self.store.meta_key(topic.name, partition),
-                  self.store.meta_key(topic.name, partition)],  # the partition's topic stamp
+            keys=[stream, self.store.meta_key(topic.name, partition),
+                  self.store.meta_key(topic.name, partition),  # the partition's topic stamp
+                  self.store.times_key(stream)],
             args=[topic.topic_id, partition, target.ms, target.seq,
                   1 if topic.config.stores_batches else 0, codec.bits])
         outcome = LogStartOutcome(_text(reply[0]))

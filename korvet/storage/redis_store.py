@@ -122,9 +122,10 @@ class RedisStore:
         self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
+        self._time_search: AsyncScript = client.register_script(_lua("time_search.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
         # Per (topic, partition, topic id): the fixed parts of its append command.
-        self._append_heads: dict[tuple[str, int, str, int], tuple[str, bytes, bytes, bytes]] = {}
+        self._append_heads: dict[tuple[str, int, str, int, str], _AppendHead] = {}
         self._stamp_script = _lua("stamp_partition.lua")
         self._drop_script = _lua("drop_partition.lua")
         # Appends go down one connection per master, in order (storage/pipe.py); on Redis
@@ -159,6 +160,11 @@ class RedisStore:
 
     def topic_key(self, name: str) -> str:
         return f"{self.ks}:{{topics}}:topic:{name}"
+
+    @staticmethod
+    def times_key(stream_key: str) -> str:
+        """A dense topic partition's time index (append.lua), in the stream's slot."""
+        return stream_key.removesuffix(":stream") + ":times"
 
     @staticmethod
     def waiting_key(stream_key: str) -> str:
@@ -253,8 +259,9 @@ class RedisStore:
         for start in range(partitions.start, partitions.stop, 500):
             pipe = self.redis.pipeline(transaction=False)
             for partition in range(start, min(start + 500, partitions.stop)):
-                pipe.eval(script, 2, self.stream_key(name, partition),
-                          self.meta_key(name, partition), *args)
+                stream = self.stream_key(name, partition)
+                pipe.eval(script, 3, stream, self.meta_key(name, partition),
+                          self.times_key(stream), *args)
             await pipe.execute()
 
     async def delete_topic(self, name: str) -> bool:
@@ -349,37 +356,43 @@ class RedisStore:
                        producer: ProducerBatch) -> tuple[str, bytes]:
         """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
         with its keys and ARGV (in the script's order), then the records."""
-        fixed = self._append_heads.get(
-            (topic.name, partition, topic.topic_id, topic.config.codec_bits))
+        fixed = self._append_heads.get(_head_key(topic, partition))
         if fixed is None:
             fixed = self._append_head(topic, partition)
-        stream, keys, middle, channel = fixed
+        stream, keys, middle, channel, trailer, extra = fixed
         # The command in one join, the records' bytes copied once: its arguments are the
-        # script's sha and keys, then ARGV in append.lua's order, then the records.
+        # script's sha and keys, then ARGV in append.lua's order, then the records, then a
+        # dense topic's trailer (its index interval).
         packed = b"".join((
-            b"*%d\r\n" % (_APPEND_HEAD_ARGS + records.args), keys, _bulk_int(now_ms), middle,
-            _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
+            b"*%d\r\n" % (_APPEND_HEAD_ARGS + extra + records.args), keys, _bulk_int(now_ms),
+            middle, _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
             _ONE if trim.approximate else _ZERO,
             _bulk_int(producer.producer_id), _bulk_int(producer.producer_epoch),
             _bulk_int(producer.base_sequence), _bulk_int(producer.last_sequence),
-            _bulk_int(count), channel, records.body))
+            _bulk_int(count), channel, records.body, trailer))
         return stream, packed
 
-    def _append_head(self, topic: TopicInfo, partition: int) -> tuple[str, bytes, bytes, bytes]:
+    def _append_head(self, topic: TopicInfo, partition: int) -> _AppendHead:
         """The parts of a partition's append command that do not change from one append to
-        the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel."""
+        the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel, and a
+        dense topic's time index key and trailer."""
         stream = self.stream_key(topic.name, partition)
         meta = self.meta_key(topic.name, partition)
-        keys = hiredis.pack_command((  # type: ignore[arg-type]
-            "EVALSHA", self._append.sha, 4, stream, meta, meta, self.waiting_key(stream)))
+        dense = topic.config.dense
+        keys = hiredis.pack_command((
+            "EVALSHA", self._append.sha, 5 if dense else 4, stream, meta, meta,
+            self.waiting_key(stream), *((self.times_key(stream),) if dense else ())))
         middle = hiredis.pack_command((  # type: ignore[arg-type]
             topic.config.codec_bits, partition, topic.topic_id))
         channel = hiredis.pack_command((self.append_channel,))
+        trailer = (hiredis.pack_command((topic.config.get("index.interval.bytes"),))
+                   if dense else b"")
         # pack_command starts each with its own "*<n>\r\n": the parts go without it.
-        fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel))
+        fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel),
+                 _without_count(trailer) if dense else b"", 2 if dense else 0)
         if len(self._append_heads) >= _APPEND_HEADS_KEPT:
             self._append_heads.clear()
-        self._append_heads[(topic.name, partition, topic.topic_id, topic.config.codec_bits)] = fixed
+        self._append_heads[_head_key(topic, partition)] = fixed
         return fixed
 
     async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
@@ -512,6 +525,15 @@ class RedisStore:
         return foreign_bounds(codec, info.get("last-generated-id", b"0-0"),
                               first[0] if first else None)
 
+    async def time_search(self, topic: TopicInfo, partition: int, timestamp: int) -> int | None:
+        """A dense topic: the offset to read from for the first record whose timestamp is at
+        or after ``timestamp`` (time_search.lua, over the partition's time index); None when
+        no record ever appended reaches it."""
+        stream = self.stream_key(topic.name, partition)
+        reply = await self._time_search(
+            keys=[self.times_key(stream), self.meta_key(topic.name, partition)], args=[timestamp])
+        return int(reply[0]) if reply else None
+
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
         read = await self.read([(topic, partition, offset, count)])
@@ -559,6 +581,15 @@ def foreign_bounds(codec: Codec, last_generated: bytes, first: bytes | None
 
 
 _APPEND_HEAD_ARGS = 20  # EVALSHA, sha, numkeys, 4 keys, 13 ARGV before the records
+# (stream key, the keys, ARGV 2-4, the channel, a dense topic's trailer, the arguments a dense
+# topic adds: its time index key and its trailer)
+_AppendHead = tuple[str, bytes, bytes, bytes, bytes, int]
+
+
+def _head_key(topic: TopicInfo, partition: int) -> tuple[str, int, str, int, str]:
+    """What a partition's append head is made of: a change of any is another head."""
+    return (topic.name, partition, topic.topic_id, topic.config.codec_bits,
+            topic.config.get("index.interval.bytes") if topic.config.dense else "")
 _APPEND_HEADS_KEPT = 100_000
 _ONE = b"$1\r\n1\r\n"
 _ZERO = b"$1\r\n0\r\n"

@@ -220,3 +220,73 @@ def test_the_scheme_is_fixed_when_the_topic_is_created(korvet: KorvetProcess,
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, unique_name)])
     entries = next(iter(described.values())).result(30)
     assert entries["korvet.offset.scheme"].value == "dense"
+
+
+@pytest.mark.parametrize("storage_format", FORMATS)
+def test_list_offsets_by_time_searches_the_time_index(korvet: KorvetProcess, unique_name: str,
+                                                      storage_format: str) -> None:
+    """With a checkpoint after every batch (index.interval.bytes=1) the search goes through
+    the time index: for every time, the answer is the first record at or after the log start
+    whose timestamp is at or after it (Kafka's), timestamps out of order included, before and
+    after DeleteRecords moved the log start past some checkpoints."""
+    import random
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    create_dense(korvet.bootstrap, unique_name, storage_format,
+                 configs={"index.interval.bytes": "1"})
+    rng = random.Random(31)
+    base = int(time.time() * 1000) - 600_000
+    stamps: list[int] = []
+    with WireClient(korvet.bootstrap) as client:
+        for _ in range(30):
+            count = rng.randint(1, 3)
+            batch_stamps = [base + rng.randint(0, 300) * 10 for _ in range(count)]
+            for i, stamp in enumerate(batch_stamps):
+                client.request(produce_request(unique_name, {0: batch(
+                    1, start=len(stamps) + i, timestamp=stamp)}))
+            stamps.extend(batch_stamps)
+    checkpoints = int(redis(korvet, "XLEN", f"korvet:{{{unique_name}:0}}:times"))
+    assert checkpoints == len(stamps), "a checkpoint after every append"
+
+    def expected(at: int, start: int) -> tuple[int, int]:
+        for offset in range(start, len(stamps)):
+            if stamps[offset] >= at:
+                return offset, stamps[offset]
+        return -1, -1
+
+    probes = sorted({base - 1, base + 3000, *(s + d for s in stamps[::3] for d in (-5, 0, 5))})
+    with WireClient(korvet.bootstrap) as client:
+        for at in probes:
+            assert list_offsets(client, unique_name, 0, at) == expected(at, 0), at
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    next(iter(admin.delete_records([TopicPartition(unique_name, 0, 40)]).values())).result(30)
+    assert int(redis(korvet, "XLEN", f"korvet:{{{unique_name}:0}}:times")) < checkpoints
+    with WireClient(korvet.bootstrap) as client:
+        for at in probes:
+            assert list_offsets(client, unique_name, 0, at) == expected(at, 40), at
+
+
+@pytest.mark.parametrize("storage_format", FORMATS)
+def test_time_retention_removes_records_older_than_retention(
+        korvet: KorvetProcess, unique_name: str, storage_format: str) -> None:
+    """retention.ms on a dense topic: the records below the last checkpoint older than the
+    cutoff go (Kafka's rule: by the records' timestamps, whole stretches); a consumer at the
+    old high watermark stays in range."""
+    create_dense(korvet.bootstrap, unique_name, storage_format,
+                 configs={"retention.ms": "1000", "index.interval.bytes": "1"})
+    with WireClient(korvet.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(5)}))
+        caught_up = list_offsets(client, unique_name, 0, -1)[0]
+        assert caught_up == 5
+        time.sleep(1.5)
+        client.request(produce_request(unique_name, {0: batch(2, start=100)}))
+        assert list_offsets(client, unique_name, 0, -2)[0] == 5
+        response = client.request(fetch_request(unique_name, 0, caught_up))
+    part = response.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none
+    assert part.log_start_offset == 5
+    assert part.records
+    stream = redis(korvet, "XRANGE", f"korvet:{{{unique_name}:0}}:stream", "-", "+")
+    assert "0-1" not in stream.split() and "5-1" in stream.split()

@@ -69,15 +69,26 @@ async def _stamps(services: Services, topic: TopicInfo, partition: int, start: i
 
 async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
                         timestamp: int) -> tuple[int, int]:
-    start, _ = await services.store.offsets(topic, partition)
-    first = rules.timestamp_search_start(
-        timestamp, topic.config.get_int("message.timestamp.after.max.ms"),
-        topic.config.codec, start)
+    first = await _search_from(services, topic, partition, timestamp)
+    if first is None:
+        return -1, -1
     async for offset, stamp in _stamps(services, topic, partition, first,
                                        lambda most: most >= timestamp):
         if stamp >= timestamp:
             return offset, stamp
     return -1, -1
+
+
+async def _search_from(services: Services, topic: TopicInfo, partition: int,
+                       timestamp: int) -> int | None:
+    """Where the records to read for ``timestamp`` start: a dense topic's time index says it
+    (None: no record reaches the time); a time topic's offsets say when each was appended."""
+    if topic.config.dense:
+        return await services.store.time_search(topic, partition, timestamp)
+    start, _ = await services.store.offsets(topic, partition)
+    return rules.timestamp_search_start(
+        timestamp, topic.config.get_int("message.timestamp.after.max.ms"), topic.config.codec,
+        start)
 
 
 async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:

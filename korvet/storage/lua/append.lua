@@ -37,6 +37,19 @@
 --                    holds the whole batch at its first offset; its first field is 'records',
 --                    the count n (entries.pack_batch)
 --
+-- KEYS[5] the time index of a dense topic {ks}:{topic:partition}:times (absent for time topics)
+-- A dense topic's append carries three more arguments after the records (the trailer):
+--   the index interval (the topic's index.interval.bytes), and (unused yet) the Redis life
+--   and the clock in seconds for the partition epoch (spec/DenseLog.tla).
+--
+-- The time index of a dense topic (spec/DenseLog.tla `times`): the meta hash keeps `tmax`, the
+-- largest record timestamp ever appended, and `since`, the bytes appended since the last
+-- checkpoint; once `since` reaches the interval, a checkpoint `<last + 1>-0  t <tmax>` says
+-- that every record below offset last + 1 has a timestamp at most tmax. Retention by time
+-- (ARGV 5, the cutoff now - retention.ms) removes the records below the end of the last
+-- checkpoint older than the cutoff, as Kafka removes segments whose largest timestamp is
+-- older; ListOffsets by time searches the checkpoints (time_search.lua).
+--
 -- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
 --   'OK'   a = first id, b = last id of the batch
 --   'DUP'  a = first id of the identical batch appended before (nothing written)
@@ -310,9 +323,75 @@ local function id_less(a_ms, a_seq, b_ms, b_seq)
   return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
 end
 
+-- A dense topic's batch: its largest record timestamp and its bytes (keys, values, a stored
+-- batch), read off the arguments; and where the trailer starts.
+local function batch_stats()
+  local max_ts, bytes = -1, 0
+  if batch_entry then
+    local k = tonumber(ARGV[15])
+    for i = 16, 15 + 2 * k, 2 do
+      if ARGV[i] == 'max-timestamp' then
+        max_ts = tonumber(ARGV[i + 1])
+      end
+      bytes = bytes + #ARGV[i + 1]
+    end
+    return max_ts, bytes, 16 + 2 * k
+  end
+  local i = 15
+  for _ = 1, n do
+    local ts
+    if layout == 'values' then
+      ts, bytes, i = tonumber(ARGV[i]), bytes + #ARGV[i + 1], i + 2
+    elseif layout == 'keyed' then
+      ts, bytes, i = tonumber(ARGV[i]), bytes + #ARGV[i + 1] + #ARGV[i + 2], i + 3
+    else
+      local k = tonumber(ARGV[i])
+      for f = i + 1, i + 2 * k, 2 do
+        if ARGV[f] == 'timestamp' then
+          ts = tonumber(ARGV[f + 1])
+        end
+        bytes = bytes + #ARGV[f + 1]
+      end
+      i = i + 1 + 2 * k
+    end
+    if ts ~= nil and ts > max_ts then
+      max_ts = ts
+    end
+  end
+  return max_ts, bytes, i
+end
+
+local tmax, since = nil, nil
+if dense then
+  local max_ts, bytes, trailer = batch_stats()
+  local interval = tonumber(ARGV[trailer]) or 4096
+  local stats = redis.call('HMGET', KEYS[2], 'tmax', 'since')
+  tmax = math.max(tonumber(stats[1]) or -1, max_ts)
+  since = (tonumber(stats[2]) or 0) + bytes
+  if since >= interval then
+    redis.call('XADD', KEYS[5], string.format('%d-0', last_ms + 1), 't', string.format('%d', tmax))
+    since = 0
+  end
+  -- Retention by time: the checkpoints wholly older than the cutoff are the index's first ones.
+  if min_id_ms >= 0 then
+    local boundary = nil
+    while true do
+      local c = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]
+      if c == nil or tonumber(c[2][2]) >= min_id_ms then
+        break
+      end
+      boundary = split_id(c[1])
+      redis.call('XDEL', KEYS[5], c[1])
+    end
+    if boundary ~= nil and boundary > start_ms then
+      redis.call('XTRIM', KEYS[1], 'MINID', fmt(boundary, 0))
+      start_ms, start_seq = boundary, 0
+    end
+  end
+end
+
 local trimmed = false
--- A dense topic's entry ids are offsets, not times: its retention by time is not a MINID of
--- the cutoff (it is not done yet: spec/DenseLog.tla's time index, issue 31).
+-- A dense topic's entry ids are offsets, not times: its retention by time is the index's, above.
 if not dense and min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
   local min_id = fmt(min_id_ms, 0)
   if id_less(last_ms, last_seq_id, min_id_ms, 0) then
@@ -365,6 +444,11 @@ if trimmed then
 end
 
 redis.call('HSET', KEYS[2], 'last', last_id, 'start', fmt(start_ms, start_seq))
+if dense then
+  redis.call('HSET', KEYS[2], 'tmax', string.format('%d', tmax), 'since', string.format('%d', since))
+  -- checkpoints that end at or below the log start say nothing of the records left
+  redis.call('XTRIM', KEYS[5], 'MINID', string.format('%d-0', start_ms + 1))
+end
 
 if pstate_field then
   local entry = {epoch, last_seq, now}

@@ -1,5 +1,6 @@
 -- DeleteRecords: raise a partition's log start and remove the entries below it, atomically.
 -- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic stamp (meta again)
+-- KEYS[4] a dense topic's time index (its checkpoints below the new start go too)
 -- ARGV[1] topic id  ARGV[2] partition index  ARGV[3] new start ms  ARGV[4] new start seq
 -- ARGV[5] '1' when the topic stores batches (korvet.storage.format), else '0'
 -- ARGV[6] sequence bits (0: a dense topic, whose ids are <offset>-1)
@@ -67,4 +68,7 @@ if meta[2] then
 end
 redis.call('XTRIM', KEYS[1], 'MINID', trim_id())
 redis.call('HSET', KEYS[2], 'start', new_id)
+if tonumber(ARGV[6]) == 0 and KEYS[4] then
+  redis.call('XTRIM', KEYS[4], 'MINID', string.format('%d-0', new_ms + 1))
+end
 return {'OK', new_ms, new_seq}
