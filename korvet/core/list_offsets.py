@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from korvet.core.epochs import FIXED, Epochs
 from korvet.core.errors import ErrorCode
 from korvet.core.offsets import Codec, DenseCodec
 from korvet.core.topics import TopicInfo
@@ -96,16 +97,19 @@ class OffsetAnswer:
     error: ErrorCode
     offset: int = NO_OFFSET
     timestamp: int = -1
+    epoch: int = LEADER_EPOCH  # the epoch the answered offset was written in
 
     @property
     def leader_epoch(self) -> int:
         """The epoch of the leader that wrote the offset answered; -1 when there is none."""
-        return LEADER_EPOCH if self.offset >= 0 else -1
+        return self.epoch if self.offset >= 0 else -1
 
 
-def answer(offset: int, timestamp: int = -1) -> OffsetAnswer:
-    """A readable partition's reply from what was read (offset -1: no such record)."""
-    return OffsetAnswer(ErrorCode.NONE, offset, timestamp)
+def answer(offset: int, timestamp: int = -1, epochs: Epochs = FIXED) -> OffsetAnswer:
+    """A readable partition's reply from what was read (offset -1: no such record), with the
+    epoch of the offset (a dense topic's history; 0 for a time topic)."""
+    return OffsetAnswer(ErrorCode.NONE, offset, timestamp,
+                        epochs.epoch_of(offset) if offset >= 0 else LEADER_EPOCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,18 @@ class EpochEnd:
     error: ErrorCode
     leader_epoch: int = -1
     needs_end: bool = False
+
+
+def dense_epoch_end(partition: EpochPartition, epochs: Epochs,
+                    high_watermark: int) -> tuple[ErrorCode, int, int]:
+    """A dense topic's partition: (error, epoch, end offset) as Kafka answers
+    OffsetForLeaderEpoch, from the partition's epoch history (korvet/core/epochs.py): the
+    request's current epoch fenced first, then the end of the epoch asked."""
+    fenced = epochs.fence(partition.current_leader_epoch)
+    if fenced is not ErrorCode.NONE:
+        return fenced, -1, -1
+    epoch, end = epochs.end_offset(partition.leader_epoch, high_watermark)
+    return ErrorCode.NONE, epoch, end
 
 
 def epoch_query(topic: TopicInfo | None, partition: EpochPartition) -> EpochEnd:

@@ -40,13 +40,14 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
+from korvet.core.epochs import FIXED, Epochs
 from korvet.core.offsets import Codec, EntryId
 from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.cluster_pipe import ClusterPipes
 from korvet.storage.entries import PackedRecords
 from korvet.storage.groups import INDEX, REDIS_GROUPS
-from korvet.storage.pipe import LARGE_REPLIES, RedisPipe
+from korvet.storage.pipe import LARGE_REPLIES, Life, RedisPipe
 
 
 def _lua(name: str) -> str:
@@ -74,6 +75,7 @@ class PartitionRead:
     raw: list[Any]  # XRANGE's reply as Redis sent it: [entry id, [f1, v1, ...]] per entry
     log_start_offset: int
     high_watermark: int
+    epochs: Epochs = FIXED  # a dense topic's leader epochs (a time topic's: 0 throughout)
 
     def entries(self, bits: int) -> list[tuple[int, list[bytes]]]:
         """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped.
@@ -342,10 +344,23 @@ class RedisStore:
         here (redis-py's asyncio client packs in pure Python, which costs more than the
         append): a partition's fixed arguments once (``_append_head``), the records come
         packed already. ``replicated`` (acks=all): followed by WAIT when ``wait_replicas``
-        asks for it."""
+        asks for it. A dense topic's append names the Redis life it goes to (its epoch
+        follows it: spec/DenseLog.tla), so it is packed for that life."""
+        wait = self._wait if replicated else None
+        if topic.config.dense:
+            stream = self.stream_key(topic.name, partition)
+
+            def pack(life: Life) -> bytes:
+                return self.append_command(topic, partition, records, count, now_ms, trim,
+                                           producer, life)[1]
+
+            if self.cluster is not None:
+                return await self.cluster.send_packed_for(stream, pack, wait)
+            assert self.pipe is not None
+            life = await self.pipe.life()
+            return await self.pipe.send(pack(life), wait, life)
         stream, packed = self.append_command(topic, partition, records, count, now_ms, trim,
                                              producer)
-        wait = self._wait if replicated else None
         if self.cluster is not None:
             return await self.cluster.send(stream, packed, wait)
         assert self.pipe is not None
@@ -353,13 +368,17 @@ class RedisStore:
 
     def append_command(self, topic: TopicInfo, partition: int, records: PackedRecords,
                        count: int, now_ms: int, trim: TrimPolicy,
-                       producer: ProducerBatch) -> tuple[str, bytes]:
+                       producer: ProducerBatch, life: Life | None = None) -> tuple[str, bytes]:
         """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
-        with its keys and ARGV (in the script's order), then the records."""
+        with its keys and ARGV (in the script's order), then the records, then a dense
+        topic's trailer: its index interval and the Redis ``life`` it goes to."""
         fixed = self._append_heads.get(_head_key(topic, partition))
         if fixed is None:
             fixed = self._append_head(topic, partition)
         stream, keys, middle, channel, trailer, extra = fixed
+        if extra:
+            run_id, clock = (life.run_id, life.clock) if life is not None else ("", 0)
+            trailer += _bulk(run_id.encode()) + _bulk_int(clock)
         # The command in one join, the records' bytes copied once: its arguments are the
         # script's sha and keys, then ARGV in append.lua's order, then the records, then a
         # dense topic's trailer (its index interval).
@@ -389,7 +408,7 @@ class RedisStore:
                    if dense else b"")
         # pack_command starts each with its own "*<n>\r\n": the parts go without it.
         fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel),
-                 _without_count(trailer) if dense else b"", 2 if dense else 0)
+                 _without_count(trailer) if dense else b"", 4 if dense else 0)
         if len(self._append_heads) >= _APPEND_HEADS_KEPT:
             self._append_heads.clear()
         self._append_heads[_head_key(topic, partition)] = fixed
@@ -430,7 +449,7 @@ class RedisStore:
         for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
             stream = self.stream_key(topic.name, partition)
             pipe.xrange(stream, min=first, max="+", count=count)
-            pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
+            pipe.hmget(self.meta_key(topic.name, partition), *_BOUNDS[topic.config.dense])
         try:
             replies = iter(await pipe.execute())
         except AttributeError as exc:
@@ -454,7 +473,7 @@ class RedisStore:
                                       topic.config.codec_bits)))
             commands.append(pack(("XRANGE", stream, first, "+", "COUNT", count)))  # type: ignore[arg-type]
             commands.append(pack(("HMGET", self.meta_key(topic.name, partition),  # type: ignore[arg-type]
-                                  "last", "start")))
+                                  *_BOUNDS[topic.config.dense])))
         return commands
 
     async def _partition_reads(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
@@ -475,7 +494,8 @@ class RedisStore:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
-            results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
+            epochs = Epochs.parse(meta[2]) if topic.config.dense else FIXED
+            results.append(PartitionRead(_below(codec, raw_entries, end), start, end, epochs))
         return results
 
     async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
@@ -507,6 +527,22 @@ class RedisStore:
         if meta[0] is None and meta[1] is None:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
+
+    async def current_epochs(self, topic: TopicInfo) -> list[int]:
+        """Each partition's current leader epoch (Metadata): a dense topic's from its meta
+        hashes (0 for a partition never written), 0 for a time topic."""
+        if not topic.config.dense:
+            return [0] * topic.partitions
+        pipe = self.redis.pipeline(transaction=False)
+        for partition in range(topic.partitions):
+            pipe.hget(self.meta_key(topic.name, partition), "epochs")
+        return [Epochs.parse(found).current for found in await pipe.execute()]
+
+    async def epochs(self, topic: TopicInfo, partition: int) -> Epochs:
+        """A partition's leader epochs: a dense topic's history (append.lua), else 0."""
+        if not topic.config.dense:
+            return FIXED
+        return Epochs.parse(await self.redis.hget(self.meta_key(topic.name, partition), "epochs"))
 
     async def _bounds_without_meta(self, codec: Codec, topic: TopicInfo,
                                    partition: int) -> tuple[int, int]:
@@ -581,8 +617,15 @@ def foreign_bounds(codec: Codec, last_generated: bytes, first: bytes | None
 
 
 _APPEND_HEAD_ARGS = 20  # EVALSHA, sha, numkeys, 4 keys, 13 ARGV before the records
-# (stream key, the keys, ARGV 2-4, the channel, a dense topic's trailer, the arguments a dense
-# topic adds: its time index key and its trailer)
+# What a read asks of the meta hash (by whether the topic is dense): the bounds, and the epochs.
+_BOUNDS = {False: ("last", "start"), True: ("last", "start", "epochs")}
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+# (stream key, the keys, ARGV 2-4, the channel, a dense topic's trailer (its index interval;
+# the Redis life's run id and clock follow it), the arguments a dense topic adds: its time
+# index key and its trailer of three)
 _AppendHead = tuple[str, bytes, bytes, bytes, bytes, int]
 
 

@@ -104,14 +104,19 @@ async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -
 async def _read(services: Services, topic: TopicInfo, wanted: rules.ListOffsetsPartition,
                 lookup: rules.Lookup) -> rules.OffsetAnswer:
     index = wanted.index
+    epochs = await services.store.epochs(topic, index)  # a time topic's: 0, with no read
+    fenced = epochs.fence(wanted.current_leader_epoch) if topic.config.dense else ErrorCode.NONE
+    if fenced is not ErrorCode.NONE:
+        return rules.OffsetAnswer(fenced)
     if lookup is rules.Lookup.LATEST:
-        return rules.answer((await services.store.offsets(topic, index))[1])
+        return rules.answer((await services.store.offsets(topic, index))[1], epochs=epochs)
     if lookup is rules.Lookup.EARLIEST:
-        return rules.answer((await services.store.offsets(topic, index))[0])
+        return rules.answer((await services.store.offsets(topic, index))[0], epochs=epochs)
     if lookup is rules.Lookup.MAX_TIMESTAMP:
-        return rules.answer(*await _max_timestamp(services, topic, index))
+        return rules.answer(*await _max_timestamp(services, topic, index), epochs=epochs)
     if lookup is rules.Lookup.BY_TIMESTAMP:
-        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp))
+        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp),
+                            epochs=epochs)
     return rules.answer(rules.NO_OFFSET)
 
 
@@ -150,12 +155,17 @@ async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
         partitions = []
         for wanted in entry.partitions:
             ended = rules.epoch_query(topic, wanted)
-            end = -1
-            if ended.needs_end:
+            error, epoch, end = ended.error, ended.leader_epoch, -1
+            if topic is not None and topic.config.dense and error is not \
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                error, epoch, end = rules.dense_epoch_end(
+                    wanted, await services.store.epochs(topic, wanted.index),
+                    (await services.store.offsets(topic, wanted.index))[1])
+            elif ended.needs_end:
                 assert topic is not None
                 end = (await services.store.offsets(topic, wanted.index))[1]
-            partitions.append(make(partition_cls, error_code=ended.error, partition=wanted.index,
-                                   leader_epoch=ended.leader_epoch, end_offset=end))
+            partitions.append(make(partition_cls, error_code=error, partition=wanted.index,
+                                   leader_epoch=epoch, end_offset=end))
         topics.append(make(topic_cls, topic=entry.name, partitions=tuple(partitions)))
     return make(response_cls, throttle_time=0, topics=tuple(topics))
 

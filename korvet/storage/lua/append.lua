@@ -39,8 +39,18 @@
 --
 -- KEYS[5] the time index of a dense topic {ks}:{topic:partition}:times (absent for time topics)
 -- A dense topic's append carries three more arguments after the records (the trailer):
---   the index interval (the topic's index.interval.bytes), and (unused yet) the Redis life
---   and the clock in seconds for the partition epoch (spec/DenseLog.tla).
+--   the index interval (the topic's index.interval.bytes), the Redis life the broker's
+--   connection talks to (the server's run_id) and the clock, in seconds from 2024, from which
+--   that life's epochs are numbered (storage/pipe.py `Life`).
+--
+-- The partition epoch of a dense topic (spec/DenseLog.tla, Kafka's leader epoch): the meta
+-- hash keeps `epoch`, `inc` (the life that set it) and `epochs` (the history, "epoch:start"
+-- pairs, the start being the epoch's first offset). A new partition starts at epoch
+-- max(0, clock); the first append of another Redis life (Redis restarted, failed over or was
+-- restored: its last writes may be gone and their offsets handed out again) starts epoch
+-- max(epoch + 1, clock) at its first offset, so a consumer that read past the cut sees it
+-- (KIP-320). Epochs go with the writes that start them, in one script call: a Redis that
+-- loses the one loses the other.
 --
 -- The time index of a dense topic (spec/DenseLog.tla `times`): the meta hash keeps `tmax`, the
 -- largest record timestamp ever appended, and `since`, the bytes appended since the last
@@ -365,6 +375,18 @@ local tmax, since = nil, nil
 if dense then
   local max_ts, bytes, trailer = batch_stats()
   local interval = tonumber(ARGV[trailer]) or 4096
+  local life, clock = ARGV[trailer + 1] or '', tonumber(ARGV[trailer + 2]) or 0
+  local known = redis.call('HMGET', KEYS[2], 'epoch', 'inc', 'epochs')
+  local epoch = tonumber(known[1])
+  if epoch == nil or known[2] ~= life then
+    epoch = epoch == nil and math.max(0, clock) or math.max(epoch + 1, clock)
+    local history = string.format('%d:%d', epoch, first_ms)
+    if known[3] then
+      history = known[3] .. ' ' .. history
+    end
+    redis.call('HSET', KEYS[2], 'epoch', string.format('%d', epoch), 'inc', life,
+               'epochs', history)
+  end
   local stats = redis.call('HMGET', KEYS[2], 'tmax', 'since')
   tmax = math.max(tonumber(stats[1]) or -1, max_ts)
   since = (tonumber(stats[2]) or 0) + bytes
