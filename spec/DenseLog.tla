@@ -6,7 +6,7 @@
 (*                                                                         *)
 (* The keys, all in the partition's hash slot, as the append script keeps *)
 (* them (korvet/storage/lua/append.lua):                                   *)
-(*   stream  entries whose ids are <offset>-0: one per record (Format      *)
+(*   stream  entries whose ids are <offset>-1: one per record (Format      *)
 (*           "records"), or one per batch at its first offset ("batches")  *)
 (*   meta    last (the last offset handed out), start (the log start      *)
 (*           offset), epoch (the partition's leader epoch), inc (the Redis *)
