@@ -572,7 +572,9 @@ def test_max_offsets_per_trigger_reads_the_topic_in_the_expected_micro_batches(
              .trigger(availableNow=True).start())
     assert query.awaitTermination(240)
     assert sorted(batches) == [(0, 30), (1, 30), (2, 30), (3, 30)]
-    end = query.lastProgress["sources"][0]["endOffset"]  # JSON text in PySpark's progress
+    progress = query.lastProgress
+    assert progress is not None
+    end = progress["sources"][0]["endOffset"]  # JSON text in PySpark's progress
     ends = (json.loads(end) if isinstance(end, str) else end)[batch_topic.topic]
     assert {int(p): o for p, o in ends.items()} == {0: 60, 1: 60}
 
