@@ -134,8 +134,10 @@ class Scraper:
     def _lag(state: CoordinatorState, by_partition: dict[Any, Any]) -> list[PartitionLag]:
         """Lag of every committed offset of every group.
 
-        Offsets are sparse (``ms << bits | seq``), so the high watermark minus the
-        committed offset counts offsets, not records. Records are counted by Redis
+        On a dense topic (codec bits 0) offsets count records: the high watermark minus
+        the committed offset is the record count, and an offset says nothing of time, so
+        the seconds series is left out. On a time topic offsets are sparse
+        (``ms << bits | seq``): the difference counts offsets, not records; records are counted by Redis
         itself: the group's Redis consumer group is moved to the committed position at
         every commit (XGROUP SETID), and XINFO GROUPS reports its ``lag`` from the
         stream's entries-added counter whenever Redis can do so without a scan (the
@@ -161,8 +163,13 @@ class Scraper:
                     records = redis_group.lag
                 if offsets == 0:
                     records = 0
-                newest_ms = (stat.high_watermark - 1) >> bits
-                seconds = max(0, newest_ms - (committed.offset >> bits)) / 1000 if offsets else 0.0
+                seconds: float | None = None
+                if bits == 0:  # dense: offsets count records
+                    records = offsets
+                else:
+                    newest_ms = (stat.high_watermark - 1) >> bits
+                    seconds = (max(0, newest_ms - (committed.offset >> bits)) / 1000
+                               if offsets else 0.0)
                 lags.append(PartitionLag(group_id, tp.topic, tp.partition, offsets, records,
                                          seconds))
         return lags

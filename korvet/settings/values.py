@@ -182,7 +182,7 @@ SETTINGS: tuple[Setting, ...] = (
             "storage format of new topics (their korvet.storage.format): 'records', one stream "
             "entry per record, or 'batches', one entry per produced record batch as the "
             "producer sent it; a topic keeps the format it was created with"),
-    Setting("topics.offset-scheme", str, "time",
+    Setting("topics.offset-scheme", str, "dense",
             "offset scheme of new topics (their korvet.offset.scheme): 'dense', Kafka's offsets "
             "that count records (0, 1, 2, ...), or 'time', the entry id packed as "
             "ms * 2^sequence-bits + seq; a topic keeps the scheme it was created with"),

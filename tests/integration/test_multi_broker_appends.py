@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.offsets import DENSE, EntryId
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.records import build_batch
 from korvet.storage.entries import KEY
@@ -172,7 +172,7 @@ def _stored(redis_url: str, topic: str) -> list[tuple[int, str]]:
     """(offset, key) of every entry in the partition's stream, read straight from Redis."""
     client = redis.Redis.from_url(redis_url)
     try:
-        codec = OffsetCodec(10)
+        codec = DENSE  # the topic has dense offsets, the default of new topics
         entries: Any = client.xrange(f"korvet:{{{topic}:0}}:stream")
         return [(codec.encode_id(EntryId.parse(entry_id)), fields[KEY].decode())
                 for entry_id, fields in entries]
