@@ -205,6 +205,20 @@ def fresh_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
     broker.stop()
 
 
+@pytest.fixture
+def multi_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
+    """A private broker with ``--multi-broker`` (broker id 1), for tests that start a second
+    broker on its Redis (``--multi-broker --broker-id 2``): a broker without it claims its
+    Redis alone and refuses others (server/claim.py)."""
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--multi-broker", "--broker-id", "1"])
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+SECOND_BROKER = ["--multi-broker", "--broker-id", "2"]
+
+
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     """A private redis-server (no persistence) for one test module."""
