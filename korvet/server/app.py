@@ -31,6 +31,7 @@ from korvet.server.http import HttpServer, Route
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
+from korvet.server.redis_memory import EvictionRefused
 from korvet.server.redis_urls import join_seeds, split_seeds
 from korvet.server.tls import TlsError, redis_options, server_context
 from korvet.settings import BrokerSettings, SecuritySettings
@@ -330,7 +331,7 @@ async def _start_broker(broker: Broker) -> None:
         raise StartupError(str(exc)) from exc
     try:
         await broker.start()
-    except ClaimRefused as exc:
+    except (ClaimRefused, EvictionRefused) as exc:
         raise StartupError(f"this broker does not start: {exc}") from exc
 
 

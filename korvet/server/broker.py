@@ -40,6 +40,7 @@ from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers.security import SecurityHandlers
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.ownership import Membership, Ownership
+from korvet.server.redis_memory import RedisMemoryGuard
 from korvet.server.security import Security
 from korvet.server.services import Services, topic_defaults_for
 from korvet.server.test_clock import TestClock
@@ -103,6 +104,7 @@ class Tenant:
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(broker.metrics.forget_topic)
         self.services.redis_url = broker.redis_url
+        self.services.redis_memory = broker.redis_memory
         self.services.security = broker.security
         self.services.on_authenticated = broker.bind_tenant
         self._guard = Guard(self.services) if broker.security.authorizer else None
@@ -196,6 +198,11 @@ class Broker:
         # listener name -> (host, port) that Metadata advertises; filled once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
         cluster = settings.cluster
+        # One Redis, one watch on its memory: readiness, metrics, the refusal of an evicting one
+        self.redis_memory = RedisMemoryGuard(
+            client, self.base_keyspace, accept=settings.redis.accept_eviction,
+            interval_ms=settings.redis.memory_check_interval_ms)
+        self.metrics.registry.register(self.redis_memory)
         # Every broker claims its id in its keyspace, whatever its settings (server/claim.py);
         # the embedded Redis was started by this broker, so nobody else can hold a live claim.
         self.claim = BrokerClaim(
@@ -231,7 +238,10 @@ class Broker:
             tenant.bind(port)
 
     async def start(self) -> None:
-        """Claim the keyspace (``ClaimRefused`` if another broker holds it), then serve."""
+        """Check Redis' eviction policy (``EvictionRefused``), claim the keyspace
+        (``ClaimRefused`` if another broker holds it), then serve."""
+        await self.redis_memory.check_at_start()
+        self.redis_memory.start()
         await self.claim.take()
         self.claim.start()
         await self.security.start()
@@ -244,6 +254,7 @@ class Broker:
         for tenant in list(self.tenants.values()):
             await tenant.close()
         await self.claim.close()  # after the coordinators' last writes
+        await self.redis_memory.close()
         await self.security.close()
         await self.redis.aclose()
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from korvet.server.redis_memory import is_oom
 from korvet.storage.claims import ClaimStore, Holder
 
 log = logging.getLogger("korvet.claim")
@@ -134,8 +135,9 @@ class BrokerClaim:
                                             single=self.single, ttl_ms=self.ttl_ms,
                                             granted_at=self.granted_at)
         except (RedisError, OSError) as exc:
-            log.warning("renewing this broker's claim on keyspace '%s' failed: %s",
-                        self.keyspace, exc)
+            # a full Redis is logged once per interval by the memory watch
+            (log.debug if is_oom(exc) else log.warning)(
+                "renewing this broker's claim on keyspace '%s' failed: %s", self.keyspace, exc)
             return
         if answer.granted:
             self.deadline_ms = sent + self.ttl_ms - self.margin_ms
