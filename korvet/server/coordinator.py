@@ -127,7 +127,7 @@ class GroupCoordinator:
         self.ownership: Ownership | None = None
         self.leases: LeaseStore | None = None
         # One broker: whether it still holds its claim on the keyspace (server/claim.py);
-        # without it, it neither answers group requests nor writes.
+        # without it, it answers group requests COORDINATOR_NOT_AVAILABLE and writes nothing.
         self.may_write: Callable[[], bool] = lambda: True
         self._ids = itertools.count(1)
         # The adapter's copy of what Redis durably holds of each group (the spec's `saved`).
@@ -259,6 +259,8 @@ class GroupCoordinator:
         groups = event.group_ids if isinstance(event, core.DeleteGroups) else (event.group_id,)
         if not all(self.owns(g) for g in groups):
             raise NotCoordinator(",".join(groups))
+        if not self.may_write():  # one broker past its claim: still the coordinator, not now
+            raise CoordinatorUnavailable("this broker's claim on its keyspace is not renewed")
         future: asyncio.Future[core.Reply] = asyncio.get_running_loop().create_future()
         self._waiting[event.request_id] = future
         self._waiting_group[event.request_id] = groups[0] if groups else ""
@@ -271,9 +273,7 @@ class GroupCoordinator:
 
     def owns(self, group_id: str) -> bool:
         """Whether this broker coordinates the group (always, with one broker)."""
-        if self.ownership is None:
-            return self.may_write()
-        return self.ownership.believes(group_id)
+        return self.ownership is None or self.ownership.believes(group_id)
 
     async def adopt(self, group_id: str, snapshot: str | None) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -60,7 +60,9 @@ def is_oom(exc: BaseException) -> bool:
             or "used memory > 'maxmemory'" in str(exc))
 
 
-def _reading(info: dict[str, Any], node: str = "") -> MemoryReading:
+def _reading(info: Any, node: str = "") -> MemoryReading:
+    if not isinstance(info, dict):
+        return MemoryReading(None, node=node)  # an answer of a shape this version cannot read
     policy = info.get("maxmemory_policy")
     return MemoryReading(str(policy) if policy is not None else None,
                          int(info.get("used_memory", 0) or 0),

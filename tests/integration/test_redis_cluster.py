@@ -530,8 +530,10 @@ def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCl
     says so and exits 2, without a traceback."""
     dead = free_port()
     live = on_cluster.cluster.ports[1]
+    # its own keyspace: the module's broker claims the default one alone (server/claim.py)
     broker = KorvetProcess(tmp_path / "seeds", extra_args=[
-        "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{live}", "--redis-cluster"]).start()
+        "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{live}", "--redis-cluster",
+        "--keyspace", "seeds"]).start()
     try:
         topic = f"seeds-{uuid.uuid4().hex[:8]}"
         create_topic(broker.bootstrap, topic, 2)
