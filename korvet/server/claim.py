@@ -139,7 +139,8 @@ class BrokerClaim:
             (log.debug if is_oom(exc) else log.warning)(
                 "renewing this broker's claim on keyspace '%s' failed: %s", self.keyspace, exc)
             return
-        if answer.granted:
+        if answer.granted:  # the count moves only if Redis lost the claim and it was re-taken
+            self.granted_at = answer.count
             self.deadline_ms = sent + self.ttl_ms - self.margin_ms
             return
         holder = answer.holder

@@ -10,6 +10,9 @@ on it, with a short claim time (``cluster.broker-ttl-ms`` 1500):
 - a single broker killed with -9 leaves a claim that ends (the default time, 6 s): the
   broker restarted on the same Redis at once starts (it waits for the claim to end) and a
   consumer group reads through it;
+- a Redis that loses the claims (FLUSHALL, as a restart without persistence would): the
+  single broker claims again at its next renewal and keeps serving, and a second broker is
+  still refused;
 - a single broker paused (SIGSTOP) past its claim while another broker starts: the second
   takes over (a consumer group reads every record through it) and the resumed one stops
   (exit 1) naming it, rather than coordinating the group a second time.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
@@ -130,6 +134,24 @@ def test_a_single_broker_killed_and_restarted_on_its_redis_starts_again(
     try:
         assert time.monotonic() - started < 10
         assert _consume_group(broker.bootstrap, topic, "after-restart", 50) == 50
+    finally:
+        broker.stop()
+
+
+def test_a_single_broker_claims_again_when_redis_lost_its_claim(
+        redis_server: str, tmp_path: Path) -> None:
+    broker = _broker(tmp_path / "broker", redis_server, "--broker-id", "1").start()
+    try:
+        redis.Redis.from_url(redis_server).flushall()
+        time.sleep(2.0)  # past the claim's 1.5 s: renewals ran meanwhile
+        assert broker.process is not None and broker.process.poll() is None, broker.log_tail()
+        assert "lost its claim" not in broker.log_tail(80)
+        log = _refused(_broker(tmp_path / "second", redis_server, "--broker-id", "2"))
+        assert f"broker 1 at 127.0.0.1:{broker.port}" in log
+        topic = f"flushed-{time.monotonic_ns()}"
+        create_topic(broker.bootstrap, topic, partitions=1)
+        confluent_produce(broker.bootstrap, topic, make_records(10, 1))
+        assert _consume_group(broker.bootstrap, topic, "after-flush", 10) == 10
     finally:
         broker.stop()
 

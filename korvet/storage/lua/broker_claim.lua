@@ -12,7 +12,9 @@
 --   written with the next token. Returns {1, token, count} or {0, id, JSON, why}.
 -- renew: the entry must still be this instance's; a single broker's also requires that no
 --   claim was granted since its own (one was only possible after its entry expired: another
---   broker has served since). Returns {1, token, count} or {0, id, JSON, why} (lost).
+--   broker has served since). An entry that is gone while the count is below the one the
+--   claim was granted at (Redis lost the hash) is claimed again. Returns {1, token, count}
+--   or {0, id, JSON, why} (lost).
 -- release: removes the entry if it is still this instance's. Returns {1}.
 -- Entries expired for more than ten times their time to live are removed.
 local t = redis.call('TIME')
@@ -39,6 +41,12 @@ if op == 'release' then
   return {1}
 end
 
+if op == 'renew' and not held and (not mine['single'] or count < tonumber(ARGV[7])) then
+  -- The entry is gone and, for a single broker, no claim was granted since its own: Redis
+  -- lost the hash (it restarted without the write). Claim again, with the same checks as
+  -- at start.
+  op = 'claim'
+end
 if op == 'renew' then
   if not held or held['instance'] ~= instance then
     if held then
