@@ -137,6 +137,7 @@ class RedisMemoryGuard(Collector):
                                    "evictionAccepted": self.accept,
                                    "full": self.is_full, "oomRefusals": self.oom_refusals}
         if self.readings:
+            details["nodes"] = len(self.readings)  # every master of a Redis Cluster
             details["maxmemoryPolicy"] = sorted({r.policy or "?" for r in self.readings})
             details["usedMemory"] = max(r.used for r in self.readings)
             details["maxmemory"] = max(r.maxmemory for r in self.readings)
