@@ -19,11 +19,9 @@ CONFIG SET, as an operator would) and a ``korvet serve`` on it:
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,6 @@ import pytest
 import redis
 from kio.schema.errors import ErrorCode
 
-from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
 from tests.integration.clients import confluent_consume, confluent_produce, make_records
 from tests.integration.test_broker_behaviour import batch, produce_request
@@ -41,17 +38,6 @@ from tests.support.wire import WireClient
 pytest.importorskip("confluent_kafka")
 
 INTERVAL_MS = 1000
-
-
-@pytest.fixture
-def redis_server() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 def _broker(folder: Path, url: str, *args: str) -> KorvetProcess:
@@ -87,9 +73,9 @@ def _until(check: Any, timeout: float = 15) -> Any:
 
 
 def test_an_evicting_redis_is_refused_at_start_unless_accepted(
-        redis_server: str, tmp_path: Path) -> None:
-    redis.Redis.from_url(redis_server).config_set("maxmemory-policy", "allkeys-lru")
-    refused = _broker(tmp_path / "refused", redis_server)
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    redis.Redis.from_url(fresh_redis_url).config_set("maxmemory-policy", "allkeys-lru")
+    refused = _broker(tmp_path / "refused", fresh_redis_url)
     with pytest.raises(RuntimeError):
         refused.start()
     assert refused.process is not None and refused.process.wait(10) == 2
@@ -98,7 +84,7 @@ def test_an_evicting_redis_is_refused_at_start_unless_accepted(
     assert "maxmemory-policy allkeys-lru" in log
     assert "CONFIG SET maxmemory-policy noeviction" in log and "redis.accept-eviction" in log
 
-    accepted = _broker(tmp_path / "accepted", redis_server, "--redis-accept-eviction").start()
+    accepted = _broker(tmp_path / "accepted", fresh_redis_url, "--redis-accept-eviction").start()
     try:
         assert "acknowledged records may be evicted" in accepted.log_tail(60)
         topic = f"accepted-{time.monotonic_ns()}"
@@ -113,9 +99,9 @@ def test_an_evicting_redis_is_refused_at_start_unless_accepted(
         accepted.stop()
 
 
-def test_a_policy_switched_while_running_is_noticed(redis_server: str, tmp_path: Path) -> None:
-    broker = _broker(tmp_path / "broker", redis_server).start()
-    admin = redis.Redis.from_url(redis_server)
+def test_a_policy_switched_while_running_is_noticed(fresh_redis_url: str, tmp_path: Path) -> None:
+    broker = _broker(tmp_path / "broker", fresh_redis_url).start()
+    admin = redis.Redis.from_url(fresh_redis_url)
     try:
         assert _readiness(broker)[0] == 200
         assert _metric(broker, "korvet_redis_eviction_unsafe") == 0
@@ -138,9 +124,9 @@ def test_a_policy_switched_while_running_is_noticed(redis_server: str, tmp_path:
 
 
 def test_a_full_redis_answers_storage_errors_says_why_and_logs_once_per_interval(
-        redis_server: str, tmp_path: Path) -> None:
-    broker = _broker(tmp_path / "broker", redis_server).start()
-    admin = redis.Redis.from_url(redis_server)
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    broker = _broker(tmp_path / "broker", fresh_redis_url).start()
+    admin = redis.Redis.from_url(fresh_redis_url)
     topic = f"full-{time.monotonic_ns()}"
     try:
         create_topic(broker.bootstrap, topic, partitions=1)

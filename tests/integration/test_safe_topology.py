@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
 from tests.integration.clients import confluent_produce, make_records
 from tests.integration.test_clients import create_topic
@@ -39,17 +36,6 @@ from tests.integration.test_clients import create_topic
 pytest.importorskip("confluent_kafka")
 
 TTL = ["--cluster-broker-ttl-ms", "1500", "--cluster-lease-margin-ms", "300"]
-
-
-@pytest.fixture
-def redis_server() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as folder:
-        server = EmbeddedRedis(Path(folder), appendfsync="off")
-        url = server.start()
-        try:
-            yield url
-        finally:
-            server.stop()
 
 
 def _broker(folder: Path, url: str, *args: str, ttl: list[str] = TTL) -> KorvetProcess:
@@ -86,16 +72,16 @@ def _consume_group(bootstrap: str, topic: str, group: str, want: int,
 
 
 def test_a_second_broker_on_a_single_brokers_redis_is_refused(
-        redis_server: str, tmp_path: Path) -> None:
-    first = _broker(tmp_path / "first", redis_server, "--broker-id", "1").start()
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    first = _broker(tmp_path / "first", fresh_redis_url, "--broker-id", "1").start()
     try:
-        log = _refused(_broker(tmp_path / "plain", redis_server, "--broker-id", "2"))
+        log = _refused(_broker(tmp_path / "plain", fresh_redis_url, "--broker-id", "2"))
         assert f"broker 1 at 127.0.0.1:{first.port}" in log
         assert "as the single broker" in log and "--multi-broker" in log
-        log = _refused(_broker(tmp_path / "multi", redis_server, "--broker-id", "2",
+        log = _refused(_broker(tmp_path / "multi", fresh_redis_url, "--broker-id", "2",
                                "--multi-broker"))
         assert f"broker 1 at 127.0.0.1:{first.port}" in log and "--multi-broker" in log
-        log = _refused(_broker(tmp_path / "same", redis_server))  # both broker id 0 vs 1
+        log = _refused(_broker(tmp_path / "same", fresh_redis_url))  # both broker id 0 vs 1
         assert "broker 1 at" in log
         assert first.process is not None and first.process.poll() is None
     finally:
@@ -103,16 +89,16 @@ def test_a_second_broker_on_a_single_brokers_redis_is_refused(
 
 
 def test_a_single_broker_next_to_multi_brokers_and_a_taken_broker_id_are_refused(
-        redis_server: str, tmp_path: Path) -> None:
-    first = _broker(tmp_path / "first", redis_server, "--broker-id", "1", "--multi-broker").start()
-    second = _broker(tmp_path / "second", redis_server, "--broker-id", "2",
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    first = _broker(tmp_path / "first", fresh_redis_url, "--broker-id", "1", "--multi-broker").start()
+    second = _broker(tmp_path / "second", fresh_redis_url, "--broker-id", "2",
                      "--multi-broker").start()  # several brokers as documented: fine
     try:
-        log = _refused(_broker(tmp_path / "plain", redis_server, "--broker-id", "3"))
+        log = _refused(_broker(tmp_path / "plain", fresh_redis_url, "--broker-id", "3"))
         assert "with cluster.multi-broker" in log and "--multi-broker" in log
         assert f"broker 1 at 127.0.0.1:{first.port}" in log or \
             f"broker 2 at 127.0.0.1:{second.port}" in log
-        log = _refused(_broker(tmp_path / "twin", redis_server, "--broker-id", "2",
+        log = _refused(_broker(tmp_path / "twin", fresh_redis_url, "--broker-id", "2",
                                "--multi-broker"))
         assert f"broker 2 at 127.0.0.1:{second.port} holds broker id 2" in log
         assert "--broker-id" in log
@@ -122,9 +108,9 @@ def test_a_single_broker_next_to_multi_brokers_and_a_taken_broker_id_are_refused
 
 
 def test_a_single_broker_killed_and_restarted_on_its_redis_starts_again(
-        redis_server: str, tmp_path: Path) -> None:
+        fresh_redis_url: str, tmp_path: Path) -> None:
     # the default claim time (6 s): the restarted broker is up before the dead one's ends
-    broker = _broker(tmp_path / "broker", redis_server, ttl=[]).start()
+    broker = _broker(tmp_path / "broker", fresh_redis_url, ttl=[]).start()
     topic = f"restart-{time.monotonic_ns()}"
     create_topic(broker.bootstrap, topic, partitions=2)
     confluent_produce(broker.bootstrap, topic, make_records(50, 2))
@@ -139,14 +125,14 @@ def test_a_single_broker_killed_and_restarted_on_its_redis_starts_again(
 
 
 def test_a_single_broker_claims_again_when_redis_lost_its_claim(
-        redis_server: str, tmp_path: Path) -> None:
-    broker = _broker(tmp_path / "broker", redis_server, "--broker-id", "1").start()
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    broker = _broker(tmp_path / "broker", fresh_redis_url, "--broker-id", "1").start()
     try:
-        redis.Redis.from_url(redis_server).flushall()
+        redis.Redis.from_url(fresh_redis_url).flushall()
         time.sleep(2.0)  # past the claim's 1.5 s: renewals ran meanwhile
         assert broker.process is not None and broker.process.poll() is None, broker.log_tail()
         assert "lost its claim" not in broker.log_tail(80)
-        log = _refused(_broker(tmp_path / "second", redis_server, "--broker-id", "2"))
+        log = _refused(_broker(tmp_path / "second", fresh_redis_url, "--broker-id", "2"))
         assert f"broker 1 at 127.0.0.1:{broker.port}" in log
         topic = f"flushed-{time.monotonic_ns()}"
         create_topic(broker.bootstrap, topic, partitions=1)
@@ -157,9 +143,9 @@ def test_a_single_broker_claims_again_when_redis_lost_its_claim(
 
 
 def test_a_paused_single_broker_that_lost_its_claim_stops(
-        redis_server: str, tmp_path: Path) -> None:
-    first = _broker(tmp_path / "first", redis_server, "--broker-id", "1").start()
-    second = _broker(tmp_path / "second", redis_server, "--broker-id", "2")
+        fresh_redis_url: str, tmp_path: Path) -> None:
+    first = _broker(tmp_path / "first", fresh_redis_url, "--broker-id", "1").start()
+    second = _broker(tmp_path / "second", fresh_redis_url, "--broker-id", "2")
     topic = f"paused-{time.monotonic_ns()}"
     try:
         create_topic(first.bootstrap, topic, partitions=4)
