@@ -6,7 +6,9 @@ Routes (the original product's Spring Boot Actuator paths and the short ones):
     /actuator/health/liveness, /health/liveness     the broker's event loop answers and
                                               its Kafka listener is open
     /actuator/health/readiness, /health/readiness   Redis answers a PING and takes a write
-                                              (``{ks}:health:{broker.id}``, 60 s TTL)
+                                              (``{ks}:health:{broker.id}``, 60 s TTL), may not
+                                              evict the broker's keys and is not full
+                                              (``redisMemory``: server/redis_memory.py)
     /metrics, /actuator/prometheus            Prometheus text format (OpenMetrics on request)
     /actuator/info                            name and version
 
@@ -63,9 +65,12 @@ class Health:
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         redis = await self.redis()
-        ready = self.live() and redis["status"] == "UP"
-        return ready, {"status": "UP" if ready else "OUT_OF_SERVICE",
-                       "components": {"redis": redis}}
+        components = {"redis": redis}
+        guard = self.services.redis_memory
+        if guard is not None:  # eviction policy and a full Redis (server/redis_memory.py)
+            components["redisMemory"] = guard.component()
+        ready = self.live() and all(c["status"] == "UP" for c in components.values())
+        return ready, {"status": "UP" if ready else "OUT_OF_SERVICE", "components": components}
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         live = self.live()

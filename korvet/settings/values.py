@@ -153,6 +153,17 @@ SETTINGS: tuple[Setting, ...] = (
             "(Redis replicates asynchronously: a master's crash can lose it)"),
     Setting("redis.wait-timeout-ms", int, 1000,
             "how long an acks=all produce waits for redis.wait-replicas replicas"),
+    # --- a Redis that may lose keys (korvet/server/redis_memory.py) ----------------------------
+    Setting("redis.accept-eviction", bool, False,
+            "start and serve on a Redis whose maxmemory-policy may evict the broker's keys "
+            "(allkeys-lru, allkeys-lfu, allkeys-random): acknowledged records and committed "
+            "offsets can then disappear without a word. Default: such a Redis is refused at "
+            "start and makes readiness DOWN while running (fix: CONFIG SET maxmemory-policy "
+            "noeviction)"),
+    Setting("redis.memory-check-interval-ms", int, 10_000,
+            "every this often the broker reads Redis' maxmemory-policy and memory (INFO "
+            "memory) for readiness and metrics; a full Redis (appends refused with OOM) is "
+            "logged at most once per interval", unit="ms"),
     Setting("redis.keyspace", str, "korvet",
             "prefix of every Redis key the broker writes (the original's korvet.namespace)",
             ("--keyspace",), also=("namespace", "broker.keyspace")),

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from korvet.protocol.framing import encode_request
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.records import Record, build_batch
-from tests.conftest import KORVET, KorvetProcess
+from tests.conftest import KORVET, SECOND_BROKER, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic
 from tests.support.wire import WireClient
@@ -443,8 +443,10 @@ def test_time_retention_keeps_a_caught_up_consumer_in_range(korvet: KorvetProces
 # --- sharing one Redis between brokers ----------------------------------------------------
 
 def test_two_brokers_append_to_one_partition_without_collisions(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_topic(korvet.bootstrap, unique_name, partitions=1)
@@ -594,8 +596,10 @@ def test_read_ahead_answers_exactly_what_a_fresh_read_would(korvet: KorvetProces
 
 
 def test_a_fetch_waiting_on_one_broker_wakes_for_an_append_through_another(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_topic(korvet.bootstrap, unique_name, partitions=1)
@@ -648,15 +652,17 @@ def _redis_reads(broker: KorvetProcess) -> int:
 
 
 def test_an_idle_consumer_of_many_partitions_costs_redis_no_reads(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
     """A consumer caught up on 200 partitions fetches twice a second: once the broker has
     read each partition while its fetches wait for appends, it answers from what it read,
     not by reading all 200 again, until an append to one of them is sent, answered or
     announced. An acknowledged record is in the very next fetch, even one that does not
     wait, on the broker that took it and, within the announcement's delay, on another."""
+    korvet = multi_korvet  # both brokers with --multi-broker
     partitions = 200
     create_topic(korvet.bootstrap, unique_name, partitions=partitions)
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         with WireClient(korvet.bootstrap) as client, WireClient(second.bootstrap) as other:

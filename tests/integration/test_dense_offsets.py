@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.conftest import KorvetProcess
+from tests.conftest import SECOND_BROKER, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_broker_behaviour import (
     batch,
@@ -212,8 +212,10 @@ def test_list_offsets_by_time_finds_the_first_record_at_or_after(
 
 
 def test_two_brokers_append_gap_free_and_without_duplicates(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_dense(korvet.bootstrap, unique_name)

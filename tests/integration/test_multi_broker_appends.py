@@ -61,8 +61,11 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
     folder = tmp_path_factory.mktemp("multi-broker")
     proxies = (ResponseDroppingProxy(drop_every=3, max_drops=6).start(),
                ResponseDroppingProxy(drop_every=4, max_drops=6).start())
-    first = KorvetProcess(folder / "a", extra_args=["--advertised-port", str(proxies[0].port)])
-    second = KorvetProcess(folder / "b", extra_args=["--advertised-port", str(proxies[1].port)])
+    # both with --multi-broker: a broker without it claims its Redis alone (server/claim.py)
+    first = KorvetProcess(folder / "a", extra_args=["--advertised-port", str(proxies[0].port),
+                                                    "--multi-broker", "--broker-id", "1"])
+    second = KorvetProcess(folder / "b", extra_args=["--advertised-port", str(proxies[1].port),
+                                                     "--multi-broker", "--broker-id", "2"])
     try:
         first.start()
         second.extra_args += ["--redis-url", first.redis_url]
