@@ -93,7 +93,8 @@ def test_a_time_topic_keeps_its_offsets(korvet: KorvetProcess, unique_name: str)
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
-    admin.create_topics([NewTopic(unique_name, num_partitions=1)])[unique_name].result(30)
+    admin.create_topics([NewTopic(unique_name, num_partitions=1,
+                                  config={"korvet.offset.scheme": "time"})])[unique_name].result(30)
     with WireClient(korvet.bootstrap) as client:
         response = client.request(produce_request(unique_name, {0: batch(3)}))
     assert int(response.responses[0].partition_responses[0].base_offset) > 2**40
