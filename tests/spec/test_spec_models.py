@@ -99,6 +99,59 @@ def test_model_has_expected_verdict(model: tlc.Model) -> None:
     if model.expect == "violation":
         # The evidence for a refuted claim is its counterexample: it must be there.
         assert result.trace, _report(result)
+    else:
+        # Every action of a passing model fires (TLC's coverage), but those the model turns
+        # off by design and says so (models.yaml `unexercised`, with why): a rule no
+        # behaviour of the model takes is a rule the model does not check.
+        assert result.coverage, f"{model.name}: TLC reported no action coverage"
+        assert result.never_fired == sorted(name for name, _ in model.unexercised), (
+            f"{model.name}: actions that never fired {result.never_fired}, declared "
+            f"unexercised {sorted(name for name, _ in model.unexercised)}; coverage "
+            f"{result.coverage}")
+
+
+def _checked(model: tlc.Model) -> list[str]:
+    config = tlc.spec_dir() / model.config
+    return [*tlc.read_invariants(config), *tlc.read_properties(config)]
+
+
+def test_every_property_of_every_spec_has_a_model_that_breaks_it() -> None:
+    """An invariant or temporal property that no model can violate may be true by
+    construction and then proves nothing: each one a passing model checks must be the
+    expected violation of a tier-ci model of the same module (a mutant of the spec, or a
+    refuted claim), which test_model_has_expected_verdict runs."""
+    models = tlc.load_models(tlc.spec_dir())
+    missing: list[str] = []
+    for module in sorted({m.module for m in models if m.expect == "pass"}):
+        wanted = {name for m in models if m.module == module and m.expect == "pass"
+                  for name in _checked(m)}
+        broken = {m.expect_invariant for m in models
+                  if m.module == module and m.expect == "violation" and m.tier == "ci"}
+        missing.extend(f"{module}.{name}" for name in sorted(wanted - broken))
+    assert not missing, f"properties no ci model breaks: {', '.join(missing)}"
+
+
+def test_a_mutant_applies_its_edits_once_and_checks_one_property() -> None:
+    """A mutant whose text no longer occurs in its spec (or occurs twice) is an error, not a
+    silent check of the unchanged spec; and its config is narrowed to the one property."""
+    spec = tlc.spec_dir()
+    first_line = (spec / "OffsetCodec.tla").read_text().splitlines()[0]
+
+    def mutant(replace: str, by: str) -> tlc.Model:
+        return tlc.Model(name="m", module="OffsetCodec", config="OffsetCodec.cfg",
+                         expect="violation", expect_invariant="RoundTrip", check_only="RoundTrip",
+                         mutation=(tlc.Edit("OffsetCodec.tla", replace, by),))
+
+    with tlc.prepared(mutant(first_line, first_line + " "), spec) as folder:
+        assert folder != spec
+        assert (folder / "OffsetCodec.tla").read_text().splitlines()[0] == first_line + " "
+        assert (spec / "OffsetCodec.tla").read_text().splitlines()[0] == first_line
+        narrowed = folder / "OffsetCodec.cfg"
+        assert tlc.read_invariants(narrowed) == ["RoundTrip"]
+        assert tlc.read_properties(narrowed) == []
+    for replace in ("no such text in the spec", "\n"):  # absent; many times
+        with pytest.raises(tlc.TlcError, match="occurs"), tlc.prepared(mutant(replace, "x"), spec):
+            pass
 
 
 def test_the_manifest_lists_ci_models() -> None:
