@@ -38,7 +38,7 @@ settings.load_profile(os.environ.get("KORVET_HYPOTHESIS_PROFILE", "ci"))
 # Tests that need more than the Python process itself: a broker, Redis, the JVM, TLC.
 # Everything else is the fast tier (`make check`: pytest -m "not integration").
 _HEAVY_MARKERS = {"tlc", "clients", "kafka", "spark"}
-_HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "kafka", "spark"}
+_HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "fresh_redis_url", "kafka", "spark"}
 
 
 # How `make test` spreads the suite over its workers (scripts/pytest.sh runs pytest-xdist with
@@ -205,9 +205,21 @@ def fresh_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
     broker.stop()
 
 
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """A private redis-server (no persistence) for one test module."""
+@pytest.fixture
+def multi_korvet(tmp_path: Path) -> Iterator[KorvetProcess]:
+    """A private broker with ``--multi-broker`` (broker id 1), for tests that start a second
+    broker on its Redis (``--multi-broker --broker-id 2``): a broker without it claims its
+    Redis alone and refuses others (server/claim.py)."""
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--multi-broker", "--broker-id", "1"])
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+SECOND_BROKER = ["--multi-broker", "--broker-id", "2"]
+
+
+def _private_redis() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as folder:
         server = EmbeddedRedis(Path(folder), appendfsync="off")
         url = server.start()
@@ -215,6 +227,19 @@ def redis_url() -> Iterator[str]:
             yield url
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A private redis-server (no persistence) for one test module."""
+    yield from _private_redis()
+
+
+@pytest.fixture
+def fresh_redis_url() -> Iterator[str]:
+    """A private redis-server (no persistence) for one test, which may change its settings
+    (CONFIG SET) or run brokers on it that must not meet another test's."""
+    yield from _private_redis()
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ CONSOLE_CONSUMER_MAIN = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 CONSUMER_GROUPS_MAIN = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 PRODUCER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ConsumerPerformance"
+GET_OFFSETS_MAIN = "org.apache.kafka.tools.GetOffsetShell"
 
 FIELD_SEPARATOR = "\x1d"  # between timestamp, partition, offset, headers, key and value
 HEADER_SEPARATOR = "\x1f"  # between two headers
@@ -404,6 +405,16 @@ class KafkaJavaTools:
         _raise_on_tool_error(process)
         return parse_group_description(process)
 
+    def get_offsets(self, topic: str, time_spec: str | int, *,
+                    timeout: float | None = None) -> dict[int, int]:
+        """``kafka-get-offsets --time``: each partition's offset for ``time_spec`` (-1 latest,
+        -2 earliest, -3 max-timestamp, or a timestamp in ms); a partition with no answer for
+        a timestamp is left out, as the tool leaves it out."""
+        process = self.run(GET_OFFSETS_MAIN, ["--bootstrap-server", self.bootstrap, "--topic", topic,
+                                              "--time", str(time_spec)], timeout=timeout)
+        _raise_on_tool_error(process)
+        return parse_offsets(topic, process)
+
     # -- performance tools ------------------------------------------------
 
     def producer_performance(
@@ -533,6 +544,21 @@ def parse_group_description(process: subprocess.CompletedProcess[str]) -> list[G
         except ValueError as exc:
             raise JavaToolError(f"cannot parse consumer group row {line!r}", process) from exc
     return rows
+
+
+def parse_offsets(topic: str, process: subprocess.CompletedProcess[str]) -> dict[int, int]:
+    """Parse ``kafka-get-offsets``' lines ``topic:partition:offset``."""
+    offsets: dict[int, int] = {}
+    for line in process.stdout.splitlines():
+        name, _, rest = line.strip().rpartition(":")
+        name, _, partition = name.rpartition(":")
+        if name != topic:
+            continue
+        try:
+            offsets[int(partition)] = int(rest)
+        except ValueError as exc:
+            raise JavaToolError(f"cannot parse offsets line {line!r}", process) from exc
+    return offsets
 
 
 _PRODUCER_SUMMARY = re.compile(

@@ -25,11 +25,13 @@ from korvet.core.limits import Limits
 from korvet.core.security.listeners import Protocol
 from korvet.server import test_clock
 from korvet.server.broker import Broker
+from korvet.server.claim import BrokerClaim, ClaimRefused
 from korvet.server.embedded_redis import MIN_REDIS_MAJOR, EmbeddedRedis, RedisStartError
 from korvet.server.http import HttpServer, Route
 from korvet.server.limits import ListenerLimits, raise_open_files_limit
 from korvet.server.listener import KafkaListener
 from korvet.server.operations import Health, Scraper, routes
+from korvet.server.redis_memory import EvictionRefused
 from korvet.server.redis_urls import join_seeds, split_seeds
 from korvet.server.tls import TlsError, redis_options, server_context
 from korvet.settings import BrokerSettings, SecuritySettings
@@ -43,6 +45,11 @@ log = logging.getLogger("korvet")
 class RedisLost(RuntimeError):
     """The embedded redis-server exited while the broker served: the broker stops (exit 1)
     so that whatever supervises it starts it again, Redis with it."""
+
+
+class ClaimLost(RuntimeError):
+    """Another broker took this broker's claim on the keyspace while it was paused or cut
+    off from Redis: the broker stops (exit 1) so that only one coordinates each group."""
 
 
 class StartupError(RuntimeError):
@@ -300,9 +307,9 @@ async def serve(settings: BrokerSettings, *, ready: asyncio.Event | None = None)
         _announce(settings, ports, url)
         if ready is not None:
             ready.set()
-        lost = await _wait_for_stop_signal(embedded)
+        lost = await _wait_for_stop_signal(embedded, broker.claim)
         if lost is not None:
-            raise RedisLost(lost)
+            raise (ClaimLost(lost) if broker.claim.lost else RedisLost(lost))
         log.info("stopping")
     finally:
         if http is not None:
@@ -322,7 +329,10 @@ async def _start_broker(broker: Broker) -> None:
         await broker.services.store.check_layout()
     except OldLayoutError as exc:
         raise StartupError(str(exc)) from exc
-    await broker.start()
+    try:
+        await broker.start()
+    except (ClaimRefused, EvictionRefused) as exc:
+        raise StartupError(f"this broker does not start: {exc}") from exc
 
 
 async def _start_http(settings: BrokerSettings, broker: Broker,
@@ -354,9 +364,11 @@ async def _start_http(settings: BrokerSettings, broker: Broker,
     return server
 
 
-async def _wait_for_stop_signal(embedded: EmbeddedRedis | None = None) -> str | None:
+async def _wait_for_stop_signal(embedded: EmbeddedRedis | None = None,
+                                claim: BrokerClaim | None = None) -> str | None:
     """Wait for SIGINT or SIGTERM; None then. With the embedded Redis, also watch its
-    process: if it exits (killed, out of memory), say why, as the text returned."""
+    process: if it exits (killed, out of memory), say why, as the text returned; so too if
+    the broker lost its claim on the keyspace."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -368,6 +380,8 @@ async def _wait_for_stop_signal(embedded: EmbeddedRedis | None = None) -> str | 
                 await asyncio.wait_for(stop.wait(), _EMBEDDED_WATCH_SECONDS)
             if stop.is_set():
                 return None
+            if claim is not None and claim.lost is not None:
+                return claim.lost
             process = embedded.process if embedded is not None else None
             if process is not None and (code := process.poll()) is not None:
                 assert embedded is not None
@@ -405,7 +419,7 @@ def run(settings: BrokerSettings) -> int:
     except StartupError as exc:
         log.error("%s", exc)
         return 2
-    except RedisLost as exc:
+    except (RedisLost, ClaimLost) as exc:
         log.error("%s", exc)
         return 1
     return 0

@@ -34,16 +34,19 @@ from korvet.core.topics import TopicConfigError
 from korvet.protocol.registry import ApiRegistry, CloseConnection
 from korvet.server.api import Api, bind, declared_apis
 from korvet.server.authz import Guard
+from korvet.server.claim import BrokerClaim
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers.security import SecurityHandlers
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.ownership import Membership, Ownership
+from korvet.server.redis_memory import RedisMemoryGuard
 from korvet.server.security import Security
 from korvet.server.services import Services, topic_defaults_for
 from korvet.server.test_clock import TestClock
 from korvet.server.tls import peer_principal
 from korvet.settings import BrokerSettings
+from korvet.storage.claims import ClaimStore
 from korvet.storage.groups import GroupStore
 from korvet.storage.leases import BrokerEntry, BrokerRegistry, LeaseStore
 from korvet.storage.notifier import AppendNotifier
@@ -95,10 +98,13 @@ class Tenant:
         self.membership: Membership | None = None
         if settings.cluster.multi_broker:
             self._share_redis(client)
+        else:  # the single broker coordinates only while it holds its claim
+            self.coordinator.may_write = broker.claim.believes
         self.services.topic_deleted_hooks.append(
             lambda name: self.coordinator.submit_internal(core.TopicDeleted(name)))
         self.services.topic_deleted_hooks.append(broker.metrics.forget_topic)
         self.services.redis_url = broker.redis_url
+        self.services.redis_memory = broker.redis_memory
         self.services.security = broker.security
         self.services.on_authenticated = broker.bind_tenant
         self._guard = Guard(self.services) if broker.security.authorizer else None
@@ -191,6 +197,19 @@ class Broker:
         self.security = Security(settings.security, client, self.base_keyspace)
         # listener name -> (host, port) that Metadata advertises; filled once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
+        cluster = settings.cluster
+        # One Redis, one watch on its memory: readiness, metrics, the refusal of an evicting one
+        self.redis_memory = RedisMemoryGuard(
+            client, self.base_keyspace, accept=settings.redis.accept_eviction,
+            interval_ms=settings.redis.memory_check_interval_ms)
+        self.metrics.registry.register(self.redis_memory)
+        # Every broker claims its id in its keyspace, whatever its settings (server/claim.py);
+        # the embedded Redis was started by this broker, so nobody else can hold a live claim.
+        self.claim = BrokerClaim(
+            ClaimStore(client, self.base_keyspace), settings.broker.id, self.base_keyspace,
+            single=not cluster.multi_broker, ttl_ms=cluster.broker_ttl_ms,
+            margin_ms=cluster.lease_margin_ms, force=not settings.redis.url,
+            address=lambda: (self.services.advertised_host, self.services.advertised_port))
         self.default = Tenant(self, self.base_keyspace)
         self.tenants: dict[str, Tenant] = {self.base_keyspace: self.default}
         self._starting: dict[str, asyncio.Task[Tenant]] = {}
@@ -219,6 +238,12 @@ class Broker:
             tenant.bind(port)
 
     async def start(self) -> None:
+        """Check Redis' eviction policy (``EvictionRefused``), claim the keyspace
+        (``ClaimRefused`` if another broker holds it), then serve."""
+        await self.redis_memory.check_at_start()
+        self.redis_memory.start()
+        await self.claim.take()
+        self.claim.start()
         await self.security.start()
         await self.default.start()
         self.metrics.name_apis(api.key for api in self.registry)
@@ -228,6 +253,8 @@ class Broker:
             task.cancel()
         for tenant in list(self.tenants.values()):
             await tenant.close()
+        await self.claim.close()  # after the coordinators' last writes
+        await self.redis_memory.close()
         await self.security.close()
         await self.redis.aclose()
 

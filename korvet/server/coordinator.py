@@ -126,6 +126,9 @@ class GroupCoordinator:
         # Several brokers on one Redis: the leases this broker holds (server/ownership.py)
         self.ownership: Ownership | None = None
         self.leases: LeaseStore | None = None
+        # One broker: whether it still holds its claim on the keyspace (server/claim.py);
+        # without it, it answers group requests COORDINATOR_NOT_AVAILABLE and writes nothing.
+        self.may_write: Callable[[], bool] = lambda: True
         self._ids = itertools.count(1)
         # The adapter's copy of what Redis durably holds of each group (the spec's `saved`).
         self.durable: dict[str, core.Group] = {}
@@ -219,8 +222,8 @@ class GroupCoordinator:
         self._waiting.clear()
         # Several brokers: the others still write after this one stops, so its mark could
         # not vouch for their writes; none is left (a Redis restart then raises generations).
-        clean = (await self._leave_clean_mark() if self._tasks and self.ownership is None
-                 else False)
+        clean = (await self._leave_clean_mark()
+                 if self._tasks and self.ownership is None and self.may_write() else False)
         self._log({"t": self._clock(), "stop": "clean" if clean else "unmarked"})
         if self._event_log is not None:
             self._event_log.close()
@@ -256,6 +259,8 @@ class GroupCoordinator:
         groups = event.group_ids if isinstance(event, core.DeleteGroups) else (event.group_id,)
         if not all(self.owns(g) for g in groups):
             raise NotCoordinator(",".join(groups))
+        if not self.may_write():  # one broker past its claim: still the coordinator, not now
+            raise CoordinatorUnavailable("this broker's claim on its keyspace is not renewed")
         future: asyncio.Future[core.Reply] = asyncio.get_running_loop().create_future()
         self._waiting[event.request_id] = future
         self._waiting_group[event.request_id] = groups[0] if groups else ""
@@ -424,6 +429,10 @@ class GroupCoordinator:
             commits.append((persist.group_id, items))
         if self.ownership is not None and self.leases is not None:
             return await self._persist_fenced(ready.touched, changed, gone, commits, removals)
+        if not self.may_write():
+            log.warning("not persisting coordinator state: this broker no longer holds its "
+                        "claim on the keyspace (answering retriable errors)")
+            return False
         try:
             await self.store.save_state(changed, gone, commits, self._clock(), removals)
         except (RedisError, OSError) as exc:

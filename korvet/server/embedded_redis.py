@@ -181,7 +181,9 @@ class EmbeddedRedis:
             handle.close()
             raise RedisStartError(
                 f"the data folder {self.data_dir} is in use by another broker (its Redis: "
-                f"{running}); share it with --redis-url {running} or pick another --data-dir"
+                f"{running}); pick another --data-dir, or share that Redis with --redis-url "
+                f"{running}, every broker sharing it started with --multi-broker and its own "
+                "--broker-id"
             ) from None
         self._lock = handle
 

@@ -357,9 +357,9 @@ class PartitionLag:
     group: str
     topic: str
     partition: int
-    offsets: int  # high watermark - committed offset, in Korvet offsets (what Kafka tools show)
-    records: int | None  # stream entries after the committed offset, when Redis can count them
-    seconds: float  # the millisecond parts of the two offsets apart
+    offsets: int  # high watermark - committed offset (what Kafka tools show)
+    records: int | None  # records after the committed offset, when they can be counted
+    seconds: float | None  # a time topic's: the millisecond parts of the two offsets apart
 
 
 @dataclass
@@ -428,20 +428,23 @@ class _ScrapeCollector(Collector):
         labels = ["group", "topic", "partition"]
         offsets = GaugeMetricFamily(
             "korvet_consumer_group_lag_offsets",
-            "High watermark minus committed offset, in Korvet offsets (ms * 2^bits + seq): "
-            "what Kafka's tools show as lag", labels=labels)
+            "High watermark minus committed offset: what Kafka's tools show as lag (records "
+            "on a dense topic, ms * 2^bits + seq offsets on a time topic)", labels=labels)
         records = GaugeMetricFamily(
             "korvet_consumer_group_lag_records",
-            "Records after the committed offset, counted by Redis (XINFO GROUPS lag); present "
-            "only where Redis can count them without a scan", labels=labels)
+            "Records after the committed offset: on a dense topic the offsets' difference, on a "
+            "time topic counted by Redis (XINFO GROUPS lag), present only where Redis can "
+            "count them without a scan", labels=labels)
         seconds = GaugeMetricFamily(
             "korvet_consumer_group_lag_seconds",
             "Append-time distance between the newest record and the committed offset "
-            "(from the milliseconds the offsets encode)", labels=labels)
+            "(from the milliseconds a time topic's offsets encode; none on dense topics)",
+            labels=labels)
         for lag in s.lag:
             values = [lag.group, lag.topic, str(lag.partition)]
             offsets.add_metric(values, lag.offsets)
-            seconds.add_metric(values, lag.seconds)
+            if lag.seconds is not None:
+                seconds.add_metric(values, lag.seconds)
             if lag.records is not None:
                 records.add_metric(values, lag.records)
         yield offsets

@@ -6,7 +6,9 @@ Routes (the original product's Spring Boot Actuator paths and the short ones):
     /actuator/health/liveness, /health/liveness     the broker's event loop answers and
                                               its Kafka listener is open
     /actuator/health/readiness, /health/readiness   Redis answers a PING and takes a write
-                                              (``{ks}:health:{broker.id}``, 60 s TTL)
+                                              (``{ks}:health:{broker.id}``, 60 s TTL), may not
+                                              evict the broker's keys and is not full
+                                              (``redisMemory``: server/redis_memory.py)
     /metrics, /actuator/prometheus            Prometheus text format (OpenMetrics on request)
     /actuator/info                            name and version
 
@@ -63,9 +65,12 @@ class Health:
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         redis = await self.redis()
-        ready = self.live() and redis["status"] == "UP"
-        return ready, {"status": "UP" if ready else "OUT_OF_SERVICE",
-                       "components": {"redis": redis}}
+        components = {"redis": redis}
+        guard = self.services.redis_memory
+        if guard is not None:  # eviction policy and a full Redis (server/redis_memory.py)
+            components["redisMemory"] = guard.component()
+        ready = self.live() and all(c["status"] == "UP" for c in components.values())
+        return ready, {"status": "UP" if ready else "OUT_OF_SERVICE", "components": components}
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         live = self.live()
@@ -134,8 +139,10 @@ class Scraper:
     def _lag(state: CoordinatorState, by_partition: dict[Any, Any]) -> list[PartitionLag]:
         """Lag of every committed offset of every group.
 
-        Offsets are sparse (``ms << bits | seq``), so the high watermark minus the
-        committed offset counts offsets, not records. Records are counted by Redis
+        On a dense topic (codec bits 0) offsets count records: the high watermark minus
+        the committed offset is the record count, and an offset says nothing of time, so
+        the seconds series is left out. On a time topic offsets are sparse
+        (``ms << bits | seq``): the difference counts offsets, not records; records are counted by Redis
         itself: the group's Redis consumer group is moved to the committed position at
         every commit (XGROUP SETID), and XINFO GROUPS reports its ``lag`` from the
         stream's entries-added counter whenever Redis can do so without a scan (the
@@ -161,8 +168,13 @@ class Scraper:
                     records = redis_group.lag
                 if offsets == 0:
                     records = 0
-                newest_ms = (stat.high_watermark - 1) >> bits
-                seconds = max(0, newest_ms - (committed.offset >> bits)) / 1000 if offsets else 0.0
+                seconds: float | None = None
+                if bits == 0:  # dense: offsets count records
+                    records = offsets
+                else:
+                    newest_ms = (stat.high_watermark - 1) >> bits
+                    seconds = (max(0, newest_ms - (committed.offset >> bits)) / 1000
+                               if offsets else 0.0)
                 lags.append(PartitionLag(group_id, tp.topic, tp.partition, offsets, records,
                                          seconds))
         return lags

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from korvet.server.connection import Connection
     from korvet.server.coordinator import GroupCoordinator
     from korvet.server.ownership import Membership
+    from korvet.server.redis_memory import RedisMemoryGuard
     from korvet.server.security import Security
 
 Part = TypeVar("Part")
@@ -56,6 +57,9 @@ class Services:
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     # Called after a topic is deleted (the group coordinator drops its committed offsets).
     topic_deleted_hooks: list[Callable[[str], Awaitable[None]]] = field(default_factory=list)
+    # The broker's watch on Redis' memory (shared by the tenants): appends refused with OOM
+    # are counted and logged there, once per interval.
+    redis_memory: RedisMemoryGuard | None = None
     # The Redis the broker was started on (DescribeLogDirs names its log dir after it).
     redis_url: str = ""
     # The broker's authentication and ACLs (shared by its tenants), and what to do once a

@@ -73,6 +73,8 @@ class RedisSection:
     pool_max_wait: int
     wait_replicas: int
     wait_timeout_ms: int
+    accept_eviction: bool
+    memory_check_interval_ms: int
     keyspace: str
     server_binary: str
     embedded_port: int

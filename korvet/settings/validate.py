@@ -38,6 +38,8 @@ def _validate_values(config: Config) -> None:
     if config.get_int("redis.wait-replicas") < 0 or config.get_int("redis.wait-timeout-ms") < 1:
         raise ConfigError("redis.wait-replicas must be at least 0 and redis.wait-timeout-ms "
                           "at least 1")
+    if config.get_int("redis.memory-check-interval-ms") < 100:
+        raise ConfigError("redis.memory-check-interval-ms must be at least 100")
     if config.get_int("redis.aof-rewrite-min-mb") < 1:
         raise ConfigError("redis.aof-rewrite-min-mb must be at least 1")
     if not 0 <= config.get_int("redis.stream-node-max-bytes") <= STREAM_NODE_MAX_BYTES_LIMIT:

@@ -153,6 +153,17 @@ SETTINGS: tuple[Setting, ...] = (
             "(Redis replicates asynchronously: a master's crash can lose it)"),
     Setting("redis.wait-timeout-ms", int, 1000,
             "how long an acks=all produce waits for redis.wait-replicas replicas"),
+    # --- a Redis that may lose keys (korvet/server/redis_memory.py) ----------------------------
+    Setting("redis.accept-eviction", bool, False,
+            "start and serve on a Redis whose maxmemory-policy may evict the broker's keys "
+            "(allkeys-lru, allkeys-lfu, allkeys-random): acknowledged records and committed "
+            "offsets can then disappear without a word. Default: such a Redis is refused at "
+            "start and makes readiness DOWN while running (fix: CONFIG SET maxmemory-policy "
+            "noeviction)"),
+    Setting("redis.memory-check-interval-ms", int, 10_000,
+            "every this often the broker reads Redis' maxmemory-policy and memory (INFO "
+            "memory) for readiness and metrics; a full Redis (appends refused with OOM) is "
+            "logged at most once per interval", unit="ms"),
     Setting("redis.keyspace", str, "korvet",
             "prefix of every Redis key the broker writes (the original's korvet.namespace)",
             ("--keyspace",), also=("namespace", "broker.keyspace")),
@@ -182,7 +193,7 @@ SETTINGS: tuple[Setting, ...] = (
             "storage format of new topics (their korvet.storage.format): 'records', one stream "
             "entry per record, or 'batches', one entry per produced record batch as the "
             "producer sent it; a topic keeps the format it was created with"),
-    Setting("topics.offset-scheme", str, "time",
+    Setting("topics.offset-scheme", str, "dense",
             "offset scheme of new topics (their korvet.offset.scheme): 'dense', Kafka's offsets "
             "that count records (0, 1, 2, ...), or 'time', the entry id packed as "
             "ms * 2^sequence-bits + seq; a topic keeps the scheme it was created with"),

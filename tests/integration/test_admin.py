@@ -80,17 +80,23 @@ def test_retention_trims_only_with_the_delete_policy(korvet: KorvetProcess, uniq
     kept = {"delete": 2, "compact,delete": 2, "compact": 5, "": 5}
     topics = {policy: f"{unique_name}-{number}" for number, policy in enumerate(kept)}
     for policy, topic in topics.items():
+        # Dense retention (the default scheme) removes whole stretches of the time index,
+        # as Kafka removes whole segments: a checkpoint after every batch makes a stretch
+        # of each produce.
         client.create_topics([NewTopic(topic, 1, config={
-            "cleanup.policy": policy, "retention.ms": "300",
+            "cleanup.policy": policy, "retention.ms": "300", "index.interval.bytes": "1",
             "korvet.storage.format": storage_format})])[topic].result(30)
         described = client.describe_configs([ConfigResource("topic", topic)])
         (entries,) = [future.result(30) for future in described.values()]
         assert entries["cleanup.policy"].value == policy
-    old = clients.make_records(3, 1, base_ts=int(time.time() * 1000))
+    # Stamped a minute in the past and in the future: a dense topic keeps records by their
+    # timestamps (Kafka's rule), a time topic by when they were appended; either way the old
+    # ones go and the new ones stay, however slow the machine.
+    old = clients.make_records(3, 1, base_ts=int(time.time() * 1000) - 60_000)
     for topic in topics.values():
         clients.confluent_produce(korvet.bootstrap, topic, old)
     time.sleep(0.6)
-    new = [clients.Rec(0, b"k0", f"new {i}".encode(), (), int(time.time() * 1000))
+    new = [clients.Rec(0, b"k0", f"new {i}".encode(), (), int(time.time() * 1000) + 60_000)
            for i in range(2)]
     for policy, topic in topics.items():
         clients.confluent_produce(korvet.bootstrap, topic, new)

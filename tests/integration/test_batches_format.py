@@ -190,11 +190,15 @@ def test_retention_removes_whole_batches(korvet: KorvetProcess, unique_name: str
         assert gone.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
     assert consume_from(korvet, unique_name, start, 1)[0].key() == b"b2-0"
     timed = unique_name + "-ms"
-    create(korvet, timed, configs={"retention.ms": "1000"})
+    # a checkpoint of the time index after every batch: dense retention removes whole
+    # stretches of it, as Kafka removes whole segments
+    create(korvet, timed, configs={"retention.ms": "1000", "index.interval.bytes": "1"})
     with WireClient(korvet.bootstrap) as client:
-        _, expired = produce(client, timed, build_batch(stamped(10, now)))
+        # a minute in the past and in the future: gone and kept by timestamp (dense) and by
+        # append time (time), however slow the machine
+        _, expired = produce(client, timed, build_batch(stamped(10, now - 60_000)))
         time.sleep(1.5)
-        _, kept = produce(client, timed, build_batch(stamped(3, int(time.time() * 1000))))
+        _, kept = produce(client, timed, build_batch(stamped(3, int(time.time() * 1000) + 60_000)))
         assert xlen(korvet, timed) == 1
         assert list_offsets(client, timed, 0, -2)[0] == expired + 10
         assert [m.offset() for m in consume_from(korvet, timed, expired + 10, 3)] == [

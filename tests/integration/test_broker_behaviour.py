@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from korvet.protocol.framing import encode_request
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.records import Record, build_batch
-from tests.conftest import KORVET, KorvetProcess
+from tests.conftest import KORVET, SECOND_BROKER, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic
 from tests.support.wire import WireClient
@@ -411,20 +411,27 @@ def test_count_retention_trims_exactly_and_moves_the_log_start(korvet: KorvetPro
         assert gone.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
 
 
+@pytest.mark.parametrize("scheme", ["dense", "time"])
 def test_time_retention_keeps_a_caught_up_consumer_in_range(korvet: KorvetProcess,
-                                                           unique_name: str) -> None:
+                                                           unique_name: str, scheme: str) -> None:
     """After everything older than retention.ms is trimmed, a consumer positioned at the old
-    high watermark is not out of range: no record at or after its offset was removed."""
+    high watermark is not out of range: no record at or after its offset was removed. (A
+    dense topic trims by record timestamps, whole stretches of its time index: a checkpoint
+    after every batch here; a time topic by append time. The records are stamped a minute
+    in the past and the future, so both trim the same, however slow the machine.)"""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
-    admin.create_topics([NewTopic(unique_name, num_partitions=1,
-                                  config={"retention.ms": "1000"})])[unique_name].result(30)
+    admin.create_topics([NewTopic(unique_name, num_partitions=1, config={
+        "retention.ms": "1000", "korvet.offset.scheme": scheme,
+        "index.interval.bytes": "1"})])[unique_name].result(30)
+    now = int(time.time() * 1000)
     with WireClient(korvet.bootstrap) as client:
-        client.request(produce_request(unique_name, {0: batch(5)}))
+        client.request(produce_request(unique_name, {0: batch(5, timestamp=now - 60_000)}))
         caught_up = list_offsets(client, unique_name, 0, -1)[0]
         time.sleep(1.5)
-        client.request(produce_request(unique_name, {0: batch(2, start=100)}))
+        client.request(produce_request(unique_name, {0: batch(2, start=100,
+                                                              timestamp=now + 60_000)}))
         assert xlen(korvet, unique_name) == 2, "the expired entries were not trimmed"
         response = client.request(fetch_request(unique_name, 0, caught_up))
     part = response.responses[0].partitions[0]
@@ -436,8 +443,10 @@ def test_time_retention_keeps_a_caught_up_consumer_in_range(korvet: KorvetProces
 # --- sharing one Redis between brokers ----------------------------------------------------
 
 def test_two_brokers_append_to_one_partition_without_collisions(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_topic(korvet.bootstrap, unique_name, partitions=1)
@@ -587,8 +596,10 @@ def test_read_ahead_answers_exactly_what_a_fresh_read_would(korvet: KorvetProces
 
 
 def test_a_fetch_waiting_on_one_broker_wakes_for_an_append_through_another(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_topic(korvet.bootstrap, unique_name, partitions=1)
@@ -641,15 +652,17 @@ def _redis_reads(broker: KorvetProcess) -> int:
 
 
 def test_an_idle_consumer_of_many_partitions_costs_redis_no_reads(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
     """A consumer caught up on 200 partitions fetches twice a second: once the broker has
     read each partition while its fetches wait for appends, it answers from what it read,
     not by reading all 200 again, until an append to one of them is sent, answered or
     announced. An acknowledged record is in the very next fetch, even one that does not
     wait, on the broker that took it and, within the announcement's delay, on another."""
+    korvet = multi_korvet  # both brokers with --multi-broker
     partitions = 200
     create_topic(korvet.bootstrap, unique_name, partitions=partitions)
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         with WireClient(korvet.bootstrap) as client, WireClient(second.bootstrap) as other:

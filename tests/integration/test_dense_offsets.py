@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.conftest import KorvetProcess
+from tests.conftest import SECOND_BROKER, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_broker_behaviour import (
     batch,
@@ -93,7 +93,8 @@ def test_a_time_topic_keeps_its_offsets(korvet: KorvetProcess, unique_name: str)
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
-    admin.create_topics([NewTopic(unique_name, num_partitions=1)])[unique_name].result(30)
+    admin.create_topics([NewTopic(unique_name, num_partitions=1,
+                                  config={"korvet.offset.scheme": "time"})])[unique_name].result(30)
     with WireClient(korvet.bootstrap) as client:
         response = client.request(produce_request(unique_name, {0: batch(3)}))
     assert int(response.responses[0].partition_responses[0].base_offset) > 2**40
@@ -130,6 +131,42 @@ def test_a_group_lag_is_the_unread_records(korvet: KorvetProcess, unique_name: s
     finally:
         consumer.close()
     assert high - committed == 5
+
+
+@pytest.mark.kafka
+def test_kafkas_tools_count_records(korvet: KorvetProcess, unique_name: str) -> None:
+    """kafka-consumer-groups --describe shows as LAG the records not yet read, and
+    kafka-get-offsets answers earliest, latest and by time in record counts, as on Kafka
+    (on a time topic the lag of five unread records was tens of thousands)."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from korvet.jvm.java_clients import KafkaJavaTools
+
+    create_dense(korvet.bootstrap, unique_name, "batches", partitions=2)
+    start = int(time.time() * 1000) - 60_000
+    records = [clients.Rec(i % 2, f"k{i}".encode(), b"v", (), start + i * 1000) for i in range(40)]
+    clients.confluent_produce(korvet.bootstrap, unique_name, records)
+    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": unique_name,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(unique_name, 0, 15),
+                                 TopicPartition(unique_name, 1, 20)], asynchronous=False)
+    finally:
+        consumer.close()
+    tools = KafkaJavaTools(korvet.bootstrap, timeout=120)
+    rows = sorted(tools.describe_group(unique_name), key=lambda row: row.partition or 0)
+    assert [(r.partition, r.current_offset, r.log_end_offset, r.lag) for r in rows] == [
+        (0, 15, 20, 5), (1, 20, 20, 0)]
+    assert tools.get_offsets(unique_name, -2) == {0: 0, 1: 0}
+    assert tools.get_offsets(unique_name, -1) == {0: 20, 1: 20}
+    # Record i is at partition i % 2, offset i // 2: the first at or after record 25's time
+    # is record 26 on partition 0 (offset 13) and record 25 on partition 1 (offset 12).
+    assert tools.get_offsets(unique_name, start + 25_000) == {0: 13, 1: 12}
+    assert tools.get_offsets(unique_name, -3) == {0: 19, 1: 19}
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    next(iter(admin.delete_records([TopicPartition(unique_name, 1, 7)]).values())).result(30)
+    assert tools.get_offsets(unique_name, -2) == {0: 0, 1: 7}
 
 
 @pytest.mark.parametrize("storage_format", FORMATS)
@@ -176,8 +213,10 @@ def test_list_offsets_by_time_finds_the_first_record_at_or_after(
 
 
 def test_two_brokers_append_gap_free_and_without_duplicates(
-        korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
-    second = KorvetProcess(tmp_path / "second", extra_args=["--redis-url", korvet.redis_url])
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    korvet = multi_korvet  # both brokers with --multi-broker
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", korvet.redis_url, *SECOND_BROKER])
     second.start()
     try:
         create_dense(korvet.bootstrap, unique_name)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from korvet.core.offsets import OffsetCodec
+from korvet.core.offsets import DENSE
 from korvet.jvm.java_clients import (
     CONSOLE_CONSUMER_MAIN,
     RECORD_SEPARATOR,
@@ -312,7 +312,7 @@ def test_three_consumers_rebalance_and_resume(client: str, tmp_path: Path, uniqu
         before = committed(broker.bootstrap, unique_name, scenario.group)
         # Redis shows the group's progress: XINFO GROUPS on each partition stream names the
         # group, positioned just before its committed offset.
-        codec = OffsetCodec(10)
+        codec = DENSE  # the topic has dense offsets, the default of new topics
         for partition in range(PARTITIONS):
             info = subprocess.run(["redis-cli", "-u", broker.redis_url, "--raw", "XINFO",
                                    "GROUPS", f"korvet:{{{unique_name}:{partition}}}:stream"],

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.offsets import DENSE, EntryId
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.records import build_batch
 from korvet.storage.entries import KEY
@@ -61,8 +61,11 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
     folder = tmp_path_factory.mktemp("multi-broker")
     proxies = (ResponseDroppingProxy(drop_every=3, max_drops=6).start(),
                ResponseDroppingProxy(drop_every=4, max_drops=6).start())
-    first = KorvetProcess(folder / "a", extra_args=["--advertised-port", str(proxies[0].port)])
-    second = KorvetProcess(folder / "b", extra_args=["--advertised-port", str(proxies[1].port)])
+    # both with --multi-broker: a broker without it claims its Redis alone (server/claim.py)
+    first = KorvetProcess(folder / "a", extra_args=["--advertised-port", str(proxies[0].port),
+                                                    "--multi-broker", "--broker-id", "1"])
+    second = KorvetProcess(folder / "b", extra_args=["--advertised-port", str(proxies[1].port),
+                                                     "--multi-broker", "--broker-id", "2"])
     try:
         first.start()
         second.extra_args += ["--redis-url", first.redis_url]
@@ -172,7 +175,7 @@ def _stored(redis_url: str, topic: str) -> list[tuple[int, str]]:
     """(offset, key) of every entry in the partition's stream, read straight from Redis."""
     client = redis.Redis.from_url(redis_url)
     try:
-        codec = OffsetCodec(10)
+        codec = DENSE  # the topic has dense offsets, the default of new topics
         entries: Any = client.xrange(f"korvet:{{{topic}:0}}:stream")
         return [(codec.encode_id(EntryId.parse(entry_id)), fields[KEY].decode())
                 for entry_id, fields in entries]

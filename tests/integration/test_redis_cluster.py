@@ -15,9 +15,11 @@ One cluster and one broker for the module.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -530,8 +532,10 @@ def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCl
     says so and exits 2, without a traceback."""
     dead = free_port()
     live = on_cluster.cluster.ports[1]
+    # its own keyspace: the module's broker claims the default one alone (server/claim.py)
     broker = KorvetProcess(tmp_path / "seeds", extra_args=[
-        "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{live}", "--redis-cluster"]).start()
+        "--redis-url", f"redis://127.0.0.1:{dead},127.0.0.1:{live}", "--redis-cluster",
+        "--keyspace", "seeds"]).start()
     try:
         topic = f"seeds-{uuid.uuid4().hex[:8]}"
         create_topic(broker.bootstrap, topic, 2)
@@ -558,3 +562,15 @@ def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCl
     assert malformed.returncode == 2, malformed.stderr
     assert "a seed node must be host:port, got '127.0.0.1:port'" in malformed.stderr
     assert "Traceback" not in malformed.stderr and "secret" not in malformed.stderr
+
+
+def test_the_memory_watch_reads_every_master(on_cluster: OnCluster) -> None:
+    """Redis' eviction policy is read from every master (server/redis_memory.py): readiness
+    names the policy of each, so an evicting master cannot hide behind the others."""
+    url = f"http://127.0.0.1:{on_cluster.broker.http_port}/health/readiness"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        body = json.loads(answer.read())
+    details = body["components"]["redisMemory"]["details"]
+    assert details["eviction"] == "safe", details
+    assert details["maxmemoryPolicy"] == ["noeviction"]
+    assert details["nodes"] == len(on_cluster.cluster.masters())

@@ -7,8 +7,9 @@ confluent-kafka with known per-window aggregates; each test compares what a user
 would look at -- the Parquet output, the records on the sink topic, the rows of a
 batch read -- exactly with what the events imply.
 
-Korvet's offsets are ``ms * 2^bits + seq``: large and not dense. Every offset used
-here comes from the producer's delivery reports, never from counting.
+New topics have dense offsets (0, 1, 2, ... per partition, the default); every offset used
+here still comes from the producer's delivery reports, never from counting, so the tests
+hold for a `time` topic too, except the one that counts on rate limits.
 """
 
 from __future__ import annotations
@@ -549,6 +550,33 @@ def test_batch_read_with_timestamps(spark: SparkSession, batch_topic: BatchTopic
     assert rows == between(0, first + 1_000, first + 3_000) + between(1, first + 9_950, after_all)
     assert len(rows) == 10 + 10
     print(f"\nbatch reads with timestamps: {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+def test_max_offsets_per_trigger_reads_the_topic_in_the_expected_micro_batches(
+        spark: SparkSession, batch_topic: BatchTopic, tmp_path: Path) -> None:
+    """maxOffsetsPerTrigger=30 over 120 records on two partitions: four micro-batches of 30
+    rows, as on Kafka, because offsets count records (dense, the default of new topics).
+    On a time topic the same query read 10,000 empty offsets a batch, for ever."""
+    batches: list[tuple[int, int]] = []
+
+    def count(frame: Any, batch_id: int) -> None:
+        batches.append((batch_id, frame.count()))
+
+    stream = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", batch_topic.bootstrap)
+              .option("subscribe", batch_topic.topic)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", "30").load())
+    query = (stream.writeStream.foreachBatch(count)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(240)
+    assert sorted(batches) == [(0, 30), (1, 30), (2, 30), (3, 30)]
+    progress = query.lastProgress
+    assert progress is not None
+    end = progress["sources"][0]["endOffset"]  # JSON text in PySpark's progress
+    ends = (json.loads(end) if isinstance(end, str) else end)[batch_topic.topic]
+    assert {int(p): o for p, o in ends.items()} == {0: 60, 1: 60}
 
 
 # -- what Kafka's Java console producer wrote, through the connector -------------------------

@@ -18,8 +18,8 @@ from korvet.jvm.java_clients import KafkaJavaTools
 pytestmark = [pytest.mark.kafka]
 
 ORACLE = str(Path(__file__).resolve().parents[1] / "support" / "TopicConfigOracle.java")
-KORVET_ONLY = {"korvet.sequence.bits", "korvet.storage.format", "korvet.retention.records",
-               "korvet.trim.approximate", "log.append.timestamp.header"}
+KORVET_ONLY = {"korvet.sequence.bits", "korvet.offset.scheme", "korvet.storage.format",
+               "korvet.retention.records", "korvet.trim.approximate", "log.append.timestamp.header"}
 KAFKA_INTERNAL = {"internal.segment.bytes"}  # Kafka's own tests' setting, not for users
 
 # Values near every bound, in every spelling Java and Python read differently.

@@ -11,6 +11,8 @@ instead of letting it retry forever.
 
 from __future__ import annotations
 
+from redis.exceptions import RedisError
+
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import NOT_REQUESTED
@@ -53,7 +55,17 @@ async def init_producer_id(services: Services, ctx: RequestContext,
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
         return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                     producer_id=producer_id, producer_epoch=epoch + 1)
-    new_id = await services.store.next_producer_id()
+    try:
+        new_id = await services.store.next_producer_id()
+    except RedisError as exc:
+        guard = services.redis_memory
+        if guard is None or not guard.write_refused(exc):
+            raise
+        # Redis is full (logged once per interval by the memory watch): a retriable error the
+        # producer retries InitProducerId on, as Kafka's when it cannot write its state.
+        return make(response_cls, throttle_time=0,
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
+                    producer_epoch=-1)
     return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                 producer_id=new_id, producer_epoch=0)
 

@@ -193,7 +193,7 @@ class ProduceHandler:
                                                     producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             services.notifier.changed(stream)
-            return _storage_error(topic, index, exc)
+            return _storage_error(services, topic, index, exc)
         waits_on.append(sent)
         return self._appended(topic, index, batch, count, now, sent, started, stream)
 
@@ -204,7 +204,7 @@ class ProduceHandler:
             result = await self.services.store.append_result(topic, sent)
         except (RedisError, OSError) as exc:
             self.metrics.produce_error(ErrorCode.KAFKA_STORAGE_ERROR)
-            return _storage_error(topic, index, exc)
+            return _storage_error(self.services, topic, index, exc)
         finally:  # before any answer: a fetch after the acknowledgement reads the stream
             self.services.notifier.changed(stream)
         if result.status in (AppendStatus.NO_TOPIC, AppendStatus.NO_PARTITION):
@@ -237,8 +237,14 @@ def _pack_stored(batch: StoredBatch, topic: TopicInfo, now: int) -> entries.Pack
     return entries.pack_batch(batch.count, batch.max_timestamp, batch.raw)
 
 
-def _storage_error(topic: TopicInfo, index: int, exc: Exception) -> PartitionOutcome:
-    log.warning("append to %s-%d failed: %s", topic.name, index, exc)
+def _storage_error(services: Services, topic: TopicInfo, index: int,
+                   exc: Exception) -> PartitionOutcome:
+    """KAFKA_STORAGE_ERROR, retriable: Kafka's answer when its log directory cannot take a
+    write (a full disk). A full Redis (OOM) is logged by the memory watch, once per
+    interval; any other failure here."""
+    guard = services.redis_memory
+    if guard is None or not guard.write_refused(exc):
+        log.warning("append to %s-%d failed: %s", topic.name, index, exc)
     return PartitionOutcome.refused(index, produce_rules.storage_refusal(str(exc)))
 
 

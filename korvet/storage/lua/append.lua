@@ -239,6 +239,11 @@ else  -- 'fields', 'batch'
 end
 local added = redis.pcall('XADD', KEYS[1], fmt(ms, seq), unpack(fields))
 if type(added) == 'table' and added.err then
+  if string.find(added.err, 'maxmemory', 1, true) or string.find(added.err, 'OOM', 1, true) then
+    -- Redis is full (noeviction at maxmemory): nothing was written; the broker answers
+    -- KAFKA_STORAGE_ERROR (a retriable error) and its memory watch reports it.
+    return redis.error_reply(added.err)
+  end
   -- Refused as not above the stream's top: something else (XADD *) wrote past `last`. Continue
   -- from Redis' own last-generated id instead (nothing was written yet).
   last_ms, last_seq_id = stream_last_id()
