@@ -1,0 +1,190 @@
+"""A paused former coordinator resumes and sends what it still had pending (``--multi-broker``).
+
+Two brokers on one ``redis-server``: broker 1 reaches Redis through a proxy the test controls
+(tests/support/redis_proxy.py), broker 2 directly. Broker 1 coordinates a group, a client
+deletes it (DeleteGroups), and broker 1's clean-up of the group's Redis data is caught by the
+network at one of two points:
+
+- **held**: the DeleteGroups write (the Dead group's snapshot) reaches Redis, and everything
+  broker 1 sends after it (its clean-up, its lease renewals) is held back;
+- **answer lost**: the clean-up's own write reaches Redis, its answer is lost (the connection
+  breaks) and everything broker 1 sends after it is held back (its retry).
+
+Broker 1 is then paused (SIGSTOP) past its lease; broker 2 takes the group (a new token), a
+consumer joins it through broker 2, reads and commits. Then the network lets broker 1's
+bytes through and broker 1 resumes (SIGCONT): its own code sends whatever it had pending.
+The new owner's committed offsets and snapshot must still be in Redis afterwards: a
+former owner's write is refused by its stale token (spec/CoordinatorLease.tla, CleanUp and
+Apply/Refuse; docs/implementers/several-brokers.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kio.schema.errors import ErrorCode
+
+from korvet.server.embedded_redis import EmbeddedRedis
+from tests.conftest import KorvetProcess
+from tests.integration.test_clients import create_topic
+from tests.integration.test_several_brokers import (
+    _find_coordinator,
+    _offset_commit,
+    _request,
+    _wait_for,
+)
+from tests.support.redis_proxy import HoldingProxy
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+LEASE_MS = 3000
+KEYSPACE = "korvet"
+TOPIC, PARTITIONS, RECORDS = "stale-owner", 2, 20
+
+
+@dataclass
+class Pair:
+    redis_url: str
+    proxy: HoldingProxy
+    old: KorvetProcess  # broker 1, behind the proxy
+    new: KorvetProcess  # broker 2
+
+
+def _broker(folder: Path, node_id: int, redis_url: str) -> KorvetProcess:
+    return KorvetProcess(folder / f"b{node_id}", extra_args=[
+        "--redis-url", redis_url, "--multi-broker", "--broker-id", str(node_id),
+        "--cluster-lease-ms", str(LEASE_MS), "--cluster-lease-margin-ms", "500",
+        "--cluster-broker-ttl-ms", "1500", "--groups-initial-rebalance-delay-ms", "0"])
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    server = EmbeddedRedis(tmp_path / "redis", appendfsync="everysec")
+    url = server.start()
+    proxy = HoldingProxy(url).start()
+    old, new = _broker(tmp_path, 1, proxy.url), _broker(tmp_path, 2, url)
+    try:
+        old.start()
+        new.start()
+        yield Pair(url, proxy, old, new)
+    finally:
+        for broker in (old, new):
+            if broker.process is not None:
+                os.kill(broker.process.pid, signal.SIGCONT)
+        proxy.release()
+        new.stop()
+        old.stop()
+        proxy.stop()
+        server.stop()
+
+
+def _delete_group(bootstrap: str, group: str) -> int:
+    response = _request(bootstrap, 42, 2, groups_names=(group,))
+    return int(response.results[0].error_code)
+
+
+def _produce(bootstrap: str) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(RECORDS):
+        producer.produce(TOPIC, value=f"r{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+def _consume_and_commit(bootstrap: str, group: str, timeout: float) -> tuple[Any, dict[int, int]]:
+    """A consumer of the group through ``bootstrap`` reads every record and commits; it is
+    returned open (still a member), with the offsets it committed."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "session.timeout.ms": 10_000})
+    consumer.subscribe([TOPIC])
+    read = 0
+    deadline = time.monotonic() + timeout
+    while read < RECORDS and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            read += 1
+    if read < RECORDS:
+        consumer.close()
+        raise AssertionError(f"the consumer read {read} of {RECORDS} records through the new "
+                             f"owner in {timeout:.0f} s")
+    committed = consumer.commit(asynchronous=False)
+    return consumer, {tp.partition: tp.offset for tp in committed}
+
+
+def _in_redis(url: str, group: str) -> tuple[dict[str, Any] | None, dict[int, int], bool]:
+    """The group's snapshot, committed offsets (commit hashes) and whether group-ids has it."""
+    r = redis.Redis.from_url(url)
+    text = r.get(f"{KEYSPACE}:{{group:{group}}}:snapshot")
+    offsets = {}
+    for key in r.scan_iter(f"{KEYSPACE}:{{group:{group}}}:commit:{TOPIC}:*"):
+        offsets[int(key.decode().rsplit(":", 1)[1])] = int(r.hget(key, "offset") or -1)
+    listed = bool(r.sismember(f"{KEYSPACE}:group-ids", group))
+    r.close()
+    return (json.loads(text) if text is not None else None), offsets, listed
+
+
+# Where the network catches the old owner's clean-up: the markers (all in one chunk the old
+# owner sends) of the write let through, and whether that write's answer is lost.
+CUTS = {
+    # the DeleteGroups write itself: its fenced script names the group's snapshot key
+    "held": ((b"}:snapshot",), False),
+    # the clean-up's write: the only one naming the group's Redis-groups set with its snapshot
+    "answer-lost": ((b"}:redis-groups", b"}:snapshot"), True),
+}
+
+
+@pytest.mark.parametrize("cut", sorted(CUTS))
+def test_a_resumed_former_owner_leaves_the_new_owners_group_alone(pair: Pair, cut: str) -> None:
+    group = f"deleted-then-taken-{cut}"
+    create_topic(pair.new.bootstrap, TOPIC, PARTITIONS)
+    _produce(pair.new.bootstrap)
+    assert _find_coordinator(pair.old.bootstrap, group) == (1, ErrorCode.none)
+    assert _offset_commit(pair.old.bootstrap, group, TOPIC, 5) == ErrorCode.none
+    markers, lose_answer = CUTS[cut]
+    pair.proxy.hold_after(tuple(f"{{group:{group}".encode() + m for m in markers),
+                          lose_answer=lose_answer)
+    assert _delete_group(pair.old.bootstrap, group) == 0
+    _wait_for(lambda: pair.proxy.holding, 10, "the network to catch the old owner's write")
+    assert pair.old.process is not None
+    os.kill(pair.old.process.pid, signal.SIGSTOP)
+    paused = time.monotonic()
+
+    def taken() -> bool:
+        node, error = _find_coordinator(pair.new.bootstrap, group)
+        return error == ErrorCode.none and node == 2
+    _wait_for(taken, 3 * LEASE_MS / 1000, "broker 2 to take the group")
+    print(f"\n{cut}: broker 2 took the group {time.monotonic() - paused:.2f} s after the pause")
+    before = _in_redis(pair.redis_url, group)
+    try:
+        consumer, committed = _consume_and_commit(pair.new.bootstrap, group, 30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; in Redis when broker 2 took the group: {before}; "
+                             f"broker 2's log:\n{pair.new.log_tail()}") from None
+    try:
+        assert set(committed) == set(range(PARTITIONS)) and min(committed.values()) > 0
+        snapshot, offsets, listed = _in_redis(pair.redis_url, group)
+        assert snapshot is not None and offsets == committed and listed, (snapshot, offsets)
+        # The old owner's bytes reach Redis, and it runs again: whatever it had pending goes.
+        held = pair.proxy.held_chunks
+        pair.proxy.release()
+        os.kill(pair.old.process.pid, signal.SIGCONT)
+        print(f"{cut}: {held} chunk(s) of broker 1 were held; released and resumed")
+        _wait_for(lambda: _find_coordinator(pair.old.bootstrap, group) == (2, ErrorCode.none), 10,
+                  "the resumed broker 1 to name broker 2 as the coordinator")
+        time.sleep(2)  # its retries' first back-off is 0.2 s
+        after = _in_redis(pair.redis_url, group)
+        assert after == (snapshot, committed, True), (
+            f"the new owner's group in Redis (snapshot, committed offsets, in group-ids) was "
+            f"{(snapshot, committed, True)}, is {after} after broker 1 resumed; broker 1's "
+            f"log:\n{pair.old.log_tail(12)}")
+    finally:
+        consumer.close()
