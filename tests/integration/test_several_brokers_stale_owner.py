@@ -3,19 +3,27 @@
 Two brokers on one ``redis-server``: broker 1 reaches Redis through a proxy the test controls
 (tests/support/redis_proxy.py), broker 2 directly. Broker 1 coordinates a group, a client
 deletes it (DeleteGroups), and broker 1's clean-up of the group's Redis data is caught by the
-network at one of two points:
+network at one of three points:
 
 - **held**: the DeleteGroups write (the Dead group's snapshot) reaches Redis, and everything
   broker 1 sends after it (its clean-up, its lease renewals) is held back;
-- **answer lost**: the clean-up's own write reaches Redis, its answer is lost (the connection
-  breaks) and everything broker 1 sends after it is held back (its retry).
+- **in-flight**: the clean-up's own write is sent and held back, with everything after it;
+- **answer-lost**: the clean-up's write reaches Redis, its answer is lost (the connection
+  breaks) and everything broker 1 sends after it is held back.
 
-Broker 1 is then paused (SIGSTOP) past its lease; broker 2 takes the group (a new token), a
-consumer joins it through broker 2, reads and commits. Then the network lets broker 1's
-bytes through and broker 1 resumes (SIGCONT): its own code sends whatever it had pending.
-The new owner's committed offsets and snapshot must still be in Redis afterwards: a
-former owner's write is refused by its stale token (spec/CoordinatorLease.tla, CleanUp and
-Apply/Refuse; docs/implementers/several-brokers.md).
+Broker 1 is then paused (SIGSTOP) past its lease; broker 2 takes the group (a new token),
+cleans up the Dead group it finds if broker 1 had not, and a consumer joins the group
+anew through broker 2, reads and commits. Then the network lets broker 1's bytes through and
+broker 1 resumes (SIGCONT): its own code goes on with whatever it had pending. The new
+owner's committed offsets and snapshot must still be in Redis afterwards, and broker 1's
+log says why (spec/CoordinatorLease.tla: CleanUp, Refuse, Lose; docs/implementers/
+several-brokers.md): held, the resumed broker no longer holds the lease and never sends its
+clean-up; in flight, Redis refuses it for its stale token; answer lost, the broker dropped
+the group instead of retrying a write of unknown outcome.
+
+Before the fix (commit 02f0462) the first and the last failed: broker 2 adopted the Dead
+group and never cleaned it up, so the consumer never got in; and broker 1's unfenced retry
+deleted broker 2's snapshot, offsets and group-ids entry.
 """
 
 from __future__ import annotations
@@ -133,15 +141,21 @@ def _in_redis(url: str, group: str) -> tuple[dict[str, Any] | None, dict[int, in
 
 
 # Where the network catches the old owner's clean-up: the markers (all in one chunk the old
-# owner sends) of the write let through, and whether that write's answer is lost.
-CUTS = {
+# owner sends) of the write caught, whether it reaches Redis, whether its answer is lost,
+# and what broker 1's log says once it has resumed.
+CLEAN_UP = (b"}:redis-groups", b"}:snapshot")  # the one write naming both keys of the group
+CUTS: dict[str, tuple[tuple[bytes, ...], bool, bool, str]] = {
     # the DeleteGroups write itself: its fenced script names the group's snapshot key
-    "held": ((b"}:snapshot",), False),
-    # the clean-up's write: the only one naming the group's Redis-groups set with its snapshot
-    "answer-lost": ((b"}:redis-groups", b"}:snapshot"), True),
+    "held": ((b"}:snapshot",), True, False, "no longer coordinating group"),
+    # the clean-up reaches Redis on release, after broker 2's writes: its token is refused
+    # there (broker 1, resumed, may have forgotten the group before the answer came)
+    "in-flight": (CLEAN_UP, False, False, "no longer coordinating group"),
+    "answer-lost": (CLEAN_UP, True, True, "dropping its lease"),
 }
 
 
+@pytest.mark.spec("CoordinatorLease", "Delete", "CleanUp", "Refuse", "Lose", "LocalExpiry",
+                  note="a paused former owner resumes")
 @pytest.mark.parametrize("cut", sorted(CUTS))
 def test_a_resumed_former_owner_leaves_the_new_owners_group_alone(pair: Pair, cut: str) -> None:
     group = f"deleted-then-taken-{cut}"
@@ -149,9 +163,9 @@ def test_a_resumed_former_owner_leaves_the_new_owners_group_alone(pair: Pair, cu
     _produce(pair.new.bootstrap)
     assert _find_coordinator(pair.old.bootstrap, group) == (1, ErrorCode.none)
     assert _offset_commit(pair.old.bootstrap, group, TOPIC, 5) == ErrorCode.none
-    markers, lose_answer = CUTS[cut]
-    pair.proxy.hold_after(tuple(f"{{group:{group}".encode() + m for m in markers),
-                          lose_answer=lose_answer)
+    markers, forward, lose_answer, says = CUTS[cut]
+    pair.proxy.hold(tuple(f"{{group:{group}".encode() + m for m in markers), forward=forward,
+                    lose_answer=lose_answer)
     assert _delete_group(pair.old.bootstrap, group) == 0
     _wait_for(lambda: pair.proxy.holding, 10, "the network to catch the old owner's write")
     assert pair.old.process is not None
@@ -180,11 +194,13 @@ def test_a_resumed_former_owner_leaves_the_new_owners_group_alone(pair: Pair, cu
         print(f"{cut}: {held} chunk(s) of broker 1 were held; released and resumed")
         _wait_for(lambda: _find_coordinator(pair.old.bootstrap, group) == (2, ErrorCode.none), 10,
                   "the resumed broker 1 to name broker 2 as the coordinator")
+        _wait_for(lambda: pair.proxy.caught_sent, 10, "the caught write to reach Redis")
         time.sleep(2)  # its retries' first back-off is 0.2 s
         after = _in_redis(pair.redis_url, group)
         assert after == (snapshot, committed, True), (
             f"the new owner's group in Redis (snapshot, committed offsets, in group-ids) was "
             f"{(snapshot, committed, True)}, is {after} after broker 1 resumed; broker 1's "
             f"log:\n{pair.old.log_tail(12)}")
+        assert says in pair.old.log_tail(40), pair.old.log_tail(12)
     finally:
         consumer.close()

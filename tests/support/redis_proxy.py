@@ -1,13 +1,14 @@
 """A TCP proxy between one broker and Redis that can hold the broker's commands back.
 
-The proxy forwards bytes both ways. Armed with markers (``hold_after``), it forwards the
-first chunk from the broker that contains all of them and then holds every later chunk the
-broker sends, on every connection, until ``release``; Redis' answers flow, but for the
-marked chunk's if it is to be lost (``lose_answer``: the broker's connection is closed
-instead, so the broker cannot tell whether that write landed). So a test lets one write
-through (the write it waits for), and whatever the broker sends after it reaches Redis only
-when the test says: a network that delays a broker's writes, exactly at the point the test
-chose, while the broker itself may be paused (SIGSTOP) or running.
+The proxy forwards bytes both ways. Armed with markers (``hold``), it catches the first
+chunk from the broker that contains all of them: it forwards that chunk (or holds it too,
+``forward=False``) and then holds every later chunk the broker sends, on every connection,
+until ``release``. Redis' answers flow, but for the caught chunk's if it is to be lost
+(``lose_answer``: the broker's connection is closed instead, so the broker cannot tell
+whether that write landed). So a test lets a write through or keeps it in flight, and
+whatever the broker sends after it reaches Redis only when the test says: a network that
+delays a broker's writes, exactly at the point the test chose, while the broker itself may
+be paused (SIGSTOP) or running.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ class HoldingProxy:
     upstream_url: str
     port: int = field(default_factory=free_port)
     held_chunks: int = 0  # chunks that waited at the gate since the last hold began
+    caught_sent: bool = False  # the caught chunk went on to Redis (at once, or on release)
     _markers: tuple[bytes, ...] = ()
+    _forward: bool = True
     _lose_answer: bool = False
     _loop: asyncio.AbstractEventLoop | None = None
     _gate: asyncio.Event | None = None
@@ -61,14 +64,15 @@ class HoldingProxy:
             raise RuntimeError("the proxy did not start")
         return self
 
-    def hold_after(self, markers: tuple[bytes, ...], lose_answer: bool = False) -> None:
-        """Forward the next chunk from the broker containing every marker (its answer lost
-        if ``lose_answer``), then hold everything the broker sends."""
-        assert self._loop is not None and markers
-        self._loop.call_soon_threadsafe(self._arm, markers, lose_answer)
+    def hold(self, markers: tuple[bytes, ...], *, forward: bool = True,
+             lose_answer: bool = False) -> None:
+        """Catch the next chunk from the broker containing every marker: forward it (its
+        answer lost if ``lose_answer``) or not, and hold everything the broker sends after."""
+        assert self._loop is not None and markers and (forward or not lose_answer)
+        self._loop.call_soon_threadsafe(self._arm, markers, forward, lose_answer)
 
-    def _arm(self, markers: tuple[bytes, ...], lose_answer: bool) -> None:
-        self._markers, self._lose_answer = markers, lose_answer
+    def _arm(self, markers: tuple[bytes, ...], forward: bool, lose_answer: bool) -> None:
+        self._markers, self._forward, self._lose_answer = markers, forward, lose_answer
 
     def release(self) -> None:
         """Let everything held (and everything after) through, in order."""
@@ -119,15 +123,22 @@ class HoldingProxy:
                     self.held_chunks += 1
                     await self._gate.wait()
                 window, tail = tail + chunk, chunk[-64:]
-                if self._markers and all(m in window for m in self._markers):
+                caught = bool(self._markers) and all(m in window for m in self._markers)
+                if caught:
                     self._markers = ()
                     self.held_chunks = 0
+                    self.caught_sent = False
                     self._gate.clear()
                     self._holding.set()
                     if self._lose_answer:
                         cut.set()
+                    if not self._forward:
+                        self.held_chunks += 1
+                        await self._gate.wait()
                 writer.write(chunk)
                 await writer.drain()
+                if caught:
+                    self.caught_sent = True
                 if cut.is_set():
                     await self._rest_of_the_write(reader, writer)
                     broker.close()  # the broker sees its connection break, no answer
