@@ -21,9 +21,13 @@ several-brokers.md): held, the resumed broker no longer holds the lease and neve
 clean-up; in flight, Redis refuses it for its stale token; answer lost, the broker dropped
 the group instead of retrying a write of unknown outcome.
 
-Before the fix (commit 02f0462) the first and the last failed: broker 2 adopted the Dead
-group and never cleaned it up, so the consumer never got in; and broker 1's unfenced retry
-deleted broker 2's snapshot, offsets and group-ids entry.
+Checked to fail without the fix, on this test: with the whole fix reverted (the tree of commit
+02f0462), all three cuts fail: answer lost, broker 1's unfenced retry deletes broker 2's
+snapshot, offsets and group-ids entry; held and in flight, broker 2 adopts the Dead group and
+never cleans it up, so the consumer never gets in. With only the fence and the cancellation
+taken out (``_delete_group_data`` retrying the unfenced ``GroupStore.delete_group``, never
+cancelled; the new owner's clean-up of a Dead group kept), all three fail on the finding
+itself: the resumed broker 1 deletes the new owner's snapshot, offsets and group-ids entry.
 """
 
 from __future__ import annotations

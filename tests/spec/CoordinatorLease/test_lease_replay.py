@@ -1,6 +1,8 @@
-"""Every transition of spec/CoordinatorLease.tla's replay model, replayed through korvet/core/lease.py.
+"""Every transition of spec/CoordinatorLease.tla's replay models, replayed through korvet/core/lease.py.
 
-TLC dumps the whole state graph of the ``CoordinatorLease-replay`` model. For every
+TLC dumps the whole state graph of the ``CoordinatorLease-replay`` model (one takeover,
+commits) and of ``CoordinatorLease-replay-takeovers`` (two takeovers: a token-1 write still
+in flight when the lease comes back to its first owner, or to a restarted process of it). For every
 state the test steps every action the spec's ``Next`` allows there, deciding the
 lease parts with the Python machine (``may_acquire``, ``grant``, ``renewal``,
 ``release``, ``accepts``, ``believes``, ``expired_locally``, ``after_*``) and the
@@ -10,8 +12,8 @@ lease rule changed in Python (a grant that keeps the token, a write accepted wit
 stale token, a deadline without the margin, a release that ends nothing) makes the sets
 differ: ``test_a_broken_rule_is_caught`` checks that.
 The graph is replayed once; each action's transitions are also a test of their own
-(``test_transition_replays[RenewRefused]``, ``pytest -k RenewRefused``), which fails
-when the action never fires in the model.
+(``test_transition_replays[CoordinatorLease-replay-RenewRefused]``, ``pytest -k
+RenewRefused``), which fails when the action never fires in the model.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from korvet.verification.values import ModelValue, TlaValue
 from tests.support import tlc_runs
 from tests.support.spec_actions import ActionTally, action_cases, assert_action_replays
 
-MODEL_NAME = "CoordinatorLease-replay"
+MODEL_NAME = "CoordinatorLease-replay"  # the broken rules' model
+TAKEOVERS = "CoordinatorLease-replay-takeovers"
+MODELS = (MODEL_NAME, TAKEOVERS)
 
 pytestmark = pytest.mark.tlc
 
@@ -271,23 +275,31 @@ class Machine:
         yield "Lose", rest if after == held else self.drop(rest, w.sender)
 
 
-# Next's actions, as TLC labels them; Skew only where the clocks may drift apart.
+# Next's actions, as TLC labels them, Skew aside (actions_of).
 ACTIONS = ("Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry", "Release", "Crash",
            "Commit", "Rebalance", "Delete", "CleanUp", "Apply", "Refuse", "Lose", "GiveUp")
 
 
 def actions_of(c: Constants) -> tuple[str, ...]:
-    return (*ACTIONS, "Skew") if c.drift else ACTIONS
+    """The actions a model takes: Skew only with drifting clocks, Commit only with an offset
+    to commit (the takeovers model has none)."""
+    return tuple(a for a in (*ACTIONS, "Skew")
+                 if (a != "Skew" or c.drift) and (a != "Commit" or c.max_offset))
 
 
-CONSTANTS = Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
+CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
+             for name in MODELS}
+
+
+def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
+    graph, _ = tlc_runs.state_graph(name)
+    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
+    return graph, CONSTANTS[name]
 
 
 @pytest.fixture(scope="module")
 def model() -> tuple[tlc.StateGraph, Constants]:
-    graph, _ = tlc_runs.state_graph(MODEL_NAME)
-    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, CONSTANTS
+    return _model(MODEL_NAME)
 
 
 def _replay(graph: tlc.StateGraph, c: Constants, limit: int = 0) -> tuple[list[str], ActionTally]:
@@ -310,32 +322,54 @@ def _replay(graph: tlc.StateGraph, c: Constants, limit: int = 0) -> tuple[list[s
     return problems, tally
 
 
+Replayed = tuple[list[str], ActionTally]
+
+
 @pytest.fixture(scope="module")
-def replayed(model: tuple[tlc.StateGraph, Constants]) -> tuple[list[str], ActionTally]:
-    """The real rules' replay of every state, once per module."""
-    return _replay(*model)
+def walked() -> Callable[[str], Replayed]:
+    """The real rules' replay of every state of a model, once per module."""
+    done: dict[str, Replayed] = {}
+
+    def of(name: str) -> Replayed:
+        if name not in done:
+            done[name] = _replay(*_model(name))
+        return done[name]
+    return of
+
+
+@pytest.fixture(scope="module")
+def replayed(walked: Callable[[str], Replayed]) -> Replayed:
+    return walked(MODEL_NAME)
 
 
 @pytest.mark.spec("CoordinatorLease", "Spec", "Brokers", "held", "net")
+@pytest.mark.parametrize("name", [
+    MODEL_NAME,
+    pytest.param(TAKEOVERS, marks=pytest.mark.spec("CoordinatorLease", "MaxToken",
+                                                   note="two takeovers replayed"))])
 def test_every_transition_replays_through_the_lease_machine(
-        model: tuple[tlc.StateGraph, Constants],
-        replayed: tuple[list[str], ActionTally]) -> None:
-    graph, c = model
+        walked: Callable[[str], Replayed], name: str) -> None:
+    graph, c = _model(name)
     assert len(graph.states) == graph.result.distinct
     assert graph.transition_count > len(graph.states)
-    problems, _ = replayed
+    problems, _ = walked(name)
     assert not problems, f"{len(problems)} divergent states; the first:\n" + "\n".join(problems[:3])
     actions = {a for edges in graph.edges.values() for a, _ in edges}
     # every action of the spec happens in the replayed graph
     assert actions == set(actions_of(c)), actions
+    # the takeovers model grants every token up to MaxToken: as many takeovers as it says
+    assert max(_int(_get(state["lease"], "token")) for state in graph.states.values()) == \
+        c.max_token
 
 
-@pytest.mark.parametrize(("model_name", "action"),
-                         action_cases("CoordinatorLease", MODEL_NAME, actions_of(CONSTANTS)))
-def test_transition_replays(replayed: tuple[list[str], ActionTally], model_name: str,
+@pytest.mark.parametrize(("model_name", "action"), [
+    case for name in MODELS
+    for case in action_cases("CoordinatorLease", name, actions_of(CONSTANTS[name]),
+                             with_model=True)])
+def test_transition_replays(walked: Callable[[str], Replayed], model_name: str,
                             action: str) -> None:
-    """Every transition of one action of the model, replayed through korvet/core/lease.py."""
-    assert_action_replays(replayed[1], action)
+    """Every transition of one action of a model, replayed through korvet/core/lease.py."""
+    assert_action_replays(walked(model_name)[1], action)
 
 
 BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
