@@ -70,8 +70,14 @@ COVERS = {
     "StreamGroup-SeedClaim-Rebalance": ("FetchBy", "Rebalances"),
     "StreamGroup-SeedClaim-Literal": ("FetchBy", "CreateAt"),
     "CoordinatorLease": ("Drift",),
+    "CoordinatorLease-takeovers": ("MaxToken", "MaxTime", "MaxDeletes", "Delete", "CleanUp"),
     "CoordinatorLease-Unfenced": ("Fenced",),
+    "CoordinatorLease-Unfenced-OneWriter": ("Fenced",),
     "CoordinatorLease-NoMargin": ("Drift", "Margin"),
+    "CoordinatorLease-mutant-CleanUpUnfenced": ("CleanUp", "Fenced"),
+    "CoordinatorLease-mutant-AdoptWithoutSnapshot": ("Acquire",),
+    "CoordinatorLease-mutant-LostWriteKeepsLease": ("Lose",),
+    "CoordinatorLease-mutant-RenewOnBrokerClock": ("Renew",),
 }
 _OPERATORS = re.compile(r"^(?:SPECIFICATION|INIT|NEXT|CONSTRAINT|VIEW)\s+(\w+)", re.M)
 

@@ -35,6 +35,7 @@ DUMPED = frozenset({
     "PartitionLog-approximate",  # same
     "GroupCoordinator-replay",  # tests/spec/GroupCoordinator/test_coordinator_replay.py
     "CoordinatorLease-replay",  # tests/spec/CoordinatorLease/test_lease_replay.py
+    "CoordinatorLease-replay-takeovers",  # same
 })
 
 
