@@ -200,6 +200,7 @@ MSG_INVARIANT_VIOLATED = 2110
 MSG_INVARIANT_VIOLATED_INITIAL = 2107
 MSG_PROPERTY_VIOLATED_INITIAL = 2108
 MSG_DEADLOCK = 2114
+MSG_ACTION_PROPERTY_VIOLATED = 2112  # a property [][A]_v, named in the message
 MSG_TEMPORAL_VIOLATED = 2116
 MSG_STATE = 2217
 MSG_STUTTER = 2218
@@ -270,6 +271,10 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
         elif code == MSG_PROPERTY_VIOLATED_INITIAL:
             result.outcome = "violation"
             result.violated = text.strip()
+        elif code == MSG_ACTION_PROPERTY_VIOLATED:
+            result.outcome = "violation"
+            name = re.search(r"Action property (\S+) is violated", text)
+            result.violated = f"Action property {name.group(1)}" if name else text.strip()
         elif code == MSG_DEADLOCK:
             result.outcome = "violation"
             result.violated = "Deadlock"
