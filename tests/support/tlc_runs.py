@@ -34,6 +34,7 @@ DUMPED = frozenset({
     "ProducerState-batches",  # same
     "PartitionLog",  # tests/spec/PartitionLog/test_partition_log_replay.py
     "PartitionLog-approximate",  # same
+    "PartitionLog-approximate-consumer",  # same
     "GroupCoordinator-replay",  # tests/spec/GroupCoordinator/test_coordinator_replay.py
     "CoordinatorLease-replay",  # tests/spec/CoordinatorLease/test_lease_replay.py
 })
