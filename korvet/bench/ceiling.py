@@ -38,7 +38,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.offsets import EntryId
 from korvet.core.topics import TopicInfo, trim_policy
 from korvet.protocol.records import build_batch
 from korvet.server.embedded_redis import EmbeddedRedis
@@ -124,7 +124,7 @@ async def _append_all(store: RedisStore, topic: TopicInfo, value: bytes, total: 
 
 async def _read_all(store: RedisStore, topic: TopicInfo, read_count: int) -> int:
     read = 0
-    codec = OffsetCodec(topic.config.sequence_bits)
+    codec = topic.config.codec
     for partition in range(topic.partitions):
         offset, end = await store.offsets(topic, partition)
         while offset < end:

@@ -26,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from korvet.core.epochs import FIXED, Epochs
 from korvet.core.errors import ErrorCode
-from korvet.core.offsets import OffsetCodec
+from korvet.core.offsets import Codec, DenseCodec
 from korvet.core.topics import TopicInfo
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -80,10 +81,13 @@ def query(topic: TopicInfo | None, partition: ListOffsetsPartition) -> ErrorCode
             MAX_TIMESTAMP: Lookup.MAX_TIMESTAMP, LATEST_TIERED: Lookup.NOTHING}[stamp]
 
 
-def timestamp_search_start(timestamp: int, lead_ms: int, codec: OffsetCodec, log_start: int) -> int:
+def timestamp_search_start(timestamp: int, lead_ms: int, codec: Codec, log_start: int) -> int:
     """The first offset a search for ``timestamp`` must look at: a record's CreateTime may be
     ahead of its append time by at most ``message.timestamp.after.max.ms`` (``lead_ms``, which
-    Produce enforces), so no record appended before ``timestamp - lead_ms`` can carry it."""
+    Produce enforces), so no record appended before ``timestamp - lead_ms`` can carry it. A
+    dense topic's offsets say nothing of time: from the log start."""
+    if isinstance(codec, DenseCodec):
+        return log_start
     floor_ms = max(0, min(timestamp - lead_ms, codec.max_ms))
     return max(log_start, codec.encode(floor_ms, 0))
 
@@ -93,16 +97,19 @@ class OffsetAnswer:
     error: ErrorCode
     offset: int = NO_OFFSET
     timestamp: int = -1
+    epoch: int = LEADER_EPOCH  # the epoch the answered offset was written in
 
     @property
     def leader_epoch(self) -> int:
         """The epoch of the leader that wrote the offset answered; -1 when there is none."""
-        return LEADER_EPOCH if self.offset >= 0 else -1
+        return self.epoch if self.offset >= 0 else -1
 
 
-def answer(offset: int, timestamp: int = -1) -> OffsetAnswer:
-    """A readable partition's reply from what was read (offset -1: no such record)."""
-    return OffsetAnswer(ErrorCode.NONE, offset, timestamp)
+def answer(offset: int, timestamp: int = -1, epochs: Epochs = FIXED) -> OffsetAnswer:
+    """A readable partition's reply from what was read (offset -1: no such record), with the
+    epoch of the offset (a dense topic's history; 0 for a time topic)."""
+    return OffsetAnswer(ErrorCode.NONE, offset, timestamp,
+                        epochs.epoch_of(offset) if offset >= 0 else LEADER_EPOCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,18 @@ class EpochEnd:
     error: ErrorCode
     leader_epoch: int = -1
     needs_end: bool = False
+
+
+def dense_epoch_end(partition: EpochPartition, epochs: Epochs,
+                    high_watermark: int) -> tuple[ErrorCode, int, int]:
+    """A dense topic's partition: (error, epoch, end offset) as Kafka answers
+    OffsetForLeaderEpoch, from the partition's epoch history (korvet/core/epochs.py): the
+    request's current epoch fenced first, then the end of the epoch asked."""
+    fenced = epochs.fence(partition.current_leader_epoch)
+    if fenced is not ErrorCode.NONE:
+        return fenced, -1, -1
+    epoch, end = epochs.end_offset(partition.leader_epoch, high_watermark)
+    return ErrorCode.NONE, epoch, end
 
 
 def epoch_query(topic: TopicInfo | None, partition: EpochPartition) -> EpochEnd:

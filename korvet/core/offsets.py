@@ -154,6 +154,14 @@ class OffsetCodec:
             )
         return range(first, last + 1)
 
+    def from_script(self, ms: int, seq: int) -> int:
+        """An offset as the storage scripts give it: the pair ``ms * 2^bits + seq``."""
+        return self.encode(ms, seq)
+
+    def has_offset(self, entry: EntryId) -> bool:
+        """Whether an id is one of this codec's offsets (``XADD *`` may write wider ones)."""
+        return 0 <= entry.seq < self.seq_limit and 0 <= entry.ms <= self.max_ms
+
     def last_offset_of(self, entry: EntryId | None) -> int:
         """The offset of a stream's last-generated id, as an append floor.
 
@@ -175,3 +183,71 @@ class OffsetCodec:
         if entry.seq >= self.seq_limit:
             return self.encode(entry.ms, self.seq_limit - 1)
         return self.encode(entry.ms, entry.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class DenseCodec:
+    """Offsets that count records (the ``dense`` offset scheme, spec/DenseLog.tla): offset
+    ``o`` is the entry id ``o-1``. Redis refuses the id 0-0, so the sequence part is 1, not 0;
+    ``XRANGE key 5 +`` still reads from offset 5. An id with another sequence was not
+    written by the broker (an ``XADD *`` into the stream) and has no offset.
+
+    The same surface as ``OffsetCodec`` where the storage layer reads ids; ``bits`` is 0,
+    which is how the scripts tell a dense stream from a time one.
+    """
+
+    offset_bits: int = OFFSET_BITS
+
+    bits = 0  # the scripts' sign of a dense stream (a time stream has 1..22)
+    seq_limit = 1  # one offset per "millisecond" part
+    SEQ = 1  # the sequence part of every id the broker writes
+
+    @property
+    def max_offset(self) -> int:
+        return (1 << self.offset_bits) - 1
+
+    @property
+    def max_ms(self) -> int:
+        return self.max_offset
+
+    def has_offset(self, entry: EntryId) -> bool:
+        return entry.seq == self.SEQ and 0 <= entry.ms <= self.max_offset
+
+    def from_script(self, ms: int, seq: int) -> int:
+        """An offset as the storage scripts give it: their pairs carry the sequence less the
+        ids' 1, so (o, 0) is offset o."""
+        if seq != 0 or not 0 <= ms <= self.max_offset:
+            raise OffsetError(f"({ms}, {seq}) is not an offset of a dense stream")
+        return ms
+
+    def encode(self, ms: int, seq: int) -> int:
+        if seq != self.SEQ or not 0 <= ms <= self.max_offset:
+            raise OffsetError(f"the id {ms}-{seq} is not one a dense stream's offsets have")
+        return ms
+
+    def encode_id(self, entry: EntryId) -> int:
+        return self.encode(entry.ms, entry.seq)
+
+    def decode(self, offset: int) -> EntryId:
+        if not 0 <= offset <= self.max_offset:
+            raise OffsetError(f"offset {offset} outside 0..{self.max_offset}")
+        return EntryId(offset, self.SEQ)
+
+    def last_offset_of(self, entry: EntryId | None) -> int:
+        """The offset of a stream's last-generated id; -1 for a stream never written (so
+        the first record is offset 0). An id the broker did not write counts as the last
+        offset below the next it could write."""
+        if entry is None or entry == EntryId(0, 0):
+            return -1
+        if entry.ms < 0 or entry.seq < 0 or entry.ms > self.max_offset:
+            raise OffsetError(f"not an id of a dense stream: {entry}")
+        return entry.ms if entry.seq >= self.SEQ else entry.ms - 1
+
+
+Codec = OffsetCodec | DenseCodec
+DENSE = DenseCodec()
+
+
+def codec_for(bits: int) -> Codec:
+    """The codec of a stream whose scripts are told ``bits``: 0 for a dense stream."""
+    return DENSE if bits == 0 else OffsetCodec(bits)

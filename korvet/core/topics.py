@@ -11,12 +11,22 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from korvet.core.offsets import DEFAULT_SEQUENCE_BITS, MAX_SEQUENCE_BITS, MIN_SEQUENCE_BITS
+from korvet.core.offsets import (
+    DEFAULT_SEQUENCE_BITS,
+    MAX_SEQUENCE_BITS,
+    MIN_SEQUENCE_BITS,
+    Codec,
+    OffsetCodec,
+)
+from korvet.core.offsets import DENSE as DENSE_CODEC
 
 MAX_TOPIC_NAME_LENGTH = 249
 APPEND_TIMESTAMP_HEADER = "korvet.log.append.timestamp.ms"
 MAX_PARTITIONS = 10_000  # a sanity bound: every partition is a Redis stream key
 STORAGE_FORMAT = "korvet.storage.format"
+OFFSET_SCHEME = "korvet.offset.scheme"
+DENSE, TIME = "dense", "time"
+OFFSET_SCHEMES = (DENSE, TIME)
 RECORDS, BATCHES = "records", "batches"
 STORAGE_FORMATS = (RECORDS, BATCHES)
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -243,6 +253,12 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("korvet.sequence.bits", str(DEFAULT_SEQUENCE_BITS), _sequence_bits,
               "offset = ms * 2^bits + seq: at most 2^bits offsets per millisecond per partition",
               kind="int", read_only_after_create=True),
+    ConfigDef(OFFSET_SCHEME, TIME, _choice(*OFFSET_SCHEMES),
+              "what an offset is: 'dense', Kafka's (0, 1, 2, ... per partition: the entry id of "
+              "offset o is o-1), or 'time', the entry id packed (ms * 2^korvet.sequence.bits + seq, "
+              "seed 003). Chosen when the topic is created (default from topics.offset-scheme); a "
+              "topic that has none stored predates the choice and is 'time'",
+              read_only_after_create=True),
     ConfigDef(STORAGE_FORMAT, RECORDS, _choice(*STORAGE_FORMATS),
               "how records sit in a partition's stream: 'records', one entry per record (readable "
               "by any Redis client), or 'batches', one entry per produced record batch, stored as "
@@ -286,8 +302,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               kind="long", effective=False),
     ConfigDef("flush.ms", "9223372036854775807", _long(0), "Redis' appendfsync decides",
               kind="long", effective=False),
-    ConfigDef("index.interval.bytes", "4096", _int(0), "no offset index", kind="int",
-              effective=False),
+    ConfigDef("index.interval.bytes", "4096", _int(0),
+              "a dense topic (korvet.offset.scheme=dense) adds a checkpoint to its time index "
+              "every this many bytes appended (ListOffsets by time reads at most this much plus "
+              "a batch after its binary search); no effect on a time topic", kind="int"),
     ConfigDef("segment.index.bytes", "10485760", _int(4), "no offset index", kind="int",
               effective=False),
     ConfigDef("segment.jitter.ms", "0", _long(0), "no segments", kind="long", effective=False),
@@ -391,6 +409,21 @@ class TopicConfig:
     @property
     def storage_format(self) -> str:
         return self.get(STORAGE_FORMAT)
+
+    @property
+    def dense(self) -> bool:
+        """Whether offsets count records (korvet.offset.scheme=dense)."""
+        return self.get(OFFSET_SCHEME) == DENSE
+
+    @property
+    def codec(self) -> Codec:
+        """The topic's offsets <-> entry ids (korvet/core/offsets.py)."""
+        return DENSE_CODEC if self.dense else OffsetCodec(self.sequence_bits)
+
+    @property
+    def codec_bits(self) -> int:
+        """What the scripts are told of the codec: 0 for a dense topic, else the sequence bits."""
+        return 0 if self.dense else self.sequence_bits
 
     @property
     def stores_batches(self) -> bool:

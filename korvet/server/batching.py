@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from crc32c import crc32c
 
+from korvet.core.epochs import FIXED, Epochs
 from korvet.core.fetch import batches_that_fit
 from korvet.protocol.fetch_response import RecordSet
 from korvet.protocol.records import BATCH_OVERHEAD
@@ -33,14 +34,20 @@ _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only rea
 
 
 def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa: C901, PLR0912, PLR0915 -- the fused per-record hot loop
-                       force_first: bool, log_append_time: bool = False) -> tuple[bytes, int, int]:
+                       force_first: bool, log_append_time: bool = False,
+                       epochs: Epochs = FIXED) -> tuple[bytes, int, int]:
     """Record batches for raw XRANGE entries ``[id, [f1, v1, ...]]`` of one partition.
 
     Entries whose sequence is wider than ``bits`` (not written by the broker) are
-    skipped. A batch is cut before an offset delta would pass int32; the response stops
-    at ``max_bytes`` except that, with ``force_first``, the first record always comes
-    (KIP-74). Returns the bytes, the number of records in them, and the offset after the
-    last of them (-1 when none): where the consumer will fetch next.
+    skipped. ``bits`` 0 is a dense topic: offset o is the id o-1 (the sequence less
+    ``bias``, 1, is the offset's sequence part, 0). A batch is cut before an offset delta
+    would pass int32; the response stops at ``max_bytes`` except that, with
+    ``force_first``, the first record always comes (KIP-74). Returns the bytes, the number
+    of records in them, and the offset after the last of them (-1 when none): where the
+    consumer will fetch next.
+
+    ``epochs``: a dense topic's leader epochs; a batch holds records of one epoch and carries
+    it as its partition leader epoch (Kafka's consumers validate their position with it).
 
     ``log_append_time``: the topic's records carry the broker's append time. Each batch then
     holds records of one append time and says LogAppendTime in its attributes, so clients
@@ -49,6 +56,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
     out = bytearray()
     taken = 0
     limit = 1 << bits
+    bias = 1 if bits == 0 else 0
     decode = entries.decode_fields
     index, total = 0, len(raw)
     next_offset = -1
@@ -67,11 +75,12 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
         count = 0
         last = -1
         first_stamp = b""
+        epoch, cut_at = 0, 0
         while index < total:
             entry_id, fields = raw[index]
             ms, _, seq_text = entry_id.partition(b"-")
-            seq = int(seq_text)
-            if seq >= limit:
+            seq = int(seq_text) - bias
+            if not 0 <= seq < limit:
                 index += 1
                 continue
             if ms != ms_text:
@@ -80,7 +89,9 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
             if base < 0:
                 base = offset
                 first_stamp = fields[1]
-            elif offset - base > _INT32_MAX or (log_append_time and fields[1] != first_stamp):
+                epoch, cut_at = epochs.epoch_of(offset), epochs.next_start(offset)
+            elif (offset - base > _INT32_MAX or offset >= cut_at
+                  or (log_append_time and fields[1] != first_stamp)):
                 break
             width = len(fields)
             if width in (4, 6) and fields[0] == _TIMESTAMP and fields[1] != stamp_text:
@@ -103,7 +114,7 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
         if len(out) + len(batch) > max_bytes and not first_in_response:
             break
         _BASE_OFFSET.pack_into(batch, 0, base)
-        _LEADER_EPOCH.pack_into(batch, 12, 0)
+        _LEADER_EPOCH.pack_into(batch, 12, epoch)
         if log_append_time:
             _mark_log_append_time(batch)
         out += batch
@@ -126,25 +137,27 @@ def _mark_log_append_time(batch: bytearray) -> None:
 
 
 def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
-                   force_first: bool) -> tuple[RecordSet, int, int, int]:
+                   force_first: bool, epochs: Epochs = FIXED) -> tuple[RecordSet, int, int, int]:
     """The response of a partition whose topic stores batches (``korvet.storage.format``):
     its raw XRANGE entries (the batch holding the fetch offset first, when one starts below it)
     as the stored batches, whole, each with its base offset set to its entry's offset and its
-    leader epoch to 0 (neither is covered by the CRC). No record is looked at. Entries that are
-    no batch entries (written by something else) and ids wider than ``bits`` are skipped.
+    leader epoch to the epoch of its first offset (0 for a time topic; neither is covered by the
+    CRC). No record is looked at. Entries that are no batch entries (written by something
+    else) and ids wider than ``bits`` are skipped.
     Returns the batches as a ``RecordSet`` of buffers (no copy: each batch's first 16 bytes,
     base offset, length and leader epoch, written anew, beside a view of the rest of its stored
     bytes), the records in them, the offset after the last (-1 when none) and the number of
     batches."""
     limit = 1 << bits
+    bias = 1 if bits == 0 else 0  # a dense topic: offset o is the id o-1
     found: list[tuple[int, int, bytes]] = []  # (offset, records, batch)
     for entry_id, fields in raw:
         stored = entries.batch_fields(fields)
         if stored is None or len(stored[2]) < BATCH_OVERHEAD:
             continue
         ms, _, seq_text = entry_id.partition(b"-")
-        seq = int(seq_text)
-        if seq < limit:
+        seq = int(seq_text) - bias
+        if 0 <= seq < limit:
             found.append(((int(ms) << bits) | seq, stored[0], stored[2]))
     taken = batches_that_fit([len(b) for _, _, b in found], max_bytes, force_first)
     if not taken:
@@ -152,7 +165,7 @@ def stored_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,
     pieces: list[bytes | memoryview] = []
     records = size = 0
     for offset, count, batch in found[:taken]:
-        pieces.append(_HEAD.pack(offset, _LENGTH.unpack_from(batch, 8)[0], 0))
+        pieces.append(_HEAD.pack(offset, _LENGTH.unpack_from(batch, 8)[0], epochs.epoch_of(offset)))
         pieces.append(memoryview(batch)[_HEAD.size:])
         records += count
         size += len(batch)

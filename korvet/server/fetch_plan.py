@@ -32,6 +32,7 @@ class PartitionFetch:
     records: RecordSet | None = None
     taken: int = 0
     next_offset: int = -1  # after the last record returned; -1 when none
+    leader_epoch: int = -1  # the request's current_leader_epoch for a dense topic (checked once read)
 
     @property
     def readable(self) -> bool:

@@ -118,13 +118,13 @@ class Scraper:
         topics = await self.services.topics.all()
         partitions = [(t, p) for t in topics for p in range(t.partitions)]
         stats = await stream_stats(store.redis, [
-            (store.stream_key(t.name, p), store.meta_key(t.name, p), t.config.sequence_bits)
+            (store.stream_key(t.name, p), store.meta_key(t.name, p), t.config.codec_bits)
             for t, p in partitions])
         entries: dict[str, int] = {}
         by_partition = {}
         for (topic, partition), stat in zip(partitions, stats, strict=True):
             entries[topic.name] = entries.get(topic.name, 0) + stat.entries
-            by_partition[topic.name, partition] = (topic.config.sequence_bits, stat)
+            by_partition[topic.name, partition] = (topic.config.codec_bits, stat)
         snapshot = self.metrics.scraped
         snapshot.topics, snapshot.partitions, snapshot.entries = (
             len(topics), len(partitions), entries)

@@ -127,7 +127,7 @@ class Services:
         if info is None:
             return None
         return PartitionRef(topic, partition, self.store.stream_key(topic, partition),
-                            info.config.sequence_bits)
+                            info.config.codec_bits)
 
     async def on_topic_deleted(self, name: str) -> None:
         for hook in self.topic_deleted_hooks:
@@ -146,12 +146,17 @@ class Services:
         declared = self.settings.topics.declared(name).configs.get(topic_rules.STORAGE_FORMAT)
         return declared or self.settings.topics.storage_format
 
+    def offset_scheme(self, name: str) -> str:
+        declared = self.settings.topics.declared(name).configs.get(topic_rules.OFFSET_SCHEME)
+        return declared or self.settings.topics.offset_scheme
+
     def fixed_at_creation(self, name: str) -> dict[str, str]:
         """The settings stored with every new topic, from its declaration or the broker's
         defaults: they fix what its stored entries mean, so a later change of the broker's
         default must not reach existing topics."""
         return {"korvet.sequence.bits": self.sequence_bits(name),
-                topic_rules.STORAGE_FORMAT: self.storage_format(name)}
+                topic_rules.STORAGE_FORMAT: self.storage_format(name),
+                topic_rules.OFFSET_SCHEME: self.offset_scheme(name)}
 
     async def auto_create(self, name: str) -> TopicInfo | None:
         """Create a topic a client asked for, if auto-creation is on for it (its declaration's

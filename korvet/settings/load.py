@@ -84,6 +84,7 @@ TOPIC_FIELDS: Mapping[str, tuple[str, str]] = {
     "timestamp-type": ("message.timestamp.type", "str"),
     "sequence-bits": ("korvet.sequence.bits", "int"),
     "storage-format": ("korvet.storage.format", "str"),
+    "offset-scheme": ("korvet.offset.scheme", "str"),
     "retention-records": ("korvet.retention.records", "int"),
 }
 TOPIC_INERT_FIELDS: Mapping[str, str] = {

@@ -93,6 +93,7 @@ class TopicsSection:
     default_partitions: int
     sequence_bits: int
     storage_format: str
+    offset_scheme: str
     retention_ms: int
     timestamp_after_max_ms: int
     declarations: tuple[TopicDeclaration, ...]

@@ -26,13 +26,7 @@ def validate(config: Config) -> BrokerSettings:
 
 
 def _validate_values(config: Config) -> None:
-    bits = config.get_int("topics.sequence-bits")
-    if not 1 <= bits <= 22:
-        raise ConfigError(f"topics.sequence-bits must be within 1..22, got {bits}")
-    storage_format = config.get_str("topics.storage-format")
-    if storage_format not in topic_rules.STORAGE_FORMATS:
-        raise ConfigError("topics.storage-format must be one of "
-                          f"{', '.join(topic_rules.STORAGE_FORMATS)}, got {storage_format!r}")
+    _validate_topic_defaults(config)
     for name in ("broker.port", "http.port"):
         port = config.get_int(name)
         if not 0 <= port <= 65535:
@@ -60,6 +54,17 @@ def _validate_values(config: Config) -> None:
             f"redis.cluster is true ({config.source('redis.cluster')}) but no redis.url names a "
             "node of the cluster (the embedded Redis is a single server): set redis.url "
             "(--redis-url, KORVET_REDIS_URI) to one of its nodes")
+
+
+def _validate_topic_defaults(config: Config) -> None:
+    bits = config.get_int("topics.sequence-bits")
+    if not 1 <= bits <= 22:
+        raise ConfigError(f"topics.sequence-bits must be within 1..22, got {bits}")
+    for name, choices in (("topics.storage-format", topic_rules.STORAGE_FORMATS),
+                          ("topics.offset-scheme", topic_rules.OFFSET_SCHEMES)):
+        chosen = config.get_str(name)
+        if chosen not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {chosen!r}")
 
 
 def _validate_group_retention(config: Config) -> None:

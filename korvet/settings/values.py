@@ -182,6 +182,10 @@ SETTINGS: tuple[Setting, ...] = (
             "storage format of new topics (their korvet.storage.format): 'records', one stream "
             "entry per record, or 'batches', one entry per produced record batch as the "
             "producer sent it; a topic keeps the format it was created with"),
+    Setting("topics.offset-scheme", str, "time",
+            "offset scheme of new topics (their korvet.offset.scheme): 'dense', Kafka's offsets "
+            "that count records (0, 1, 2, ...), or 'time', the entry id packed as "
+            "ms * 2^sequence-bits + seq; a topic keeps the scheme it was created with"),
     Setting("topics.retention-ms", int, 604_800_000,
             "default retention.ms of new topics (-1: keep forever)", unit="ms"),
     Setting("topics.timestamp-after-max-ms", int, 3_600_000,

@@ -23,7 +23,6 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.storage.redis_store import RedisStore
 
@@ -54,12 +53,13 @@ class AdminStore:
                               offset: int) -> tuple[LogStartOutcome, int]:
         """Move the log start up to ``offset``; returns the log start afterwards (-1 if the
         topic or partition is gone)."""
-        codec = OffsetCodec(topic.config.sequence_bits)
+        codec = topic.config.codec
         target = codec.decode(offset)
+        stream = self.store.stream_key(topic.name, partition)
         reply = await self._delete(
-            keys=[self.store.stream_key(topic.name, partition),
-                  self.store.meta_key(topic.name, partition),
-                  self.store.meta_key(topic.name, partition)],  # the partition's topic stamp
+            keys=[stream, self.store.meta_key(topic.name, partition),
+                  self.store.meta_key(topic.name, partition),  # the partition's topic stamp
+                  self.store.times_key(stream)],
             args=[topic.topic_id, partition, target.ms, target.seq,
                   1 if topic.config.stores_batches else 0, codec.bits])
         outcome = LogStartOutcome(_text(reply[0]))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -25,7 +26,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterDownError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from korvet.storage.pipe import RedisPipe
+from korvet.storage.pipe import Life, RedisPipe
 
 log = logging.getLogger("korvet.cluster")
 
@@ -64,8 +65,18 @@ class ClusterPipes:
         first = await self._pipe_for(key).send(packed, wait)
         return asyncio.ensure_future(self._settle(key, packed, wait, first))
 
-    async def _settle(self, key: str, packed: bytes, wait: bytes | None,
-                      sent: asyncio.Future[Any]) -> Any:
+    async def send_packed_for(self, key: str, pack: Callable[[Life], bytes],
+                              wait: bytes | None = None) -> asyncio.Future[Any]:
+        """As ``send``, for a command that names the Redis life it runs in (a dense topic's
+        append, whose epoch follows it): packed by ``pack`` for the life of the master it
+        goes to, again after a redirect to another master."""
+        pipe = self._pipe_for(key)
+        life = await pipe.life()
+        first = await pipe.send(pack(life), wait, life)
+        return asyncio.ensure_future(self._settle(key, pack, wait, first))
+
+    async def _settle(self, key: str, packed: bytes | Callable[[Life], bytes],
+                      wait: bytes | None, sent: asyncio.Future[Any]) -> Any:
         for attempt in range(_ATTEMPTS):
             try:
                 return await sent
@@ -80,7 +91,12 @@ class ClusterPipes:
                 # waiters, then the lock's, are FIFO), so they are resent in their first order.
                 await self.refresh()
                 async with self._resend:
-                    sent = await self._pipe_for(key).send(packed, wait)
+                    pipe = self._pipe_for(key)
+                    if isinstance(packed, bytes):
+                        sent = await pipe.send(packed, wait)
+                    else:  # packed anew for the life of the master it now goes to
+                        life = await pipe.life()
+                        sent = await pipe.send(packed(life), wait, life)
             except RedisConnectionError:
                 self._refresh_soon()
                 raise

@@ -41,7 +41,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from korvet.core.coordinator.durability import CoordinatorRecord
-from korvet.core.offsets import OffsetCodec
+from korvet.core.offsets import codec_for
 
 log = logging.getLogger("korvet.groups")
 
@@ -416,7 +416,7 @@ def _id_before(bits: int, offset: int) -> str:
     record at ``offset`` next (Redis groups deliver ids greater than their position)."""
     if offset <= 0:
         return "0-0"
-    return str(OffsetCodec(bits).decode(offset - 1))
+    return str(codec_for(bits).decode(offset - 1))
 
 
 def partition_of(stream_key: str) -> str:

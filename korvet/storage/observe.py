@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.offsets import EntryId, codec_for
 
 _CHUNK = 500  # streams per pipeline
 
@@ -69,7 +69,7 @@ async def stream_stats(client: aioredis.Redis,
             last, length, groups = replies[3 * index: 3 * index + 3]
             high = None
             if isinstance(last, bytes | str):
-                high = OffsetCodec(bits).last_offset_of(EntryId.parse(last)) + 1
+                high = codec_for(bits).last_offset_of(EntryId.parse(last)) + 1
             entries = length if isinstance(length, int) else 0
             stats.append(StreamStats(high, entries, _groups(groups)))
     return stats

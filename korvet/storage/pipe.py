@@ -19,12 +19,21 @@ fixed buffer and parsed by hiredis straight from it (``_Replies``), where redis-
 reading goes through asyncio's ``StreamReader``, which copies every chunk twice and is read
 back 64 KiB at a time. The Fetch handler's reads of a megabyte of stored batches are the
 ones this matters for (``RedisStore.read`` uses a pipe of its own).
+
+The pipe knows which life of Redis its connection talks to (``life``: the server's
+``run_id``, read on connecting) for the partition epochs of dense topics (spec/DenseLog.tla):
+an append packed for one connection's life is never written on another's (``send``'s
+``life``), and the epochs of a Redis process this pipe has not met before are numbered from
+the next second on (``Life.clock``; ``life`` waits for it), so that each is above every epoch
+of the life before (docs/spec/dense-offsets.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +55,20 @@ _INCOMPLETE = object()  # hiredis' answer while the next reply has not fully arr
 # RESP3 out-of-band messages (with protocol=3: client tracking, maintenance notices) answer
 # no command: they are dropped, as redis-py's own reading drops them.
 _PUSH: tuple[type, ...] = tuple(t for t in (getattr(hiredis, "PushNotification", None),) if t)
+EPOCH_BASE_S = 1_704_067_200  # 2024-01-01: epochs count seconds from here (int32 until 2092)
+
+
+class Life:
+    """The Redis process a pipe's connection talks to: its ``run_id``, the connection's
+    generation (counted by the pipe), and the clock, in seconds from EPOCH_BASE_S, of the
+    first moment an epoch may be numbered for it (``ready_at``, the next second after the
+    pipe met the process)."""
+
+    __slots__ = ("clock", "generation", "ready_at", "run_id")
+
+    def __init__(self, run_id: str, generation: int, ready_at: int) -> None:
+        self.run_id, self.generation, self.ready_at = run_id, generation, ready_at
+        self.clock = ready_at - EPOCH_BASE_S
 
 
 class _Replies(asyncio.BufferedProtocol):
@@ -156,13 +179,35 @@ class RedisPipe:
         self._reloading = False  # the scripts are being loaded again after a NOSCRIPT
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connection is on
+        self._life: Life | None = None  # the current connection's Redis life
+        self._generation = 0  # connections made so far
+        self._bound: dict[asyncio.Future[Any], int] = {}  # a command -> the life it was packed for
 
-    async def send(self, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
+    async def life(self) -> Life:
+        """The Redis life of the connection commands go out on now (connecting if needed),
+        once its clock is reached (a process met less than a second ago: the rest of it)."""
+        life = self._life
+        if life is None or self._replies is None or self._replies.transport.is_closing():
+            async with self._send_lock:
+                await self._connect()
+            life = self._life
+            assert life is not None
+        wait = life.ready_at - time.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return life
+
+    async def send(self, packed: bytes, wait: bytes | None = None,
+                   life: Life | None = None) -> asyncio.Future[Any]:
         """Queue a packed command (in call order) and return the future of its reply (or
         the reply's error). Commands queued within one turn of the event loop are written
         together: one system call instead of one each. With ``wait`` the future holds
-        (reply, replicas that acknowledged it) once the WAIT written after it answered."""
+        (reply, replicas that acknowledged it) once the WAIT written after it answered.
+        A command packed for a ``life`` is not written on another connection: it fails
+        (retriable) instead."""
         future = self.submit(packed)
+        if life is not None:
+            self._bound[future] = life.generation
         if wait is None:
             return future
         if self._wait is None:
@@ -219,13 +264,29 @@ class RedisPipe:
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
             return
-        batch = self._take()
+        batch = self._unbound(self._take())
         for _packed, future in batch:
             self._pending.append(future)
         try:
             replies.transport.writelines([p for p, _ in batch])
         except Exception as exc:  # e.g. the transport is gone: its futures fail with it
             self._fail(self._connection, exc)
+
+    def _unbound(self, batch: list[tuple[bytes, asyncio.Future[Any]]]
+                 ) -> list[tuple[bytes, asyncio.Future[Any]]]:
+        """The batch less the commands packed for another connection's life (they fail)."""
+        if not self._bound:
+            return batch
+        kept = []
+        for packed, future in batch:
+            generation = self._bound.pop(future, None)
+            if generation is not None and generation != self._generation:
+                if not future.done():
+                    future.set_exception(RedisConnectionError(
+                        "the connection to Redis changed before the append was written"))
+                continue
+            kept.append((packed, future))
+        return kept
 
     def _take(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
         batch, self._buffer = self._buffer, []
@@ -240,6 +301,7 @@ class RedisPipe:
                 batch = self._take()
                 try:
                     replies = await self._connect()
+                    batch = self._unbound(batch)
                     for _packed, future in batch:
                         self._pending.append(future)
                     replies.transport.writelines([p for p, _ in batch])
@@ -265,6 +327,7 @@ class RedisPipe:
         connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
         try:
             await connection.connect()  # address, TLS, AUTH, SELECT...: redis-py's handshake
+            await self._meet(connection)
             writer: asyncio.StreamWriter = connection._writer
             transport = writer.transport
             if not isinstance(transport, asyncio.Transport):
@@ -285,6 +348,20 @@ class RedisPipe:
         self._connection, self._replies = connection, replies
         self._load_scripts()
         return replies
+
+    async def _meet(self, connection: Any) -> None:
+        """Which Redis process the new connection talks to; a process not met before gets
+        its epochs numbered from the next second on (see the module's docstring)."""
+        await connection.send_command("INFO", "server")
+        info = await connection.read_response()
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        run_id = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                       if line.startswith("run_id:")), "")
+        self._generation += 1
+        if self._life is None or self._life.run_id != run_id:
+            self._life = Life(run_id, self._generation, math.floor(time.time()) + 1)
+        else:
+            self._life = Life(run_id, self._generation, self._life.ready_at)
 
     def _load_scripts(self) -> None:
         """SCRIPT LOAD of every script, ahead of whatever is sent next on the connection. A

@@ -40,13 +40,14 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from korvet.core.offsets import EntryId, OffsetCodec
+from korvet.core.epochs import FIXED, Epochs
+from korvet.core.offsets import Codec, EntryId
 from korvet.core.produce import AppendStatus
 from korvet.core.topics import TopicConfig, TopicInfo, TrimPolicy
 from korvet.storage.cluster_pipe import ClusterPipes
 from korvet.storage.entries import PackedRecords
 from korvet.storage.groups import INDEX, REDIS_GROUPS
-from korvet.storage.pipe import LARGE_REPLIES, RedisPipe
+from korvet.storage.pipe import LARGE_REPLIES, Life, RedisPipe
 
 
 def _lua(name: str) -> str:
@@ -74,15 +75,18 @@ class PartitionRead:
     raw: list[Any]  # XRANGE's reply as Redis sent it: [entry id, [f1, v1, ...]] per entry
     log_start_offset: int
     high_watermark: int
+    epochs: Epochs = FIXED  # a dense topic's leader epochs (a time topic's: 0 throughout)
 
     def entries(self, bits: int) -> list[tuple[int, list[bytes]]]:
-        """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped."""
+        """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped.
+        ``bits`` 0 is a dense topic: offset o is the id o-1."""
         limit = 1 << bits
+        bias = 1 if bits == 0 else 0
         found = []
         for entry_id, fields in self.raw:
             ms, _, seq_text = entry_id.partition(b"-")
-            seq = int(seq_text)
-            if seq < limit:
+            seq = int(seq_text) - bias
+            if 0 <= seq < limit:
                 found.append(((int(ms) << bits) | seq, fields))
         return found
 
@@ -120,9 +124,10 @@ class RedisStore:
         self._create_topic: AsyncScript = client.register_script(_lua("create_topic.lua"))
         self._delete_topic: AsyncScript = client.register_script(_lua("delete_topic.lua"))
         self._bounds: AsyncScript = client.register_script(_lua("bounds.lua"))
+        self._time_search: AsyncScript = client.register_script(_lua("time_search.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
         # Per (topic, partition, topic id): the fixed parts of its append command.
-        self._append_heads: dict[tuple[str, int, str, int], tuple[str, bytes, bytes, bytes]] = {}
+        self._append_heads: dict[tuple[str, int, str, int, str], _AppendHead] = {}
         self._stamp_script = _lua("stamp_partition.lua")
         self._drop_script = _lua("drop_partition.lua")
         # Appends go down one connection per master, in order (storage/pipe.py); on Redis
@@ -157,6 +162,11 @@ class RedisStore:
 
     def topic_key(self, name: str) -> str:
         return f"{self.ks}:{{topics}}:topic:{name}"
+
+    @staticmethod
+    def times_key(stream_key: str) -> str:
+        """A dense topic partition's time index (append.lua), in the stream's slot."""
+        return stream_key.removesuffix(":stream") + ":times"
 
     @staticmethod
     def waiting_key(stream_key: str) -> str:
@@ -251,8 +261,9 @@ class RedisStore:
         for start in range(partitions.start, partitions.stop, 500):
             pipe = self.redis.pipeline(transaction=False)
             for partition in range(start, min(start + 500, partitions.stop)):
-                pipe.eval(script, 2, self.stream_key(name, partition),
-                          self.meta_key(name, partition), *args)
+                stream = self.stream_key(name, partition)
+                pipe.eval(script, 3, stream, self.meta_key(name, partition),
+                          self.times_key(stream), *args)
             await pipe.execute()
 
     async def delete_topic(self, name: str) -> bool:
@@ -333,10 +344,23 @@ class RedisStore:
         here (redis-py's asyncio client packs in pure Python, which costs more than the
         append): a partition's fixed arguments once (``_append_head``), the records come
         packed already. ``replicated`` (acks=all): followed by WAIT when ``wait_replicas``
-        asks for it."""
+        asks for it. A dense topic's append names the Redis life it goes to (its epoch
+        follows it: spec/DenseLog.tla), so it is packed for that life."""
+        wait = self._wait if replicated else None
+        if topic.config.dense:
+            stream = self.stream_key(topic.name, partition)
+
+            def pack(life: Life) -> bytes:
+                return self.append_command(topic, partition, records, count, now_ms, trim,
+                                           producer, life)[1]
+
+            if self.cluster is not None:
+                return await self.cluster.send_packed_for(stream, pack, wait)
+            assert self.pipe is not None
+            life = await self.pipe.life()
+            return await self.pipe.send(pack(life), wait, life)
         stream, packed = self.append_command(topic, partition, records, count, now_ms, trim,
                                              producer)
-        wait = self._wait if replicated else None
         if self.cluster is not None:
             return await self.cluster.send(stream, packed, wait)
         assert self.pipe is not None
@@ -344,52 +368,62 @@ class RedisStore:
 
     def append_command(self, topic: TopicInfo, partition: int, records: PackedRecords,
                        count: int, now_ms: int, trim: TrimPolicy,
-                       producer: ProducerBatch) -> tuple[str, bytes]:
+                       producer: ProducerBatch, life: Life | None = None) -> tuple[str, bytes]:
         """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
-        with its keys and ARGV (in the script's order), then the records."""
-        fixed = self._append_heads.get(
-            (topic.name, partition, topic.topic_id, topic.config.sequence_bits))
+        with its keys and ARGV (in the script's order), then the records, then a dense
+        topic's trailer: its index interval and the Redis ``life`` it goes to."""
+        fixed = self._append_heads.get(_head_key(topic, partition))
         if fixed is None:
             fixed = self._append_head(topic, partition)
-        stream, keys, middle, channel = fixed
+        stream, keys, middle, channel, trailer, extra = fixed
+        if extra:
+            run_id, clock = (life.run_id, life.clock) if life is not None else ("", 0)
+            trailer += _bulk(run_id.encode()) + _bulk_int(clock)
         # The command in one join, the records' bytes copied once: its arguments are the
-        # script's sha and keys, then ARGV in append.lua's order, then the records.
+        # script's sha and keys, then ARGV in append.lua's order, then the records, then a
+        # dense topic's trailer (its index interval).
         packed = b"".join((
-            b"*%d\r\n" % (_APPEND_HEAD_ARGS + records.args), keys, _bulk_int(now_ms), middle,
-            _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
+            b"*%d\r\n" % (_APPEND_HEAD_ARGS + extra + records.args), keys, _bulk_int(now_ms),
+            middle, _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
             _ONE if trim.approximate else _ZERO,
             _bulk_int(producer.producer_id), _bulk_int(producer.producer_epoch),
             _bulk_int(producer.base_sequence), _bulk_int(producer.last_sequence),
-            _bulk_int(count), channel, records.body))
+            _bulk_int(count), channel, records.body, trailer))
         return stream, packed
 
-    def _append_head(self, topic: TopicInfo, partition: int) -> tuple[str, bytes, bytes, bytes]:
+    def _append_head(self, topic: TopicInfo, partition: int) -> _AppendHead:
         """The parts of a partition's append command that do not change from one append to
-        the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel."""
+        the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel, and a
+        dense topic's time index key and trailer."""
         stream = self.stream_key(topic.name, partition)
         meta = self.meta_key(topic.name, partition)
-        keys = hiredis.pack_command((  # type: ignore[arg-type]
-            "EVALSHA", self._append.sha, 4, stream, meta, meta, self.waiting_key(stream)))
+        dense = topic.config.dense
+        keys = hiredis.pack_command((
+            "EVALSHA", self._append.sha, 5 if dense else 4, stream, meta, meta,
+            self.waiting_key(stream), *((self.times_key(stream),) if dense else ())))
         middle = hiredis.pack_command((  # type: ignore[arg-type]
-            topic.config.sequence_bits, partition, topic.topic_id))
+            topic.config.codec_bits, partition, topic.topic_id))
         channel = hiredis.pack_command((self.append_channel,))
+        trailer = (hiredis.pack_command((topic.config.get("index.interval.bytes"),))
+                   if dense else b"")
         # pack_command starts each with its own "*<n>\r\n": the parts go without it.
-        fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel))
+        fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel),
+                 _without_count(trailer) if dense else b"", 4 if dense else 0)
         if len(self._append_heads) >= _APPEND_HEADS_KEPT:
             self._append_heads.clear()
-        self._append_heads[(topic.name, partition, topic.topic_id, topic.config.sequence_bits)] = fixed
+        self._append_heads[_head_key(topic, partition)] = fixed
         return fixed
 
     async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
         reply = await sent
         if isinstance(reply, tuple):  # (the script's reply, replicas that have it: WAIT)
             reply, replicas = reply
-            result = _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+            result = _append_result(topic.config.codec, reply)
             if replicas < self.wait_replicas and result.status in (AppendStatus.OK,
                                                                      AppendStatus.DUPLICATE):
                 return replace(result, status=AppendStatus.NOT_REPLICATED)
             return result
-        return _append_result(OffsetCodec(topic.config.sequence_bits), reply)
+        return _append_result(topic.config.codec, reply)
 
     async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
@@ -404,7 +438,7 @@ class RedisStore:
             return await self._read(reads)  # pipe has queued them again ahead of the retry
 
     async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
-        firsts = [_first_id(OffsetCodec(topic.config.sequence_bits), offset)
+        firsts = [_first_id(topic.config.codec, offset)
                   for topic, _p, offset, _c in reads]
         if self.reads is not None:
             replies = iter(await self.reads.call_all(self._read_commands(reads, firsts)))
@@ -415,7 +449,7 @@ class RedisStore:
         for (topic, partition, _offset, count), first in zip(reads, firsts, strict=True):
             stream = self.stream_key(topic.name, partition)
             pipe.xrange(stream, min=first, max="+", count=count)
-            pipe.hmget(self.meta_key(topic.name, partition), "last", "start")
+            pipe.hmget(self.meta_key(topic.name, partition), *_BOUNDS[topic.config.dense])
         try:
             replies = iter(await pipe.execute())
         except AttributeError as exc:
@@ -436,10 +470,10 @@ class RedisStore:
             stream = self.stream_key(topic.name, partition)
             if topic.config.stores_batches:
                 commands.append(pack(("EVALSHA", self._batch_holder.sha, 1, stream, first,  # type: ignore[arg-type]
-                                      topic.config.sequence_bits)))
+                                      topic.config.codec_bits)))
             commands.append(pack(("XRANGE", stream, first, "+", "COUNT", count)))  # type: ignore[arg-type]
             commands.append(pack(("HMGET", self.meta_key(topic.name, partition),  # type: ignore[arg-type]
-                                  "last", "start")))
+                                  *_BOUNDS[topic.config.dense])))
         return commands
 
     async def _partition_reads(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
@@ -449,7 +483,7 @@ class RedisStore:
         replies of the read's commands (in their order)."""
         results: list[PartitionRead] = []
         for index, (topic, partition, _offset, _count) in enumerate(reads):
-            codec = OffsetCodec(topic.config.sequence_bits)
+            codec = topic.config.codec
             holder = holders.get(index)
             if topic.config.stores_batches and self.reads is not None:  # in the replies
                 holder = next(replies)
@@ -460,7 +494,8 @@ class RedisStore:
                 start, end = await self._bounds_without_meta(codec, topic, partition)
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
-            results.append(PartitionRead(_below(codec, raw_entries, end), start, end))
+            epochs = Epochs.parse(meta[2]) if topic.config.dense else FIXED
+            results.append(PartitionRead(_below(codec, raw_entries, end), start, end, epochs))
         return results
 
     async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
@@ -476,13 +511,13 @@ class RedisStore:
             return {}
         found = await asyncio.gather(*(
             self._batch_holder(keys=[self.stream_key(reads[i][0].name, reads[i][1])],
-                               args=[firsts[i], reads[i][0].config.sequence_bits])
+                               args=[firsts[i], reads[i][0].config.codec_bits])
             for i in wanted))
         return dict(zip(wanted, found, strict=True))
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
-        codec = OffsetCodec(topic.config.sequence_bits)
+        codec = topic.config.codec
         meta: Any
         if self.reads is not None:  # every fetch answered from a read-ahead asks: kept cheap
             meta = await self.reads.call(hiredis.pack_command((  # type: ignore[arg-type]
@@ -493,7 +528,23 @@ class RedisStore:
             return await self._bounds_without_meta(codec, topic, partition)
         return _bounds(codec, meta[0], meta[1])
 
-    async def _bounds_without_meta(self, codec: OffsetCodec, topic: TopicInfo,
+    async def current_epochs(self, topic: TopicInfo) -> list[int]:
+        """Each partition's current leader epoch (Metadata): a dense topic's from its meta
+        hashes (0 for a partition never written), 0 for a time topic."""
+        if not topic.config.dense:
+            return [0] * topic.partitions
+        pipe = self.redis.pipeline(transaction=False)
+        for partition in range(topic.partitions):
+            pipe.hget(self.meta_key(topic.name, partition), "epochs")
+        return [Epochs.parse(found).current for found in await pipe.execute()]
+
+    async def epochs(self, topic: TopicInfo, partition: int) -> Epochs:
+        """A partition's leader epochs: a dense topic's history (append.lua), else 0."""
+        if not topic.config.dense:
+            return FIXED
+        return Epochs.parse(await self.redis.hget(self.meta_key(topic.name, partition), "epochs"))
+
+    async def _bounds_without_meta(self, codec: Codec, topic: TopicInfo,
                                    partition: int) -> tuple[int, int]:
         """A partition nothing was appended to: bounds.lua gives it its start now. A stream
         written by something else keeps Redis' own view of its ids."""
@@ -510,10 +561,19 @@ class RedisStore:
         return foreign_bounds(codec, info.get("last-generated-id", b"0-0"),
                               first[0] if first else None)
 
+    async def time_search(self, topic: TopicInfo, partition: int, timestamp: int) -> int | None:
+        """A dense topic: the offset to read from for the first record whose timestamp is at
+        or after ``timestamp`` (time_search.lua, over the partition's time index); None when
+        no record ever appended reaches it."""
+        stream = self.stream_key(topic.name, partition)
+        reply = await self._time_search(
+            keys=[self.times_key(stream), self.meta_key(topic.name, partition)], args=[timestamp])
+        return int(reply[0]) if reply else None
+
     async def scan_from(self, topic: TopicInfo, partition: int, offset: int,
                         count: int) -> list[tuple[int, list[bytes]]]:
         read = await self.read([(topic, partition, offset, count)])
-        return read[0].entries(topic.config.sequence_bits)
+        return read[0].entries(topic.config.codec_bits)
 
     async def next_producer_id(self) -> int:
         value: int = await self.redis.incr(self.producer_ids_key)
@@ -531,7 +591,7 @@ class RedisStore:
             await self.cluster.close()
 
 
-def _first_id(codec: OffsetCodec, offset: int) -> str:
+def _first_id(codec: Codec, offset: int) -> str:
     """The stream id to read from for ``offset``. Past the last offset there is nothing to
     read: from the first id after it (only ids wider than bits, which have no offset, can be
     there). Clamping the offset instead returned the last record for a fetch one past it
@@ -541,7 +601,7 @@ def _first_id(codec: OffsetCodec, offset: int) -> str:
     return f"({codec.decode(codec.max_offset)}"
 
 
-def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | None
+def foreign_bounds(codec: Codec, last_generated: bytes, first: bytes | None
                    ) -> tuple[int, int]:
     """(log start, high watermark) of a stream only something else wrote (XADD *), from
     Redis' last-generated id and first entry. An id wider than bits has no offset: it counts
@@ -551,12 +611,28 @@ def foreign_bounds(codec: OffsetCodec, last_generated: bytes, first: bytes | Non
     if first is None:
         return end, end
     first_id = EntryId.parse(first)
-    start = (codec.encode_id(first_id) if first_id.seq < codec.seq_limit
+    start = (codec.encode_id(first_id) if codec.has_offset(first_id)
              else codec.last_offset_of(first_id) + 1)
     return min(start, end), end
 
 
 _APPEND_HEAD_ARGS = 20  # EVALSHA, sha, numkeys, 4 keys, 13 ARGV before the records
+# What a read asks of the meta hash (by whether the topic is dense): the bounds, and the epochs.
+_BOUNDS = {False: ("last", "start"), True: ("last", "start", "epochs")}
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+# (stream key, the keys, ARGV 2-4, the channel, a dense topic's trailer (its index interval;
+# the Redis life's run id and clock follow it), the arguments a dense topic adds: its time
+# index key and its trailer of three)
+_AppendHead = tuple[str, bytes, bytes, bytes, bytes, int]
+
+
+def _head_key(topic: TopicInfo, partition: int) -> tuple[str, int, str, int, str]:
+    """What a partition's append head is made of: a change of any is another head."""
+    return (topic.name, partition, topic.topic_id, topic.config.codec_bits,
+            topic.config.get("index.interval.bytes") if topic.config.dense else "")
 _APPEND_HEADS_KEPT = 100_000
 _ONE = b"$1\r\n1\r\n"
 _ZERO = b"$1\r\n0\r\n"
@@ -584,7 +660,7 @@ def _raw_entries(response: Any, **_options: Any) -> Any:
     return response or []
 
 
-def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
+def _bounds(codec: Codec, last: bytes | None, start: bytes | None) -> tuple[int, int]:
     """(log start, high watermark) from the meta hash. `last` is the id of the last entry
     append.lua wrote; without one (bounds.lua gave an empty partition its start) the log ends
     where it starts."""
@@ -595,7 +671,7 @@ def _bounds(codec: OffsetCodec, last: bytes | None, start: bytes | None) -> tupl
     return min(begin, end), end
 
 
-def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
+def _below(codec: Codec, raw: list[Any], end: int) -> list[Any]:
     """XRANGE's entries below the high watermark. An entry above it was written by something
     other than append.lua (`XADD *`) after the last append: it gets its offset, and is
     fetched, once the next append moves the high watermark past it (spec/PartitionLog.tla,
@@ -604,20 +680,20 @@ def _below(codec: OffsetCodec, raw: list[Any], end: int) -> list[Any]:
     cut = len(raw)
     while cut:
         ms, _, seq = raw[cut - 1][0].partition(b"-")
-        offset = codec.encode(int(ms), int(seq)) if int(seq) < codec.seq_limit and \
-            int(ms) <= codec.max_ms else None
+        entry = EntryId(int(ms), int(seq))
+        offset = codec.encode_id(entry) if codec.has_offset(entry) else None
         if offset is not None and offset < end:
             break
         cut -= 1
     return raw if cut == len(raw) else raw[:cut]
 
 
-def _append_result(codec: OffsetCodec, reply: list[Any]) -> AppendResult:
+def _append_result(codec: Codec, reply: list[Any]) -> AppendResult:
     status = AppendStatus(reply[0].decode() if isinstance(reply[0], bytes) else reply[0])
-    start = codec.encode(int(reply[5]), int(reply[6])) if status is not AppendStatus.NO_TOPIC else -1
+    start = codec.from_script(int(reply[5]), int(reply[6])) if status is not AppendStatus.NO_TOPIC else -1
     if status is AppendStatus.OK:
-        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])),
-                            codec.encode(int(reply[3]), int(reply[4])), start)
+        return AppendResult(status, codec.from_script(int(reply[1]), int(reply[2])),
+                            codec.from_script(int(reply[3]), int(reply[4])), start)
     if status is AppendStatus.DUPLICATE:
-        return AppendResult(status, codec.encode(int(reply[1]), int(reply[2])), -1, start)
+        return AppendResult(status, codec.from_script(int(reply[1]), int(reply[2])), -1, start)
     return AppendResult(status, -1, -1, start)

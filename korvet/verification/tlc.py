@@ -201,6 +201,7 @@ MSG_INVARIANT_VIOLATED_INITIAL = 2107
 MSG_PROPERTY_VIOLATED_INITIAL = 2108
 MSG_DEADLOCK = 2114
 MSG_TEMPORAL_VIOLATED = 2116
+MSG_ACTION_PROPERTY_VIOLATED = 2112  # "Action property P is violated." (a [][A]_v property)
 MSG_STATE = 2217
 MSG_STUTTER = 2218
 MSG_BACK_TO_STATE = 2122
@@ -276,6 +277,10 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
         elif code == MSG_TEMPORAL_VIOLATED:
             result.outcome = "violation"
             result.violated = "Temporal property " + text.strip()
+        elif code == MSG_ACTION_PROPERTY_VIOLATED:
+            result.outcome = "violation"
+            name = re.search(r"Action property (\S+) is violated", text)
+            result.violated = f"Temporal property {name.group(1)}" if name else text.strip()
         elif code == MSG_STATE:
             result.trace.append(parse_step(text))
         elif code == MSG_STUTTER:

@@ -213,6 +213,21 @@ def test_a_temporal_violation_is_named_after_the_one_property_checked() -> None:
         assert result.as_expected == (config == "GroupCoordinatorLiveStuckJoin.cfg")
 
 
+def test_an_action_property_violation_is_read_as_that_propertys_violation() -> None:
+    """A [][A]_v property (DenseLog's NoSilentSkip) is reported by TLC with its own message,
+    naming the property: its mutant is a violation of that property, not a TLC error."""
+    model = tlc.Model(name="m", module="DenseLog", config="DenseLogConsumer.cfg",
+                      expect="violation", expect_invariant="NoSilentSkip")
+    output = ("@!@!@STARTMSG 2112:1 @!@!@\nAction property NoSilentSkip is violated.\n"
+              "@!@!@ENDMSG 2112 @!@!@\n")
+    result = tlc.interpret(model, output, 13, 1.0)
+    assert (result.outcome, result.violated) == ("violation", "Temporal property NoSilentSkip")
+    assert result.as_expected
+    other = tlc.Model(name="m", module="DenseLog", config="DenseLogConsumer.cfg",
+                      expect="violation", expect_invariant="Dense")
+    assert not tlc.interpret(other, output, 13, 1.0).as_expected
+
+
 @pytest.mark.spec("GroupCoordinatorLive", "HeldBackAnswered", "JoinsAnswered", "SyncsAnswered")
 def test_every_liveness_model_checks_that_held_back_requests_are_answered() -> None:
     """JoinsAnswered and SyncsAnswered hold in every liveness model expected to pass: checked

@@ -198,6 +198,8 @@ class AdminHandler:
             requested, {name: t.partitions for name, t in known.items()}, cursor,
             request.response_partition_limit)
         node = self.services.node_id
+        epochs = {t.name: await self.services.store.current_epochs(known[t.name])
+                  for t in page.topics if t.name in known and known[t.name].config.dense}
 
         def topic_entry(entry: rules.TopicPartitions) -> Any:
             if entry.name in denied:
@@ -205,9 +207,11 @@ class AdminHandler:
                             name=entry.name, topic_id=uuid.UUID(int=0), is_internal=False,
                             partitions=(), topic_authorized_operations=-(2**31))
             info = known.get(entry.name)
+            leader_epochs = epochs.get(entry.name)
             partitions = tuple(
                 make(partition_cls, error_code=ErrorCode.NONE, partition_index=p, leader_id=node,
-                     leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
+                     leader_epoch=leader_epochs[p] if leader_epochs else 0,
+                     replica_nodes=(node,), isr_nodes=(node,),
                      eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
                 for p in entry.partitions)
             return make(topic_cls, error_code=entry.error, name=entry.name,

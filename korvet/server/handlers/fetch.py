@@ -47,6 +47,7 @@ from redis.exceptions import RedisError
 from korvet.core import fetch as rules
 from korvet.core import fetch_session as sessions
 from korvet.core.api_keys import ApiKey
+from korvet.core.epochs import FIXED, Epochs
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
@@ -65,6 +66,7 @@ from korvet.server.services import Services
 from korvet.storage.groups import PartitionRef
 
 log = logging.getLogger("korvet.fetch")
+_EPOCHS_KEPT = 100_000  # dense partitions whose caught-up epochs are remembered
 
 def _deny_unreadable(access: Access, wanted: list[PartitionFetch]) -> None:
     """READ is checked on every partition the fetch reads, as Kafka does: the broker's check
@@ -97,7 +99,16 @@ class FetchHandler:
         self.sessions: dict[int, sessions.Session] = {}
         # Bumped when DeleteRecords moves a log start: read-ahead prepared before is not used.
         self.log_start_moves = 0
+        # A dense partition's epochs as the read that found it caught up saw them: a fetch
+        # answered from that read is fenced with them (epochs change only by an append, which
+        # ends the caught-up answer, or with Redis, which forgets it too).
+        self._caught_up_epochs: dict[str, Epochs] = {}
         self._background: set[asyncio.Task[None]] = set()
+
+    def _remember_epochs(self, stream: str, epochs: Epochs) -> None:
+        if len(self._caught_up_epochs) >= _EPOCHS_KEPT:
+            self._caught_up_epochs.clear()
+        self._caught_up_epochs[stream] = epochs
 
     def log_start_moved(self) -> None:
         self.log_start_moves += 1
@@ -202,11 +213,15 @@ class FetchHandler:
                                          else self.services.topics.get(p.topic))
             topic = topics[p.topic]
             echo: Any = uuid.UUID(p.topic) if by_id else p.topic
+            # A dense topic's epoch is known once its partition is read (checked then); a time
+            # topic's is 0 for ever.
+            dense = topic is not None and topic.config.dense
             wanted.append(PartitionFetch(
                 echo, p.key, topic, p.partition, p.fetch_offset, max(p.max_bytes, 0),
                 error=rules.partition_error(topic is not None, by_id, p.partition,
                                             topic.partitions if topic is not None else 0,
-                                            p.leader_epoch)))
+                                            -1 if dense else p.leader_epoch),
+                leader_epoch=p.leader_epoch if dense else -1))
         return wanted
 
     async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
@@ -272,9 +287,14 @@ class FetchHandler:
             assert part.topic is not None
             stream = store.stream_key(part.topic.name, part.partition)
             known = notifier.caught_up(stream, part.offset)
-            if known is not None:  # read before and unchanged since: nothing past the offset
+            epochs = self._caught_up_epochs.get(stream, FIXED) if known is not None else FIXED
+            if known is not None and (not part.topic.config.dense
+                                      or stream in self._caught_up_epochs):
+                # read before and unchanged since: nothing past the offset
                 part.high_watermark, part.log_start_offset = known
-                part.error = rules.offset_error(part.offset, known[1], known[0])
+                part.error = (epochs.fence(part.leader_epoch) if part.topic.config.dense
+                              else ErrorCode.NONE) or rules.offset_error(part.offset, known[1],
+                                                                          known[0])
                 part.records, part.taken, part.next_offset = None, 0, -1
                 continue
             count = self.estimates.count_for(stream, min(part.max_bytes, max_bytes),
@@ -289,21 +309,26 @@ class FetchHandler:
         for part, result, ticket in zip(readable, results, tickets, strict=True):
             assert part.topic is not None
             part.high_watermark, part.log_start_offset = result.high_watermark, result.log_start_offset
-            part.error = rules.offset_error(part.offset, result.log_start_offset, result.high_watermark)
+            part.error = (result.epochs.fence(part.leader_epoch) or
+                          rules.offset_error(part.offset, result.log_start_offset,
+                                             result.high_watermark))
             if part.error is not ErrorCode.NONE or not result.raw:
                 part.records, part.taken = None, 0
                 if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
                     notifier.note_caught_up(ticket, result.high_watermark,
                                             result.log_start_offset)
+                    if part.topic.config.dense:
+                        self._remember_epochs(ticket.stream, result.epochs)
                 continue
             budget = rules.partition_budget(part.max_bytes, max_bytes, used)
             if part.topic.config.stores_batches:
                 data, taken, part.next_offset, stored = stored_batches(
-                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0)
+                    result.raw, part.topic.config.codec_bits, budget, force_first=used == 0,
+                    epochs=result.epochs)
             else:
                 built, taken, part.next_offset = entries_to_batches(
-                    result.raw, part.topic.config.sequence_bits, budget, force_first=used == 0,
-                    log_append_time=part.topic.config.log_append_time)
+                    result.raw, part.topic.config.codec_bits, budget, force_first=used == 0,
+                    log_append_time=part.topic.config.log_append_time, epochs=result.epochs)
                 data, stored = RecordSet.of(built), taken
             if stored:  # the size estimate is per stored entry: a record, or a whole batch
                 self.estimates.observe(store.stream_key(part.topic.name, part.partition), stored,
@@ -350,7 +375,7 @@ class FetchHandler:
             if all((g, stream) in coordinator.redis_groups for g in group_ids):
                 continue
             partitions.append((PartitionRef(part.topic.name, part.partition, stream,
-                                            part.topic.config.sequence_bits), part.offset))
+                                            part.topic.config.codec_bits), part.offset))
         if partitions:
             task = asyncio.create_task(coordinator.ensure_redis_groups(group_ids, partitions))
             self._background.add(task)

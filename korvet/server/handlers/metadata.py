@@ -16,7 +16,7 @@ would: a client with stale metadata is only less spread out, never wrong.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from korvet.core import placement
@@ -49,15 +49,18 @@ def live_brokers(services: Services, ctx: RequestContext) -> list[BrokerEntry]:
 
 
 def partition_entries(response_type: type[Any], services: Services, ctx: RequestContext,
-                      count: int, topic: str = "") -> tuple[Any, ...]:
+                      count: int, topic: str = "",
+                      epochs: Sequence[int] | None = None) -> tuple[Any, ...]:
+    """The partitions of a topic: their leader, and their leader epoch (a dense topic's from
+    its partitions, ``epochs``; 0 otherwise)."""
     partition_type = nested(response_type, "MetadataResponsePartition")
     ids = [b.node_id for b in live_brokers(services, ctx)]
     entries = []
     for index in range(count):
         node = placement.leader(ids, topic, index) if len(ids) > 1 else services.node_id
         entries.append(make(partition_type, error_code=ErrorCode.NONE, partition_index=index,
-                            leader_id=node, leader_epoch=0, replica_nodes=(node,),
-                            isr_nodes=(node,), offline_replicas=()))
+                            leader_id=node, leader_epoch=epochs[index] if epochs else 0,
+                            replica_nodes=(node,), isr_nodes=(node,), offline_replicas=()))
     return tuple(entries)
 
 
@@ -73,8 +76,9 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
     broker_cls = nested(response_cls, "MetadataResponseBroker")
     include_ops = call.include_topic_authorized_operations
 
-    def topic_entry(error: ErrorCode, name: str | None, topic: TopicInfo | None,
-                    topic_id: uuid.UUID | None = None) -> Any:
+    async def topic_entry(error: ErrorCode, name: str | None, topic: TopicInfo | None,
+                          topic_id: uuid.UUID | None = None) -> Any:
+        epochs = await services.store.current_epochs(topic) if topic is not None else None
         return make(
             topic_cls,
             error_code=error,
@@ -82,13 +86,14 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
             topic_id=uuid.UUID(topic.topic_id) if topic else (topic_id or uuid.UUID(int=0)),
             is_internal=bool(name and is_internal(name)),
             partitions=partition_entries(response_cls, services, ctx, topic.partitions,
-                                         topic.name) if topic else (),
+                                         topic.name, epochs) if topic else (),
             topic_authorized_operations=(access.operations(ResourceType.TOPIC, name)
                                          if include_ops and topic and name else NOT_REQUESTED),
         )
 
     if call.topics is None:
-        entries = [topic_entry(ErrorCode.NONE, topic.name, topic) for topic in await services.topics.all()
+        entries = [await topic_entry(ErrorCode.NONE, topic.name, topic)
+                   for topic in await services.topics.all()
                    if access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
     else:
         entries = [await _requested_topic(services, access, call, wanted, topic_entry)
@@ -112,33 +117,33 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
 
 
 async def _requested_topic(services: Services, access: Access, call: MetadataCall,
-                           wanted: MetadataTopic, topic_entry: Callable[..., Any]) -> Any:
+                           wanted: MetadataTopic, topic_entry: Callable[..., Awaitable[Any]]) -> Any:
     name, topic_id = wanted.name, wanted.topic_id
     if name is None and topic_id is not None:
         found = await services.topics.by_id(str(topic_id))
         if found is None:
-            return topic_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id)
+            return await topic_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id)
         if not access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
-            return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, None, topic_id)
-        return topic_entry(ErrorCode.NONE, found.name, found)
+            return await topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, None, topic_id)
+        return await topic_entry(ErrorCode.NONE, found.name, found)
     if name is None:
-        return topic_entry(ErrorCode.INVALID_REQUEST, None, None)
+        return await topic_entry(ErrorCode.INVALID_REQUEST, None, None)
     if not access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
-        return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
+        return await topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
     try:
         validate_topic_name(name)
     except TopicNameError:
-        return topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
+        return await topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
     known = await services.topics.get(name)
     allow_auto = call.allow_auto_topic_creation
     if known is None and allow_auto and services.settings.topics.auto_create:
         if not (access.cluster_allowed(Operation.CREATE)
                 or access.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
-            return topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
+            return await topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
         known = await services.auto_create(name)
     if known is None:
-        return topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, None)
-    return topic_entry(ErrorCode.NONE, name, known)
+        return await topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, None)
+    return await topic_entry(ErrorCode.NONE, name, known)
 
 
 APIS = (

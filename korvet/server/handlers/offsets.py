@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from korvet.core import list_offsets as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
-from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicInfo
 from korvet.protocol.decoders.offsets import decode_list_offsets, decode_offset_for_leader_epoch
 from korvet.protocol.denials import Items, Shape, empty, topic_answer
@@ -70,15 +69,26 @@ async def _stamps(services: Services, topic: TopicInfo, partition: int, start: i
 
 async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
                         timestamp: int) -> tuple[int, int]:
-    start, _ = await services.store.offsets(topic, partition)
-    first = rules.timestamp_search_start(
-        timestamp, topic.config.get_int("message.timestamp.after.max.ms"),
-        OffsetCodec(topic.config.sequence_bits), start)
+    first = await _search_from(services, topic, partition, timestamp)
+    if first is None:
+        return -1, -1
     async for offset, stamp in _stamps(services, topic, partition, first,
                                        lambda most: most >= timestamp):
         if stamp >= timestamp:
             return offset, stamp
     return -1, -1
+
+
+async def _search_from(services: Services, topic: TopicInfo, partition: int,
+                       timestamp: int) -> int | None:
+    """Where the records to read for ``timestamp`` start: a dense topic's time index says it
+    (None: no record reaches the time); a time topic's offsets say when each was appended."""
+    if topic.config.dense:
+        return await services.store.time_search(topic, partition, timestamp)
+    start, _ = await services.store.offsets(topic, partition)
+    return rules.timestamp_search_start(
+        timestamp, topic.config.get_int("message.timestamp.after.max.ms"), topic.config.codec,
+        start)
 
 
 async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -> tuple[int, int]:
@@ -94,14 +104,19 @@ async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -
 async def _read(services: Services, topic: TopicInfo, wanted: rules.ListOffsetsPartition,
                 lookup: rules.Lookup) -> rules.OffsetAnswer:
     index = wanted.index
+    epochs = await services.store.epochs(topic, index)  # a time topic's: 0, with no read
+    fenced = epochs.fence(wanted.current_leader_epoch) if topic.config.dense else ErrorCode.NONE
+    if fenced is not ErrorCode.NONE:
+        return rules.OffsetAnswer(fenced)
     if lookup is rules.Lookup.LATEST:
-        return rules.answer((await services.store.offsets(topic, index))[1])
+        return rules.answer((await services.store.offsets(topic, index))[1], epochs=epochs)
     if lookup is rules.Lookup.EARLIEST:
-        return rules.answer((await services.store.offsets(topic, index))[0])
+        return rules.answer((await services.store.offsets(topic, index))[0], epochs=epochs)
     if lookup is rules.Lookup.MAX_TIMESTAMP:
-        return rules.answer(*await _max_timestamp(services, topic, index))
+        return rules.answer(*await _max_timestamp(services, topic, index), epochs=epochs)
     if lookup is rules.Lookup.BY_TIMESTAMP:
-        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp))
+        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp),
+                            epochs=epochs)
     return rules.answer(rules.NO_OFFSET)
 
 
@@ -140,12 +155,17 @@ async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
         partitions = []
         for wanted in entry.partitions:
             ended = rules.epoch_query(topic, wanted)
-            end = -1
-            if ended.needs_end:
+            error, epoch, end = ended.error, ended.leader_epoch, -1
+            if topic is not None and topic.config.dense and error is not \
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                error, epoch, end = rules.dense_epoch_end(
+                    wanted, await services.store.epochs(topic, wanted.index),
+                    (await services.store.offsets(topic, wanted.index))[1])
+            elif ended.needs_end:
                 assert topic is not None
                 end = (await services.store.offsets(topic, wanted.index))[1]
-            partitions.append(make(partition_cls, error_code=ended.error, partition=wanted.index,
-                                   leader_epoch=ended.leader_epoch, end_offset=end))
+            partitions.append(make(partition_cls, error_code=error, partition=wanted.index,
+                                   leader_epoch=epoch, end_offset=end))
         topics.append(make(topic_cls, topic=entry.name, partitions=tuple(partitions)))
     return make(response_cls, throttle_time=0, topics=tuple(topics))
 

@@ -1,5 +1,12 @@
 -- Korvet's atomic append: one call per produced record batch.
 --
+-- Two offset schemes (korvet.offset.scheme). `time` below; `dense` (ARGV 2, the sequence bits,
+-- is 0: spec/DenseLog.tla) hands out last + 1, last + 2, ... from offset 0, with no clock floor,
+-- and writes offset o at the id o-1 (Redis refuses 0-0). The arithmetic below is the same for
+-- both: it works on (ms, seq) pairs with seq in 0 .. 2^bits - 1 (for dense: 0, as 2^0 = 1),
+-- and the ids it writes and reads carry the sequence plus `bias` (1 for dense, else 0). Its
+-- reply gives those pairs (offset = ms * 2^bits + seq: for dense, ms).
+--
 -- Mirrors korvet.core.offsets.OffsetCodec.reserve (spec/OffsetCodec.tla, actions AppendBatch
 -- and RejectBatch):
 -- the batch's n records get the consecutive offsets starting at
@@ -29,6 +36,29 @@
 --           batches: 'batch', then k and the 2k field/value arguments of the one entry that
 --                    holds the whole batch at its first offset; its first field is 'records',
 --                    the count n (entries.pack_batch)
+--
+-- KEYS[5] the time index of a dense topic {ks}:{topic:partition}:times (absent for time topics)
+-- A dense topic's append carries three more arguments after the records (the trailer):
+--   the index interval (the topic's index.interval.bytes), the Redis life the broker's
+--   connection talks to (the server's run_id) and the clock, in seconds from 2024, from which
+--   that life's epochs are numbered (storage/pipe.py `Life`).
+--
+-- The partition epoch of a dense topic (spec/DenseLog.tla, Kafka's leader epoch): the meta
+-- hash keeps `epoch`, `inc` (the life that set it) and `epochs` (the history, "epoch:start"
+-- pairs, the start being the epoch's first offset). A new partition starts at epoch
+-- max(0, clock); the first append of another Redis life (Redis restarted, failed over or was
+-- restored: its last writes may be gone and their offsets handed out again) starts epoch
+-- max(epoch + 1, clock) at its first offset, so a consumer that read past the cut sees it
+-- (KIP-320). Epochs go with the writes that start them, in one script call: a Redis that
+-- loses the one loses the other.
+--
+-- The time index of a dense topic (spec/DenseLog.tla `times`): the meta hash keeps `tmax`, the
+-- largest record timestamp ever appended, and `since`, the bytes appended since the last
+-- checkpoint; once `since` reaches the interval, a checkpoint `<last + 1>-0  t <tmax>` says
+-- that every record below offset last + 1 has a timestamp at most tmax. Retention by time
+-- (ARGV 5, the cutoff now - retention.ms) removes the records below the end of the last
+-- checkpoint older than the cutoff, as Kafka removes segments whose largest timestamp is
+-- older; ListOffsets by time searches the checkpoints (time_search.lua).
 --
 -- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
 --   'OK'   a = first id, b = last id of the batch
@@ -64,6 +94,8 @@ local n = tonumber(ARGV[12])
 local channel = ARGV[13]
 local layout = ARGV[14]
 local batch_entry = layout == 'batch'
+local dense = bits == 0
+local bias = dense and 1 or 0
 
 local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
 if topic[1] == false or topic[1] ~= topic_id then
@@ -75,11 +107,11 @@ end
 
 local function split_id(id)
   local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1)) - bias
 end
 
 local function fmt(ms, seq)
-  return string.format('%d-%d', ms, seq)
+  return string.format('%d-%d', ms, seq + bias)
 end
 
 -- The id `count` offsets after (ms, seq), carrying into the next milliseconds.
@@ -158,10 +190,15 @@ local function stream_last_id()
       return split_id(info[i + 1])
     end
   end
-  return 0, 0
+  return 0, -bias
 end
 
+-- Before anything: the offset before the first one (time: 0, never handed out; dense: -1, so
+-- the first record is offset 0).
 local last_ms, last_seq_id = 0, 0
+if dense then
+  last_ms = -1
+end
 if meta[1] then
   last_ms, last_seq_id = split_id(meta[1])
 elseif redis.call('EXISTS', KEYS[1]) == 1 then
@@ -173,7 +210,7 @@ local function first_after(l_ms, l_seq)
   if f_seq >= limit then  -- also an id wider than bits (XADD *): the next millisecond
     f_ms, f_seq = f_ms + 1, 0
   end
-  if f_ms < now then
+  if not dense and f_ms < now then
     f_ms, f_seq = now, 0
   end
   if start_ms ~= nil and (f_ms < start_ms or (f_ms == start_ms and f_seq < start_seq)) then
@@ -232,7 +269,7 @@ else
         ms, seq = ms + 1, 0
         prefix = string.format('%d-', ms)
       end
-      redis.call('XADD', stream, prefix .. seq, 'timestamp', ARGV[j], 'value', ARGV[j + 1])
+      redis.call('XADD', stream, prefix .. (seq + bias), 'timestamp', ARGV[j], 'value', ARGV[j + 1])
       j = j + 2
     end
   elseif layout == 'keyed' then
@@ -242,7 +279,7 @@ else
         ms, seq = ms + 1, 0
         prefix = string.format('%d-', ms)
       end
-      redis.call('XADD', stream, prefix .. seq, 'timestamp', ARGV[j], 'key', ARGV[j + 1],
+      redis.call('XADD', stream, prefix .. (seq + bias), 'timestamp', ARGV[j], 'key', ARGV[j + 1],
                  'value', ARGV[j + 2])
       j = j + 3
     end
@@ -254,7 +291,7 @@ else
         prefix = string.format('%d-', ms)
       end
       local k = tonumber(ARGV[j])
-      redis.call('XADD', stream, prefix .. seq, unpack(ARGV, j + 1, j + 2 * k))
+      redis.call('XADD', stream, prefix .. (seq + bias), unpack(ARGV, j + 1, j + 2 * k))
       j = j + 1 + 2 * k
     end
   end
@@ -296,8 +333,88 @@ local function id_less(a_ms, a_seq, b_ms, b_seq)
   return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
 end
 
+-- A dense topic's batch: its largest record timestamp and its bytes (keys, values, a stored
+-- batch), read off the arguments; and where the trailer starts.
+local function batch_stats()
+  local max_ts, bytes = -1, 0
+  if batch_entry then
+    local k = tonumber(ARGV[15])
+    for i = 16, 15 + 2 * k, 2 do
+      if ARGV[i] == 'max-timestamp' then
+        max_ts = tonumber(ARGV[i + 1])
+      end
+      bytes = bytes + #ARGV[i + 1]
+    end
+    return max_ts, bytes, 16 + 2 * k
+  end
+  local i = 15
+  for _ = 1, n do
+    local ts
+    if layout == 'values' then
+      ts, bytes, i = tonumber(ARGV[i]), bytes + #ARGV[i + 1], i + 2
+    elseif layout == 'keyed' then
+      ts, bytes, i = tonumber(ARGV[i]), bytes + #ARGV[i + 1] + #ARGV[i + 2], i + 3
+    else
+      local k = tonumber(ARGV[i])
+      for f = i + 1, i + 2 * k, 2 do
+        if ARGV[f] == 'timestamp' then
+          ts = tonumber(ARGV[f + 1])
+        end
+        bytes = bytes + #ARGV[f + 1]
+      end
+      i = i + 1 + 2 * k
+    end
+    if ts ~= nil and ts > max_ts then
+      max_ts = ts
+    end
+  end
+  return max_ts, bytes, i
+end
+
+local tmax, since = nil, nil
+if dense then
+  local max_ts, bytes, trailer = batch_stats()
+  local interval = tonumber(ARGV[trailer]) or 4096
+  local life, clock = ARGV[trailer + 1] or '', tonumber(ARGV[trailer + 2]) or 0
+  local known = redis.call('HMGET', KEYS[2], 'epoch', 'inc', 'epochs')
+  local epoch = tonumber(known[1])
+  if epoch == nil or known[2] ~= life then
+    epoch = epoch == nil and math.max(0, clock) or math.max(epoch + 1, clock)
+    local history = string.format('%d:%d', epoch, first_ms)
+    if known[3] then
+      history = known[3] .. ' ' .. history
+    end
+    redis.call('HSET', KEYS[2], 'epoch', string.format('%d', epoch), 'inc', life,
+               'epochs', history)
+  end
+  local stats = redis.call('HMGET', KEYS[2], 'tmax', 'since')
+  tmax = math.max(tonumber(stats[1]) or -1, max_ts)
+  since = (tonumber(stats[2]) or 0) + bytes
+  if since >= interval then
+    redis.call('XADD', KEYS[5], string.format('%d-0', last_ms + 1), 't', string.format('%d', tmax))
+    since = 0
+  end
+  -- Retention by time: the checkpoints wholly older than the cutoff are the index's first ones.
+  if min_id_ms >= 0 then
+    local boundary = nil
+    while true do
+      local c = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]
+      if c == nil or tonumber(c[2][2]) >= min_id_ms then
+        break
+      end
+      boundary = split_id(c[1])
+      redis.call('XDEL', KEYS[5], c[1])
+    end
+    if boundary ~= nil and boundary > start_ms then
+      redis.call('XTRIM', KEYS[1], 'MINID', fmt(boundary, 0))
+      start_ms, start_seq = boundary, 0
+    end
+  end
+end
+
 local trimmed = false
-if min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
+-- A dense topic's entry ids are offsets, not times: its retention by time is the index's, above.
+if not dense and min_id_ms >= 0 and id_less(start_ms, start_seq, min_id_ms, 0) then
   local min_id = fmt(min_id_ms, 0)
   if id_less(last_ms, last_seq_id, min_id_ms, 0) then
     -- every entry expired: the log starts after the last offset handed out
@@ -349,6 +466,11 @@ if trimmed then
 end
 
 redis.call('HSET', KEYS[2], 'last', last_id, 'start', fmt(start_ms, start_seq))
+if dense then
+  redis.call('HSET', KEYS[2], 'tmax', string.format('%d', tmax), 'since', string.format('%d', since))
+  -- checkpoints that end at or below the log start say nothing of the records left
+  redis.call('XTRIM', KEYS[5], 'MINID', string.format('%d-0', start_ms + 1))
+end
 
 if pstate_field then
   local entry = {epoch, last_seq, now}

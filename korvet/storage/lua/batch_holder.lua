@@ -2,7 +2,8 @@
 -- fetch from that offset: Kafka returns the whole batch holding the fetch offset, and the
 -- client skips the records before it. Read-only.
 -- KEYS[1] partition stream
--- ARGV[1] the offset's id (ms-seq)  ARGV[2] sequence bits
+-- ARGV[1] the offset's id (ms-seq)  ARGV[2] sequence bits (0: a dense topic, whose ids are
+--         <offset>-1: the arithmetic below works on the sequence less that 1)
 --
 -- Returns {} when no entry starts below the offset or the last one that does ends before it
 -- (the fetch's XRANGE from the offset's id then finds everything), else that entry,
@@ -33,9 +34,11 @@ local fields = holder[2]
 if fields[1] ~= 'records' then
   return {}  -- not a batch entry (written by something else): it holds one offset
 end
-local limit = 2 ^ tonumber(ARGV[2])
-local last = h_seq + tonumber(fields[2]) - 1
-local l_ms, l_seq = h_ms + math.floor(last / limit), last % limit
+local bits = tonumber(ARGV[2])
+local limit = 2 ^ bits
+local bias = bits == 0 and 1 or 0
+local last = h_seq - bias + tonumber(fields[2]) - 1
+local l_ms, l_seq = h_ms + math.floor(last / limit), last % limit + bias
 if l_ms < ms or (l_ms == ms and l_seq < seq) then
   return {}
 end

@@ -1,8 +1,9 @@
 -- DeleteRecords: raise a partition's log start and remove the entries below it, atomically.
 -- KEYS[1] partition stream  KEYS[2] partition meta hash  KEYS[3] topic stamp (meta again)
+-- KEYS[4] a dense topic's time index (its checkpoints below the new start go too)
 -- ARGV[1] topic id  ARGV[2] partition index  ARGV[3] new start ms  ARGV[4] new start seq
 -- ARGV[5] '1' when the topic stores batches (korvet.storage.format), else '0'
--- ARGV[6] sequence bits
+-- ARGV[6] sequence bits (0: a dense topic, whose ids are <offset>-1)
 --
 -- The broker checked the offset against Kafka's rules first (korvet/core/admin.py: not above
 -- the high watermark, which only grows, so the check still holds here). This script only moves
@@ -43,9 +44,11 @@ local function trim_id()
   end
   local dash = string.find(holder[1][1], '-', 1, true)
   local ms = tonumber(string.sub(holder[1][1], 1, dash - 1))
-  local seq = tonumber(string.sub(holder[1][1], dash + 1)) + tonumber(holder[1][2][2]) - 1
-  local limit = 2 ^ tonumber(ARGV[6])
-  ms, seq = ms + math.floor(seq / limit), seq % limit
+  local bits = tonumber(ARGV[6])
+  local bias = bits == 0 and 1 or 0
+  local seq = tonumber(string.sub(holder[1][1], dash + 1)) - bias + tonumber(holder[1][2][2]) - 1
+  local limit = 2 ^ bits
+  ms, seq = ms + math.floor(seq / limit), seq % limit + bias
   if ms > new_ms or (ms == new_ms and seq >= new_seq) then
     return holder[1][1]
   end
@@ -65,4 +68,7 @@ if meta[2] then
 end
 redis.call('XTRIM', KEYS[1], 'MINID', trim_id())
 redis.call('HSET', KEYS[2], 'start', new_id)
+if tonumber(ARGV[6]) == 0 and KEYS[4] then
+  redis.call('XTRIM', KEYS[4], 'MINID', string.format('%d-0', new_ms + 1))
+end
 return {'OK', new_ms, new_seq}
