@@ -309,22 +309,29 @@ ProgressCallback = Callable[[int, int], None]
 
 def run_model(model: Model, directory: Path, *, workers: str = "auto",
               on_progress: ProgressCallback | None = None,
-              extra_args: Sequence[str] = ()) -> TlcResult:
+              extra_args: Sequence[str] = (), coverage: bool = True) -> TlcResult:
     """Run TLC on one model; stream its progress; return the parsed result."""
     output, exit_code, wall = run_tlc(model, directory, workers=workers,
-                                      on_progress=on_progress, extra_args=extra_args)
+                                      on_progress=on_progress, extra_args=extra_args,
+                                      coverage=coverage)
     return interpret_run(model, directory, output, exit_code, wall)
 
 
 def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
             on_progress: ProgressCallback | None = None,
-            extra_args: Sequence[str] = ()) -> tuple[str, int, float]:
-    """Run TLC on one model: what it wrote, its exit code and the seconds it took."""
+            extra_args: Sequence[str] = (), coverage: bool = True) -> tuple[str, int, float]:
+    """Run TLC on one model: what it wrote, its exit code and the seconds it took.
+    ``coverage=False`` leaves out TLC's action coverage, for runs that are no model check
+    (trace validation); a model expected to fail goes without it too (a mutant stops at its
+    first violation: which actions fired says nothing). With coverage TLC first walks the
+    spec's operator graph, which for the coordinator specs takes minutes of CPU before the
+    first state."""
     with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir, \
             prepared(model, directory) as folder:
-        coverage = () if "-coverage" in extra_args else ("-coverage", COVERAGE_MINUTES)
+        wanted = coverage and model.expect == "pass" and "-coverage" not in extra_args
+        covering = ("-coverage", COVERAGE_MINUTES) if wanted else ()
         command = tlc_command(model.module, model.config, Path(metadir),
-                              [*model.extra_args, *coverage, *extra_args], workers=workers)
+                              [*model.extra_args, *covering, *extra_args], workers=workers)
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)

@@ -41,7 +41,7 @@ def _report(result: tlc.TlcResult) -> str:
 # for, its variables and actions.
 COVERS = {
     "RedisStarIds-SeedClaim": ("StarId", "XAddStar", "Tick", "TypeOK"),
-    # OutputsCorrect holds these two over every step's `out`
+    # SyncRepliesFromLeader and CommitsAccepted hold these two over every step's `out`
     **dict.fromkeys(("GroupCoordinator", "GroupCoordinator-replay"), (
         "SyncRepliesCarryLeaderAssignment", "StaleCommitNeverStored")),
     "ProducerState-StateLostWithRecords": ("SurvivesRetention",),
