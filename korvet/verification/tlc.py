@@ -70,6 +70,8 @@ class Model:
     check_only: str = ""  # check this invariant or property alone (the config's others dropped)
     # actions this model does not exercise, by design (a constant turns them off): name -> why
     unexercised: tuple[tuple[str, str], ...] = ()
+    # why TLC's action coverage is not taken for this model (empty: it is taken)
+    no_coverage: str = ""
 
     @property
     def is_mutant(self) -> bool:
@@ -147,6 +149,7 @@ def load_models(directory: Path) -> list[Model]:
                 check_only=str(entry.get("check_only", "")),
                 unexercised=tuple((str(action), str(why)) for action, why in
                                   (entry.get("unexercised") or {}).items()),
+                no_coverage=str(entry.get("no_coverage", "")),
             ))
         except KeyError as exc:
             raise TlcError(f"{manifest}: a model lacks {exc}") from None
@@ -328,7 +331,8 @@ def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
     first state."""
     with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir, \
             prepared(model, directory) as folder:
-        wanted = coverage and model.expect == "pass" and "-coverage" not in extra_args
+        wanted = (coverage and model.expect == "pass" and not model.no_coverage
+                  and "-coverage" not in extra_args)
         covering = ("-coverage", COVERAGE_MINUTES) if wanted else ()
         command = tlc_command(model.module, model.config, Path(metadir),
                               [*model.extra_args, *covering, *extra_args], workers=workers)
