@@ -111,21 +111,58 @@ Rank(id) == CHOOSE k \in 1..Len(MemberIds) : MemberIds[k] = id
 MinId(S) == CHOOSE m \in S : \A o \in S : Rank(m) <= Rank(o)
 
 -----------------------------------------------------------------------------
-(* Effects (the Python reply and order types; see spec/README.md) *)
+(* Effects (the Python reply and order types; see spec/README.md)          *)
+(*                                                                         *)
+(* Every reply says which request it answers (`to`): the request of that   *)
+(* kind of the member named, i.e. its latest one (the one the step got, or *)
+(* the one the group holds back for it); NoId for a request no member id   *)
+(* names (a new member's JoinGroup before it has an id, a LeaveGroup, a    *)
+(* DeleteGroups).  The adapter sends a reply on the connection of the      *)
+(* request it answers, so `to` is where the reply goes: a released reply   *)
+(* given to another member's request would be another `to`.  For a        *)
+(* JoinGroup reply `to` is not always `mid`, the member id it tells the    *)
+(* client: a removed member's held-back JoinGroup is told the empty id.   *)
+(* A successful JoinGroup reply lists, for the leader, every member as     *)
+(* <<member id, instance id, metadata of the selected protocol>>.          *)
 
 JoinReply(err, mid, gen, leader, proto, mems, skip) ==
-    [api |-> "JoinGroup", err |-> err, mid |-> mid, gen |-> gen, leader |-> leader,
+    [api |-> "JoinGroup", to |-> mid, err |-> err, mid |-> mid, gen |-> gen,
+     ptype |-> IF err = NONE THEN ProtocolType ELSE NoName, leader |-> leader,
      proto |-> proto, members |-> mems, skip |-> skip]
 JoinError(err, mid) == JoinReply(err, mid, -1, NoId, NoName, {}, FALSE)
+\* An error for the JoinGroup of member `to` that tells it the member id `mid`.
+JoinErrorTo(to, err, mid) == [JoinError(err, mid) EXCEPT !.to = to]
 SyncReply(to, err, proto, asg) ==
-    [api |-> "SyncGroup", to |-> to, err |-> err, proto |-> proto, asg |-> asg]
+    [api |-> "SyncGroup", to |-> to, err |-> err,
+     ptype |-> IF err = NONE THEN ProtocolType ELSE NoName, proto |-> proto, asg |-> asg]
 SyncError(to, err) == SyncReply(to, err, NoName, NoAssignment)
 HeartbeatReply(to, err) == [api |-> "Heartbeat", to |-> to, err |-> err]
-LeaveReply(err, results) == [api |-> "LeaveGroup", err |-> err, results |-> results]
+LeaveReply(err, results) == [api |-> "LeaveGroup", to |-> NoId, err |-> err, results |-> results]
 CommitReply(to, err) == [api |-> "OffsetCommit", to |-> to, err |-> err]
 PersistOffsets(mid, gen, offs) == [api |-> "PersistOffsets", mid |-> mid, gen |-> gen, offsets |-> offs]
-DeleteReply(err) == [api |-> "DeleteGroups", err |-> err]
+DeleteReply(err) == [api |-> "DeleteGroups", to |-> NoId, err |-> err]
 DeleteGroupData == [api |-> "DeleteGroupData"]
+
+IsOrder(e) == e.api \in {"PersistOffsets", "DeleteGroupData"}
+IsReply(e) == ~IsOrder(e)
+
+\* The machine returns a step's effects as a sequence, and the adapter carries them out
+\* in that order; `out` is their set.  The order is the order of the phases of a step:
+\* the orders first (an offset write, a clean-up: the replies they guard come after),
+\* then the answers of held-back requests whose members leave (removed, or fenced by a
+\* new incarnation), then the held-back SyncGroups a rebalance turns away, then the
+\* answers of a completed join phase or of the leader's assignment, then the answer to
+\* the step's own request.  (Within a phase the replies answer different requests; their
+\* order, the members' order in the Python dict, is not prescribed.)  A sequence of
+\* effects is a step's `out` when it holds each effect once, in that order.
+Phase(e) ==
+    CASE IsOrder(e) -> 0
+      [] e.api \in {"JoinGroup", "SyncGroup"} /\ e.err \in {UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID} -> 1
+      [] e.api = "SyncGroup" /\ e.err = REBALANCE_IN_PROGRESS -> 2
+      [] e.api \in {"JoinGroup", "SyncGroup"} /\ e.err = NONE -> 3
+      [] OTHER -> 4
+InPhaseOrder(s) == \A i, j \in DOMAIN s : i < j => Phase(s[i]) <= Phase(s[j])
+EffectsAre(s, S) == Range(s) = S /\ Len(s) = Cardinality(S) /\ InPhaseOrder(s)
 
 -----------------------------------------------------------------------------
 (* Group helpers: functions from a group record to a group record, or to  *)
@@ -161,6 +198,19 @@ SelectProtocol(ms) ==
         best == {n \in voted : \A o \in voted : votes(o) <= votes(n)}
     IN CHOOSE n \in best : \A o \in best : NameRank(n) <= NameRank(o)
 
+\* ClassicGroupMember.metadata(protocol): the metadata a member sent for a protocol
+\* (its first entry of that name; Python: Member.metadata_for).
+MetadataFor(protos, name) ==
+    IF \E k \in DOMAIN protos : protos[k][1] = name
+    THEN protos[CHOOSE k \in DOMAIN protos :
+                    protos[k][1] = name /\ \A j \in 1..(k - 1) : protos[j][1] # name][2]
+    ELSE NoName
+
+\* The members a leader's JoinGroup reply lists: id, instance id, metadata of `proto`
+\* (ClassicGroup.currentClassicGroupMembers; Python: _Draft.current_members).
+Listing(ms, proto) ==
+    {<<m, ms[m].instance, MetadataFor(ms[m].protocols, proto)>> : m \in DOMAIN ms}
+
 \* ClassicGroup.validateMember
 ValidateMember(g, mid, inst) ==
     IF inst # NoInstance
@@ -184,10 +234,10 @@ RemoveMembers(g, S) ==
                  !.pendingSync = g.pendingSync \ S]
 
 \* The answers a member's held-back requests get when it is removed: its
-\* JoinGroup gets UNKNOWN_MEMBER_ID (Kafka).  KORVET: a held-back SyncGroup
+\* JoinGroup gets UNKNOWN_MEMBER_ID with the empty member id (Kafka).  KORVET: a held-back SyncGroup
 \* gets UNKNOWN_MEMBER_ID too (Kafka leaves it unanswered).
 RemovalReplies(g, m) ==
-    (IF g.members[m].awaitingJoin THEN {JoinError(UNKNOWN_MEMBER_ID, NoId)} ELSE {})
+    (IF g.members[m].awaitingJoin THEN {JoinErrorTo(m, UNKNOWN_MEMBER_ID, NoId)} ELSE {})
     \cup (IF g.members[m].awaitingSync THEN {SyncError(m, UNKNOWN_MEMBER_ID)} ELSE {})
 
 \* GroupMetadataManager.completeClassicGroupJoin: drop dynamic members that did not
@@ -209,7 +259,8 @@ CompleteJoin(g) ==
                 leader == IF g1.leader \in joined THEN g1.leader ELSE MinId(joined)
                 ms == [m \in D |-> [g1.members[m] EXCEPT !.awaitingJoin = FALSE, !.isNew = FALSE]]
                 replies == {JoinReply(NONE, m, gen, leader, proto,
-                                      IF m = leader THEN D ELSE {}, FALSE) : m \in joined}
+                                      IF m = leader THEN Listing(g1.members, proto) ELSE {},
+                                      FALSE) : m \in joined}
             IN <<[g1 EXCEPT !.generation = gen, !.protocolName = proto, !.leader = leader,
                             !.members = ms, !.state = "CompletingRebalance", !.pendingSync = D,
                             !.initialRebalance = FALSE], replies>>
@@ -284,7 +335,8 @@ ReplaceStaticMember(g, old, new, protos, skipOk) ==
             LET isLeader == g1.leader = new
                 reply == IF skipOk   \* JoinGroup v9+ (KIP-814)
                          THEN JoinReply(NONE, new, g.generation, g1.leader, g.protocolName,
-                                        IF isLeader THEN DOMAIN ms ELSE {}, isLeader)
+                                        IF isLeader THEN Listing(ms, g.protocolName) ELSE {},
+                                        isLeader)
                          ELSE JoinReply(NONE, new, g.generation, g.leader, g.protocolName,
                                         {}, FALSE)
             IN <<[g1 EXCEPT !.members[new].awaitingJoin = FALSE], fenced \cup {reply}>>
@@ -325,7 +377,8 @@ JoinExistingMember(g, mid, inst, protos) ==
          IN IF err # NONE THEN <<g, {JoinError(err, mid)}, FALSE>>
             ELSE LET same == g.members[mid].protocols = protos
                      current == JoinReply(NONE, mid, g.generation, g.leader, g.protocolName,
-                                          IF g.leader = mid THEN DOMAIN g.members ELSE {}, FALSE)
+                                          IF g.leader = mid THEN Listing(g.members, g.protocolName)
+                                          ELSE {}, FALSE)
                      update == UpdateMemberThenRebalance(g, mid, protos)
                  IN CASE g.state = "PreparingRebalance" -> <<update[1], update[2], FALSE>>
                       [] g.state = "CompletingRebalance" ->
@@ -342,7 +395,7 @@ JoinOutcome(mid, inst, protos, sessionOk, requireKnown, skipOk) ==
     ELSE IF grp.state = "Absent" /\ mid # NoId THEN <<grp, {JoinError(UNKNOWN_MEMBER_ID, mid)}, FALSE>>
     ELSE LET g == IF grp.state = "Absent" THEN NewGroup ELSE grp
          IN IF ~AcceptJoining(g, mid)
-            THEN <<RemoveMembers(g, {mid}), {JoinError(GROUP_MAX_SIZE_REACHED, NoId)}, FALSE>>
+            THEN <<RemoveMembers(g, {mid}), {JoinErrorTo(mid, GROUP_MAX_SIZE_REACHED, NoId)}, FALSE>>
             ELSE IF mid = NoId THEN JoinNewMember(g, inst, protos, requireKnown, skipOk)
             ELSE JoinExistingMember(g, mid, inst, protos)
 
@@ -699,14 +752,36 @@ ProtocolAgreed ==
         /\ grp.protocolName # NoName
         /\ \A m \in DOMAIN grp.members : grp.protocolName \in Names(grp.members[m].protocols)
 
-\* A member id is never handed out twice (ids are the adapter's UUIDs).
+\* A member id is never handed out twice (ids are the adapter's UUIDs): every member
+\* and pending id was handed out, and the id the broker hands out next is in no use.
+\* (Ids come from FreshId and the ids handed out only, so the first conjunct holds as
+\* long as `issued` counts what was handed out; a broker that hands out an id without
+\* counting it, the mutant GroupCoordinator-mutant-MemberIdsFresh, breaks both.  In trace
+\* validation the ids are the logged ones: a reused id is caught here.)
 MemberIdsFresh ==
-    DOMAIN grp.members \cup grp.pending \subseteq KnownIds
+    /\ DOMAIN grp.members \cup grp.pending \subseteq KnownIds
+    /\ CanIssue => FreshId \notin DOMAIN grp.members \cup grp.pending
 
-\* The invariants over `out`, as a property of every transition: checked on
-\* each step TLC takes, also into a state it has seen before (the models
-\* tell states apart without `out`, see CoreView).
-OutputsCorrect == [][StaleCommitNeverStored' /\ SyncRepliesCarryLeaderAssignment']_vars
+\* The invariants over `out`, as properties of every transition: checked on each step
+\* TLC takes, also into a state it has seen before (the models tell states apart
+\* without `out`, see CoreView).
+\*
+\* An offset write is ordered only for a commit the group accepts, judged by the group
+\* the commit met (the state before the step): a member's commit of the generation the
+\* group is in, while it is Stable or PreparingRebalance (the previous generation's
+\* commits while it rebalances), or a commit without a generation to a group without
+\* members; and the offsets written are the ones the group then holds (what a reader of
+\* the group, OffsetFetch, is told).  StaleCommitNeverStored says the first part of the
+\* state after the step (Python's invariant); this says it of the state the commit was
+\* checked against, and ties the write to the stored offsets.
+CommitAccepted(e) ==
+    /\ \/ /\ e.gen = grp.generation /\ IsMember(grp, e.mid)
+          /\ grp.state \in {"Stable", "PreparingRebalance"}
+       \/ e.gen < 0 /\ grp.state \in {"Absent", "Empty"}
+    /\ \A p \in DOMAIN e.offsets : grp'.committed[p] = e.offsets[p]
+CommitsAccepted == [][\A e \in out' : e.api = "PersistOffsets" => CommitAccepted(e)]_vars
+SyncRepliesFromLeader == [][SyncRepliesCarryLeaderAssignment']_vars
+OutputsCorrect == CommitsAccepted /\ SyncRepliesFromLeader
 
 -----------------------------------------------------------------------------
 (* Properties *)

@@ -64,9 +64,10 @@ allVars == <<vars, io>>
 
 Replies(S) == {e \in S : e.api \notin {"PersistOffsets", "DeleteGroupData"}}
 
-\* What a reply becomes when the state it reveals could not be written.
+\* What a reply becomes when the state it reveals could not be written: the answer to the
+\* same request (`to`), COORDINATOR_NOT_AVAILABLE.
 Unavailable(e) ==
-    CASE e.api = "JoinGroup"    -> JoinError(COORDINATOR_NOT_AVAILABLE, e.mid)
+    CASE e.api = "JoinGroup"    -> JoinErrorTo(e.to, COORDINATOR_NOT_AVAILABLE, e.mid)
       [] e.api = "SyncGroup"    -> SyncError(e.to, COORDINATOR_NOT_AVAILABLE)
       [] e.api = "Heartbeat"    -> HeartbeatReply(e.to, COORDINATOR_NOT_AVAILABLE)
       [] e.api = "LeaveGroup"   -> LeaveReply(COORDINATOR_NOT_AVAILABLE, <<>>)
@@ -280,9 +281,24 @@ RevealedSurvives ==
           (disk.state = "Stable" /\ disk.generation = r[1] /\ r[2] \in DOMAIN disk.members)
               => disk.members[r[2]].assignment = r[3]
 
-\* Replies leave only after their step's snapshot was written (or as errors).
+\* Replies leave only after their step's snapshot was written (or as errors): what a
+\* reply on the wire reveals (a JoinGroup answer's generation and protocol, a SyncGroup
+\* answer's assignment) is what the adapter's durable copy holds, the snapshot Redis took
+\* (`saved`, updated only when a write is taken).  A reply sent before its write, or
+\* although the write failed, reveals a state Redis may never hold
+\* (GroupCoordinatorDurable-mutant-RepliesAfterPersist); and none leaves while a step
+\* waits for its write.
 RepliesAfterPersist ==
-    phase = "persist" => wire = {}
+    /\ phase = "persist" => wire = {}
+    /\ \A r \in wire :
+          /\ r.api = "JoinGroup" /\ r.err = NONE =>
+                /\ Readable(saved)
+                /\ saved.generation = r.gen
+                /\ saved.protocolName = r.proto
+          /\ r.api = "SyncGroup" /\ r.err = NONE =>
+                /\ saved.state = "Stable"
+                /\ r.to \in DOMAIN saved.members
+                /\ saved.members[r.to].assignment = r.asg
 
 \* Committed offsets (and everything else a reader sees) never go backwards: queries
 \* (OffsetFetch, DescribeGroups) answer from the adapter's copy, and no load puts an

@@ -148,9 +148,9 @@ FirstProtocols == CHOOSE p \in ProtocolChoices : TRUE
 Protos(m) == IF IsMember(grp, m) THEN grp.members[m].protocols ELSE FirstProtocols
 ClientGen(m) == IF m \in stale THEN StaleGen ELSE grp.generation
 
+\* The replies to member m's requests (GroupCoordinator.tla: `to`).
 RepliesTo(m) ==
-    {e \in out' : \/ e.api = "JoinGroup" /\ e.mid = m
-                  \/ e.api \in {"SyncGroup", "Heartbeat", "OffsetCommit"} /\ e.to = m}
+    {e \in out' : e.api \in {"JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"} /\ e.to = m}
 Told(m, api, errs) == \E e \in RepliesTo(m) : e.api = api /\ e.err \in errs
 
 \* What a client owes after a step: it waits while its request is held back;
@@ -353,13 +353,14 @@ HeldJoin(m) == IsMember(grp, m) /\ grp.members[m].awaitingJoin
 HeldSync(m) == IsMember(grp, m) /\ grp.members[m].awaitingSync
 
 \* A held-back request stops being held back only with its answer in the same
-\* step (to its member id; a removed member's JoinGroup gets UNKNOWN_MEMBER_ID
-\* without one), or when a broker restart drops its connection.
+\* step (a reply to that request: `to` is its member, whatever member id the reply
+\* carries: a removed member's JoinGroup is told the empty one), or when a broker
+\* restart drops its connection.
 HeldBackAnswered ==
     [][\A m \in Ids :
           /\ HeldJoin(m) /\ ~HeldJoin(m)' =>
                 \/ Restart
-                \/ \E e \in out' : e.api = "JoinGroup" /\ (e.mid = m \/ (e.mid = NoId /\ ~IsMember(grp', m)))
+                \/ \E e \in out' : e.api = "JoinGroup" /\ e.to = m
           /\ HeldSync(m) /\ ~HeldSync(m)' =>
                 \/ Restart
                 \/ \E e \in out' : e.api = "SyncGroup" /\ e.to = m]_liveVars

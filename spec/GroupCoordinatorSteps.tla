@@ -86,7 +86,7 @@ StepNext ==
 \*   S: <<<<grp, issued>>, ...>>, the states to start from (the graph's) and the states
 \*      beyond the model's bounds that the machine reached;  n: how many to start from;
 \*   E: <<ev, ...>>, every event the machine was given;
-\*   O: <<effects, ...>>, every set of effects it produced;
+\*   O: <<effects, ...>>, every sequence of effects it produced (in its order);
 \*   T: T[s] = <<<<event index, next state index, effects index>>, ...>>, its steps from S[s].
 CheckInit(S, n) ==
     /\ src \in 1..n
@@ -106,12 +106,13 @@ MachineStep(E, T) ==
         hits == {i \in DOMAIN es : E[es[i][1]] = ev}
     IN IF hits = {} THEN <<>> ELSE es[CHOOSE i \in hits : TRUE]
 
-\* The machine took this step too, into the same state, with the same effects.
+\* The machine took this step too, into the same state, with the same effects, each
+\* once and in the order of the step's phases (EffectsAre).
 Agrees(S, E, O, T) ==
     depth = 1 =>
         LET t == MachineStep(E, T)
         IN /\ t # <<>>
            /\ S[t[2]] = <<grp, issued>>
-           /\ O[t[3]] = out
+           /\ EffectsAre(O[t[3]], out)
 
 =============================================================================

@@ -21,10 +21,14 @@
 (*                                                                         *)
 (* Entries (field `kind`):                                                 *)
 (*   "step"    a machine step: StepOf(the logged action with the logged    *)
-(*             parameters) whose effects are the logged ones (`out`), then *)
+(*             parameters) whose effects are the logged ones (`out`: each  *)
+(*             once, in the order of the step's phases, EffectsAre), then  *)
 (*             Persist or PersistFails as the log says, whose replies are  *)
-(*             the ones the broker sent (`wire`).  With nothing to write   *)
-(*             ("none") the spec must agree that nothing changed.          *)
+(*             the ones the broker sent (`wire`), each once and in the     *)
+(*             order the adapter sends them (SentInOrder).  A reply's      *)
+(*             `to` is the request it answers (validate.py reads it off    *)
+(*             the reply's request id).  With nothing to write ("none")    *)
+(*             the spec must agree that nothing changed.                   *)
 (*   "load"    BrokerRestart: the loaded group, the generation floor and   *)
 (*             whether generations were raised are the logged ones.        *)
 (*   "stop"    CleanStop (the broker left its clean-stop mark).            *)
@@ -90,8 +94,18 @@ Free == l = Relaxed
 MatchStep ==
     /\ E.kind = "step"
     /\ StepOf(MachineAction(E))
-    /\ Free \/ out' = E.out
+    /\ Free \/ EffectsAre(E.out, out')
     /\ l' = l
+
+\* The replies sent, in the order sent: the step's replies in the step's order (the
+\* write taken, or nothing to write), or each of them as COORDINATOR_NOT_AVAILABLE,
+\* then the answers of the requests the group held back (the write refused).
+SentInOrder(e) ==
+    LET r == SelectSeq(e.out, IsReply)
+    IN IF e.persisted = "failed"
+       THEN /\ Len(e.sent) >= Len(r)
+            /\ \A i \in 1..Len(r) : e.sent[i] = Unavailable(r[i])
+       ELSE e.sent = r
 
 MatchPersist ==
     /\ E.kind = "step"
@@ -99,7 +113,7 @@ MatchPersist ==
     /\ \/ E.persisted = "ok" /\ Persist
        \/ E.persisted = "none" /\ Snapshot(grp) = saved /\ Persist
        \/ E.persisted = "failed" /\ PersistFails
-    /\ Free \/ wire' = E.sent
+    /\ Free \/ (Range(E.sent) = wire' /\ Len(E.sent) = Cardinality(wire') /\ SentInOrder(E))
     /\ l' = l + 1
 
 MatchStutter ==

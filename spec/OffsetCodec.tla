@@ -25,7 +25,7 @@
 (* offset_bits parameter, which is how the replay test runs the Python     *)
 (* code on exactly these models.  Names: spec/README.md.                   *)
 (***************************************************************************)
-EXTENDS Integers, Sequences
+EXTENDS Integers, Sequences, FiniteSets
 
 CONSTANTS
     Bits,        \* sequence bits of the topic (korvet.sequence.bits)
@@ -81,9 +81,10 @@ VARIABLES
     clock,     \* the broker's wall clock (ms) that the next append reads
     inflight,  \* inflight[p]: records in p's batch waiting to be appended (0: none)
     lastId,    \* the stream's last-generated id (XINFO STREAM last-generated-id)
-    stream,    \* the Redis stream: <<[id, off, batch]>>; off is the offset the
-               \* producer was told for the record, batch indexes acks
-    acks       \* the produce responses, in append order: <<[producer, base, count]>>
+    stream,    \* the Redis stream: <<[id, batch]>>, what Redis holds: the entry id, and
+               \* which produce request the record came in (it indexes acks)
+    acks       \* the produce responses, in append order: <<[producer, base, count]>>;
+               \* base is the offset the producer is told for its batch's first record
 
 vars == <<clock, inflight, lastId, stream, acks>>
 
@@ -110,15 +111,15 @@ AppendBatch(p) ==
     IN  /\ n > 0
         /\ Fits(LastOffset(lastId), clock, n)
         /\ stream' = stream \o [i \in 1..n |->
-                         [id |-> Decode(first + i - 1), off |-> first + i - 1,
-                          batch |-> Len(acks) + 1]]
+                         [id |-> Decode(first + i - 1), batch |-> Len(acks) + 1]]
         /\ lastId' = Decode(first + n - 1)
         /\ acks' = Append(acks, [producer |-> p, base |-> first, count |-> n])
         /\ inflight' = [inflight EXCEPT ![p] = 0]
         /\ UNCHANGED clock
 
 (* The batch would pass the last offset: the script writes nothing and the  *)
-(* producer gets an error (korvet: OffsetError -> OFFSET_OUT_OF_RANGE).    *)
+(* producer gets an error (append.lua answers FULL, which                  *)
+(* korvet/core/produce.py turns into KAFKA_STORAGE_ERROR).                  *)
 RejectBatch(p) ==
     /\ inflight[p] > 0
     /\ ~Fits(LastOffset(lastId), clock, inflight[p])
@@ -158,10 +159,20 @@ CodecCarry ==
     \A ms \in 0..(MaxMs - 1) : Decode(Encode(ms, SeqLimit - 1) + 1) = <<ms + 1, 0>>
 
 -----------------------------------------------------------------------------
-(* Invariants *)
+(* Invariants.  They compare what the two sides of the log observe: the     *)
+(* offsets a producer is told (acks) and the offsets a consumer computes    *)
+(* from the entry ids Redis holds (EncodeId of stream[j].id); neither is a  *)
+(* copy of the other in the state.                                          *)
 
-Entry == [id : Ids, off : Offsets, batch : Nat \ {0}]
+Entry == [id : Ids, batch : Nat \ {0}]
 Ack   == [producer : Producers, base : Offsets, count : 1..MaxBatch]
+
+\* The offset a consumer reads for stream[j]: the one its entry id encodes.
+Read(j) == EncodeId(stream[j].id)
+\* The offset stream[j]'s producer was told: its batch's base offset, plus the
+\* record's place among the records of that batch.
+Told(j) == acks[stream[j].batch].base
+           + Cardinality({i \in 1..j : stream[i].batch = stream[j].batch}) - 1
 
 TypeOK ==
     /\ clock \in 0..MaxClock
@@ -171,35 +182,35 @@ TypeOK ==
     /\ acks \in Seq(Ack)
 
 \* Round trip on the valid domain, and on every stored record: the offset the
-\* producer was told is the one a consumer computes from the entry id.
+\* producer was told is the one a consumer computes from the entry id, and it
+\* decodes back to that id (a fetch at it starts there).
 RoundTrip ==
     /\ CodecRoundTrip
     /\ CodecCarry
-    /\ \A i \in DOMAIN stream :
-          /\ EncodeId(stream[i].id) = stream[i].off
-          /\ Decode(stream[i].off) = stream[i].id
+    /\ \A j \in DOMAIN stream : Read(j) = Told(j) /\ Decode(Told(j)) = stream[j].id
 
-\* Order preserved both ways, on the domain and between any two records.
+\* Order preserved both ways, on the domain and between any two records: Redis
+\* orders the entries as their producers' offsets are ordered.
 OrderPreserved ==
     /\ CodecOrder
-    /\ \A i, j \in DOMAIN stream :
-          IdLess(stream[i].id, stream[j].id) <=> stream[i].off < stream[j].off
+    /\ \A i, j \in DOMAIN stream : IdLess(stream[i].id, stream[j].id) <=> Told(i) < Told(j)
 
 UniqueEntryIds ==
     \A i, j \in DOMAIN stream : i # j => stream[i].id # stream[j].id
 
-\* A batch of n records gets n consecutive offsets starting at the base offset
-\* its producer was told, stored contiguously (never interleaved with another).
+\* A batch of n records is stored as n entries, contiguously (never interleaved
+\* with another), that a consumer reads at the n consecutive offsets from the
+\* base offset its producer was told.
 BatchConsecutive ==
     /\ \A i, j \in DOMAIN stream : i < j => stream[i].batch <= stream[j].batch
     /\ \A k \in DOMAIN acks :
           LET records == SelectSeq(stream, LAMBDA e : e.batch = k)
           IN  /\ Len(records) = acks[k].count
-              /\ \A i \in DOMAIN records : records[i].off = acks[k].base + i - 1
+              /\ \A i \in DOMAIN records : EncodeId(records[i].id) = acks[k].base + i - 1
 
-\* Offsets strictly increase along the log, batch after batch.
+\* The offsets a consumer reads strictly increase along the log, batch after batch.
 StrictlyIncreasing ==
-    \A i \in DOMAIN stream : i > 1 => stream[i - 1].off < stream[i].off
+    \A j \in DOMAIN stream : j > 1 => Read(j - 1) < Read(j)
 
 \* Redis accepts every XADD: each id is greater than the stream's previous
 \* last-generated id (0-0 for a new stream), and lastId tracks the last one.
@@ -211,7 +222,7 @@ XAddAccepted ==
 \* Every offset handed out fits a signed 64-bit integer (the model's scaled
 \* width), and every id the broker writes is in the codec's domain.
 FitsInt64 ==
-    /\ \A i \in DOMAIN stream : stream[i].off \in 0..MaxOffset /\ stream[i].id \in Ids
-    /\ \A k \in DOMAIN acks : acks[k].base + acks[k].count - 1 <= MaxOffset
+    /\ \A j \in DOMAIN stream : stream[j].id \in Ids
+    /\ \A k \in DOMAIN acks : acks[k].base \in Offsets /\ acks[k].base + acks[k].count - 1 \in Offsets
 
 =============================================================================

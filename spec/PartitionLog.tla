@@ -322,19 +322,32 @@ Spec == Init /\ [][Next]_vars
 (* Invariants *)
 
 TypeOK ==
-    /\ \A i \in DOMAIN stream : stream[i].id \in Nat \X Nat
+    /\ \A i \in DOMAIN stream : /\ stream[i].id \in Nat \X Nat
+                                /\ stream[i].node \in 1..i
+                                /\ stream[i].by \in {"korvet", "foreign"}
     /\ lastGen \in Nat \X Nat /\ exists \in BOOLEAN
+    /\ fill \in 0..NodeSize
+    /\ meta.last \in (Nat \X Nat) \cup {NoId} /\ meta.start \in (Nat \X Nat) \cup {NoId}
+    /\ appends \in 0..MaxAppends /\ foreign \in 0..ForeignWrites
     /\ f.phase \in {"idle", "range", "bounds", "await"}
     /\ prep.phase \in {"none", "range", "bounds", "ready"}
+    /\ resp.err \in {"NO_FETCH", "NONE", "OFFSET_OUT_OF_RANGE"}
 
 (* Redis accepted every XADD: ids strictly increase; lastGen is the last. *)
 StreamOrdered ==
     /\ \A i \in DOMAIN stream : i > 1 => IdLess(stream[i - 1].id, stream[i].id)
     /\ \A i \in DOMAIN stream : ~IdLess(lastGen, stream[i].id)
 
-(* Every offset the broker handed out fits; meta.last is an id it wrote.   *)
+(* Every offset the broker handed out fits: each entry append.lua wrote has *)
+(* an id with an offset within the offset space, and so do meta.last and   *)
+(* the high watermark (at most one past the last offset).  It holds only   *)
+(* because AppendAt refuses (FULL) a batch whose last record would pass    *)
+(* MaxOffset; a check of the first record alone breaks it (a mutant).      *)
 OffsetsFit ==
-    meta.last # NoId => HasOffset(meta.last) /\ Encode(meta.last) <= MaxOffset
+    /\ \A i \in DOMAIN stream :
+          stream[i].by = "korvet" => HasOffset(stream[i].id) /\ Encode(stream[i].id) <= MaxOffset
+    /\ meta.last # NoId => HasOffset(meta.last) /\ Encode(meta.last) <= MaxOffset
+    /\ HighWatermark <= MaxOffset + 1
 
 (* The log start never passes the high watermark, and no record the broker *)
 (* appended lies below the log start (a foreign XADD * may write below it:  *)

@@ -26,6 +26,10 @@
 (* the producer's records (korvet: yes, it is not in the stream; a broker  *)
 (* that derives it from the log loses it with them).                       *)
 (*                                                                         *)
+(* MaxMoves bounds the clients' steps (new batches and epoch bumps, all     *)
+(* producers together) in a behaviour, so that several producers fit a     *)
+(* model whose single producer can still reach the cache bound.            *)
+(*                                                                         *)
 (* Offsets are 1, 2, ... in append order (the clock stands still, so the   *)
 (* offset codec hands out last + 1; spec OffsetCodec covers the rest).     *)
 (* Names: spec/README.md; explained in docs/spec/storage-path.md.          *)
@@ -40,11 +44,14 @@ CONSTANTS
     CacheSize,          \* batches the broker remembers per producer (korvet, Kafka: 5)
     MaxLens,            \* MAXLEN bounds an append may carry (besides none, -1)
     MaxSeq,             \* a producer's sequences stay below MaxSeq (bounds the model)
-    SurvivesRetention   \* producer state outlives the producer's records
+    SurvivesRetention,  \* producer state outlives the producer's records
+    MaxMoves            \* the clients' steps (batches and bumps) in a behaviour
 
+\* A retention bound keeps at least the newest record (Kafka never deletes the
+\* active segment; korvet's MAXLEN comes from a positive record or byte bound).
 ASSUME /\ MaxEpoch \in Nat /\ MaxBatch \in Nat \ {0} /\ MaxInFlight \in Nat \ {0}
-       /\ CacheSize \in Nat \ {0} /\ MaxLens \subseteq Nat /\ MaxSeq \in Nat
-       /\ SurvivesRetention \in BOOLEAN
+       /\ CacheSize \in Nat \ {0} /\ MaxLens \subseteq Nat \ {0} /\ MaxSeq \in Nat
+       /\ SurvivesRetention \in BOOLEAN /\ MaxMoves \in Nat
 
 NoState == [epoch |-> -1, last |-> -1, cache |-> <<>>]
 NoReply == [p |-> "none", e |-> -1, base |-> -1, n |-> 0, status |-> "NONE", off |-> -1]
@@ -57,9 +64,10 @@ VARIABLES
     log,       \* the stream: <<[p, e, s, off]>>, one entry per record
     pstate,    \* pstate[p]: [epoch, last, cache: <<[first, last, off]>> newest first] or NoState
     history,   \* ghost: every batch ever appended, in order: [p, e, base, n, off]
-    reply      \* the broker's last reply: [p, e, base, n, status, off]
+    reply,     \* the broker's last reply: [p, e, base, n, status, off]
+    moves      \* the clients' steps so far (bounds the model)
 
-vars == <<epoch, nextSeq, unacked, net, log, pstate, history, reply>>
+vars == <<epoch, nextSeq, unacked, net, log, pstate, history, reply, moves>>
 
 Last(b) == b.base + b.n - 1
 \* The offset after the last record appended (trimming does not change it).
@@ -78,10 +86,12 @@ Init ==
     /\ pstate = [p \in Producers |-> NoState]
     /\ history = <<>>
     /\ reply = NoReply
+    /\ moves = 0
 
 (* The client creates its next batch of n records and sends it. *)
 NewBatch(p) ==
     /\ Cardinality(unacked[p]) < MaxInFlight
+    /\ moves < MaxMoves /\ moves' = moves + 1
     /\ \E n \in 1..MaxBatch :
          LET b == [p |-> p, e |-> epoch[p], base |-> nextSeq[p], n |-> n]
          IN  /\ nextSeq[p] + n <= MaxSeq
@@ -93,12 +103,13 @@ NewBatch(p) ==
 (* No answer came (lost, timed out, or an error): the client sends the batch again. *)
 Retry(p) ==
     /\ \E b \in unacked[p] \ net : net' = net \cup {b}
-    /\ UNCHANGED <<epoch, nextSeq, unacked, log, pstate, history, reply>>
+    /\ UNCHANGED <<epoch, nextSeq, unacked, log, pstate, history, reply, moves>>
 
 (* The client bumps its epoch and starts again at sequence 0, giving up *)
 (* its unacknowledged batches (those on the wire may still arrive).     *)
 BumpEpoch(p) ==
     /\ epoch[p] < MaxEpoch
+    /\ moves < MaxMoves /\ moves' = moves + 1
     /\ epoch' = [epoch EXCEPT ![p] = @ + 1]
     /\ nextSeq' = [nextSeq EXCEPT ![p] = 0]
     /\ unacked' = [unacked EXCEPT ![p] = {}]
@@ -145,7 +156,7 @@ Deliver(b, k, heard) ==
              ELSE UNCHANGED <<log, history, pstate>>
         /\ unacked' = IF heard /\ status \in {"OK", "DUP"}
                         THEN [unacked EXCEPT ![b.p] = @ \ {b}] ELSE unacked
-        /\ UNCHANGED <<epoch, nextSeq>>
+        /\ UNCHANGED <<epoch, nextSeq, moves>>
 
 (* The broker takes any batch off the network, with or without a retention bound. *)
 Receive == \E b \in net : \E k \in {-1} \cup MaxLens : \E heard \in BOOLEAN : Deliver(b, k, heard)
@@ -175,23 +186,38 @@ KafkaReply(b) ==
         ELSE IF b.e = top.e THEN (IF b.base = top.base + top.n THEN "OK" ELSE "OUT_OF_ORDER")
         ELSE IF b.base = 0 THEN "OK" ELSE "OUT_OF_ORDER"
 
-(* Every reply is the one Kafka's rules give on the history so far. *)
+(* Every reply is the one Kafka's rules give on the history so far: every   *)
+(* step of the append script, a reply equal to the one before included.    *)
 RepliesPerKafka ==
-    [][reply' # reply \/ history' # history =>
+    [][Receive =>
          reply'.status = KafkaReply([p |-> reply'.p, e |-> reply'.e, base |-> reply'.base,
                                      n |-> reply'.n])]_vars
 
 -----------------------------------------------------------------------------
 (* Invariants *)
 
-Batch == [p : Producers, e : 0..MaxEpoch, base : 0..MaxSeq, n : 1..MaxBatch]
+Batch    == [p : Producers, e : 0..MaxEpoch, base : 0..MaxSeq, n : 1..MaxBatch]
+Offset   == Nat \ {0}
+Record   == [p : Producers, e : 0..MaxEpoch, s : 0..(MaxSeq - 1), off : Offset]
+Appended == [p : Producers, e : 0..MaxEpoch, base : 0..MaxSeq, n : 1..MaxBatch, off : Offset]
+Cached   == [first : 0..(MaxSeq - 1), last : 0..(MaxSeq - 1), off : Offset]
+Status   == {"NONE", "OK", "DUP", "OUT_OF_ORDER", "BAD_EPOCH"}
 
 TypeOK ==
     /\ epoch \in [Producers -> 0..MaxEpoch]
     /\ nextSeq \in [Producers -> 0..MaxSeq]
     /\ \A p \in Producers : unacked[p] \subseteq Batch
     /\ net \subseteq Batch
-    /\ \A p \in Producers : Len(pstate[p].cache) <= CacheSize
+    /\ log \in Seq(Record)
+    /\ history \in Seq(Appended)
+    /\ \A p \in Producers :
+          \/ pstate[p] = NoState
+          \/ /\ pstate[p] \in [epoch : 0..MaxEpoch, last : 0..(MaxSeq - 1), cache : Seq(Cached)]
+             /\ 1 <= Len(pstate[p].cache) /\ Len(pstate[p].cache) <= CacheSize
+    /\ \/ reply = NoReply
+       \/ reply \in [p : Producers, e : 0..MaxEpoch, base : 0..MaxSeq, n : 1..MaxBatch,
+                    status : Status \ {"NONE"}, off : Offset \cup {-1}]
+    /\ moves \in 0..MaxMoves
 
 (* No batch, and no record's sequence, is stored twice. *)
 NoBatchStoredTwice ==
@@ -207,14 +233,19 @@ DupReturnsOriginalOffsets ==
             /\ history[i].base = reply.base /\ history[i].n = reply.n
             /\ history[i].off = reply.off
 
-(* An OK carries the offset its records are stored at, consecutively. *)
+(* An OK carries the offset its records are stored at, consecutively: a     *)
+(* consumer reading the log finds each of the batch's records still there  *)
+(* at the offset the producer was told, and the batch's last record last   *)
+(* (a retention bound keeps the newest record).  Stated against the log,   *)
+(* not against the history the same step writes.                           *)
 OkReturnsStoredOffsets ==
     reply.status = "OK" =>
-        LET h == history[Len(history)]
-        IN  /\ h.p = reply.p /\ h.e = reply.e /\ h.base = reply.base /\ h.off = reply.off
-            /\ \A i \in DOMAIN log :
-                  (log[i].p = h.p /\ log[i].e = h.e /\ log[i].s \in h.base..Last(h))
-                      => log[i].off = h.off + log[i].s - h.base
+        /\ \A i \in DOMAIN log :
+              (log[i].p = reply.p /\ log[i].e = reply.e /\ log[i].s \in reply.base..Last(reply))
+                  => log[i].off = reply.off + log[i].s - reply.base
+        /\ log # <<>>
+        /\ log[Len(log)].p = reply.p /\ log[Len(log)].e = reply.e
+        /\ log[Len(log)].s = Last(reply) /\ log[Len(log)].off = reply.off + reply.n - 1
 
 (* Fencing: once a producer's epoch e was appended, no batch of an older *)
 (* epoch is; within an epoch, batches follow each other in sequence.    *)

@@ -58,7 +58,7 @@ VARIABLES
 vars == <<len, owner, pos, committed, rgExists, rgLast, initialized, lastFetch>>
 
 NoFetch == [client |-> NoClient, from |-> 0, first |-> 0, count |-> 0, end |-> 0,
-            delivered |-> FALSE]
+            next |-> 0, delivered |-> FALSE]
 
 Min(a, b) == IF a < b THEN a ELSE b
 
@@ -97,7 +97,8 @@ Fetch(c) ==
           /\ \E delivered \in IF LostResponses THEN BOOLEAN ELSE {TRUE} :
                 /\ pos' = IF delivered /\ count > 0 THEN [pos EXCEPT ![c] = last + 1] ELSE pos
                 /\ lastFetch' = [client |-> c, from |-> o, first |-> IF count > 0 THEN first ELSE 0,
-                                 count |-> count, end |-> len, delivered |-> delivered]
+                                 count |-> count, end |-> len, next |-> pos'[c],
+                                 delivered |-> delivered]
     /\ UNCHANGED <<len, owner, committed>>
 
 \* The owner commits its position.  Korvet also moves the Redis group there
@@ -154,17 +155,31 @@ TypeOK ==
     /\ rgExists \in BOOLEAN
     /\ rgLast \in 0..MaxRecords
     /\ initialized \in BOOLEAN
+    /\ lastFetch \in [client : Clients \cup {NoClient}, from : 0..(MaxRecords + 1),
+                      first : 0..MaxRecords, count : 0..Batch, end : 0..MaxRecords,
+                      next : 0..(MaxRecords + 1), delivered : BOOLEAN]
 
-\* Kafka's fetch contract: a response that reaches the client starts at the
-\* offset it asked for (or is empty because there is nothing at or after it).
-\* Otherwise the records between are never seen by this client: skipped.
+\* Kafka's fetch contract, stated over the log (offsets 1..end when the fetch
+\* read it) rather than over how the broker chose where to read: a response
+\* that reaches the client carries records of the log at or after the offset
+\* it asked for, every one of them from that offset up to where the client
+\* moves on (next), and none only when the log has nothing at or after it.
+\* The records in between would otherwise never be seen by this client:
+\* skipped.  (The response is first..first+count-1.)
+Carried(r) == lastFetch.first <= r /\ r < lastFetch.first + lastFetch.count
 NoRecordSkipped ==
     lastFetch.delivered =>
-        IF lastFetch.count > 0 THEN lastFetch.first = lastFetch.from
-        ELSE lastFetch.from > lastFetch.end
+        /\ \A r \in 1..lastFetch.end :
+              lastFetch.from <= r /\ r < lastFetch.next => Carried(r)
+        /\ \A r \in 1..lastFetch.end : Carried(r) => lastFetch.from <= r
+        /\ lastFetch.count = 0 => \A r \in 1..lastFetch.end : r < lastFetch.from
+        /\ lastFetch.count > 0 => lastFetch.first = lastFetch.from
 
 \* Korvet: once an offset is committed, the Redis group shows it (its
-\* last-delivered-id is the last committed record).
+\* last-delivered-id is the last committed record).  Two actions write the
+\* group: Commit (XGROUP SETID) and a fetch's lazy XGROUP CREATE, which after
+\* a broker restart must leave an existing group alone (BUSYGROUP); the
+\* invariant is about the two together (mutants in spec/models.yaml).
 RedisGroupAtCommit ==
     (FetchBy = "XRANGE" /\ rgExists /\ committed > 0) => rgLast = committed - 1
 

@@ -16,11 +16,17 @@ whether what it read answers the request. Tests: tests/unit/core/test_fetch_rule
   always returns at least one record (KIP-74), so a consumer can always progress.
 - Storage format ``batches``: stored batches go whole (``batches_that_fit``), and a fetch
   from an offset inside a batch returns that batch (``batch_holds``), as Kafka does.
+- The read-ahead (korvet/server/read_ahead.py): after a response that took records, the
+  fetch predicted next (``predicted_offsets``) is read before it arrives; a request takes
+  it when it asks exactly that (``read_ahead_key``: the fetch offsets are part of the key),
+  and serves it only while it still answers (``serve_prepared``). These three are the
+  decisions spec/PartitionLog.tla's Answer, Request and UsePrepared model; the spec's
+  replay (tests/spec/PartitionLog/test_partition_log_replay.py) runs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from korvet.core import fetch_session as sessions
@@ -101,6 +107,43 @@ def batch_holds(first_offset: int, count: int, offset: int) -> bool:
 def answered(used: int, limits: FetchLimits, any_error: bool) -> bool:
     """Whether a response can go now (else it waits for appends, up to max_wait_ms)."""
     return any_error or used >= limits.min_bytes
+
+
+PartitionKey = tuple[object, int, int, int]  # topic id, partition, fetch offset, max bytes
+
+
+def read_ahead_key(partitions: Iterable[PartitionKey | None], max_bytes: int,
+                   log_start_moves: int) -> Hashable | None:
+    """What a request asks for, to match a prepared response (None: a partition that cannot
+    be prepared). The fetch offsets are in it: a response prepared for one offset must not
+    answer a fetch at another (after a seek back it would skip records: spec/PartitionLog.tla,
+    ReadAheadSameOffset); a DeleteRecords in between (``log_start_moves``) makes it stale."""
+    parts = []
+    for part in partitions:
+        if part is None:
+            return None
+        parts.append(part)
+    return log_start_moves, max_bytes, tuple(parts)
+
+
+def predicted_offsets(answered_parts: Sequence[tuple[int, int, int]]) -> list[int] | None:
+    """The fetch offsets of the request predicted to follow a response, from each
+    partition's ``(fetch offset, records taken, next offset or -1)``: the offset after the
+    records taken, or the same one. None when no partition took a record: the consumer is
+    caught up, and its next fetch waits for appends rather than reading ahead."""
+    if not any(taken for _, taken, _ in answered_parts):
+        return None
+    return [following if following >= 0 else offset for offset, _, following in answered_parts]
+
+
+def serve_prepared(offsets_and_log_starts: Iterable[tuple[int, int]], used: int,
+                   min_bytes: int) -> bool:
+    """Whether a prepared response answers the request that took it: it holds at least
+    ``min_bytes`` of records (else the broker reads afresh, and may wait), and no partition
+    it took records from has a fetch offset now below its log start, each ``(fetch offset,
+    log start read now)``: an append's retention may have deleted what the read-ahead read
+    before the request came (spec/PartitionLog.tla, UsePrepared with ReadAheadChecked)."""
+    return used >= min_bytes and all(offset >= start for offset, start in offsets_and_log_starts)
 
 
 @dataclass

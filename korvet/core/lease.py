@@ -8,15 +8,20 @@ clock. Redis decides (korvet/storage/lua/lease_*.lua run these rules inside Redi
   restarted process of the same broker id) is granted with the next token;
 - ``renewal`` (spec ``Renew``/``RenewRefused``): the holder of the current token
   extends the expiry; any other token is refused;
-- ``accepts`` (spec ``Apply``): a snapshot or commit write is applied only if it carries
-  the lease's current token.
+- ``accepts`` (spec ``Apply``): a write of the coordinator for the group (its snapshot,
+  committed offsets, deletion, the clean-up of its data) is applied only if it carries the
+  lease's current token;
+- ``release`` (spec ``Release``): the holder of the current token gives the lease back, its
+  expiry ends at once (the token stays: the next grant raises it).
 
 The broker decides what it believes (spec ``held``): it holds the group until its own
 clock reaches the grant or renewal time plus the lease time minus a margin that covers
 the clocks' drift (``believed_until``, ``believes``); it forgets the group when a renewal
 or a write is refused, when its clock says the lease is over, and when it cannot tell
 whether a write landed (``after_write``): a new grant then brings a new token, so the
-write that may still arrive is refused.
+write that may still arrive is refused. Work it still has pending for the group (the
+clean-up of a deleted group's data) goes on only while it holds the token that work was
+decided with (``holds``).
 
 Pure: times are arguments (milliseconds), nothing here reads a clock or talks to Redis.
 """
@@ -74,6 +79,14 @@ def accepts(record: LeaseRecord, token: int) -> bool:
     return token != 0 and token == record.token
 
 
+def release(record: LeaseRecord, token: int) -> LeaseRecord:
+    """The lease after the holder of ``token`` gives it back (a clean stop, a deleted group
+    no longer needed): expired at once if ``token`` is its token, else as it was."""
+    if token == 0 or token != record.token:
+        return record
+    return LeaseRecord(owner=record.owner, token=record.token, expires_ms=0)
+
+
 def believed_until(local_ms: int, ttl_ms: int, margin_ms: int) -> int:
     """The broker's own deadline for a lease granted or renewed at its ``local_ms``:
     with ``margin_ms`` at least twice the drift between any broker's clock and Redis',
@@ -83,6 +96,12 @@ def believed_until(local_ms: int, ttl_ms: int, margin_ms: int) -> int:
 
 def believes(held: Held, local_ms: int) -> bool:
     return held.token != 0 and local_ms < held.until_ms
+
+
+def holds(held: Held, token: int, local_ms: int) -> bool:
+    """Whether a broker still holds the group with ``token``, the token it decided pending
+    work with: a new grant (even its own) or a lost lease cancels that work."""
+    return token != 0 and held.token == token and believes(held, local_ms)
 
 
 def expired_locally(held: Held, local_ms: int) -> bool:

@@ -65,10 +65,12 @@ class _Tick:
 
 @dataclass(frozen=True, slots=True)
 class _Adopt:
-    """This broker was granted the group's lease: continue from its durable snapshot."""
+    """This broker was granted the group's lease (``token``): continue from its durable
+    snapshot."""
 
     group_id: str
     snapshot: str | None
+    token: int
     done: asyncio.Future[None]
 
 
@@ -136,7 +138,8 @@ class GroupCoordinator:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._cleanups: set[asyncio.Task[None]] = set()
+        # group -> the clean-up of its Redis data in progress (DeleteGroupData)
+        self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._event_log_path = event_log
         self._event_log: Any = None
         # (client id, host) -> groups with a member of that client: who is a group fetcher
@@ -216,6 +219,10 @@ class GroupCoordinator:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        # A clean-up cut short leaves the Dead snapshot: the next start (one broker) or the
+        # next owner (several) finds the group Dead and cleans up again.
+        for group_id in list(self._cleanups):
+            self._cancel_clean_up(group_id)
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(CoordinatorUnavailable("the broker is stopping"))
@@ -275,9 +282,9 @@ class GroupCoordinator:
         """Whether this broker coordinates the group (always, with one broker)."""
         return self.ownership is None or self.ownership.believes(group_id)
 
-    async def adopt(self, group_id: str, snapshot: str | None) -> None:
+    async def adopt(self, group_id: str, snapshot: str | None, token: int) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Adopt(group_id, snapshot, done))
+        await self._queue.put(_Adopt(group_id, snapshot, token, done))
         await done
 
     async def forget(self, group_id: str) -> None:
@@ -325,6 +332,11 @@ class GroupCoordinator:
         await done
 
     def _take_or_drop(self, item: _Adopt | _Forget) -> None:
+        """Several brokers: the group enters memory from its snapshot (a grant) or leaves
+        it (the lease lost), with the work pending for it under an older token cancelled.
+        A group adopted Dead (its owner deleted it and lost the lease before its clean-up
+        was done) is cleaned up by this broker, with its token (spec: CleanUp)."""
+        self._cancel_clean_up(item.group_id)
         groups = dict(self.state.groups)
         groups.pop(item.group_id, None)
         self.durable.pop(item.group_id, None)
@@ -337,6 +349,10 @@ class GroupCoordinator:
                 groups[item.group_id] = restarted_group(group, self._config, self._clock())
                 self.durable[item.group_id] = durability.snapshot_of(group)
                 self.last_active[item.group_id] = self._clock()
+                if group.state is core.GroupState.DEAD:
+                    log.info("group %r was deleted by its last coordinator; cleaning it up",
+                             item.group_id)
+                    self._start_clean_up(item.group_id, item.token)
         self.state = dataclasses.replace(self.state, groups=groups)
         if item.group_id not in groups:
             self.last_active.pop(item.group_id, None)
@@ -372,9 +388,7 @@ class GroupCoordinator:
             sent = list(ready.replies)
             self._note_activity(ready.touched, core.group_of(event), now)
             for cleanup in ready.cleanups:
-                task = asyncio.create_task(self._delete_group_data(cleanup.group_id))
-                self._cleanups.add(task)
-                task.add_done_callback(self._cleanups.discard)
+                self._start_clean_up(cleanup.group_id, self._token(cleanup.group_id))
         if self._on_step is not None:
             self._on_step(before, self.state, core.group_of(event))
         if self._event_log is not None:  # encoding a step is a third of a big commit's cost
@@ -475,13 +489,43 @@ class GroupCoordinator:
         groups = {g: grp for g, grp in self.state.groups.items() if g not in lost}
         self.state = dataclasses.replace(self.state, groups=groups)
         for group_id in lost:
+            self._cancel_clean_up(group_id)
             self.durable.pop(group_id, None)
             for request_id, waiting_group in list(self._waiting_group.items()):
                 future = self._waiting.get(request_id)
                 if waiting_group == group_id and future is not None and not future.done():
                     future.set_exception(NotCoordinator(group_id))
 
-    async def _delete_group_data(self, group_id: str) -> None:
+    def _token(self, group_id: str) -> int:
+        """The lease token this broker holds for the group (0: one broker, no leases)."""
+        return self.ownership.token(group_id) if self.ownership is not None else 0
+
+    def _start_clean_up(self, group_id: str, token: int) -> None:
+        """DeleteGroupData: remove the group's Redis data in the background, then step
+        GroupDataDeleted; with several brokers, under the lease ``token`` the deletion was
+        decided (or the Dead group adopted) with."""
+        self._cancel_clean_up(group_id)
+        task = asyncio.create_task(self._delete_group_data(group_id, token),
+                                   name=f"korvet-clean-up-{group_id}")
+        self._cleanups[group_id] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._cleanups.get(group_id) is finished:
+                del self._cleanups[group_id]
+
+        task.add_done_callback(done)
+
+    def _cancel_clean_up(self, group_id: str) -> None:
+        """The group's lease is lost or granted anew, or the coordinator stops: its clean-up
+        in progress stops (a write of it already sent is refused by its stale token)."""
+        task = self._cleanups.pop(group_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _delete_group_data(self, group_id: str, token: int) -> None:
+        if self.ownership is not None:
+            await self._delete_group_data_fenced(group_id, token)
+            return
         for attempt in range(10):
             try:
                 await self.store.delete_group(group_id)
@@ -489,8 +533,46 @@ class GroupCoordinator:
             except (RedisError, OSError) as exc:
                 log.warning("deleting group %s from Redis failed (%s); retrying", group_id, exc)
                 await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
-        self.redis_groups = {(g, s) for g, s in self.redis_groups if g != group_id}
+        self._group_data_deleted(group_id)
         await self.submit_internal(core.GroupDataDeleted(group_id))
+
+    async def _delete_group_data_fenced(self, group_id: str, token: int) -> None:
+        """Several brokers: the clean-up is one write fenced by ``token`` (spec: CleanUp,
+        then Apply or Refuse), sent only while this broker holds that token. Refused (a new
+        owner), or without an answer (it may still land: only a new token makes it
+        harmless), the broker forgets the group instead of retrying (spec: Refuse, Lose,
+        GiveUp); whoever holds the group next finds it Dead and cleans up with its own token.
+        The Redis consumer groups go after, while the token is still held (observability
+        only: the streams are in other slots than the group's lease)."""
+        assert self.ownership is not None and self.leases is not None
+        try:
+            committed, streams = await self.store.group_data(group_id)
+            if not self.ownership.holds(group_id, token):
+                return  # the lease was lost or granted anew meanwhile
+            applied = await self.leases.delete_group(group_id, token, committed)
+        except (RedisError, OSError) as exc:
+            log.warning("deleting group %r from Redis failed (%s): dropping its lease, its "
+                        "next coordinator cleans it up", group_id, exc)
+            await self._drop_after_clean_up(group_id, token, lease.WriteOutcome.UNKNOWN)
+            return
+        if not applied:
+            log.warning("clean-up of group %r refused: another broker holds its lease", group_id)
+            await self._drop_after_clean_up(group_id, token, lease.WriteOutcome.REFUSED)
+            return
+        if self.ownership.holds(group_id, token):
+            with contextlib.suppress(RedisError, OSError):
+                await self.store.destroy_redis_groups(group_id, streams)
+        self._group_data_deleted(group_id)
+        await self.submit_internal(core.GroupDataDeleted(group_id))
+
+    async def _drop_after_clean_up(self, group_id: str, token: int, outcome: str) -> None:
+        assert self.ownership is not None
+        if self._cleanups.get(group_id) is asyncio.current_task():
+            del self._cleanups[group_id]  # forgetting the group must not cancel this task
+        await self.ownership.lost(group_id, token, outcome)
+
+    def _group_data_deleted(self, group_id: str) -> None:
+        self.redis_groups = {(g, s) for g, s in self.redis_groups if g != group_id}
 
     # --- timers -------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ names itself; refused, it names the owner. A renewal task extends every lease he
 a refused renewal, the broker's own deadline passing, a write refused for a stale
 token or a write whose outcome is unknown all make the broker forget the group, and
 requests for it are answered NOT_COORDINATOR until a FindCoordinator acquires it again
-(with a new token).
+(with a new token). Forgetting a group cancels the work the coordinator still had pending
+for it (the clean-up of a deleted group): that work goes on only while the broker
+``holds`` the token it was decided with, and its write carries that token.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ _UNNEEDED_ROUNDS = 3  # renewal rounds a group may be missing before its lease i
 
 class Ownership:
     def __init__(self, store: LeaseStore, broker: str, ttl_ms: int, margin_ms: int,
-                 adopt: Callable[[str, str | None], Awaitable[None]],
+                 adopt: Callable[[str, str | None, int], Awaitable[None]],
                  forget: Callable[[str], Awaitable[None]],
                  clock: Callable[[], int] = _local_ms,
                  needed: Callable[[str], bool] = lambda group: True) -> None:
@@ -130,6 +132,10 @@ class Ownership:
     def token(self, group: str) -> int:
         return self.held.get(group, lease.NOT_HELD).token
 
+    def holds(self, group: str, token: int) -> bool:
+        """Whether this broker still holds the group with ``token`` (and believes it)."""
+        return lease.holds(self.held.get(group, lease.NOT_HELD), token, self._clock())
+
     async def acquire(self, group: str) -> tuple[bool, str]:
         """(True, this broker) if it coordinates the group (now), else (False, owner)."""
         lock = self._locks.setdefault(group, asyncio.Lock())
@@ -142,7 +148,7 @@ class Ownership:
             grant = await self.store.acquire(group, self.broker, self.ttl_ms)
             if not grant.granted:
                 return False, grant.owner
-            await self._adopt(group, grant.snapshot)
+            await self._adopt(group, grant.snapshot, grant.token)
             self._unneeded.pop(group, None)
             if self._needed(group):  # adopted from its snapshot: deleted later, it goes back
                 self._had.add(group)
@@ -158,6 +164,18 @@ class Ownership:
         self._unneeded.pop(group, None)
         if self.held.pop(group, None) is not None:
             log.info("no longer coordinating group %r", group)
+        await self._forget(group)
+
+    async def lost(self, group: str, token: int, outcome: str) -> None:
+        """A write for the group carrying ``token`` was refused, or its outcome is unknown,
+        outside a coordinator step (its pending clean-up): if this broker still holds that
+        token it forgets the group (spec: Refuse, Lose, GiveUp)."""
+        if self.held.get(group, lease.NOT_HELD).token != token or self.after_write(
+                group, token, outcome):
+            return
+        self._had.discard(group)
+        self._unneeded.pop(group, None)
+        log.info("no longer coordinating group %r", group)
         await self._forget(group)
 
     def after_write(self, group: str, token: int, outcome: str) -> bool:

@@ -247,20 +247,38 @@ class GroupStore:
             destroyed += sum(1 for r in results if r == 1)
         return destroyed
 
-    async def delete_group(self, group: str) -> None:
-        """Everything Redis keeps for a group: offsets, index, snapshot, and its Redis
-        consumer groups on the streams it committed on or fetched from as a group."""
+    async def group_data(self, group: str) -> tuple[list[str], list[str]]:
+        """What Redis keeps for a group besides its snapshot: the stream keys it has committed
+        offsets on, and those it has a Redis consumer group on (committed or fetched from as
+        a group), each sorted."""
         keys = sorted(_text(k) for k in await self.redis.smembers(self.index_key(group)))
         noted = {_text(k) for k in await self.redis.smembers(self.redis_groups_key(group))}
+        return keys, sorted(noted | set(keys))
+
+    def delete_group_ops(self, group: str, committed: Sequence[str]
+                         ) -> list[tuple[str, str, list[str]]]:
+        """The writes that remove a group's keys (its offsets on ``committed``, its indexes,
+        its snapshot) as (command, key, arguments), every key in the group's slot; not
+        ``group-ids``, which the caller shrinks."""
+        ops: list[tuple[str, str, list[str]]] = [
+            ("UNLINK", self.commit_key(key, group), []) for key in committed]
+        ops.extend(("UNLINK", key, []) for key in (
+            self.index_key(group), self.snapshot_key(group), self.redis_groups_key(group)))
+        return ops
+
+    async def delete_group(self, group: str) -> None:
+        """Everything Redis keeps for a group: offsets, index, snapshot, and its Redis
+        consumer groups on the streams it committed on or fetched from as a group (one
+        broker; with several, ``LeaseStore.delete_group`` fences it by the group's lease)."""
+        committed, streams = await self.group_data(group)
+        ops = self.delete_group_ops(group, committed)
 
         def queue(pipe: Any, group: str) -> None:
-            for key in keys:
-                pipe.execute_command("UNLINK", self.commit_key(key, group))
-            pipe.execute_command("UNLINK", self.index_key(group), self.snapshot_key(group),
-                                 self.redis_groups_key(group))
+            for command, key, args in ops:
+                pipe.execute_command(command, key, *args)
 
         await self._per_group([group], queue, gone=[group])
-        await self.destroy_redis_groups(group, sorted(noted | set(keys)))
+        await self.destroy_redis_groups(group, streams)
 
     # --- coordinator snapshots and the load record -------------------------------------------
 

@@ -197,6 +197,24 @@ class LeaseStore:
         await self.groups.move_redis_groups(commits)
         return []
 
+    async def delete_group(self, group: str, token: int, committed: list[str]) -> bool:
+        """``GroupStore.delete_group``'s keys (the offsets on ``committed``, the indexes, the
+        snapshot; ``group-ids``) removed in one fenced script, only if ``token`` is still
+        the group's lease token. True if applied; False if the token is stale (nothing
+        written: another broker took the group, and may have written it anew). The Redis
+        consumer groups are the caller's to destroy (observability only, on the streams'
+        slots, not the group's). On Redis Cluster ``group-ids`` is shrunk after the script,
+        as ``save_state`` does for a deleted group."""
+        ops = self.groups.delete_group_ops(group, committed)
+        ids = self.groups.group_ids_key
+        if not self.groups.cluster:
+            ops.append(("SREM", ids, [group]))
+        if await self._fenced_write([group], {group: token}, ops):
+            return False
+        if self.groups.cluster:
+            await self.groups.redis.srem(ids, group)
+        return True
+
     async def _fenced_write(self, groups: list[str], tokens: dict[str, int],
                             ops: list[tuple[str, str, list[str]]]) -> list[str]:
         """fenced_write.lua: ``ops`` applied if every one of ``groups`` still has the

@@ -3,8 +3,13 @@
 The spec's `grp` is a record with the fields of the Python ``Group`` (camelCase), its
 effects are records built by ``JoinReply``, ``SyncReply``, ... (docs/spec/group-coordinator.md
 §"What the spec abstracts"). What the spec does not see is dropped: deadlines, timeouts,
-client ids and hosts, request ids (a reply's ``to`` is the member that asked), offset
-metadata and leader epochs. What it sees only up to equality is renamed by a ``Names``:
+client ids and hosts, offset metadata and leader epochs. A reply's request id, which the
+adapter sends it by, becomes the spec's ``to``: the member whose request it answers
+(``Requests.route``: the step's own request, or a request the group held back), or
+``UNROUTED`` for an id that is no member's latest request of the reply's kind (a reply
+sent to the wrong connection, or to a request that was superseded). A step's effects keep
+their order (``effect_sequence``; the spec's ``EffectsAre``). What the spec sees only up
+to equality is renamed by a ``Names``:
 
 - ``PlainNames`` keeps the strings (the replay's models already use the spec's own
   strings: member ids ``m1``..., assignments and metadata as UTF-8, partition ``pN``);
@@ -20,7 +25,8 @@ whose partitions got different errors or that names none) raises ``OutsideSpec``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from korvet.core.coordinator.effects import (
@@ -34,6 +40,15 @@ from korvet.core.coordinator.effects import (
     PersistOffsets,
     SyncGroupReply,
 )
+from korvet.core.coordinator.events import (
+    DeleteGroups,
+    Event,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    OffsetCommit,
+    SyncGroup,
+)
 from korvet.core.coordinator.state import Group, Member, TopicPartition
 from korvet.core.coordinator.state import Protocol as ProtocolEntry
 from korvet.verification.values import Function, Record, TlaValue
@@ -41,6 +56,9 @@ from korvet.verification.values import Function, Record, TlaValue
 CONSUMER = "consumer"  # the spec's ProtocolType
 NO_ID = ""  # NoId, NoInstance, NoName, NoAssignment
 NO_LEADER_SYNC = Record({"gen": -1, "asg": Function()})
+# The `to` of a reply whose request id is no member's latest request of the reply's kind:
+# never a member id of the spec, so such a reply matches none of the spec's.
+UNROUTED = "?"
 
 
 class OutsideSpec(ValueError):
@@ -82,6 +100,55 @@ class PlainNames:
 
     def offset(self, offset: int) -> int:
         return offset
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The requests a step's replies may answer, by request id: the step's own (``current``:
+    its id, the kind of reply it gets, the member it is for) and those the group held back
+    before the step (``held``: id -> (kind, member)). The spec names a request by its kind
+    and member: each member has at most one live request of a kind, its latest. A held-back
+    request of the member the step's own request of the same kind comes from is superseded
+    by it (the machine forgets it unanswered, as Kafka does)."""
+
+    current: tuple[int, str, str] | None = None  # (request id, reply kind, member id)
+    held: Mapping[int, tuple[str, str]] = field(default_factory=dict)
+
+    def route(self, request_id: int, kind: str) -> str | None:
+        """The member whose latest request of ``kind`` has this id ("" for a request no
+        member id names), or None."""
+        if self.current is not None and request_id == self.current[0]:
+            return self.current[2] if kind == self.current[1] else None
+        found = self.held.get(request_id)
+        if found is None or found[0] != kind:
+            return None
+        if self.current is not None and self.current[1:] == found:
+            return None  # superseded by the step's own request
+        return found[1]
+
+
+_KINDS: dict[type, str] = {JoinGroup: "JoinGroup", SyncGroup: "SyncGroup", Heartbeat: "Heartbeat",
+                           LeaveGroup: "LeaveGroup", OffsetCommit: "OffsetCommit",
+                           DeleteGroups: "DeleteGroups"}
+
+
+def requests_of(group: Group | None, event: Event, fresh: str | None) -> Requests:
+    """The requests of a step of ``event`` on ``group`` (as it was before the step); ``fresh``:
+    the member id the step handed out, if it did (a new member's JoinGroup is its request)."""
+    held: dict[int, tuple[str, str]] = {}
+    for member_id, member in (group.members.items() if group is not None else ()):
+        if member.join_request is not None:
+            held[member.join_request] = ("JoinGroup", member_id)
+        if member.sync_request is not None:
+            held[member.sync_request] = ("SyncGroup", member_id)
+    match event:
+        case JoinGroup():
+            return Requests((event.request_id, "JoinGroup", event.member_id or fresh or ""), held)
+        case SyncGroup() | Heartbeat() | OffsetCommit():
+            return Requests((event.request_id, _KINDS[type(event)], event.member_id), held)
+        case LeaveGroup() | DeleteGroups():
+            return Requests((event.request_id, _KINDS[type(event)], ""), held)
+    return Requests(None, held)  # a timer, a clean-up, a restart: no request of its own
 
 
 def protocols(entries: Iterable[ProtocolEntry], names: Names) -> tuple[TlaValue, ...]:
@@ -144,45 +211,64 @@ def _member_or_none(member_id: str, names: Names) -> str:
     return names.member(member_id) if member_id else NO_ID
 
 
-def _join_reply(effect: JoinGroupReply, names: Names) -> Record:
+def _to(effect: Effect, kind: str, member_id: str, names: Names,
+        requests: Requests | None) -> str:
+    """The spec's `to`: the member whose request the reply answers (by its request id), or
+    without ``requests`` the member id the reply names (no routing checked)."""
+    if requests is None:
+        return _member_or_none(member_id, names)
+    found = requests.route(effect.request_id, kind)  # type: ignore[union-attr]
+    return UNROUTED if found is None else _member_or_none(found, names)
+
+
+def _join_reply(effect: JoinGroupReply, names: Names, requests: Requests | None) -> Record:
     return Record({
-        "api": "JoinGroup", "err": int(effect.error), "mid": _member_or_none(effect.member_id, names),
-        "gen": effect.generation_id, "leader": _member_or_none(effect.leader, names),
+        "api": "JoinGroup", "to": _to(effect, "JoinGroup", effect.member_id, names, requests),
+        "err": int(effect.error), "mid": _member_or_none(effect.member_id, names),
+        "gen": effect.generation_id, "ptype": effect.protocol_type or NO_ID,
+        "leader": _member_or_none(effect.leader, names),
         "proto": names.protocol_name(effect.protocol_name),
-        "members": frozenset(names.member(m.member_id) for m in effect.members),
+        "members": frozenset((names.member(m.member_id), names.instance(m.group_instance_id),
+                              names.metadata(m.metadata)) for m in effect.members),
         "skip": effect.skip_assignment})
 
 
-def _commit_reply(effect: OffsetCommitReply, names: Names) -> Record:
+def _commit_reply(effect: OffsetCommitReply, names: Names, requests: Requests | None) -> Record:
     errors = {int(p.error) for p in effect.partitions}
     if len(errors) != 1:
         raise OutsideSpec("an OffsetCommit answered with " + (
             "no partition" if not errors else "different errors per partition"))
-    return Record({"api": "OffsetCommit", "to": _member_or_none(effect.member_id, names),
+    return Record({"api": "OffsetCommit",
+                   "to": _to(effect, "OffsetCommit", effect.member_id, names, requests),
                    "err": errors.pop()})
 
 
-def effect_record(effect: Effect, names: Names, group_id: str | None = None) -> Record | None:
+def effect_record(effect: Effect, names: Names, group_id: str | None = None,
+                  requests: Requests | None = None) -> Record | None:
     """The spec's record for one effect; None for a DeleteGroups result or a clean-up order
-    that concerns another group than ``group_id`` (None: any group)."""
+    that concerns another group than ``group_id`` (None: any group). With ``requests`` a
+    reply's `to` is the request it answers (routing); without, the member id it names."""
     match effect:
         case JoinGroupReply():
-            return _join_reply(effect, names)
+            return _join_reply(effect, names, requests)
         case SyncGroupReply():
-            return Record({"api": "SyncGroup", "to": _member_or_none(effect.member_id, names),
-                           "err": int(effect.error),
+            return Record({"api": "SyncGroup",
+                           "to": _to(effect, "SyncGroup", effect.member_id, names, requests),
+                           "err": int(effect.error), "ptype": effect.protocol_type or NO_ID,
                            "proto": names.protocol_name(effect.protocol_name),
                            "asg": names.assignment(effect.assignment)})
         case HeartbeatReply():
-            return Record({"api": "Heartbeat", "to": _member_or_none(effect.member_id, names),
+            return Record({"api": "Heartbeat",
+                           "to": _to(effect, "Heartbeat", effect.member_id, names, requests),
                            "err": int(effect.error)})
         case LeaveGroupReply():
-            return Record({"api": "LeaveGroup", "err": int(effect.error), "results": tuple(
+            return Record({"api": "LeaveGroup", "to": _to(effect, "LeaveGroup", "", names, requests),
+                           "err": int(effect.error), "results": tuple(
                 Record({"mid": _member_or_none(r.member_id, names),
                         "inst": names.instance(r.group_instance_id), "err": int(r.error)})
                 for r in effect.members)})
         case OffsetCommitReply():
-            return _commit_reply(effect, names)
+            return _commit_reply(effect, names, requests)
         case PersistOffsets():
             return Record({"api": "PersistOffsets", "mid": _member_or_none(effect.member_id, names),
                            "gen": effect.generation_id,
@@ -192,7 +278,9 @@ def effect_record(effect: Effect, names: Names, group_id: str | None = None) -> 
             results = [r for r in effect.results if group_id is None or r.group_id == group_id]
             if len(results) != 1:
                 return None
-            return Record({"api": "DeleteGroups", "err": int(results[0].error)})
+            return Record({"api": "DeleteGroups",
+                           "to": _to(effect, "DeleteGroups", "", names, requests),
+                           "err": int(results[0].error)})
         case DeleteGroupData():
             if group_id is not None and effect.group_id != group_id:
                 return None
@@ -200,8 +288,15 @@ def effect_record(effect: Effect, names: Names, group_id: str | None = None) -> 
     raise OutsideSpec(f"{type(effect).__name__} has no counterpart in the spec")
 
 
-def effect_records(effects: Iterable[Effect], names: Names,
-                   group_id: str | None = None) -> frozenset[Record]:
+def effect_sequence(effects: Iterable[Effect], names: Names, group_id: str | None = None,
+                    requests: Requests | None = None) -> tuple[Record, ...]:
+    """A step's effects (or the replies sent) as the spec's records, in their order: the
+    spec's `out` (or `wire`) is their set, which holds each once (EffectsAre)."""
+    found = (effect_record(e, names, group_id, requests) for e in effects)
+    return tuple(r for r in found if r is not None)
+
+
+def effect_records(effects: Iterable[Effect], names: Names, group_id: str | None = None,
+                   requests: Requests | None = None) -> frozenset[Record]:
     """The spec's `out` (or `wire`) for a step's effects (or the replies sent)."""
-    found = (effect_record(e, names, group_id) for e in effects)
-    return frozenset(r for r in found if r is not None)
+    return frozenset(effect_sequence(effects, names, group_id, requests))

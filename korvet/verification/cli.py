@@ -88,16 +88,34 @@ def run_check(args: argparse.Namespace) -> int:
             console.print(format_trace(result), markup=False, highlight=False)
         for error in result.errors:
             console.print(f"  TLC error: {error}", markup=False, highlight=False)
+        if result.coverage and model.expect == "pass":
+            console.print("  " + coverage_line(result), markup=False, highlight=False)
     console.print(results_table(results))
     if results and results[0].version:
         console.print(f"TLC: {results[0].version}", markup=False, highlight=False)
-    return 0 if all(r.as_expected for r in results) else 1
+    unfired = [r for r in results if r.model.expect == "pass"
+               and set(r.never_fired) != {name for name, _ in r.model.unexercised}]
+    return 0 if all(r.as_expected for r in results) and not unfired else 1
+
+
+def coverage_line(result: tlc.TlcResult) -> str:
+    """Which actions fired and how often (states generated), from TLC's coverage; an action
+    that never fired is named, with the model's reason when it declares one."""
+    declared = dict(result.model.unexercised)
+    parts = []
+    for action, count in sorted(result.coverage.items()):
+        if count:
+            parts.append(f"{action} {count:,}")
+        else:
+            why = declared.get(action)
+            parts.append(f"{action} NEVER FIRED" + (f" (by design: {why})" if why else ""))
+    return "actions: " + ", ".join(parts)
 
 
 def results_table(results: list[tlc.TlcResult]) -> Table:
     table = Table(title="TLC model checking")
     for column in ("model", "module", "tier", "states generated", "distinct states", "depth",
-                   "wall time", "result"):
+                   "wall time", "never fired", "result"):
         justify = "right" if column in ("states generated", "distinct states", "depth",
                                         "wall time") else "left"
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -110,6 +128,10 @@ def results_table(results: list[tlc.TlcResult]) -> Table:
                        else f"[red]{text}[/red]")
         else:
             verdict = "[red]error[/red]"
+        undeclared = [a for a in r.never_fired if a not in dict(r.model.unexercised)]
+        never = ", ".join(r.never_fired) if r.model.expect == "pass" else ""
+        if undeclared:
+            never = f"[red]{never}[/red]"
         table.add_row(r.model.name, r.model.module, r.model.tier, f"{r.generated:,}",
-                      f"{r.distinct:,}", str(r.depth), f"{r.wall_seconds:.1f}s", verdict)
+                      f"{r.distinct:,}", str(r.depth), f"{r.wall_seconds:.1f}s", never, verdict)
     return table

@@ -12,11 +12,21 @@ a config, a tier (``ci`` models run in the test suite; ``deep`` ones only with
 claim we expect TLC to refute (a seed document's claim, say) says
 ``expect: violation`` with the invariant it must violate; it then passes only
 when TLC finds exactly that violation.
+
+A **mutant** is a model whose spec text is changed before TLC reads it (``mutation``: edits
+that must each apply exactly once, so a mutant that no longer matches its spec fails rather
+than checking the unchanged spec) and that checks one property only (``check_only``): TLC must
+find that property violated. Every invariant and temporal property of every spec has one
+(tests/spec/test_spec_models.py): a property no mutant can break is not shown to say
+anything. TLC's action coverage (``-coverage``) is read from every run too: an action of a
+passing model that never fires is reported (``TlcResult.never_fired``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -38,6 +48,15 @@ class TlcError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Edit:
+    """One change of a mutant's spec text: ``replace`` occurs exactly once in ``file``."""
+
+    file: str  # e.g. PartitionLog.tla
+    replace: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     name: str
     module: str
@@ -47,6 +66,16 @@ class Model:
     expect_invariant: str = ""
     description: str = ""
     extra_args: tuple[str, ...] = ()
+    mutation: tuple[Edit, ...] = ()  # a mutant: the spec text changed before TLC reads it
+    check_only: str = ""  # check this invariant or property alone (the config's others dropped)
+    # actions this model does not exercise, by design (a constant turns them off): name -> why
+    unexercised: tuple[tuple[str, str], ...] = ()
+    # why TLC's action coverage is not taken for this model (empty: it is taken)
+    no_coverage: str = ""
+
+    @property
+    def is_mutant(self) -> bool:
+        return bool(self.mutation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +98,15 @@ class TlcResult:
     wall_seconds: float = 0.0
     trace: list[TraceStep] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    coverage: dict[str, int] = field(default_factory=dict)  # action -> states it generated
     version: str = ""
     exit_code: int = 0
     printed: str = ""  # what the spec printed (Print, PrintT): the text outside TLC's messages
+
+    @property
+    def never_fired(self) -> list[str]:
+        """The actions of the model that generated no state (from TLC's coverage)."""
+        return sorted(action for action, count in self.coverage.items() if count == 0)
 
     @property
     def as_expected(self) -> bool:
@@ -98,22 +133,37 @@ def load_models(directory: Path) -> list[Model]:
     models: list[Model] = []
     for entry in data.get("models", []):
         try:
+            module = str(entry["module"])
             models.append(Model(
                 name=str(entry["name"]),
-                module=str(entry["module"]),
+                module=module,
                 config=str(entry["config"]),
                 tier=str(entry.get("tier", "ci")),
                 expect=str(entry.get("expect", "pass")),
                 expect_invariant=str(entry.get("expect_invariant", "")),
                 description=str(entry.get("description", "")),
                 extra_args=tuple(str(a) for a in entry.get("extra_args", ())),
+                mutation=tuple(Edit(str(edit.get("file", f"{module}.tla")), str(edit["replace"]),
+                                    str(edit["with"]))
+                               for edit in entry.get("mutation", ())),
+                check_only=str(entry.get("check_only", "")),
+                unexercised=tuple((str(action), str(why)) for action, why in
+                                  (entry.get("unexercised") or {}).items()),
+                no_coverage=str(entry.get("no_coverage", "")),
             ))
         except KeyError as exc:
             raise TlcError(f"{manifest}: a model lacks {exc}") from None
+    names = [model.name for model in models]
     for model in models:
+        if names.count(model.name) > 1:
+            raise TlcError(f"{manifest}: two models are named {model.name}")
         for path in (directory / f"{model.module}.tla", directory / model.config):
             if not path.is_file():
                 raise TlcError(f"{manifest}: model {model.name} refers to missing {path.name}")
+        if model.is_mutant and (model.expect != "violation" or not model.check_only
+                                or model.expect_invariant != model.check_only):
+            raise TlcError(f"{manifest}: mutant {model.name} must expect a violation of the one "
+                           "property it checks (check_only = expect_invariant)")
     return models
 
 
@@ -154,12 +204,21 @@ MSG_INVARIANT_VIOLATED_INITIAL = 2107
 MSG_PROPERTY_VIOLATED_INITIAL = 2108
 MSG_DEADLOCK = 2114
 MSG_TEMPORAL_VIOLATED = 2116
+MSG_ACTION_PROPERTY_VIOLATED = 2112  # "Action property P is violated." (a [][A]_v property)
 MSG_STATE = 2217
 MSG_STUTTER = 2218
 MSG_BACK_TO_STATE = 2122
 MSG_TRACE_HEADER = 2121
 MSG_GC_WARNING = 2401
+MSG_COVERAGE_ACTION = 2772  # "<Action line ... of module M>: distinct:generated"
+MSG_COVERAGE_INIT = 2773
+MSG_COVERAGE_LINE = 2221
+MSG_COVERAGE_HEADER = 2201
 SEVERITY_ERROR = 1
+
+# How often TLC prints its coverage (minutes); it also prints it once at the end.
+COVERAGE_MINUTES = "60"
+_COVERAGE = re.compile(r"^<(\w+) line .*>: (\d+):(\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +280,10 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
         elif code == MSG_TEMPORAL_VIOLATED:
             result.outcome = "violation"
             result.violated = "Temporal property " + text.strip()
+        elif code == MSG_ACTION_PROPERTY_VIOLATED:
+            result.outcome = "violation"
+            name = re.search(r"Action property (\S+) is violated", text)
+            result.violated = f"Temporal property {name.group(1)}" if name else text.strip()
         elif code == MSG_STATE:
             result.trace.append(parse_step(text))
         elif code == MSG_STUTTER:
@@ -229,6 +292,10 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
                                           "", {}, text.strip()))
         elif code == MSG_BACK_TO_STATE:
             result.trace.append(TraceStep(0, "Back to state", "", {}, text.strip()))
+        elif code == MSG_COVERAGE_ACTION:
+            covered = _COVERAGE.match(text.strip())
+            if covered:  # the last report wins: TLC prints the totals at the end
+                result.coverage[covered.group(1)] = int(covered.group(3))
         elif (message.severity == SEVERITY_ERROR and code not in (MSG_TRACE_HEADER,)
               and code != MSG_GC_WARNING):
             result.errors.append(f"[{code}] {text.strip()}")
@@ -245,22 +312,32 @@ ProgressCallback = Callable[[int, int], None]
 
 def run_model(model: Model, directory: Path, *, workers: str = "auto",
               on_progress: ProgressCallback | None = None,
-              extra_args: Sequence[str] = ()) -> TlcResult:
+              extra_args: Sequence[str] = (), coverage: bool = True) -> TlcResult:
     """Run TLC on one model; stream its progress; return the parsed result."""
     output, exit_code, wall = run_tlc(model, directory, workers=workers,
-                                      on_progress=on_progress, extra_args=extra_args)
+                                      on_progress=on_progress, extra_args=extra_args,
+                                      coverage=coverage)
     return interpret_run(model, directory, output, exit_code, wall)
 
 
 def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
             on_progress: ProgressCallback | None = None,
-            extra_args: Sequence[str] = ()) -> tuple[str, int, float]:
-    """Run TLC on one model: what it wrote, its exit code and the seconds it took."""
-    with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir:
+            extra_args: Sequence[str] = (), coverage: bool = True) -> tuple[str, int, float]:
+    """Run TLC on one model: what it wrote, its exit code and the seconds it took.
+    ``coverage=False`` leaves out TLC's action coverage, for runs that are no model check
+    (trace validation); a model expected to fail goes without it too (a mutant stops at its
+    first violation: which actions fired says nothing). With coverage TLC first walks the
+    spec's operator graph, which for the coordinator specs takes minutes of CPU before the
+    first state."""
+    with tempfile.TemporaryDirectory(prefix="korvet-tlc-") as metadir, \
+            prepared(model, directory) as folder:
+        wanted = (coverage and model.expect == "pass" and not model.no_coverage
+                  and "-coverage" not in extra_args)
+        covering = ("-coverage", COVERAGE_MINUTES) if wanted else ()
         command = tlc_command(model.module, model.config, Path(metadir),
-                              [*model.extra_args, *extra_args], workers=workers)
+                              [*model.extra_args, *covering, *extra_args], workers=workers)
         started = time.monotonic()
-        process = subprocess.Popen(command, cwd=directory, stdout=subprocess.PIPE,
+        process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         chunks: list[str] = []
@@ -279,8 +356,54 @@ def interpret_run(model: Model, directory: Path, output: str, exit_code: int,
                   wall: float) -> TlcResult:
     """The verdict of a run of TLC on ``model`` (its config read from ``directory``)."""
     result = interpret(model, output, exit_code, wall)
+    if model.check_only and result.violated.startswith("Temporal property"):
+        result.violated = f"Temporal property {model.check_only}"
     name_temporal_violation(result, directory / model.config)
     return result
+
+
+@contextlib.contextmanager
+def prepared(model: Model, directory: Path) -> Iterator[Path]:
+    """The folder TLC runs the model in: ``directory`` itself, or, for a mutant or a model
+    that checks one property only, a copy of its specs with the mutation applied and the
+    config narrowed to that property."""
+    if not model.mutation and not model.check_only:
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix="korvet-mutant-") as work:
+        folder = Path(work)
+        for source in directory.glob("*.tla"):
+            shutil.copyfile(source, folder / source.name)
+        for edit in model.mutation:
+            target = folder / edit.file
+            text = target.read_text() if target.is_file() else ""
+            found = text.count(edit.replace)
+            if found != 1:
+                raise TlcError(f"mutant {model.name}: the text to replace occurs {found} times in "
+                               f"{edit.file} (it must occur once): {edit.replace[:80]!r}")
+            target.write_text(text.replace(edit.replace, edit.by))
+        config = (directory / model.config).read_text()
+        if model.check_only:
+            config = only_property(config, model.check_only, directory / model.config)
+        (folder / model.config).write_text(config)
+        yield folder
+
+
+def only_property(config: str, name: str, cfg: Path) -> str:
+    """A model config that checks ``name`` alone: its other invariants and properties dropped."""
+    invariants, properties = read_invariants(cfg), read_properties(cfg)
+    if name not in invariants and name not in properties:
+        raise TlcError(f"{cfg.name} checks no invariant or property named {name}")
+    kept: list[str] = []
+    dropping = False
+    for raw in config.splitlines():
+        keyword = _CFG_KEYWORDS.match(raw.split("\\*", 1)[0].strip())
+        if keyword:
+            dropping = keyword.group(1).startswith(("INVARIANT", "PROPERT"))
+        if not dropping:
+            kept.append(raw)
+    kept.append(("INVARIANT " if name in invariants else "PROPERTY ") + name)
+    return "\n".join(kept) + "\n"
 
 
 def name_temporal_violation(result: TlcResult, cfg: Path) -> None:

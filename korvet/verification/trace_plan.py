@@ -33,7 +33,14 @@ from korvet.core import coordinator as core
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_from_json, event_from_json
 from korvet.core.coordinator.machine import raise_generation
-from korvet.verification.abstraction import OutsideSpec, PlainNames, effect_records, group_record
+from korvet.verification.abstraction import (
+    OutsideSpec,
+    PlainNames,
+    Requests,
+    effect_records,
+    group_record,
+    requests_of,
+)
 from korvet.verification.replay import boundary
 
 # Python-only steps, by why the spec does not see them (reported per group).
@@ -87,6 +94,7 @@ class StepInfo:
     persisted: bool | None
     fresh: str | None  # the fresh member id this step handed out
     config: core.Config
+    requests: Requests  # what each request id of its replies is (abstraction.requests_of)
 
 
 @dataclass
@@ -301,8 +309,9 @@ class _Pass:
             self.common.append(Entry(number, "stutter", RESTART))
         for group_id in _event_groups(event, before, self.groups):
             plan = self._plan(group_id, number)
-            info = StepInfo(event, effects, sent, persisted,
-                            self._fresh(event, machine, group_id), before.config)
+            fresh = self._fresh(event, machine, group_id)
+            info = StepInfo(event, effects, sent, persisted, fresh, before.config,
+                            requests_of(before.groups.get(group_id), event, fresh))
             if info.fresh is not None:
                 plan.issued.append(info.fresh)
             plan.entries.append(self._classify(number, info, group_id, before, after))

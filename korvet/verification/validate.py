@@ -42,7 +42,7 @@ from korvet.verification.abstraction import (
     NO_ID,
     Names,
     OutsideSpec,
-    effect_records,
+    effect_sequence,
     group_record,
     protocols,
 )
@@ -58,7 +58,7 @@ INVARIANTS = ("DurableTypeOK", "LeaderIsMember", "InstanceIdUnique", "StableAssi
 # What `appendfsync always` guarantees on top (with everysec TLC refutes them: the
 # GroupCoordinatorDurable-Everysec-* models).
 FSYNC_INVARIANTS = ("RevealedSurvives", "NoRollback")
-PROPERTIES = ("OutputsCorrect", "DurableGenerationIncreases")
+PROPERTIES = ("CommitsAccepted", "SyncRepliesFromLeader", "DurableGenerationIncreases")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
@@ -231,9 +231,9 @@ def render_entry(entry: Entry, group_id: str, names: Names, partitions: tuple[st
         step = entry.step
         assert step is not None
         fields.update({"act": entry.what, **action_params(step.event, step.config, names),
-                       "out": effect_records(step.effects, names, group_id),
+                       "out": effect_sequence(step.effects, names, group_id, step.requests),
                        "persisted": _PERSISTED[step.persisted],
-                       "sent": effect_records(step.sent, names, group_id)})
+                       "sent": effect_sequence(step.sent, names, group_id, step.requests)})
     elif entry.kind == "load":
         load = entry.load
         assert load is not None
@@ -429,7 +429,8 @@ def run_tlc(model: TraceModel, keep: Path | None = None) -> tlc.TlcResult:
                 shutil.copy(path, keep / path.name)
         spec = tlc.Model(name=MODULE, module=MODULE, config=f"{MODULE}.cfg",
                          extra_args=("-deadlock",))
-        return tlc.run_model(spec, work, workers="1")
+        # A trace check, not a model check: which actions fired says nothing here.
+        return tlc.run_model(spec, work, workers="1", coverage=False)
 
 
 def reached(result: tlc.TlcResult) -> int:
@@ -533,7 +534,37 @@ def _labelled(text: str, names: LogNames) -> str:
     return text + "\n      where " + ", ".join(f"{u} = {legend[u]}" for u in used)
 
 
-def _set_difference(logged: object, spec: TlaValue) -> str:
+_ORDERS = ("PersistOffsets", "DeleteGroupData")
+
+
+def _phase(effect: TlaValue) -> int:
+    """GroupCoordinator.tla's Phase, for the diagnosis only (TLC decides)."""
+    assert isinstance(effect, Record)
+    api, err = effect["api"], effect.get("err")
+    if api in _ORDERS:
+        return 0
+    if api in ("JoinGroup", "SyncGroup") and err in (int(core.ErrorCode.UNKNOWN_MEMBER_ID),
+                                                     int(core.ErrorCode.FENCED_INSTANCE_ID)):
+        return 1
+    if api == "SyncGroup" and err == int(core.ErrorCode.REBALANCE_IN_PROGRESS):
+        return 2
+    return 3 if api in ("JoinGroup", "SyncGroup") and err == 0 else 4
+
+
+def _set_difference(logged: object, spec: TlaValue, order: str = "") -> str:
+    """What the broker's effects (a sequence, in its order) have that the spec's (a set)
+    lack and the other way round; for the same set, what is wrong with their order
+    (``order``: the order they must be in, when not the phases of a step)."""
+    if isinstance(logged, tuple):
+        if isinstance(spec, frozenset) and frozenset(logged) == spec:
+            if len(logged) != len(spec):
+                return "the broker's hold one of them twice: " + format_value(logged)
+            phases = [_phase(e) for e in logged]
+            if order or phases != sorted(phases):
+                return (f"the same ones, out of {order or 'the order of the step phases'}: "
+                        + format_value(logged))
+            return "the same ones, in order"
+        logged = frozenset(logged)
     if isinstance(logged, frozenset) and isinstance(spec, frozenset):
         only_logged = sorted(format_value(v) for v in logged - spec)
         only_spec = sorted(format_value(v) for v in spec - logged)
@@ -575,7 +606,8 @@ def diagnose(plan: GroupPlan, segment: Segment, index: int, half: bool, *, fsync
         wire, grp = found[0], found[1]
         if entry.kind == "step":
             text = (f"  with the write {logged['persisted']}: replies sent: "
-                    + _labelled(_set_difference(logged["sent"], wire), model.names))
+                    + _labelled(_set_difference(logged["sent"], wire,
+                                                "the order of the step's replies"), model.names))
         elif entry.kind == "load":
             text = (f"  the broker loaded grp = {format_value(logged['grp'])} (floor "
                     f"{logged['floor']}, raised: {format_value(logged['lossy'])})\n"

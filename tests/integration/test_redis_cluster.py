@@ -333,7 +333,7 @@ def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster)
     """Several brokers' lease scripts (cluster.multi-broker) on the cluster: a group's lease
     sits in its slot, acquiring returns its snapshot, a step over groups on different
     masters is one fenced script per group, and a stale token refuses that group's write
-    only."""
+    only; the clean-up of a deleted group (``LeaseStore.delete_group``) is fenced alike."""
     import asyncio
 
     import redis.asyncio as aioredis
@@ -370,6 +370,13 @@ def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster)
         assert stale == ["g0"]
         loaded = await groups.load_snapshots()
         assert loaded["g0"] == '{"g0": 1}' and "g1" not in loaded
+        # a deleted group's clean-up is fenced the same way, in its slot; group-ids after it
+        committed, _ = await groups.group_data("g0")
+        assert not await leases.delete_group("g0", tokens["g0"], committed)
+        assert (await groups.load_snapshots())["g0"] == '{"g0": 1}'
+        assert await leases.delete_group("g0", taken.token, committed)
+        assert "g0" not in await groups.load_snapshots()
+        assert not await client.sismember(groups.group_ids_key, "g0")
         for g in names:
             await groups.delete_group(g)
             await client.delete(groups.lease_key(g))

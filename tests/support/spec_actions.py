@@ -2,7 +2,8 @@
 
 A replay compares, state by state, TLC's (action, successor) pairs with the code's. Split by
 action label, that comparison gives every action of a model a test of its own,
-``test_transition_replays[RenewRefused]``, which ``pytest -k RenewRefused`` runs: it passes
+``test_transition_replays[RenewRefused]`` (``[CoordinatorLease-replay-RenewRefused]`` where a
+replay walks several models), which ``pytest -k RenewRefused`` runs: it passes
 when the action fires in the model and every one of its transitions replays. The replay
 itself still runs once per model (a module-scoped fixture); each action's test reads its
 share of the ``ActionTally``, and the whole-model test keeps its own checks (every state

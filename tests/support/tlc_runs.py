@@ -31,10 +31,13 @@ SHARE_ENV = "KORVET_TLC_RUNS"
 DUMPED = frozenset({
     "OffsetCodec",  # tests/spec/OffsetCodec/test_offset_replay.py
     "ProducerState",  # tests/spec/ProducerState/test_producer_state_replay.py
+    "ProducerState-batches",  # same
     "PartitionLog",  # tests/spec/PartitionLog/test_partition_log_replay.py
     "PartitionLog-approximate",  # same
+    "PartitionLog-approximate-consumer",  # same
     "GroupCoordinator-replay",  # tests/spec/GroupCoordinator/test_coordinator_replay.py
     "CoordinatorLease-replay",  # tests/spec/CoordinatorLease/test_lease_replay.py
+    "CoordinatorLease-replay-takeovers",  # same
 })
 
 

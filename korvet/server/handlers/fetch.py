@@ -238,22 +238,20 @@ class FetchHandler:
                 if current is not None and current.cancelling():
                     raise  # this connection is being closed, not only the read-ahead
                 done, done_used = [], 0  # the read-ahead alone was cancelled: read anew
-            if done and not await self._still_above_log_start(done):
-                done = []
-            if done and done_used >= limits.min_bytes:
+            if done and rules.serve_prepared(await self._log_starts(done), done_used,
+                                             limits.min_bytes):
                 return done, done_used
         return wanted, await self._read(wanted, limits.max_bytes)
 
-    async def _still_above_log_start(self, prepared: list[PartitionFetch]) -> bool:
+    async def _log_starts(self, prepared: list[PartitionFetch]) -> list[tuple[int, int]]:
         """The read-ahead read before this request arrived, and an append's retention may
-        since have moved a log start past what it read: records deleted before the request
-        came must not be served (spec/PartitionLog.tla: UsePrepared with ReadAheadChecked;
-        without the check TLC finds FetchWithinBounds violated). One read of each
-        partition's bounds tells."""
+        since have moved a log start past what it read: each partition it took records from,
+        its fetch offset and its log start now (one read of each partition's bounds), for
+        ``rules.serve_prepared``."""
         taken = [part for part in prepared if part.topic is not None and part.taken]
         starts = await asyncio.gather(*(self.services.store.offsets(part.topic, part.partition)
                                         for part in taken if part.topic is not None))
-        return all(part.offset >= start for part, (start, _) in zip(taken, starts, strict=True))
+        return [(part.offset, start) for part, (start, _) in zip(taken, starts, strict=True)]
 
     async def _wait_for_data(self, wanted: list[PartitionFetch], used: int,
                              limits: rules.FetchLimits, started: float) -> int:
@@ -340,14 +338,15 @@ class FetchHandler:
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
                     limits: rules.FetchLimits) -> None:
         """Start reading the response to the request that will most likely come next."""
-        if not any(part.taken for part in answered):
+        offsets = rules.predicted_offsets([(part.offset, part.taken, part.next_offset)
+                                           for part in answered])
+        if offsets is None:
             return  # caught up (or nothing readable): the next fetch waits for new records
         if sum(part.records.size for part in answered if part.records) > PREDICTION_MAX_BYTES:
             return
         following = [PartitionFetch(part.topic_key, part.session_key, part.topic, part.partition,
-                                    part.next_offset if part.next_offset >= 0 else part.offset,
-                                    part.max_bytes)
-                     for part in answered]
+                                    offset, part.max_bytes)
+                     for part, offset in zip(answered, offsets, strict=True)]
         signature = _signature(following, limits.max_bytes, self.log_start_moves)
         if signature is None:
             return
@@ -384,14 +383,11 @@ class FetchHandler:
 
 def _signature(wanted: list[PartitionFetch], max_bytes: int,
                log_start_moves: int) -> Hashable | None:
-    """What a request asks for, to match a prepared response (None: not preparable); a
-    DeleteRecords in between (``log_start_moves``) makes the prepared one stale."""
-    parts = []
-    for part in wanted:
-        if part.topic is None or not part.readable:
-            return None
-        parts.append((part.topic.topic_id, part.partition, part.offset, part.max_bytes))
-    return log_start_moves, max_bytes, tuple(parts)
+    """What a request asks for, to match a prepared response (``rules.read_ahead_key``)."""
+    return rules.read_ahead_key(
+        ((part.topic.topic_id, part.partition, part.offset, part.max_bytes)
+         if part.topic is not None and part.readable else None for part in wanted),
+        max_bytes, log_start_moves)
 
 
 def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> FetchAnswer:

@@ -1,16 +1,19 @@
-"""Every transition of spec/CoordinatorLease.tla's replay model, replayed through korvet/core/lease.py.
+"""Every transition of spec/CoordinatorLease.tla's replay models, replayed through korvet/core/lease.py.
 
-TLC dumps the whole state graph of the ``CoordinatorLease-replay`` model. For every
+TLC dumps the whole state graph of the ``CoordinatorLease-replay`` model (one takeover,
+commits) and of ``CoordinatorLease-replay-takeovers`` (two takeovers: a token-1 write still
+in flight when the lease comes back to its first owner, or to a restarted process of it). For every
 state the test steps every action the spec's ``Next`` allows there, deciding the
 lease parts with the Python machine (``may_acquire``, ``grant``, ``renewal``,
-``accepts``, ``believes``, ``expired_locally``, ``after_*``) and the abstract
-coordinator parts (a rebalance, a commit) as the spec does, and requires the set of
-(action, successor) pairs to be exactly TLC's. A lease rule changed in Python (a
-grant that keeps the token, a write accepted with a stale token, a deadline without
-the margin) makes the sets differ: ``test_a_broken_rule_is_caught`` checks that.
+``release``, ``accepts``, ``believes``, ``expired_locally``, ``after_*``) and the
+abstract coordinator parts (a rebalance, a commit, a deletion and its clean-up) as the
+spec does, and requires the set of (action, successor) pairs to be exactly TLC's. A
+lease rule changed in Python (a grant that keeps the token, a write accepted with a
+stale token, a deadline without the margin, a release that ends nothing) makes the sets
+differ: ``test_a_broken_rule_is_caught`` checks that.
 The graph is replayed once; each action's transitions are also a test of their own
-(``test_transition_replays[RenewRefused]``, ``pytest -k RenewRefused``), which fails
-when the action never fires in the model.
+(``test_transition_replays[CoordinatorLease-replay-RenewRefused]``, ``pytest -k
+RenewRefused``), which fails when the action never fires in the model.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from korvet.verification.values import ModelValue, TlaValue
 from tests.support import tlc_runs
 from tests.support.spec_actions import ActionTally, action_cases, assert_action_replays
 
-MODEL_NAME = "CoordinatorLease-replay"
+MODEL_NAME = "CoordinatorLease-replay"  # the broken rules' model
+TAKEOVERS = "CoordinatorLease-replay-takeovers"
+MODELS = (MODEL_NAME, TAKEOVERS)
 
 pytestmark = pytest.mark.tlc
 
@@ -39,6 +44,8 @@ Assign = tuple[tuple[str, str], ...]
 @dataclass(frozen=True, slots=True)
 class Copy:
     loaded: bool
+    inc: int  # the group's incarnation (its deletions so far)
+    dead: bool
     gen: int
     assign: Assign
     committed: int
@@ -48,9 +55,8 @@ class Copy:
 class Write:
     sender: str
     token: int
-    gen: int
-    assign: Assign
-    committed: int
+    cleanup: bool
+    data: Copy  # what the write leaves in Redis (``loaded`` False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +68,11 @@ class State:
     mem: tuple[tuple[str, Copy], ...]
     saved: Copy
     net: frozenset[Write]
-    accepted: frozenset[tuple[int, str]]
-    assigned: frozenset[tuple[int, str, str]]
+    foreign: bool
+    assigned: frozenset[tuple[int, int, str, str]]
     high: int
     regress: bool
+    wiped: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,7 @@ class Constants:
     max_token: int
     max_gen: int
     max_offset: int
+    max_deletes: int
 
     @classmethod
     def read(cls, cfg: Path) -> Constants:
@@ -98,7 +106,7 @@ class Constants:
 
         return cls(names("Brokers"), names("Members"), names("Partitions"), num("TTL"),
                    num("Drift"), num("Margin"), num("MaxTime"), num("MaxToken"),
-                   num("MaxGen"), num("MaxOffset"))
+                   num("MaxGen"), num("MaxOffset"), num("MaxDeletes"))
 
 
 def _name(value: object) -> str:
@@ -126,9 +134,9 @@ def from_tla(s: dict[str, TlaValue], c: Constants) -> State:
     record = s["lease"]
     owner = _name(_get(record, "owner"))
 
-    def copy(v: TlaValue, loaded: bool) -> Copy:
-        return Copy(loaded, _int(_get(v, "gen")), _assign(_get(v, "assign")),
-                    _int(_get(v, "committed")))
+    def copy(v: Any, loaded: bool) -> Copy:
+        return Copy(loaded, _int(_get(v, "inc")), _get(v, "dead") is True, _int(_get(v, "gen")),
+                    _assign(_get(v, "assign")), _int(_get(v, "committed")))
 
     return State(
         now=_int(s["now"]),
@@ -140,14 +148,15 @@ def from_tla(s: dict[str, TlaValue], c: Constants) -> State:
         mem=tuple((b, copy(_get(s["mem"], b), _get(_get(s["mem"], b), "loaded") is True))
                   for b in c.brokers),
         saved=copy(s["saved"], False),
-        net=frozenset(Write(_name(_get(w, "from")), _int(_get(w, "token")), _int(_get(w, "gen")),
-                            _assign(_get(w, "assign")), _int(_get(w, "committed")))
+        net=frozenset(Write(_name(_get(w, "from")), _int(_get(w, "token")),
+                            _get(w, "cleanup") is True, copy(w, False))
                       for w in s["net"]),  # type: ignore[union-attr]
-        accepted=frozenset((_int(x[0]), _name(x[1])) for x in s["accepted"]),  # type: ignore[union-attr,index]
-        assigned=frozenset((_int(x[0]), _name(x[1]), _name(x[2]))  # type: ignore[index]
+        foreign=s["foreign"] is True,
+        assigned=frozenset((_int(x[0]), _int(x[1]), _name(x[2]), _name(x[3]))  # type: ignore[index]
                            for x in s["assigned"]),  # type: ignore[union-attr]
         high=_int(s["highToken"]),
         regress=s["regress"] is True,
+        wiped=s["wiped"] is True,
     )
 
 
@@ -156,7 +165,12 @@ class Machine:
 
     def __init__(self, c: Constants) -> None:
         self.c = c
-        self.empty = Copy(False, 0, tuple((p, "nobody") for p in c.partitions), 0)
+        self.nobody = tuple((p, "nobody") for p in c.partitions)
+        self.empty = Copy(False, 0, False, 0, self.nobody, 0)
+
+    def new(self, inc: int) -> Copy:
+        """What a clean-up leaves: the group's next incarnation, new (spec ``New``)."""
+        return Copy(True, inc, False, 0, self.nobody, 0)
 
     def local(self, s: State, b: str) -> int:
         return s.now + dict(s.off)[b]
@@ -182,8 +196,8 @@ class Machine:
     def drop(self, s: State, b: str) -> State:
         return self.put(s, b, lease.NOT_HELD, self.empty)
 
-    def send(self, s: State, b: str, copy: Copy) -> State:
-        w = Write(b, dict(s.held)[b].token, copy.gen, copy.assign, copy.committed)
+    def send(self, s: State, b: str, copy: Copy, cleanup: bool = False) -> State:
+        w = Write(b, dict(s.held)[b].token, cleanup, replace(copy, loaded=False))
         return replace(self.put(s, b, mem=copy), net=s.net | {w})
 
     def successors(self, s: State) -> Iterator[tuple[str, State]]:
@@ -195,7 +209,7 @@ class Machine:
         for w in s.net:
             yield from self.delivery(s, w)
 
-    def broker_steps(self, s: State, b: str) -> Iterator[tuple[str, State]]:  # noqa: C901 -- one branch per spec action
+    def broker_steps(self, s: State, b: str) -> Iterator[tuple[str, State]]:  # noqa: C901, PLR0912 -- one branch per spec action
         c = self.c
         held, local = dict(s.held)[b], self.local(s, b)
         if (held.token == 0 and s.record.token < c.max_token
@@ -214,16 +228,22 @@ class Machine:
                 held, False, local, c.ttl, c.margin), self.empty)
         if lease.expired_locally(held, local):
             yield "LocalExpiry", self.drop(s, b)
-        if held != lease.NOT_HELD or dict(s.mem)[b] != self.empty:
+        owns, mem = self.owns(s, b), dict(s.mem)[b]
+        if owns:
+            yield "Release", replace(self.drop(s, b), record=lease.release(s.record, held.token))
+        if held != lease.NOT_HELD or mem != self.empty:
             yield "Crash", self.drop(s, b)
-        mem = dict(s.mem)[b]
-        if self.owns(s, b) and mem.committed < c.max_offset:
+        if owns and not mem.dead and mem.committed < c.max_offset:
             yield "Commit", self.send(s, b, replace(mem, committed=mem.committed + 1))
+        if owns and not mem.dead and mem.inc < c.max_deletes:
+            yield "Delete", self.send(s, b, replace(mem, dead=True))
+        if owns and mem.dead:
+            yield "CleanUp", self.send(s, b, self.new(mem.inc + 1), cleanup=True)
         if held.token != 0 and self.waiting(s, b):
             yield "GiveUp", self.put(s, b, lease.after_write(held, held.token,
                                                              lease.WriteOutcome.UNKNOWN),
                                      self.empty)
-        if self.owns(s, b) and mem.gen < c.max_gen:
+        if owns and not mem.dead and mem.gen < c.max_gen:
             for members in itertools.product(c.members, repeat=len(c.partitions)):
                 a = tuple(zip(c.partitions, members, strict=True))
                 yield "Rebalance", self.send(s, b, replace(mem, gen=mem.gen + 1, assign=a))
@@ -235,13 +255,19 @@ class Machine:
         rest = replace(s, net=s.net - {w})
         held = dict(s.held)[w.sender]
         if lease.accepts(s.record, w.token):
-            regress = (s.regress or w.token < s.high or w.gen < s.saved.gen
-                       or w.committed < s.saved.committed)
+            d, saved = w.data, s.saved
+            backwards = (w.token < s.high or d.inc < saved.inc
+                         or (d.inc == saved.inc and saved.dead and not d.dead)
+                         or (d.inc == saved.inc and (d.gen < saved.gen
+                                                     or d.committed < saved.committed)))
+            wipes = (w.cleanup and not (saved.dead and saved.inc + 1 == d.inc)
+                     and saved != d)
             yield "Apply", replace(
-                rest, saved=Copy(False, w.gen, w.assign, w.committed),
-                accepted=s.accepted | {(w.token, w.sender)},
-                assigned=s.assigned | {(w.gen, p, m) for p, m in w.assign if m != "nobody"},
-                high=max(s.high, w.token), regress=regress)
+                rest, saved=d, foreign=s.foreign or w.sender != s.record.owner,
+                assigned=s.assigned | {(d.inc, d.gen, p, m) for p, m in d.assign
+                                       if m != "nobody"},
+                high=max(s.high, w.token), regress=s.regress or backwards,
+                wiped=s.wiped or wipes)
         else:
             after = lease.after_write(held, w.token, lease.WriteOutcome.REFUSED)
             yield "Refuse", rest if after == held else self.drop(rest, w.sender)
@@ -249,23 +275,31 @@ class Machine:
         yield "Lose", rest if after == held else self.drop(rest, w.sender)
 
 
-# Next's actions, as TLC labels them; Skew only where the clocks may drift apart.
-ACTIONS = ("Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry", "Crash", "Commit",
-           "Rebalance", "Apply", "Refuse", "Lose", "GiveUp")
+# Next's actions, as TLC labels them, Skew aside (actions_of).
+ACTIONS = ("Tick", "Acquire", "Renew", "RenewRefused", "LocalExpiry", "Release", "Crash",
+           "Commit", "Rebalance", "Delete", "CleanUp", "Apply", "Refuse", "Lose", "GiveUp")
 
 
 def actions_of(c: Constants) -> tuple[str, ...]:
-    return (*ACTIONS, "Skew") if c.drift else ACTIONS
+    """The actions a model takes: Skew only with drifting clocks, Commit only with an offset
+    to commit (the takeovers model has none)."""
+    return tuple(a for a in (*ACTIONS, "Skew")
+                 if (a != "Skew" or c.drift) and (a != "Commit" or c.max_offset))
 
 
-CONSTANTS = Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
+CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
+             for name in MODELS}
+
+
+def _model(name: str) -> tuple[tlc.StateGraph, Constants]:
+    graph, _ = tlc_runs.state_graph(name)
+    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
+    return graph, CONSTANTS[name]
 
 
 @pytest.fixture(scope="module")
 def model() -> tuple[tlc.StateGraph, Constants]:
-    graph, _ = tlc_runs.state_graph(MODEL_NAME)
-    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, CONSTANTS
+    return _model(MODEL_NAME)
 
 
 def _replay(graph: tlc.StateGraph, c: Constants, limit: int = 0) -> tuple[list[str], ActionTally]:
@@ -288,32 +322,54 @@ def _replay(graph: tlc.StateGraph, c: Constants, limit: int = 0) -> tuple[list[s
     return problems, tally
 
 
+Replayed = tuple[list[str], ActionTally]
+
+
 @pytest.fixture(scope="module")
-def replayed(model: tuple[tlc.StateGraph, Constants]) -> tuple[list[str], ActionTally]:
-    """The real rules' replay of every state, once per module."""
-    return _replay(*model)
+def walked() -> Callable[[str], Replayed]:
+    """The real rules' replay of every state of a model, once per module."""
+    done: dict[str, Replayed] = {}
+
+    def of(name: str) -> Replayed:
+        if name not in done:
+            done[name] = _replay(*_model(name))
+        return done[name]
+    return of
+
+
+@pytest.fixture(scope="module")
+def replayed(walked: Callable[[str], Replayed]) -> Replayed:
+    return walked(MODEL_NAME)
 
 
 @pytest.mark.spec("CoordinatorLease", "Spec", "Brokers", "held", "net")
+@pytest.mark.parametrize("name", [
+    MODEL_NAME,
+    pytest.param(TAKEOVERS, marks=pytest.mark.spec("CoordinatorLease", "MaxToken",
+                                                   note="two takeovers replayed"))])
 def test_every_transition_replays_through_the_lease_machine(
-        model: tuple[tlc.StateGraph, Constants],
-        replayed: tuple[list[str], ActionTally]) -> None:
-    graph, c = model
+        walked: Callable[[str], Replayed], name: str) -> None:
+    graph, c = _model(name)
     assert len(graph.states) == graph.result.distinct
     assert graph.transition_count > len(graph.states)
-    problems, _ = replayed
+    problems, _ = walked(name)
     assert not problems, f"{len(problems)} divergent states; the first:\n" + "\n".join(problems[:3])
     actions = {a for edges in graph.edges.values() for a, _ in edges}
     # every action of the spec happens in the replayed graph
     assert actions == set(actions_of(c)), actions
+    # the takeovers model grants every token up to MaxToken: as many takeovers as it says
+    assert max(_int(_get(state["lease"], "token")) for state in graph.states.values()) == \
+        c.max_token
 
 
-@pytest.mark.parametrize(("model_name", "action"),
-                         action_cases("CoordinatorLease", MODEL_NAME, actions_of(CONSTANTS)))
-def test_transition_replays(replayed: tuple[list[str], ActionTally], model_name: str,
+@pytest.mark.parametrize(("model_name", "action"), [
+    case for name in MODELS
+    for case in action_cases("CoordinatorLease", name, actions_of(CONSTANTS[name]),
+                             with_model=True)])
+def test_transition_replays(walked: Callable[[str], Replayed], model_name: str,
                             action: str) -> None:
-    """Every transition of one action of the model, replayed through korvet/core/lease.py."""
-    assert_action_replays(replayed[1], action)
+    """Every transition of one action of a model, replayed through korvet/core/lease.py."""
+    assert_action_replays(walked(model_name)[1], action)
 
 
 BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
@@ -322,13 +378,15 @@ BROKEN: dict[str, tuple[str, Callable[..., object]]] = {
     "stale token accepted": ("accepts", lambda r, token: token != 0),
     "deadline without margin": ("believed_until", lambda local, ttl, margin: local + ttl),
     "refused write keeps the lease": ("after_write", lambda held, token, outcome: held),
+    "release ends nothing": ("release", lambda record, token: record),
 }
 
 
 # The spec names whose rule each broken copy breaks.
 BROKEN_NAMES = {"grant keeps the token": ("Acquire",), "stale token accepted": ("Apply", "Refuse"),
                 "deadline without margin": ("AtMostOneBelieves", "Margin"),
-                "refused write keeps the lease": ("Refuse",)}
+                "refused write keeps the lease": ("Refuse",),
+                "release ends nothing": ("Release",)}
 
 
 @pytest.mark.parametrize("name", [

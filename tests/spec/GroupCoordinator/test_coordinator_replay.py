@@ -45,7 +45,6 @@ from korvet.core.coordinator import (
     CommittedOffset,
     Config,
     CoordinatorState,
-    DeleteGroupData,
     DeleteGroups,
     DeleteGroupsReply,
     Effect,
@@ -70,7 +69,6 @@ from korvet.core.coordinator import (
     PendingMember,
     PendingMemberTimeout,
     PendingSyncTimeout,
-    PersistOffsets,
     Protocol,
     RebalanceTimeout,
     Restart,
@@ -83,6 +81,7 @@ from korvet.core.coordinator import (
     timers,
 )
 from korvet.verification import tlc
+from korvet.verification.abstraction import PlainNames, Requests, effect_record, requests_of
 from korvet.verification.values import Function, Record, TlaValue, parse_state
 from tests.support import tlc_runs
 from tests.support.examples import examples
@@ -300,48 +299,32 @@ def abstract(c: Constants, state: CoordinatorState) -> Canon:
     })
 
 
-def abstract_effect(effect: Effect) -> Canon:
-    record: dict[str, object]
-    match effect:
-        case JoinGroupReply():
-            record = {"api": "JoinGroup", "err": int(effect.error), "mid": effect.member_id,
-                      "gen": effect.generation_id, "leader": effect.leader,
-                      "proto": effect.protocol_name or "",
-                      "members": frozenset(m.member_id for m in effect.members),
-                      "skip": effect.skip_assignment}
-        case SyncGroupReply():
-            record = {"api": "SyncGroup", "to": effect.member_id, "err": int(effect.error),
-                      "proto": effect.protocol_name or "", "asg": effect.assignment.decode()}
-        case HeartbeatReply():
-            record = {"api": "Heartbeat", "to": effect.member_id, "err": int(effect.error)}
-        case LeaveGroupReply():
-            record = {"api": "LeaveGroup", "err": int(effect.error), "results": tuple(
-                {"mid": r.member_id, "inst": r.group_instance_id or "", "err": int(r.error)}
-                for r in effect.members)}
-        case OffsetCommitReply():
-            errors = {int(p.error) for p in effect.partitions}
-            assert len(errors) == 1, effect
-            record = {"api": "OffsetCommit", "to": effect.member_id, "err": errors.pop()}
-        case PersistOffsets():
-            record = {"api": "PersistOffsets", "mid": effect.member_id,
-                      "gen": effect.generation_id,
-                      "offsets": {f"p{tp.partition}": o.offset for tp, o in effect.offsets}}
-        case DeleteGroupsReply():
-            (result,) = effect.results
-            record = {"api": "DeleteGroups", "err": int(result.error)}
-        case DeleteGroupData():
-            record = {"api": "DeleteGroupData"}
-    return canon(record)
+_PLAIN = PlainNames()
+_EFFECTS: dict[tuple[Effect, str | None], Canon] = {}
 
 
-_EFFECTS: dict[Effect, Canon] = {}
-
-
-def effect_canon(effect: Effect) -> Canon:
-    known = _EFFECTS.get(effect)
+def effect_canon(effect: Effect, requests: Requests) -> Canon:
+    """The spec's record of an effect (korvet.verification.abstraction, the one abstraction
+    trace validation uses too), with `to` the request its request id is: cached by the
+    effect and that request, which is all the record depends on."""
+    request_id = getattr(effect, "request_id", None)
+    route = None if request_id is None else requests.route(request_id, _KIND[type(effect)])
+    key = (effect, route)
+    known = _EFFECTS.get(key)
     if known is None:
-        known = _EFFECTS[effect] = abstract_effect(effect)
+        record = effect_record(effect, _PLAIN, GROUP, requests)
+        assert record is not None, effect
+        known = _EFFECTS[key] = canon(record)
     return known
+
+
+_KIND: dict[type, str] = {JoinGroupReply: "JoinGroup", SyncGroupReply: "SyncGroup",
+                          HeartbeatReply: "Heartbeat", LeaveGroupReply: "LeaveGroup",
+                          OffsetCommitReply: "OffsetCommit", DeleteGroupsReply: "DeleteGroups"}
+
+
+def effects_canon(effects: Iterable[Effect], requests: Requests) -> tuple[Canon, ...]:
+    return tuple(effect_canon(e, requests) for e in effects)
 
 
 # --- the events of the spec's Next, over the model's constants ---------------------
@@ -440,8 +423,12 @@ class MachineStep:
     event: Canon  # the spec's `ev` for it (event_record)
     name: str  # the event's class: the spec's action name
     successor: CoreCanon  # abstract state after it, with `issued`
-    effects: frozenset[Canon]  # abstract effects
+    sequence: tuple[Canon, ...]  # abstract effects, in the machine's order
     beyond: bool  # the group's generation is beyond the model's CONSTRAINT
+
+    @property
+    def effects(self) -> frozenset[Canon]:
+        return frozenset(self.sequence)
 
 
 def step_all(c: Constants, grp: TlaValue, issued: int) -> list[MachineStep]:
@@ -460,9 +447,10 @@ def step_all(c: Constants, grp: TlaValue, issued: int) -> list[MachineStep]:
         group = after.groups.get(GROUP)
         used = group is not None and fresh is not None and (
             fresh in group.members or fresh in group.pending)
+        requests = requests_of(state.groups.get(GROUP), event, fresh if used else None)
         steps.append(MachineStep(
             event_record(state.config, event), type(event).__name__,
-            (there, issued + 1 if used else issued), frozenset(effect_canon(e) for e in effects),
+            (there, issued + 1 if used else issued), effects_canon(effects, requests),
             group is not None and group.generation > c.max_generation))
     return steps
 
@@ -809,7 +797,7 @@ def machine_steps(c: Constants, grp: TlaValue, issued: int,
                   table: MachineTable | None = None) -> dict[Canon, StepResult]:
     """ev -> (next state, effects) of every step the machine takes from this spec state,
     for every event of the spec's parameter domains (no-op timers are not steps)."""
-    return {taken.event: (taken.successor, ("set", taken.effects))
+    return {taken.event: (taken.successor, ("seq", taken.sequence))
             for taken in (table or MachineTable(c)).steps(grp, issued)}
 
 
@@ -970,9 +958,10 @@ class Abstraction:
 
 
 def concrete_events(c: Constants, a: Abstraction, key: CoreCanon, state: CoordinatorState,
-                    now: int, data: st.DataObject) -> Event:
+                    now: int, data: st.DataObject, request_id: int) -> Event:
     """A request of the spec's parameter domains with concrete values the replay fixes
-    drawn freely (timeouts, request ids), a due timer, a clean-up, or a restart."""
+    drawn freely (timeouts; request ids are the adapter's, unique: ``request_id`` plus a
+    drawn gap), a due timer, a clean-up, or a restart."""
     due = timers.due_timeouts(state, now)
     kind = data.draw(st.sampled_from(["request", "request", "request", "timer", "other"]))
     if kind == "timer" and due:
@@ -983,7 +972,7 @@ def concrete_events(c: Constants, a: Abstraction, key: CoreCanon, state: Coordin
     event = data.draw(st.sampled_from(list(events_for(c, a.states[key], key[1]))))
     if isinstance(event, INTERNAL):
         return event  # fired at `now`, due or not
-    request_id = data.draw(st.integers(1, 10_000))
+    request_id += data.draw(st.integers(0, 3))
     if isinstance(event, JoinGroup):
         config = state.config
         session = event.session_timeout_ms
@@ -1003,19 +992,21 @@ def refinement_run(a: Abstraction, data: st.DataObject, length: int) -> int:
     c = a.graph.constants
     state = CoordinatorState(config=Config(group_max_size=c.group_max_size), groups={})
     issued, now, taken = 0, 0, 0
-    for _ in range(length):
+    for number in range(length):
         now += data.draw(st.sampled_from([0, 0, 1, 1_000, 3_000, 10_000, 30_000, 400_000]))
         key = (abstract(c, state), issued)
         assert key in a.states, f"the machine reached a state outside TLC's graph: {key}"
-        event = concrete_events(c, a, key, state, now, data)
+        event = concrete_events(c, a, key, state, now, data, 10_000 + 4 * number)
         after, effects = step(state, event, now)
         group = after.groups.get(GROUP)
         fresh = c.member_ids[issued] if issued < len(c.member_ids) else None
-        if group is not None and fresh is not None and (
-                fresh in group.members or fresh in group.pending):
+        used = group is not None and fresh is not None and (
+            fresh in group.members or fresh in group.pending)
+        if used:
             issued += 1
         there = (abstract(c, after), issued)
-        outs = ("set", frozenset(effect_canon(e) for e in effects))
+        requests = requests_of(state.groups.get(GROUP), event, fresh if used else None)
+        outs = ("seq", effects_canon(effects, requests))
         state = after
         if there == key and not effects:
             continue  # a stutter: the spec allows it

@@ -130,6 +130,69 @@ def test_a_sync_reply_with_another_assignment_than_the_leaders_fails() -> None:
 
 
 @pytest.mark.spec("GroupCoordinatorTrace", "MatchPersist")
+def test_a_reply_sent_on_another_members_connection_fails() -> None:
+    """Hand-edited: the leader's assignment releases both SyncGroups, but each reply goes
+    out with the other member's request id (the adapter would write it on the other
+    member's connection) although each still names its own member and assignment. The
+    spec's `to` is the request answered, so the misrouted replies match none of its."""
+    log = SyntheticLog()
+    two_members(log)
+    number = len(log.lines)
+    entry = json.loads(log.lines[-1])
+    first, second = entry["sent"]
+    assert first["member_id"] != second["member_id"]
+    first["request_id"], second["request_id"] = second["request_id"], first["request_id"]
+
+    result = validate(_edit(log.lines, number, {"sent": entry["sent"]}), explain=False)
+
+    (check,) = result.groups
+    assert check.failed_lines == [number]
+
+
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStep")
+def test_a_join_reply_with_another_members_metadata_fails() -> None:
+    """Hand-edited: the leader's JoinGroup reply of generation 2 lists client-b with
+    metadata client-b never sent (in the machine's effects and on the wire); the leader
+    would compute the assignment from it. The spec lists each member's own metadata of
+    the chosen protocol."""
+    log = SyntheticLog()
+    two_members(log)
+    number = next(n for n, line in enumerate(log.lines, start=1)
+                  if any(r.get("members") and r["generation_id"] == 2
+                         for r in json.loads(line).get("sent", [])))
+    entry = json.loads(log.lines[number - 1])
+    for reply in entry["effects"] + entry["sent"]:
+        for member in reply.get("members", []):
+            if member["member_id"] == "client-b":
+                member["metadata"] = "c3RhbGU="  # b"stale"
+
+    result = validate(_edit(log.lines, number, {"effects": entry["effects"],
+                                                "sent": entry["sent"]}), explain=False)
+
+    (check,) = result.groups
+    assert check.failed_lines == [number]
+
+
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchStep")
+def test_effects_out_of_order_fail() -> None:
+    """Hand-edited: a commit's reply comes before the offset write it answers for (the
+    effects swapped: the adapter carries them out in order, so it would acknowledge
+    offsets it had not yet written). The same effects as a set, in the wrong order."""
+    log = SyntheticLog()
+    formed_group(log)
+    log.step(log.commit("client-a", 1, {0: 5}))
+    number = len(log.lines)
+    entry = json.loads(log.lines[-1])
+    assert [e["type"] for e in entry["effects"]] == ["PersistOffsets", "OffsetCommitReply"]
+
+    result = validate(_edit(log.lines, number, {"effects": entry["effects"][::-1]}),
+                      explain=False)
+
+    (check,) = result.groups
+    assert check.failed_lines == [number]
+
+
+@pytest.mark.spec("GroupCoordinatorTrace", "MatchPersist")
 def test_a_reply_sent_although_its_write_failed_fails() -> None:
     """Hand-edited: the log says the write of a new generation failed (or that there was
     nothing to write), yet the JoinGroup reply revealing it was sent."""

@@ -6,7 +6,14 @@ korvet.core.topics.trim_policy computes from the model's topic configuration; a 
 partition nothing was appended to is a bounds.lua call; XAddStar is Redis' own `XADD
 <ms>-*`; a fetch's XRANGE and bounds are the commands RedisStore.read sends, judged by
 the storage functions the fetch path uses (_bounds, _below, foreign_bounds,
-PartitionRead.entries) and fetch.py's range check. The stream (ids, who wrote each, and
+PartitionRead.entries) and the decisions korvet/server/handlers/fetch.py takes through
+korvet/core/fetch.py: the range check (``offset_error``), whether a request takes the
+prepared response (``read_ahead_key``: same offset), whether it serves it
+(``serve_prepared``: records, and no log start moved past the fetch offset) and which
+fetch to prepare next (``predicted_offsets``). The client's part (where it fetches next,
+its reset on OFFSET_OUT_OF_RANGE, its seeks) is the test's. The caught-up shortcut
+(``notifier.caught_up``: a fetch at the high watermark answered from the last read) and
+the long poll are not modelled. The stream (ids, who wrote each, and
 the node count Redis reports), Redis' last-generated id, the meta hash and every fetch
 variable must be exactly TLC's successors. Copies of the scripts with one rule broken
 must diverge. Each model is walked once; each action's transitions are also a test of their
@@ -24,6 +31,8 @@ from typing import Any
 import pytest
 import redis
 
+from korvet.core import fetch as rules
+from korvet.core.errors import ErrorCode
 from korvet.core.offsets import OffsetCodec
 from korvet.core.topics import TopicConfig, trim_policy
 from korvet.storage.redis_store import PartitionRead, _below, _bounds, foreign_bounds
@@ -40,10 +49,20 @@ from tests.support.script_replay import (
 )
 from tests.support.spec_actions import action_cases, assert_action_replays
 
-CI_MODELS = ["PartitionLog", "PartitionLog-approximate"]
+CI_MODELS = ["PartitionLog", "PartitionLog-approximate", "PartitionLog-approximate-consumer"]
 STREAM, META, TOPIC, WAITING = "pl:stream:t:0", "pl:partition:t:0", "pl:topic:t", "pl:waiting"
 TOPIC_ID = "topic-id-pl"
 NO_ID = (-1, -1)
+# The fetch the model's consumer sends: one partition, the whole response allowed, at least
+# one record wanted (a consumer's min_bytes is at least 1; the model counts records, the
+# broker bytes: a record is one unit of both here).
+MAX_BYTES, MIN_BYTES = 2**20, 1
+
+
+def _key(offset: int) -> object:
+    """The read-ahead key of the model's fetch at ``offset``, as fetch.py's ``_signature``
+    builds it (no DeleteRecords in the model)."""
+    return rules.read_ahead_key([(TOPIC_ID, 0, offset, MAX_BYTES)], MAX_BYTES, 0)
 
 pytestmark = pytest.mark.tlc
 
@@ -246,18 +265,24 @@ class PartitionReplay:
     def answer(self, s: dict[str, TlaValue], start_at_req: int, frm: int, got: tuple[Any, ...],
                start: int, hw: int) -> dict[str, TlaValue]:
         """fetch.py's decision on what it read, and the client's reaction."""
-        err = frm < start or frm > hw
-        raw = [[f"{ms}-{seq}".encode(), []] for ms, seq in got]
-        recs = () if err else tuple(
-            o for o, _ in PartitionRead(_below(self.codec, raw, hw), start, hw).entries(self.c.bits))
+        err = rules.offset_error(frm, start, hw) is not ErrorCode.NONE
+        recs = () if err else self.entries(got, hw)
         pos = start if err else (recs[-1] + 1 if recs else s["pos"])
         prep = NO_PREP
-        if self.c.read_ahead and not err and recs:
-            prep = _with(NO_PREP, phase="range", **{"from": recs[-1] + 1})
+        following = rules.predicted_offsets([(frm, len(recs), recs[-1] + 1 if recs else -1)])
+        if self.c.read_ahead and following is not None:
+            prep = _with(NO_PREP, phase="range", **{"from": following[0]})
         return {**s, "resp": Record({"from": frm, "recs": recs,
                                      "err": "OFFSET_OUT_OF_RANGE" if err else "NONE",
                                      "startAtReq": start_at_req, "hw": hw}),
                 "f": NO_FETCH, "pos": pos, "prep": prep}
+
+    def entries(self, got: tuple[Any, ...], hw: int) -> tuple[int, ...]:
+        """The offsets of the records a read's entries give, as RedisStore.read hands them
+        to the fetch path: those with an offset, below the high watermark."""
+        raw = [[f"{ms}-{seq}".encode(), []] for ms, seq in got]
+        return tuple(o for o, _ in PartitionRead(_below(self.codec, raw, hw), 0, hw)
+                     .entries(self.c.bits))
 
     def log_start_now(self) -> int:
         client = self.store.client
@@ -286,7 +311,8 @@ class PartitionReplay:
                     yield run("XAddStar", lambda now=now: self.xadd_star(s, now))
         f, prep, pos = _rec(s["f"]), _rec(s["prep"]), _int(s["pos"])
         if f["phase"] == "idle" and c.consumer:
-            use = prep["phase"] != "none" and (prep["from"] == pos or not c.same_offset)
+            use = prep["phase"] != "none" and (_key(_int(prep["from"])) == _key(pos)
+                                               or not c.same_offset)
             redo(snapshot)
             start_now = self.log_start_now()
             yield Successor("Request", {
@@ -331,12 +357,12 @@ class PartitionReplay:
             frm, start, hw = _int(prep["from"]), _int(prep["start"]), _int(prep["hw"])
             prepared = prep["got"]
             assert isinstance(prepared, tuple)
-            raw = [[f"{ms}-{seq}".encode(), []] for ms, seq in prepared]
-            nothing = frm < start or frm > hw or not PartitionRead(
-                _below(self.codec, raw, hw), start, hw).entries(c.bits)
+            taken = (0 if rules.offset_error(frm, start, hw) is not ErrorCode.NONE
+                     else len(self.entries(prepared, hw)))
             redo(snapshot)
-            moved = c.read_ahead_checked and _int(f["from"]) < self.bounds(0)[0]
-            if nothing or moved:
+            # fetch.py reads the log start again of each partition it took records from
+            starts = [(frm, self.bounds(0)[0])] if c.read_ahead_checked and taken else []
+            if not rules.serve_prepared(starts, taken, MIN_BYTES):
                 yield Successor("UsePrepared", {**s, "f": _with(f, phase="range"),
                                                 "prep": NO_PREP}, snapshot)
             else:
@@ -416,6 +442,8 @@ def walked(redis_url: str) -> Callable[[str], WalkReport]:
     pytest.param("PartitionLog", marks=pytest.mark.spec("PartitionLog", "ForeignWrites")),
     pytest.param("PartitionLog-approximate", marks=pytest.mark.spec(
         "PartitionLog", "NodeSize", note="Redis' node count checked")),
+    pytest.param("PartitionLog-approximate-consumer", marks=pytest.mark.spec(
+        "PartitionLog", "NodeSize", "Approximate", note="a consumer under approximate retention")),
 ])
 def test_every_transition_replays_through_the_scripts(walked: Callable[[str], WalkReport],
                                                       name: str) -> None:
@@ -437,26 +465,44 @@ def test_transition_replays(walked: Callable[[str], WalkReport], name: str, acti
     assert_action_replays(walked(name).tally, action)
 
 
-@pytest.mark.parametrize("script,rule,broken", [
+STALE_LAST = "The ID specified in XADD is equal or smaller than the target stream top item"
+
+
+@pytest.mark.parametrize("name,script,rule,broken,error", [
     # bounds.lua sets `last` on a read again, as it did (the high watermark of an empty
     # partition then comes from a last id nothing was written at).
-    pytest.param("bounds.lua", "redis.call('HSET', KEYS[2], 'start', start)",
-                 "redis.call('HSET', KEYS[2], 'start', start, 'last', start)",
+    pytest.param("PartitionLog", "bounds.lua", "redis.call('HSET', KEYS[2], 'start', start)",
+                 "redis.call('HSET', KEYS[2], 'start', start, 'last', start)", None,
                  id="bounds-writes-last", marks=pytest.mark.spec("PartitionLog", "BoundsWrite")),
     # Exact MAXLEN trimming forgets to raise the log start.
-    pytest.param("append.lua", "      raise_start(after(entry_last(removed[#removed])))",
-                 "      local _ = removed",
+    pytest.param("PartitionLog", "append.lua",
+                 "      raise_start(after(entry_last(removed[#removed])))",
+                 "      local _ = removed", None,
                  id="maxlen-keeps-start", marks=pytest.mark.spec("PartitionLog", "AppendAt")),
-    # After a refused first XADD the script keeps the stale meta last (fails, as it did).
-    pytest.param("append.lua", "  last_ms, last_seq_id = stream_last_id()\n  ms, seq = first_after",
-                 "  ms, seq = first_after", id="stale-last-after-xadd-star",
+    # An approximate trim forgets to move the log start to the first entry left: a consumer
+    # under approximate retention is told a log start below what Redis still holds.
+    pytest.param("PartitionLog-approximate-consumer", "append.lua",
+                 "    raise_start(norm(split_id(first[1][1])))", "    local _ = first", None,
+                 id="approximate-trim-keeps-start",
+                 marks=pytest.mark.spec("PartitionLog", "Approximate")),
+    # After a refused first XADD the script keeps the stale meta last: it fails, as it did,
+    # with Redis' refusal (and only that error counts as caught).
+    pytest.param("PartitionLog", "append.lua",
+                 "  last_ms, last_seq_id = stream_last_id()\n  ms, seq = first_after",
+                 "  ms, seq = first_after", STALE_LAST, id="stale-last-after-xadd-star",
                  marks=pytest.mark.spec("PartitionLog", "AppendAt")),
 ])
-def test_a_broken_rule_is_caught(redis_url: str, script: str, rule: str, broken: str) -> None:
-    graph, c = _model(CI_MODELS[0])
+def test_a_broken_rule_is_caught(redis_url: str, name: str, script: str, rule: str, broken: str,
+                                 error: str | None) -> None:
+    """A copy of a script with one rule broken diverges from the spec: a successor differs,
+    or (where the broken rule is known to make Redis refuse a command) the script fails
+    with exactly that refusal; any other script error fails the test."""
+    graph, c = _model(name)
     try:
         report = _replay(redis_url, graph, c, mutate=(script, rule, broken))
-    except redis.exceptions.ResponseError as exc:  # a script error is a divergence too
-        print(f"\nthe broken {script} failed the replay with {type(exc).__name__}: {exc}")
+    except redis.exceptions.ResponseError as exc:
+        assert error is not None and error in str(exc), (
+            f"the broken {script} failed the replay with an unexpected error: {exc}")
         return
+    assert error is None, f"the broken {script} was expected to fail with {error!r}"
     assert report.divergences, f"the replay accepted {script} with {rule!r} -> {broken!r}"

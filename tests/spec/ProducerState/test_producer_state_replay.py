@@ -1,20 +1,22 @@
-"""Replay TLC's whole state graph of the ProducerState CI model through the real append.lua.
+"""Replay TLC's whole state graph of the ProducerState CI models through the real append.lua.
 
-Every state of spec/ProducerState.tla (config ProducerState.cfg) is rebuilt in a real
+Every state of spec/ProducerState.tla (configs ProducerState.cfg: two producers sharing one
+meta hash and one offset sequence, a cache of two batches; ProducerStateBatches.cfg: batches
+of several records) is rebuilt in a real
 redis-server by real append.lua calls (tests/support/script_replay.py). From each state
 every action the spec allows is performed: the client's actions (NewBatch, Retry,
 BumpEpoch) in Python, Deliver as an append.lua call with the batch's producer id, epoch
 and sequences and the append's MAXLEN; the stream (the log), the meta hash's producer
 field (pstate) and the script's reply are read back. The successors must be exactly
 TLC's, every variable compared. A copy of the script with one rule broken must diverge.
-The graph is walked once; each action's transitions are also a test of their own
-(``test_transition_replays[Receive]``, ``pytest -k Receive``), which fails when the action
-never fires in the model.
+Each graph is walked once; each action's transitions are also a test of their own
+(``test_transition_replays[ProducerState-Receive]``, ``pytest -k Receive``), which fails when
+the action never fires in the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from tests.support.script_replay import (
 )
 from tests.support.spec_actions import action_cases, assert_action_replays
 
-MODEL_NAME = "ProducerState"
+CI_MODELS = ["ProducerState", "ProducerState-batches"]
 ACTIONS = ("NewBatch", "Retry", "BumpEpoch", "Receive")  # Next's actions, as TLC labels them
 BITS = 10  # the clock stands still at 0: offsets 1, 2, ... are the ids 0-1, 0-2, ...
 STREAM, META, TOPIC, WAITING = "ps:stream:t:0", "ps:partition:t:0", "ps:topic:t", "ps:waiting"
@@ -52,6 +54,7 @@ class Constants:
     cache_size: int
     max_lens: tuple[int, ...]
     max_seq: int
+    max_moves: int
 
     @classmethod
     def read(cls, cfg: Path) -> Constants:
@@ -65,7 +68,8 @@ class Constants:
                                 key=lambda p: p.name)),
                    _int(values["MaxEpoch"]), _int(values["MaxBatch"]),
                    _int(values["MaxInFlight"]), _int(values["CacheSize"]),
-                   tuple(sorted([-1, *(_int(v) for v in lens)])), _int(values["MaxSeq"]))
+                   tuple(sorted([-1, *(_int(v) for v in lens)])), _int(values["MaxSeq"]),
+                   _int(values["MaxMoves"]))
 
 
 def _int(value: object) -> int:
@@ -156,25 +160,28 @@ class ProducerReplay:
 
     def successors(self, s: dict[str, TlaValue], snapshot: Snapshot) -> Iterator[Successor]:
         c = self.c
+        moves = _int(s["moves"])
+        can_move = moves < c.max_moves  # the clients' steps left in this behaviour
         for p in c.producers:
             unacked = _get(s["unacked"], p)
             net = s["net"]
             assert isinstance(unacked, frozenset) and isinstance(net, frozenset)
             epoch, next_seq = _get(s["epoch"], p), _get(s["nextSeq"], p)
-            if len(unacked) < c.max_in_flight:
+            if can_move and len(unacked) < c.max_in_flight:
                 for n in range(1, c.max_batch + 1):
                     if next_seq + n <= c.max_seq:
                         b = Record({"p": p, "e": epoch, "base": next_seq, "n": n})
                         yield Successor("NewBatch", {
                             **s, "nextSeq": _set(s["nextSeq"], p, next_seq + n),
-                            "unacked": _set(s["unacked"], p, unacked | {b}), "net": net | {b}},
+                            "unacked": _set(s["unacked"], p, unacked | {b}), "net": net | {b},
+                            "moves": moves + 1},
                             snapshot)
             for b in unacked - net:
                 yield Successor("Retry", {**s, "net": net | {b}}, snapshot)
-            if epoch < c.max_epoch:
+            if can_move and epoch < c.max_epoch:
                 yield Successor("BumpEpoch", {
                     **s, "epoch": _set(s["epoch"], p, epoch + 1), "nextSeq": _set(s["nextSeq"], p, 0),
-                    "unacked": _set(s["unacked"], p, frozenset())}, snapshot)
+                    "unacked": _set(s["unacked"], p, frozenset()), "moves": moves + 1}, snapshot)
         net = s["net"]
         assert isinstance(net, frozenset)
         for batch in sorted(net, key=repr):
@@ -199,11 +206,17 @@ class ProducerReplay:
                                     after)
 
 
-@pytest.fixture(scope="module")
-def model() -> tuple[tlc.StateGraph, Constants]:
-    graph, _ = tlc_runs.state_graph(MODEL_NAME)
-    assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-    return graph, Constants.read(tlc.spec_dir() / tlc_runs.model(MODEL_NAME).config)
+CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
+             for name in CI_MODELS}
+_graphs: dict[str, tlc.StateGraph] = {}
+
+
+def _graph(name: str) -> tlc.StateGraph:
+    if name not in _graphs:
+        graph, _ = tlc_runs.state_graph(name)
+        assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
+        _graphs[name] = graph
+    return _graphs[name]
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
@@ -222,21 +235,27 @@ def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
 
 
 @pytest.fixture(scope="module")
-def walked(redis_url: str, model: tuple[tlc.StateGraph, Constants]) -> WalkReport:
-    """The real script's walk of the whole graph, once per module."""
-    graph, c = model
-    report = _replay(redis_url, graph, c)
-    print("\n" + report.summary(graph))
-    return report
+def walked(redis_url: str) -> Callable[[str], WalkReport]:
+    """The real script's walk of a model's whole graph, once per model and module."""
+    reports: dict[str, WalkReport] = {}
+
+    def of(name: str) -> WalkReport:
+        if name not in reports:
+            graph = _graph(name)
+            reports[name] = _replay(redis_url, graph, CONSTANTS[name])
+            print(f"\n{name}: " + reports[name].summary(graph))
+        return reports[name]
+    return of
 
 
 @pytest.mark.spec("ProducerState", "Spec", "Producers", "MaxEpoch", "MaxBatch", "MaxInFlight",
-                  "MaxSeq", "CacheSize", "MaxLens", "epoch", "nextSeq", "unacked", "net", "log",
-                  "pstate", "history", "reply")
-def test_every_transition_replays_through_append_lua(
-        walked: WalkReport, model: tuple[tlc.StateGraph, Constants]) -> None:
-    graph, _ = model
-    report = walked
+                  "MaxSeq", "CacheSize", "MaxLens", "MaxMoves", "epoch", "nextSeq", "unacked", "net",
+                  "log", "pstate", "history", "reply", "moves")
+@pytest.mark.parametrize("name", CI_MODELS)
+def test_every_transition_replays_through_append_lua(walked: Callable[[str], WalkReport],
+                                                     name: str) -> None:
+    graph = _graph(name)
+    report = walked(name)
     assert not report.divergences, "append.lua diverges from ProducerState:\n" + "\n".join(
         report.divergences)
     assert report.states == graph.result.distinct == len(graph.states)
@@ -247,27 +266,58 @@ def test_every_transition_replays_through_append_lua(
     assert statuses == {"NONE", "OK", "DUP", "OUT_OF_ORDER", "BAD_EPOCH"}
 
 
-@pytest.mark.parametrize(("model_name", "action"), action_cases("ProducerState", MODEL_NAME, ACTIONS))
-def test_transition_replays(walked: WalkReport, model_name: str, action: str) -> None:
-    """Every transition of one action of the model, replayed through append.lua."""
-    assert_action_replays(walked.tally, action)
+def test_the_two_producer_model_reaches_the_cache_bound_and_shares_the_log() -> None:
+    """What ProducerState.cfg is for: both producers have records in one log, and a
+    producer's retry of a batch older than the cache holds is refused as out of order (with
+    a larger cache it would be a DUP)."""
+    graph = _graph(CI_MODELS[0])
+    c = CONSTANTS[CI_MODELS[0]]
+    assert len(c.producers) >= 2 and c.cache_size >= 2
+    shared = past_cache = False
+    for state in graph.states.values():
+        log = state["log"]
+        assert isinstance(log, tuple)
+        shared |= len({_get(r, "p") for r in log}) >= 2
+        reply, history = state["reply"], state["history"]
+        assert isinstance(history, tuple)
+        if _get(reply, "status") == "OUT_OF_ORDER":
+            mine = [h for h in history
+                    if _get(h, "p") == _get(reply, "p") and _get(h, "e") == _get(reply, "e")]
+            past_cache |= any(_get(h, "base") == _get(reply, "base") for h in mine[:-c.cache_size])
+    assert shared and past_cache, (shared, past_cache)
+
+
+@pytest.mark.parametrize(("model_name", "action"), [
+    case for name in CI_MODELS
+    for case in action_cases("ProducerState", name, ACTIONS, with_model=True)])
+def test_transition_replays(walked: Callable[[str], WalkReport], model_name: str,
+                            action: str) -> None:
+    """Every transition of one action of a model, replayed through append.lua."""
+    assert_action_replays(walked(model_name).tally, action)
 
 
 @pytest.mark.spec("ProducerState", "Receive", "Deliver")
-@pytest.mark.parametrize("rule,broken", [
+@pytest.mark.parametrize("name,rule,broken", [
     # A DUP answers the offset after the original one.
     pytest.param(
+        "ProducerState",
         "return {'DUP', pstate[i + 2], pstate[i + 3], 0, 0, start_ms or 0, start_seq or 0}",
         "return {'DUP', pstate[i + 2], pstate[i + 3] + 1, 0, 0, start_ms or 0, start_seq or 0}",
         id="dup-offset"),
-    # A new epoch accepts any sequence, not only 0.
-    pytest.param("elseif base_seq ~= 0 then", "elseif base_seq < 0 then", id="epoch-bump-sequence"),
+    # A new epoch accepts any sequence, not only 0 (a producer that appended, bumped and
+    # sent two batches: five client steps, ProducerStateBatches.cfg's bound).
+    pytest.param("ProducerState-batches", "elseif base_seq ~= 0 then", "elseif base_seq < 0 then",
+                 id="epoch-bump-sequence"),
     # One batch more is remembered than the cache holds (Kafka: 5).
-    pytest.param("math.min(#cached, 4 * CACHED_BATCHES)", "math.min(#cached, 4 * CACHED_BATCHES + 4)",
+    pytest.param("ProducerState", "math.min(#cached, 4 * CACHED_BATCHES)",
+                 "math.min(#cached, 4 * CACHED_BATCHES + 4)",
                  id="cache-size", marks=pytest.mark.spec("ProducerState", "CacheSize")),
+    # Every producer's state in one field of the meta hash: only a model with two producers
+    # on one partition sees it.
+    pytest.param("ProducerState", "pstate_field = 'p:' .. pid", "pstate_field = 'p:'",
+                 id="one-state-for-all-producers",
+                 marks=pytest.mark.spec("ProducerState", "Producers")),
 ])
-def test_a_broken_rule_is_caught(redis_url: str, model: tuple[tlc.StateGraph, Constants],
-                                 rule: str, broken: str) -> None:
-    graph, c = model
-    report = _replay(redis_url, graph, c, mutate=(rule, broken))
+def test_a_broken_rule_is_caught(redis_url: str, name: str, rule: str, broken: str) -> None:
+    report = _replay(redis_url, _graph(name), CONSTANTS[name], mutate=(rule, broken))
     assert report.divergences, f"the replay accepted append.lua with {rule!r} -> {broken!r}"

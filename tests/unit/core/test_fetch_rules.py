@@ -80,3 +80,33 @@ def test_a_response_waits_only_while_it_has_less_than_min_bytes_and_no_error(
         used: int, min_bytes: int, error: bool) -> None:
     limits = rules.FetchLimits.of(100, min_bytes, None)
     assert rules.answered(used, limits, error) == (error or used >= min_bytes)
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=100),
+                          st.integers(min_value=0, max_value=3),
+                          st.integers(min_value=-1, max_value=200)), min_size=1, max_size=4))
+def test_the_read_ahead_predicts_the_offsets_after_the_records_taken(
+        parts: list[tuple[int, int, int]]) -> None:
+    predicted = rules.predicted_offsets(parts)
+    if not any(taken for _, taken, _ in parts):
+        assert predicted is None  # caught up: the next fetch waits instead
+    else:
+        assert predicted == [following if following >= 0 else offset
+                             for offset, _, following in parts]
+
+
+def test_a_prepared_response_is_taken_only_by_a_request_for_the_same_offsets() -> None:
+    key = rules.read_ahead_key([("t", 0, 5, 100)], 1000, 0)
+    assert key == rules.read_ahead_key([("t", 0, 5, 100)], 1000, 0)
+    assert key != rules.read_ahead_key([("t", 0, 4, 100)], 1000, 0)  # a seek back
+    assert key != rules.read_ahead_key([("t", 0, 5, 100)], 1000, 1)  # a DeleteRecords since
+    assert rules.read_ahead_key([("t", 0, 5, 100), None], 1000, 0) is None
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=9),
+                          st.integers(min_value=0, max_value=9)), max_size=3),
+       st.integers(min_value=0, max_value=5), st.integers(min_value=1, max_value=5))
+def test_a_prepared_response_is_served_with_enough_records_and_no_log_start_past_it(
+        starts: list[tuple[int, int]], used: int, min_bytes: int) -> None:
+    served = rules.serve_prepared(starts, used, min_bytes)
+    assert served == (used >= min_bytes and all(offset >= start for offset, start in starts))

@@ -1,10 +1,11 @@
 """The lease scripts in Redis decide as korvet/core/lease.py does.
 
-Random sequences of acquires, renewals, releases and fenced writes by three brokers run
-against a real redis-server through ``LeaseStore`` and, side by side, through the pure
-rules; after each operation the answer and the lease record must agree. The lease time
-is long (nothing expires by itself); a release (expiry set to 0) stands for an expired
-lease. A fenced write that is refused must leave the group's snapshot as it was.
+Random sequences of acquires, renewals, releases, fenced writes and fenced clean-ups of a
+deleted group by three brokers run against a real redis-server through ``LeaseStore`` and,
+side by side, through the pure rules; after each operation the answer and the lease record
+must agree. The lease time is long (nothing expires by itself); a release (expiry set to 0)
+stands for an expired lease. A fenced write or clean-up that is refused must leave the
+group's snapshot and committed offset as they were; an accepted clean-up leaves nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from korvet.core import lease
-from korvet.storage.groups import GroupStore
+from korvet.storage.groups import GroupStore, PartitionRef
 from korvet.storage.leases import LeaseStore
 from tests.support.examples import examples
 
@@ -31,15 +32,19 @@ op = st.one_of(
     st.tuples(st.just("renew"), st.sampled_from(BROKERS), st.integers(0, 4)),
     st.tuples(st.just("release"), st.sampled_from(BROKERS), st.integers(0, 4)),
     st.tuples(st.just("write"), st.sampled_from(BROKERS), st.integers(0, 4)),
+    st.tuples(st.just("clean-up"), st.sampled_from(BROKERS), st.integers(0, 4)),
 )
+REF = PartitionRef("t", 0, "lt:{t:0}:stream", 10)
 
 
 async def _run(url: str, ops: list[tuple[str, str, int]]) -> None:
     client = aioredis.Redis.from_url(url)
-    store = LeaseStore(GroupStore(client, "lt"))
+    groups = GroupStore(client, "lt")
+    store = LeaseStore(groups)
     await client.flushdb()
     model = lease.LeaseRecord()
-    snapshot = None
+    snapshot: str | None = None
+    offset: int | None = None
     try:
         for number, (kind, broker, token) in enumerate(ops):
             if kind == "acquire":
@@ -58,25 +63,34 @@ async def _run(url: str, ops: list[tuple[str, str, int]]) -> None:
                 model = renewed or model
             elif kind == "release":
                 await store.release(GROUP, token)
-                if token == model.token and token != 0:
-                    model = lease.LeaseRecord(model.owner, model.token, 0)
-            else:
+                model = lease.release(model, token)
+            elif kind == "write":
                 text = f'{{"write": {number}}}'
-                stale = await store.save_state({GROUP: token}, {GROUP: text}, [], [], 0, [])
+                stale = await store.save_state({GROUP: token}, {GROUP: text}, [],
+                                               [(GROUP, [(REF, number, None, 0)])], 0, [])
                 assert (not stale) == lease.accepts(model, token)
                 if not stale:
-                    snapshot = text
+                    snapshot, offset = text, number
+            else:
+                committed, _ = await groups.group_data(GROUP)
+                applied = await store.delete_group(GROUP, token, committed)
+                assert applied == lease.accepts(model, token)
+                if applied:
+                    snapshot, offset = None, None
             owner, held_token, expires = await store.owner(GROUP)
             assert (owner or None, held_token) == (model.owner, model.token)
             assert (expires == 0) == (model.expires_ms == 0)
-            stored: bytes | None = await client.get(f"lt:{{group:{GROUP}}}:snapshot")  # type: ignore[assignment]
+            stored: bytes | None = await client.get(groups.snapshot_key(GROUP))  # type: ignore[assignment]
             assert (stored.decode() if stored else None) == snapshot
+            kept = await client.hget(groups.commit_key(REF.stream_key, GROUP), "offset")
+            assert (int(kept) if kept is not None else None) == offset
+            assert await client.sismember(groups.group_ids_key, GROUP) == (snapshot is not None)
     finally:
         await client.aclose()
 
 
-@pytest.mark.spec("CoordinatorLease", "Acquire", "Renew", "RenewRefused", "Apply", "Refuse",
-                  note="the Lua scripts against the rules")
+@pytest.mark.spec("CoordinatorLease", "Acquire", "Renew", "RenewRefused", "Release", "CleanUp",
+                  "Apply", "Refuse", note="the Lua scripts against the rules")
 @settings(max_examples=examples(0.5), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(op, max_size=25))
