@@ -79,7 +79,8 @@ def run_check(args: argparse.Namespace) -> int:
             def progress(generated: int, distinct: int, status: Any = status,
                          label: str = label) -> None:
                 status.update(f"{label}: {generated:,} states generated, {distinct:,} distinct")
-            result = tlc.run_model(model, directory, workers=args.workers, on_progress=progress)
+            result = tlc.run_model(model, directory, workers=args.workers, on_progress=progress,
+                                   coverage=True)
         results.append(result)
         verdict = "as expected" if result.as_expected else "NOT as expected"
         console.print(f"{label}: {result.outcome} ({verdict}) in {result.wall_seconds:.1f}s")

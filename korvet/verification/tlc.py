@@ -312,7 +312,7 @@ ProgressCallback = Callable[[int, int], None]
 
 def run_model(model: Model, directory: Path, *, workers: str = "auto",
               on_progress: ProgressCallback | None = None,
-              extra_args: Sequence[str] = (), coverage: bool = True) -> TlcResult:
+              extra_args: Sequence[str] = (), coverage: bool = False) -> TlcResult:
     """Run TLC on one model; stream its progress; return the parsed result."""
     output, exit_code, wall = run_tlc(model, directory, workers=workers,
                                       on_progress=on_progress, extra_args=extra_args,
@@ -322,10 +322,12 @@ def run_model(model: Model, directory: Path, *, workers: str = "auto",
 
 def run_tlc(model: Model, directory: Path, *, workers: str = "auto",
             on_progress: ProgressCallback | None = None,
-            extra_args: Sequence[str] = (), coverage: bool = True) -> tuple[str, int, float]:
+            extra_args: Sequence[str] = (), coverage: bool = False) -> tuple[str, int, float]:
     """Run TLC on one model: what it wrote, its exit code and the seconds it took.
-    ``coverage=False`` leaves out TLC's action coverage, for runs that are no model check
-    (trace validation); a model expected to fail goes without it too (a mutant stops at its
+    ``coverage`` asks for TLC's action coverage: for the verdict of a model of
+    models.yaml (`korvet spec check`, tests/spec/test_spec_models.py), not for runs that are
+    no model check (trace validation, a replay's steps check); a model expected to fail goes
+    without it too (a mutant stops at its
     first violation: which actions fired says nothing). With coverage TLC first walks the
     spec's operator graph, which for the coordinator specs takes minutes of CPU before the
     first state."""

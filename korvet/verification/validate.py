@@ -430,7 +430,7 @@ def run_tlc(model: TraceModel, keep: Path | None = None) -> tlc.TlcResult:
         spec = tlc.Model(name=MODULE, module=MODULE, config=f"{MODULE}.cfg",
                          extra_args=("-deadlock",))
         # A trace check, not a model check: which actions fired says nothing here.
-        return tlc.run_model(spec, work, workers="1", coverage=False)
+        return tlc.run_model(spec, work, workers="1")
 
 
 def reached(result: tlc.TlcResult) -> int:

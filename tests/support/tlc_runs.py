@@ -100,7 +100,7 @@ def _run(checked: tlc.Model, folder: Path, dump: bool) -> None:
     if dump:
         args, workers = ("-dump", "dot,actionlabels", str(folder / "graph.dot")), "1"
     output, exit_code, wall = tlc.run_tlc(checked, tlc.spec_dir(), workers=workers,
-                                          extra_args=args)
+                                          extra_args=args, coverage=True)
     (folder / "output.txt").write_text(output)
     partial = folder / "run.json.part"
     partial.write_text(json.dumps({"exit_code": exit_code, "wall": wall}))
