@@ -442,6 +442,26 @@ def test_time_retention_keeps_a_caught_up_consumer_in_range(korvet: KorvetProces
 
 # --- sharing one Redis between brokers ----------------------------------------------------
 
+def produce_through_both(first: KorvetProcess, second: KorvetProcess, topic: str,
+                         count: int = 2000) -> dict[str, list[tuple[int, int]]]:
+    """``count`` records to partition 0 through each broker at once (producers "a" and "b"):
+    each producer's delivery reports."""
+    results: dict[str, list[tuple[int, int]]] = {}
+
+    def produce(name: str, bootstrap: str) -> None:
+        records = [clients.Rec(0, f"{name}-{i}".encode(), b"x", (), int(time.time() * 1000))
+                   for i in range(count)]
+        results[name] = clients.confluent_produce(bootstrap, topic, records)
+
+    threads = [threading.Thread(target=produce, args=(n, b)) for n, b in
+               (("a", first.bootstrap), ("b", second.bootstrap))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def test_two_brokers_append_to_one_partition_without_collisions(
         multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
     korvet = multi_korvet  # both brokers with --multi-broker
@@ -450,19 +470,7 @@ def test_two_brokers_append_to_one_partition_without_collisions(
     second.start()
     try:
         create_topic(korvet.bootstrap, unique_name, partitions=1)
-        results: dict[str, list[tuple[int, int]]] = {}
-
-        def produce(name: str, bootstrap: str) -> None:
-            records = [clients.Rec(0, f"{name}-{i}".encode(), b"x", (), int(time.time() * 1000))
-                       for i in range(2000)]
-            results[name] = clients.confluent_produce(bootstrap, unique_name, records)
-
-        threads = [threading.Thread(target=produce, args=(n, b)) for n, b in
-                   (("a", korvet.bootstrap), ("b", second.bootstrap))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        results = produce_through_both(korvet, second, unique_name)
         offsets = [o for told in results.values() for _, o in told]
         assert len(set(offsets)) == 4000, "two brokers handed out the same offset"
         got = clients.confluent_consume(second.bootstrap, unique_name, 1, 4000)

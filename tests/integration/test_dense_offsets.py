@@ -6,7 +6,6 @@ id o-1. A time topic beside them keeps its sparse offsets."""
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tests.integration.test_broker_behaviour import (
     fetch_request,
     list_offsets,
     produce_request,
+    produce_through_both,
 )
 from tests.support.wire import WireClient
 
@@ -220,19 +220,7 @@ def test_two_brokers_append_gap_free_and_without_duplicates(
     second.start()
     try:
         create_dense(korvet.bootstrap, unique_name)
-        results: dict[str, list[tuple[int, int]]] = {}
-
-        def produce(name: str, bootstrap: str) -> None:
-            records = [clients.Rec(0, f"{name}-{i}".encode(), b"x", (), int(time.time() * 1000))
-                       for i in range(2000)]
-            results[name] = clients.confluent_produce(bootstrap, unique_name, records)
-
-        threads = [threading.Thread(target=produce, args=(n, b)) for n, b in
-                   (("a", korvet.bootstrap), ("b", second.bootstrap))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        results = produce_through_both(korvet, second, unique_name)
         offsets = sorted(o for told in results.values() for _, o in told)
         assert offsets == list(range(4000)), "the two brokers' offsets are not 0..3999"
     finally:
