@@ -210,6 +210,7 @@ MSG_STUTTER = 2218
 MSG_BACK_TO_STATE = 2122
 MSG_TRACE_HEADER = 2121
 MSG_GC_WARNING = 2401
+MSG_PARSE_FAILED = 3002  # "Parsing or semantic analysis failed."
 MSG_COVERAGE_ACTION = 2772  # "<Action line ... of module M>: distinct:generated"
 MSG_COVERAGE_INIT = 2773
 MSG_COVERAGE_LINE = 2221
@@ -299,12 +300,21 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
         elif (message.severity == SEVERITY_ERROR and code not in (MSG_TRACE_HEADER,)
               and code != MSG_GC_WARNING):
             result.errors.append(f"[{code}] {text.strip()}")
+    _conclude(result, success, output)
+    return result
+
+
+def _conclude(result: TlcResult, success: bool, output: str) -> None:
+    """The outcome when no violation was read, and the words that explain an error."""
+    if any(e.startswith(f"[{MSG_PARSE_FAILED}]") for e in result.errors) and result.printed:
+        # SANY's own words (which module, which line) are printed outside TLC's message
+        # markers: without them a parse failure cannot be diagnosed.
+        result.errors.append("SANY printed:\n" + "\n".join(result.printed.splitlines()[-40:]))
     if result.outcome != "violation":
         result.outcome = "pass" if success and not result.errors else "error"
         if result.outcome == "error" and not result.errors:
             tail = "\n".join(output.strip().splitlines()[-15:])
-            result.errors.append(f"TLC exited with {exit_code} without a verdict:\n{tail}")
-    return result
+            result.errors.append(f"TLC exited with {result.exit_code} without a verdict:\n{tail}")
 
 
 ProgressCallback = Callable[[int, int], None]

@@ -176,6 +176,19 @@ def test_a_mutant_applies_its_edits_once_and_checks_one_property() -> None:
             pass
 
 
+def test_a_spec_that_does_not_parse_is_an_error_that_says_where() -> None:
+    """A parse failure is reported with SANY's own words (module, line, column), not only
+    TLC's "Parsing or semantic analysis failed": a CI run once failed on that line alone."""
+    spec = tlc.spec_dir()
+    first_line = (spec / "OffsetCodec.tla").read_text().splitlines()[0]
+    broken = tlc.Model(name="m", module="OffsetCodec", config="OffsetCodec.cfg", expect="pass",
+                       mutation=(tlc.Edit("OffsetCodec.tla", first_line, first_line + " )("),))
+    result = tlc.run_model(broken, spec, workers="1")
+    assert result.outcome == "error"
+    assert result.errors[0].startswith("[3002]")
+    assert "Parse Error" in result.errors[1] and "line 1" in result.errors[1], result.errors
+
+
 def test_the_manifest_lists_ci_models() -> None:
     assert CI_MODELS, "spec/models.yaml lists no tier-ci model"
 

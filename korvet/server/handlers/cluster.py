@@ -4,12 +4,16 @@ InitProducerId hands out producer ids from a Redis counter, so ids are unique
 across broker processes and restarts; the idempotent producer state per
 partition lives in the partition's meta hash (see the append script). An
 existing producer asking again with its id and epoch (KIP-360) gets the next
-epoch. Transactional ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+epoch. When Redis cannot hand out an id (down, failing over, full), the answer is
+COORDINATOR_NOT_AVAILABLE, which the producer retries; the connection stays open.
+Transactional ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
 Korvet has no transactions, and a fatal error tells the application so at once
 instead of letting it retry forever.
 """
 
 from __future__ import annotations
+
+import logging
 
 from redis.exceptions import RedisError
 
@@ -34,6 +38,8 @@ from korvet.server.api import Api
 from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
 
+log = logging.getLogger(__name__)
+
 _MAX_EPOCH = 32767
 CONTROLLERS_ENDPOINT = 2
 
@@ -57,12 +63,14 @@ async def init_producer_id(services: Services, ctx: RequestContext,
                     producer_id=producer_id, producer_epoch=epoch + 1)
     try:
         new_id = await services.store.next_producer_id()
-    except RedisError as exc:
+    except (RedisError, OSError) as exc:
         guard = services.redis_memory
         if guard is None or not guard.write_refused(exc):
-            raise
-        # Redis is full (logged once per interval by the memory watch): a retriable error the
-        # producer retries InitProducerId on, as Kafka's when it cannot write its state.
+            # Redis down or failing over (a full Redis is logged by the memory watch).
+            log.warning("InitProducerId: Redis failed (%s); answering COORDINATOR_NOT_AVAILABLE",
+                        exc)
+        # A retriable error the producer retries InitProducerId on, as Kafka's when it
+        # cannot write its state; the connection stays open.
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
                     producer_epoch=-1)
