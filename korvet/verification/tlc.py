@@ -181,8 +181,13 @@ def tlc_jar() -> Path:
 
 def tlc_command(module: str, config: str, metadir: Path, args: Sequence[str] = (),
                 workers: str = "auto") -> list[str]:
+    # java.io.tmpdir is the run's own folder: SANY copies the standard modules it reads
+    # (Naturals, Sequences, ...) out of the jar into java.io.tmpdir under their plain names,
+    # truncating the file first, so two TLC processes sharing /tmp can parse a half-written
+    # module ("Parsing or semantic analysis failed" in a parallel test run).
     return [
-        java_binary(), "-XX:+UseParallelGC", "-Xss16m", "-cp", str(tlc_jar()), "tlc2.TLC",
+        java_binary(), "-XX:+UseParallelGC", "-Xss16m", f"-Djava.io.tmpdir={metadir}",
+        "-cp", str(tlc_jar()), "tlc2.TLC",
         "-tool", "-workers", workers, "-metadir", str(metadir), "-config", config,
         *args, f"{module}.tla",
     ]

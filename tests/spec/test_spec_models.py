@@ -9,6 +9,8 @@ no jar) fails these tests: a spec that was not checked is not a passing spec.
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,6 +189,26 @@ def test_a_spec_that_does_not_parse_is_an_error_that_says_where() -> None:
     assert result.outcome == "error"
     assert result.errors[0].startswith("[3002]")
     assert "Parse Error" in result.errors[1] and "line 1" in result.errors[1], result.errors
+
+
+def test_tlc_reads_the_standard_modules_from_a_folder_of_its_own() -> None:
+    """SANY copies Naturals.tla, Sequences.tla, ... out of the jar into java.io.tmpdir under
+    their plain names, truncating first: TLC processes sharing /tmp (the suite runs many at
+    once) could read one another's half-written copy and fail to parse (a CI run did). With
+    /tmp/Sequences.tla made unwritable (a folder of that name), a model that extends Sequences
+    still checks: its TLC writes its copies elsewhere."""
+    blocker = Path(tempfile.gettempdir()) / "Sequences.tla"
+    made = not blocker.exists()
+    if made:
+        blocker.mkdir()
+    try:
+        model = next(m for m in CI_MODELS if m.name == "OffsetCodec")
+        assert "Sequences" in (tlc.spec_dir() / "OffsetCodec.tla").read_text()
+        result = tlc.run_model(model, tlc.spec_dir(), workers="1")
+        assert result.outcome == "pass", result.errors
+    finally:
+        if made:
+            blocker.rmdir()
 
 
 def test_the_manifest_lists_ci_models() -> None:
