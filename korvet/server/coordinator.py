@@ -46,7 +46,7 @@ from korvet.core import coordinator as core
 from korvet.core import lease
 from korvet.core.coordinator import durability
 from korvet.core.coordinator.eventlog import effect_to_json, event_to_json
-from korvet.core.coordinator.machine import restarted_group
+from korvet.core.coordinator.machine import raise_generation, restarted_group
 from korvet.storage.groups import GroupStore, PartitionRef
 from korvet.storage.leases import LeaseStore
 
@@ -182,11 +182,15 @@ class GroupCoordinator:
         raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
                   if plan.lossy}
         if self.ownership is not None:
-            # Several brokers: a group is in memory only while this broker holds its lease.
+            # Several brokers: a group is in memory only while this broker holds its lease,
+            # and only its lease holder writes it: another broker may own it now, and a
+            # raised snapshot written here, without its lease, would overwrite that owner's.
+            # A group below the floor is raised when a broker adopts it (_take_or_drop).
             self.state = core.CoordinatorState(config=self._config, groups={},
                                                generation_floor=plan.record.floor)
             self.durable = {}
             self.last_active = {}
+            raised = {}
         self._loaded_run_id = run_id
         durable = await self.store.write_load(plan.record, raised, fsync_always)
         if groups:
@@ -346,8 +350,16 @@ class GroupCoordinator:
             except (ValueError, core.SnapshotError) as exc:
                 log.error("unreadable snapshot of group %r ignored: %s", item.group_id, exc)
             else:
-                groups[item.group_id] = restarted_group(group, self._config, self._clock())
                 self.durable[item.group_id] = durability.snapshot_of(group)
+                floor = self.state.generation_floor
+                if group.state is not core.GroupState.DEAD and group.generation < floor:
+                    # Redis may have lost writes since this group was last written (the
+                    # load that opened the band was lossy): raised as a single broker raises
+                    # at its load, and written, with this lease's token, by its next step.
+                    log.info("group %r adopted at generation %d moves to %d (a new band)",
+                             item.group_id, group.generation, floor)
+                    group = raise_generation(group, floor, self._config, self._clock())
+                groups[item.group_id] = restarted_group(group, self._config, self._clock())
                 self.last_active[item.group_id] = self._clock()
                 if group.state is core.GroupState.DEAD:
                     log.info("group %r was deleted by its last coordinator; cleaning it up",

@@ -33,6 +33,7 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from korvet.core.coordinator.durability import BAND, MAX_BAND
+from korvet.core.coordinator.snapshot import read_group
 from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
 from tests.integration.clients import confluent_produce, make_records
@@ -285,4 +286,62 @@ def test_an_fsync_barrier_left_behind_by_a_killed_broker_is_undone(tmp_path: Pat
         assert redis("CONFIG", "GET", "appendfsync").splitlines()[1] == "always"
     finally:
         broker.stop()
+        redis_server.stop()
+
+
+@pytest.mark.spec("GroupCoordinatorDurable", "BrokerRestart", "Raise")
+def test_several_brokers_raise_a_group_only_under_its_lease(tmp_path: Path,
+                                                           unique_name: str) -> None:
+    """Several brokers: a broker whose start finds that Redis may have lost writes opens a
+    new band, but writes no group: another broker may own it. Before, it wrote every
+    group's raised snapshot without the lease, over the snapshot the owner keeps writing.
+    The group is raised when a broker adopts it, and written under that broker's lease."""
+    redis_server = EmbeddedRedis(tmp_path / "redis", appendfsync="everysec")
+    url = redis_server.start()
+    group, topic = f"{unique_name}-g", unique_name
+    snapshot_key = f"korvet:{{group:{group}}}:snapshot"
+    admin = redis.Redis.from_url(url)
+
+    def generation() -> int:
+        text = admin.get(snapshot_key)
+        assert text is not None, "no snapshot of the group"
+        return read_group(json.loads(text)).generation
+
+    def broker(name: str, broker_id: str) -> KorvetProcess:
+        return KorvetProcess(tmp_path / name, extra_args=[
+            "--redis-url", url, "--multi-broker", "--broker-id", broker_id,
+            "--groups-initial-rebalance-delay-ms", "300"])
+
+    first = broker("first", "1").start()
+    second = broker("second", "2")
+    consumer = None
+    try:
+        create_topic(first.bootstrap, topic, PARTITIONS)
+        confluent_produce(first.bootstrap, topic, make_records(30, PARTITIONS))
+        consumer = _consumer(first.bootstrap, group)
+        consumer.subscribe([topic])
+        assert len(_poll([consumer], 30)) == 30
+        consumer.commit(asynchronous=False)
+        owned = generation()
+        assert 0 < owned < BAND
+        # Redis "restarted since the last load, without the clean-stop mark": the next
+        # broker's load is lossy and opens a band.
+        admin.hset("korvet:coordinator", mapping={"redis-run-id": "another-life", "clean": "0"})
+        second.start()
+        assert int(admin.hget("korvet:coordinator", "floor") or 0) >= BAND
+        time.sleep(2)  # the first broker's group, left alone: no write by the second broker
+        assert generation() == owned, "a broker without the group's lease wrote its snapshot"
+        deadline = time.monotonic() + 30  # the consumer learns of the second broker
+        while len(consumer.list_topics(timeout=10).brokers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        first.stop()  # the group moves to the second broker, which adopts and raises it
+        confluent_produce(second.bootstrap, topic, make_records(30, PARTITIONS))
+        assert len(_poll([consumer], 30, timeout=90)) == 30
+        consumer.commit(asynchronous=False)
+        assert generation() > BAND, f"adopted at generation {generation()}: not raised"
+    finally:
+        if consumer is not None:
+            consumer.close()
+        second.stop()
+        first.stop()
         redis_server.stop()
