@@ -198,7 +198,7 @@ def test_idempotent_java_producer_with_forced_retries_stores_no_duplicates(
             # Every entry the partition holds (duplicates too): the consumer stops once it
             # has printed them all instead of waiting out its idle timeout.
             result = tools.console_consume(unique_name, max_messages=int(stored.stdout.strip()),
-                                           partition=partition, idle_timeout_ms=4000, timeout=120)
+                                           partition=partition, idle_timeout_ms=20000, timeout=180)
             keys.update(r.key for r in result.records if r.key is not None)
         assert keys.pop("__len__") == len(produced), "the partitions hold duplicates or gaps"
         duplicates = [k for k, n in keys.items() if n > 1]
