@@ -181,7 +181,10 @@ ClientInit(c) ==
         pid == IF fresh THEN nextPid ELSE cs.pid
         epoch == IF fresh THEN 0 ELSE cs.epoch + 1
     IN
-    /\ cli[c].st = "init"
+    \* A client whose epoch reached the model's bound starts over too (Kafka would hand it
+    \* a new producer id at the decision: TV2's overflow, left out).
+    /\ \/ cli[c].st = "init"
+       \/ cli[c].st = "ready" /\ cli[c].epoch = MaxEpoch
     /\ Move
     /\ \/ /\ cs.state \in {"None"} \cup Idle
           /\ fresh => nextPid <= MaxPid
