@@ -35,6 +35,7 @@ from tests.support.spec_actions import ActionTally
 
 StateKey = tuple[tuple[str, TlaValue], ...]
 Snapshot = tuple[bytes | None, ...]
+Command = bytes | Sequence[str | int | bytes]  # packed RESP, or a command's arguments
 
 
 def key(state: Mapping[str, TlaValue]) -> StateKey:
@@ -74,6 +75,7 @@ class ScriptRedis:
         self.topic_id = topic_id
         self.calls = 0
         self.loaded: Snapshot | None = None  # the snapshot Redis holds now, if known
+        self._packed: dict[tuple[Any, ...], bytes] = {}  # commands of text alone, packed
 
     def reset(self) -> None:
         """A path starts here: an empty database and the topic the scripts check."""
@@ -138,28 +140,44 @@ class ScriptRedis:
         self.loaded = after
         return results[0], after, results[1 + len(self.keys):]
 
-    def send_from(self, snapshot: Snapshot, commands: Sequence[bytes | Sequence[str | int | bytes]],
-                  reads: Sequence[Sequence[str | int | bytes]]) -> tuple[list[Any], Snapshot, list[Any]]:
+    def send_from(self, snapshot: Snapshot, commands: Sequence[Command],
+                  reads: Sequence[Command]) -> tuple[list[Any], Snapshot, list[Any]]:
         """``call_from`` for commands of any kind: a command the broker packed itself (its
         RESP bytes, as ``RedisStore.append_command`` makes them: the real arguments in the
         real order) or a command's arguments; ``reads`` are plain commands. In one round
         trip: the commands' replies (an error reply raises), the keys after them, and the
         reads' replies as Redis sent them."""
-        self.calls += 1
-        before: list[tuple[Any, ...]] = []
-        if self.loaded is not snapshot:
-            before.append(("DEL", *self.keys))
-            before.extend(("RESTORE", k, 0, dumped, "REPLACE")
-                          for k, dumped in zip(self.keys, snapshot, strict=True)
-                          if dumped is not None)
-        replies = self.raw([*before, *commands, *self.dumps(), *reads])
-        for failed in replies[:len(before) + len(commands)]:
-            if isinstance(failed, Exception):
-                self.loaded = None
-                raise failed
-        done = len(before) + len(commands)
-        self.loaded = tuple(replies[done:done + len(self.keys)])
-        return replies[len(before):done], self.loaded, replies[done + len(self.keys):]
+        return self.send_all_from(snapshot, [(commands, reads)])[0]
+
+    def send_all_from(self, snapshot: Snapshot,
+                      groups: Sequence[tuple[Sequence[Command], Sequence[Command]]]
+                      ) -> list[tuple[list[Any], Snapshot, list[Any]]]:
+        """``send_from`` for several groups of (commands, reads), each from ``snapshot``,
+        all in one round trip: the keys are restored before each group."""
+        restores = [index > 0 or self.loaded is not snapshot for index in range(len(groups))]
+        restore: list[Command] = [("DEL", *self.keys), *(
+            ("RESTORE", k, 0, dumped, "REPLACE")
+            for k, dumped in zip(self.keys, snapshot, strict=True) if dumped is not None)]
+        sent: list[Command] = []
+        for again, (commands, reads) in zip(restores, groups, strict=True):
+            self.calls += 1
+            sent.extend((*(restore if again else ()), *commands, *self.dumps(), *reads))
+        replies = self.raw(sent)
+        results = []
+        at = 0
+        for again, (commands, reads) in zip(restores, groups, strict=True):
+            start, at = at, at + (len(restore) if again else 0)
+            done = at + len(commands)
+            for failed in replies[start:done]:  # a failed restore or command; a read's error
+                if isinstance(failed, Exception):  # is its reply
+                    self.loaded = None
+                    raise failed
+            after = tuple(replies[done:done + len(self.keys)])
+            at = done + len(self.keys) + len(reads)
+            results.append((replies[start + (len(restore) if again else 0):done], after,
+                            replies[done + len(self.keys):at]))
+        self.loaded = results[-1][1] if results else self.loaded
+        return results
 
     def snapshot_and(self, reads: Sequence[Sequence[str | int | bytes]]) -> tuple[Snapshot, list[Any]]:
         """``snapshot()`` and the raw replies of ``reads``, in one round trip."""
@@ -178,8 +196,17 @@ class ScriptRedis:
         try:
             chunks: list[bytes] = []
             for command in commands:
-                chunks.extend([command] if isinstance(command, bytes)
-                              else connection.pack_command(*command))  # type: ignore[no-untyped-call]
+                if isinstance(command, bytes):
+                    chunks.append(command)
+                    continue
+                # the same reads go with every call: each is packed once
+                key = tuple(command) if all(isinstance(a, str) for a in command) else None
+                packed = self._packed.get(key) if key else None
+                if packed is None:
+                    packed = b"".join(connection.pack_command(*command))  # type: ignore[no-untyped-call]
+                    if key:
+                        self._packed[key] = packed
+                chunks.append(packed)
             connection.send_packed_command([b"".join(chunks)])  # type: ignore[no-untyped-call]  # one write, not one per chunk
             replies: list[Any] = []
             for _ in commands:

@@ -74,6 +74,7 @@ from korvet.verification import tlc
 from korvet.verification.values import Record, TlaValue
 from tests.support import tlc_runs
 from tests.support.script_replay import (
+    Command,
     ScriptRedis,
     Snapshot,
     Successor,
@@ -163,6 +164,11 @@ def _offset(raw: bytes) -> int | str:
     return int(ms) if seq == b"1" else f"id {raw.decode()}"
 
 
+def _copies(source: Sequence[str], target: Sequence[str]) -> list[Command]:
+    """The keys ``source`` copied over ``target``."""
+    return [("DEL", *target), *(("COPY", a, b) for a, b in zip(source, target, strict=True))]
+
+
 def _checkpoint_end(raw: bytes) -> int | str:
     """The end of a time index checkpoint, its id ``<end>-0``."""
     ms, _, seq = raw.partition(b"-")
@@ -176,8 +182,13 @@ def _hash(reply: Sequence[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
-NO_META = Record({"last": -1, "start": 0, "epoch": -1, "inc": -1, "epochs": (), "tmax": -1,
-                  "since": 0})
+def _reads(keys: Sequence[str]) -> list[Command]:
+    """The reads of a partition's three keys (live or disk)."""
+    stream, meta, times = keys
+    return [("XRANGE", stream, "-", "+"), ("HGETALL", meta), ("XRANGE", times, "-", "+")]
+
+
+READS = _reads(LIVE) + _reads(DISK)  # what every write reads back: the live and the disk keys
 
 
 class DenseReplay:
@@ -196,8 +207,9 @@ class DenseReplay:
         if mutate and mutate[0] == "delete_records.lua":
             self.admin._delete = self.redis.redis.register_script(
                 script_text(mutate[0], mutate=(mutate[1], mutate[2])))
-        self.checked: dict[tuple[TlaValue, ...], None] = {}  # the logs whose answers were checked
+        self.checked: dict[tuple[object, ...], None] = {}  # the logs whose answers were checked
         self.problems: list[str] = []  # ListOffsets answers that are not Kafka's
+        self.packed: dict[tuple[tuple[tuple[int, int], ...], int], entries.PackedRecords] = {}
 
     async def _open(self, url: str, mutate: tuple[str, str, str] | None) -> RedisStore:
         store = RedisStore(aioredis.Redis.from_url(url), keyspace=KEYSPACE)
@@ -231,13 +243,8 @@ class DenseReplay:
         assert self.disk_var(self.read_keys(DISK)) == state["disk"]
         return self.store.snapshot()
 
-    @staticmethod
-    def reads(keys: Sequence[str]) -> list[tuple[str, ...]]:
-        stream, meta, times = keys
-        return [("XRANGE", stream, "-", "+"), ("HGETALL", meta), ("XRANGE", times, "-", "+")]
-
     def read_keys(self, keys: Sequence[str]) -> list[Any]:
-        return self.store.raw(self.reads(keys))
+        return self.store.raw(_reads(keys))
 
     def log_vars(self, replies: Sequence[Any]) -> dict[str, TlaValue]:
         entries_, meta, times = replies
@@ -281,7 +288,14 @@ class DenseReplay:
     # --- the actions --------------------------------------------------------------------
 
     def pack(self, recs: Sequence[tuple[int, int]], now: int) -> entries.PackedRecords:
-        """The records (id, timestamp) as Produce packs a producer's batch of them."""
+        """The records (id, timestamp) as Produce packs a producer's batch of them (the same
+        records are packed once)."""
+        key = (tuple(recs), now)
+        if key not in self.packed:
+            self.packed[key] = self._pack(recs, now)
+        return self.packed[key]
+
+    def _pack(self, recs: Sequence[tuple[int, int]], now: int) -> entries.PackedRecords:
         if self.c.format == "records":
             raw = build_batch([(ts, None, b"%04d" % rid, []) for rid, ts in recs])
             return _pack_records(decode_batches(raw)[0], self.topic, now)
@@ -298,29 +312,55 @@ class DenseReplay:
                 return _pack_stored(scan_batches(raw)[0], self.topic, now)
         raise AssertionError(f"no padding makes a batch of {len(recs)} {BATCH_BYTES} bytes")
 
-    def append(self, s: dict[str, TlaValue], recs: Sequence[tuple[int, int]], cutoff: int,
-               snapshot: Snapshot) -> Successor:
+    def append_command(self, s: dict[str, TlaValue], recs: Sequence[tuple[int, int]],
+                       cutoff: int) -> bytes:
+        """The append of these records, as the broker sends it in state ``s`` (its Redis
+        life and clock): RedisStore.append_command's RESP."""
         now = RETENTION_MS + cutoff
         packed = self.pack(recs, now)
         n = len(recs)
         trim = trim_policy(self.config, now, packed.size, n,
                            entries=None if self.c.format == "records" else 1)
         life = _int(s["life"])
-        _stream, command = self.redis.append_command(
+        return self.redis.append_command(
             self.topic, 0, packed, n, now, trim, ProducerBatch(),
-            Life(f"life-{life}", life, EPOCH_BASE_S + _int(s["clock"])))
-        (reply,), after, replies = self.store.send_from(snapshot, [command], self.reads(LIVE))
-        assert reply[0] == b"OK", reply
-        return Successor("AppendBatch", {**s, **self.log_vars(replies),
-                                         "appends": _int(s["appends"]) + 1}, after)
+            Life(f"life-{life}", life, EPOCH_BASE_S + _int(s["clock"])))[1]
 
-    def redis_op(self, s: dict[str, TlaValue], snapshot: Snapshot, source: Sequence[str],
-                 target: Sequence[str]) -> tuple[dict[str, TlaValue], Snapshot]:
-        """Copy the keys ``source`` over ``target`` (an fsync, or a restart's reload)."""
-        copies = [("DEL", *target), *(("COPY", a, b) for a, b in zip(source, target, strict=True))]
-        _, after, replies = self.store.send_from(snapshot, copies,
-                                                 self.reads(LIVE) + self.reads(DISK))
-        return {**s, **self.log_vars(replies[:3]), "disk": self.disk_var(replies[3:])}, after
+    def writes(self, s: dict[str, TlaValue]) -> Iterator[tuple[list[Command], Callable[
+            [list[Any], Snapshot, list[Any]], Successor]]]:
+        """The actions that write to Redis by commands alone, each as (its commands, what
+        makes its successor of their replies, the keys after them and the reads'): the
+        appends, an fsync (the partition's keys copied to the disk keys), a restart (the
+        disk keys copied back; the broker's next append names a new Redis life)."""
+        c = self.c
+        appends = _int(s["appends"])
+        if appends < c.max_appends:
+            for n in range(1, c.max_batch + 1):
+                for stamps in itertools.product(c.stamps, repeat=n):
+                    recs = [(appends * c.max_batch + i + 1, ts) for i, ts in enumerate(stamps)]
+                    for cutoff in c.cutoffs:
+                        yield [self.append_command(s, recs, cutoff)], self.appended(s)
+        live = Record({n: s[n] for n in ("stream", "meta", "times")})
+        if s["disk"] != live:
+            yield _copies(LIVE, DISK), lambda _r, after, reads: Successor(
+                "Fsync", {**s, **self.all_vars(reads)}, after)
+        clock = _int(s["clock"])
+        if _int(s["restarts"]) < c.max_restarts and clock < c.max_clock:
+            yield _copies(DISK, LIVE), lambda _r, after, reads: Successor("RedisRestart", {
+                **s, **self.all_vars(reads), "life": _int(s["life"]) + 1,
+                "restarts": _int(s["restarts"]) + 1, "clock": clock + 1,
+                "restartedAt": clock + 1}, after)
+
+    def appended(self, s: dict[str, TlaValue]) -> Callable[[list[Any], Snapshot, list[Any]],
+                                                            Successor]:
+        def make(replies: list[Any], after: Snapshot, reads: list[Any]) -> Successor:
+            assert replies[0][0] == b"OK", replies
+            return Successor("AppendBatch", {**s, **self.all_vars(reads),
+                                             "appends": _int(s["appends"]) + 1}, after)
+        return make
+
+    def all_vars(self, reads: Sequence[Any]) -> dict[str, TlaValue]:
+        return {**self.log_vars(reads[:3]), "disk": self.disk_var(reads[3:])}
 
     def unsure(self, s: dict[str, TlaValue]) -> None:
         """After the broker's reads: the first read of a partition never written gives it
@@ -346,24 +386,14 @@ class DenseReplay:
             moved = self.run(self.delete_records(offset))
             self.unsure(s)
             if moved:
-                after, replies = self.store.snapshot_and(self.reads(LIVE))
+                after, replies = self.store.snapshot_and(_reads(LIVE))
                 yield Successor("DeleteRecords", {**s, **self.log_vars(replies)}, after)
-        appends = _int(s["appends"])
-        if appends < c.max_appends:
-            for n in range(1, c.max_batch + 1):
-                for stamps in itertools.product(c.stamps, repeat=n):
-                    recs = [(appends * c.max_batch + i + 1, ts) for i, ts in enumerate(stamps)]
-                    for cutoff in c.cutoffs:
-                        yield self.append(s, recs, cutoff, snapshot)
-        live = Record({n: s[n] for n in ("stream", "meta", "times")})
-        if s["disk"] != live:
-            yield Successor("Fsync", *self.redis_op(s, snapshot, LIVE, DISK))
+        # Every write from this state in one round trip, each from the state's keys.
+        writes = list(self.writes(s))
+        sent = self.store.send_all_from(snapshot, [(commands, READS) for commands, _ in writes])
+        for (_, make), (replies, after, reads) in zip(writes, sent, strict=True):
+            yield make(replies, after, reads)
         clock = _int(s["clock"])
-        if _int(s["restarts"]) < c.max_restarts and clock < c.max_clock:
-            state, after = self.redis_op(s, snapshot, DISK, LIVE)
-            yield Successor("RedisRestart", {
-                **state, "life": _int(s["life"]) + 1, "restarts": _int(s["restarts"]) + 1,
-                "clock": clock + 1, "restartedAt": clock + 1}, after)
         if clock < c.max_clock:
             yield Successor("Tick", {**s, "clock": clock + 1}, snapshot)
         if c.consumer:
@@ -441,8 +471,9 @@ class DenseReplay:
     def check_list_offsets(self, s: dict[str, TlaValue], snapshot: Snapshot) -> None:
         """The ListOffsets handler's answers in this state's log against Kafka's: once per
         distinct log (the other variables do not change them)."""
-        log = (s["stream"], s["meta"], s["times"])
-        if log in self.checked:
+        meta = _rec(s["meta"])  # the life that set the epoch and the bytes since the last
+        log = (s["stream"], s["times"], *(meta[n] for n in ("last", "start", "epochs", "tmax")))
+        if log in self.checked:  # checkpoint play no part in the answers
             return
         self.checked[log] = None
         self.store.restore(snapshot)
