@@ -57,7 +57,7 @@ _LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest
     "tests/conformance/test_kafka_conformance.py",  # 86 s
     "tests/spec/GroupCoordinator/test_coordinator_replay.py",  # 73 s
     "tests/integration/test_security.py",  # 64 s
-    "tests/integration/test_dense_differential.py",  # about 60 s alone: Kafka's start, 50 sequences
+    "tests/integration/test_dense_differential.py",  # 83 s alone at load 13: Kafka's start, 50 sequences
     "tests/integration/test_several_brokers.py",  # 47 s
     "tests/test_bench_smoke.py",  # 46 s
     "tests/conformance/test_korvet_conformance.py",  # 40 s
