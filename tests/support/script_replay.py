@@ -35,6 +35,7 @@ from tests.support.spec_actions import ActionTally
 
 StateKey = tuple[tuple[str, TlaValue], ...]
 Snapshot = tuple[bytes | None, ...]
+Command = bytes | Sequence[str | int | bytes]  # packed RESP, or a command's arguments
 
 
 def key(state: Mapping[str, TlaValue]) -> StateKey:
@@ -74,6 +75,7 @@ class ScriptRedis:
         self.topic_id = topic_id
         self.calls = 0
         self.loaded: Snapshot | None = None  # the snapshot Redis holds now, if known
+        self._packed: dict[tuple[Any, ...], bytes] = {}  # commands of text alone, packed
 
     def reset(self) -> None:
         """A path starts here: an empty database and the topic the scripts check."""
@@ -93,13 +95,13 @@ class ScriptRedis:
         """Put the keys back as ``snapshot`` has them (nothing to do if Redis holds it)."""
         if self.loaded is snapshot:
             return
+        self.loaded = None
+        for failed in self.raw([("DEL", *self.keys), *(
+                ("RESTORE", k, 0, dumped, "REPLACE")
+                for k, dumped in zip(self.keys, snapshot, strict=True) if dumped is not None)]):
+            if isinstance(failed, Exception):
+                raise failed
         self.loaded = snapshot
-        pipe = self.client.pipeline(transaction=False)
-        pipe.delete(*self.keys)
-        for k, dumped in zip(self.keys, snapshot, strict=True):
-            if dumped is not None:
-                pipe.restore(k, 0, dumped, replace=True)
-        pipe.execute()
 
     def call(self, script: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> object:
         self.calls += 1
@@ -137,6 +139,84 @@ class ScriptRedis:
         after = tuple(results[1:1 + len(self.keys)])
         self.loaded = after
         return results[0], after, results[1 + len(self.keys):]
+
+    def send_from(self, snapshot: Snapshot, commands: Sequence[Command],
+                  reads: Sequence[Command]) -> tuple[list[Any], Snapshot, list[Any]]:
+        """``call_from`` for commands of any kind: a command the broker packed itself (its
+        RESP bytes, as ``RedisStore.append_command`` makes them: the real arguments in the
+        real order) or a command's arguments; ``reads`` are plain commands. In one round
+        trip: the commands' replies (an error reply raises), the keys after them, and the
+        reads' replies as Redis sent them."""
+        return self.send_all_from(snapshot, [(commands, reads)])[0]
+
+    def send_all_from(self, snapshot: Snapshot,
+                      groups: Sequence[tuple[Sequence[Command], Sequence[Command]]]
+                      ) -> list[tuple[list[Any], Snapshot, list[Any]]]:
+        """``send_from`` for several groups of (commands, reads), each from ``snapshot``,
+        all in one round trip: the keys are restored before each group."""
+        restores = [index > 0 or self.loaded is not snapshot for index in range(len(groups))]
+        restore: list[Command] = [("DEL", *self.keys), *(
+            ("RESTORE", k, 0, dumped, "REPLACE")
+            for k, dumped in zip(self.keys, snapshot, strict=True) if dumped is not None)]
+        sent: list[Command] = []
+        for again, (commands, reads) in zip(restores, groups, strict=True):
+            self.calls += 1
+            sent.extend((*(restore if again else ()), *commands, *self.dumps(), *reads))
+        replies = self.raw(sent)
+        results = []
+        at = 0
+        for again, (commands, reads) in zip(restores, groups, strict=True):
+            start, at = at, at + (len(restore) if again else 0)
+            done = at + len(commands)
+            for failed in replies[start:done]:  # a failed restore or command; a read's error
+                if isinstance(failed, Exception):  # is its reply
+                    self.loaded = None
+                    raise failed
+            after = tuple(replies[done:done + len(self.keys)])
+            at = done + len(self.keys) + len(reads)
+            results.append((replies[start + (len(restore) if again else 0):done], after,
+                            replies[done + len(self.keys):at]))
+        self.loaded = results[-1][1] if results else self.loaded
+        return results
+
+    def snapshot_and(self, reads: Sequence[Sequence[str | int | bytes]]) -> tuple[Snapshot, list[Any]]:
+        """``snapshot()`` and the raw replies of ``reads``, in one round trip."""
+        replies = self.raw([*self.dumps(), *reads])
+        self.loaded = tuple(replies[:len(self.keys)])
+        return self.loaded, replies[len(self.keys):]
+
+    def dumps(self) -> list[tuple[str, str]]:
+        return [("DUMP", k) for k in self.keys]
+
+    def raw(self, commands: Sequence[bytes | Sequence[str | int | bytes]]) -> list[Any]:
+        """Send ``commands`` (packed RESP bytes, or a command's arguments) in one round trip:
+        their replies as Redis sent them (no client-side reshaping), an error reply as its
+        exception."""
+        connection = self.client.connection_pool.get_connection()
+        try:
+            chunks: list[bytes] = []
+            for command in commands:
+                if isinstance(command, bytes):
+                    chunks.append(command)
+                    continue
+                # the same reads go with every call: each is packed once
+                key = tuple(command) if all(isinstance(a, str) for a in command) else None
+                packed = self._packed.get(key) if key else None
+                if packed is None:
+                    packed = b"".join(connection.pack_command(*command))  # type: ignore[no-untyped-call]
+                    if key:
+                        self._packed[key] = packed
+                chunks.append(packed)
+            connection.send_packed_command([b"".join(chunks)])  # type: ignore[no-untyped-call]  # one write, not one per chunk
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis.exceptions.ResponseError as exc:
+                    replies.append(exc)  # every reply is read before one is raised
+        finally:
+            self.client.connection_pool.release(connection)
+        return replies
 
     def close(self) -> None:
         self.client.flushdb()
@@ -176,9 +256,12 @@ def describe(state: Mapping[str, TlaValue]) -> str:
 
 def walk(graph: tlc.StateGraph, store: ScriptRedis,
          initial: Callable[[dict[str, TlaValue]], Snapshot], replay: ReplayFn,
-         *, max_divergences: int = 10) -> WalkReport:
+         *, max_divergences: int = 10, found: list[str] | None = None) -> WalkReport:
     """Breadth-first over TLC's graph; ``initial`` sets Redis up for an initial state (after
-    ``store.reset()``) and returns its snapshot."""
+    ``store.reset()``) and returns its snapshot. ``found``: where the replay function notes
+    divergences of its own (an answer in a state that is not the spec's), counted with the
+    walker's and added to the report's."""
+    found = [] if found is None else found
     started = time.monotonic()
     report = WalkReport(tally=ActionTally(len(graph.states)))
     node_of = {key(state): node for node, state in graph.states.items()}
@@ -189,7 +272,7 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
         snapshots[node] = initial(graph.states[node])
         queue.append(node)
     index = 0
-    while index < len(queue) and len(report.divergences) < max_divergences:
+    while index < len(queue) and len(report.divergences) + len(found) < max_divergences:
         node = queue[index]
         index += 1
         state = graph.states[node]
@@ -218,6 +301,7 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
         for action, _ in expected:
             report.actions[action] = report.actions.get(action, 0) + 1
         report.transitions += len(expected)
+    report.divergences.extend(found)
     if index < len(queue):
         report.tally.stopped = f"stopped after {len(report.divergences)} divergences"
     report.script_calls = store.calls

@@ -38,6 +38,9 @@ DUMPED = frozenset({
     "GroupCoordinator-replay",  # tests/spec/GroupCoordinator/test_coordinator_replay.py
     "CoordinatorLease-replay",  # tests/spec/CoordinatorLease/test_lease_replay.py
     "CoordinatorLease-replay-takeovers",  # same
+    "DenseLog",  # tests/spec/DenseLog/test_dense_log_replay.py
+    "DenseLog-batches",  # same
+    "DenseLog-consumer",  # same
 })
 
 
