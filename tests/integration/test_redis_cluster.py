@@ -1,5 +1,5 @@
 """Korvet on a real Redis Cluster: three masters with a replica each, from Debian's
-redis-server (tests/support/redis_cluster.py), one broker started with ``--redis-cluster``.
+redis-server (korvet/faults/redis_cluster.py), one broker started with ``--redis-cluster``.
 
 - Real clients through a failover: a confluent-kafka producer (acks=all, idempotent)
   produces while a consumer group reads and commits; midway one master is failed over to
@@ -30,11 +30,11 @@ import pytest
 import redis
 import redis.cluster
 
+from korvet.faults.redis_cluster import RedisCluster
 from korvet.process import free_port
 from tests.conftest import KORVET, ROOT, KorvetProcess
 from tests.integration import clients
 from tests.integration.test_clients import create_topic
-from tests.support.redis_cluster import RedisCluster
 
 pytestmark = pytest.mark.clients
 
