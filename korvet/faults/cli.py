@@ -44,6 +44,9 @@ def add_parser(commands: Any) -> None:
                      help="brokers' data and logs (default: a temporary folder, removed after a "
                           "clean run)")
     run.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    run.add_argument("--client-log", action="store_true",
+                     help="write the producers' librdkafka log (debug eos,msg) to "
+                          "producers.log in the work directory")
     run.set_defaults(func=_run)
     check = sub.add_parser("check", help="check a history written by `run --history`")
     check.add_argument("history", type=Path)
@@ -63,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         k.strip() for k in args.faults.split(",") if k.strip() and k.strip() != "none")
     params = RunParams(topology=args.topology, seconds=args.seconds, seed=args.seed,
                        faults=kinds, partitions=args.partitions, rate=args.rate,
-                       history=args.history, work_dir=args.work_dir, keep=args.keep)
+                       history=args.history, work_dir=args.work_dir, keep=args.keep,
+                       client_log=args.client_log)
     try:
         result = run(params, say=lambda line: print(line, flush=True))
     except (FaultError, KafkaToolsError) as exc:
@@ -82,7 +86,8 @@ def _check(args: argparse.Namespace) -> int:
         report = check(read_history(lines))
     print(f"{report.sent:,} sent, {report.acknowledged:,} acknowledged, {report.stored:,} "
           f"stored, {report.consumed:,} read, {report.commits:,} commits; "
-          f"{report.allowed_duplicates:,} allowed duplicates")
+          f"allowed: {report.allowed_duplicates:,} duplicates, {report.allowed_reorders:,} reorders "
+          "of non-idempotent producers")
     for anomaly in report.anomalies:
         print(f"{anomaly.kind}: {anomaly.detail}")
     print("anomalies: " + (", ".join(f"{k} {n}" for k, n in report.by_kind.items()) or "none"))

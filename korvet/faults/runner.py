@@ -42,6 +42,7 @@ class RunParams:
     history: Path | None = None  # write the history here, one JSON event a line
     work_dir: Path | None = None
     keep: bool = False  # keep the work directory (brokers' logs) even when the run is clean
+    client_log: bool = False  # the producers' librdkafka debug log in the work directory
 
 
 @dataclass
@@ -65,7 +66,8 @@ class RunResult:
             "topology": self.topology, "seed": self.seed, "seconds": round(self.seconds, 1),
             "sent": report.sent, "acknowledged": report.acknowledged, "failed": report.failed,
             "stored": report.stored, "consumed": report.consumed, "commits": report.commits,
-            "allowed_duplicates": report.allowed_duplicates, "faults": dict(self.faults),
+            "allowed_duplicates": report.allowed_duplicates,
+            "allowed_reorders": report.allowed_reorders, "faults": dict(self.faults),
             "anomalies": dict(report.by_kind), "errors": self.errors,
         }
 
@@ -89,7 +91,8 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
         topic = group = f"faults-{params.seed}"
         create_topic(target.bootstrap, topic, params.partitions)
         workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
-                            rate=params.rate)
+                            rate=params.rate,
+                            client_log=work_dir / "producers.log" if params.client_log else None)
         workload.start()
         faults, notes = _schedule(target, kinds, params, recorder, say)
         notes += target.heal()
@@ -168,8 +171,8 @@ def render(result: RunResult) -> str:
         f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
         f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
-        f"  duplicates of non-idempotent producers (allowed: at least once): "
-        f"{report.allowed_duplicates:,}",
+        f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
+        f"least once), {report.allowed_reorders:,} records stored after later ones",
     ]
     lines += [f"  note: {note}" for note in result.notes]
     lines += [f"  error: {error}" for error in result.errors]

@@ -16,11 +16,13 @@ eager-rebalance pattern); they never commit a partition they no longer own.
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from korvet.faults.history import (
@@ -79,6 +81,7 @@ class Workload:
     rate: float = 100.0  # records per second per producer
     commit_interval: float = 0.5
     session_timeout_ms: int = 10_000
+    client_log: Path | None = None  # librdkafka's log of the producers (with its `eos` debug)
     stop_producing: threading.Event = field(default_factory=threading.Event)
     stop_consuming: threading.Event = field(default_factory=threading.Event)
     progress: dict[int, int] = field(default_factory=dict)  # partition -> next offset read
@@ -125,35 +128,54 @@ class Workload:
             "message.timeout.ms": 60_000, "request.timeout.ms": 10_000,
             "reconnect.backoff.max.ms": 1000, "log_level": 2,
         }
+        if self.client_log is not None:
+            # the idempotent producer's state changes (retries, epoch bumps) explain anomalies
+            config.update({"debug": "eos,msg", "log_level": 7, "logger": self._logger()})
         if not idempotent:
-            config["max.in.flight.requests.per.connection"] = 1  # order, without idempotence
+            # order over one connection (not across a partition's move: korvet.faults.history)
+            config["max.in.flight.requests.per.connection"] = 1
         return config
+
+    def _logger(self) -> logging.Logger:
+        logger = logging.getLogger("korvet.faults.clients")
+        if self.client_log is not None and not logger.handlers:
+            handler = logging.FileHandler(self.client_log)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        return logger
 
     def _produce(self, name: str, idempotent: bool) -> None:
         from confluent_kafka import KafkaError, Producer
 
-        fatal = threading.Event()
+        fatal: list[str] = []
 
         def on_error(error: KafkaError) -> None:
             if error.fatal():
-                fatal.set()
+                fatal.append(str(error))
 
-        producer = Producer({**self._producer_config(name, idempotent), "error_cb": on_error})
+        def new_producer() -> Any:
+            return Producer({**self._producer_config(name, idempotent), "error_cb": on_error})
+
+        producer = new_producer()
         interval = 1.0 / self.rate
         next_at = time.monotonic()
         seq = 0
         while not self.stop_producing.is_set():
-            if fatal.is_set():  # an idempotent producer's fatal error: a new producer goes on
-                self.notes.append(f"{name}: fatal producer error at seq {seq}; a new producer "
-                                  "continues")
-                producer.flush(10)
-                producer = Producer({**self._producer_config(name, idempotent),
-                                     "error_cb": on_error})
-                fatal.clear()
             rec = Rec(name, seq)
             seq += 1
-            self.recorder.add(Sent(rec, idempotent, True, self.recorder.now()))
-            self._send(producer, rec)
+            self.recorder.add(Sent(rec, idempotent, idempotent, self.recorder.now()))
+            if not self._send(producer, rec) or fatal:
+                # A fatal error (idempotent producers: the broker's answers broke its sequence
+                # rules): what it still holds fails, a new producer (a new id) goes on.
+                producer.poll(1.0)  # serves the error callback and the delivery reports
+                producer.flush(10)
+                self.notes.append(f"{name}: fatal producer error at seq {rec.seq} "
+                                  f"({'; '.join(fatal) or 'no reason given'}); a new producer "
+                                  "continues")
+                fatal.clear()
+                producer = new_producer()
             producer.poll(0)
             next_at += interval
             pause = next_at - time.monotonic()
@@ -166,20 +188,29 @@ class Workload:
             producer.purge()
             producer.flush(5)  # the purged records' delivery reports: failed, unknown outcome
 
-    def _send(self, producer: Any, rec: Rec) -> None:
+    def _send(self, producer: Any, rec: Rec) -> bool:
+        """Hand the record to the producer; False (and the record failed) if the producer
+        is in a fatal state."""
+        from confluent_kafka import KafkaException
+
         def delivered(error: Any, message: Any) -> None:
             now = self.recorder.now()
             if error is not None:
                 self.recorder.add(SendFailed(rec, str(error), now))
             else:
-                self.recorder.add(Acked(rec, message.partition(), message.offset(), now))
+                offset = message.offset()  # None when the broker did not say (a duplicate)
+                self.recorder.add(Acked(rec, message.partition(),
+                                        offset if offset is not None and offset >= 0 else -1, now))
 
         while True:
             try:
                 producer.produce(self.topic, key=rec.key, value=VALUE, on_delivery=delivered)
-                return
+                return True
             except BufferError:  # the local queue is full while the broker is away
                 producer.poll(0.1)
+            except KafkaException as exc:
+                self.recorder.add(SendFailed(rec, str(exc), self.recorder.now()))
+                return False
 
     # -- consumer group --------------------------------------------------------------------
 
