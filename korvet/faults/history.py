@@ -45,6 +45,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 LOST = "lost"
 MOVED = "moved"
@@ -399,6 +400,29 @@ def _commits_ignored(history: _Sorted) -> Iterable[Anomaly]:
                                           f"at offset {event.offset}, below {earlier.consumer}'s "
                                           f"commit of {earlier.offset} accepted before its "
                                           "assignment")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a fault cost the clients: the longest a record sent from its start until it was
+    healed waited for its acknowledgement, those of them the producers gave up on, and the
+    longest the group went without reading a record from its start until ``settle``
+    seconds after it was healed."""
+
+    ack_wait: float
+    failed: int
+    read_gap: float
+
+
+def cost(events: Sequence[Event], start: float, end: float, settle: float = 10.0) -> Cost:
+    sent = {e.rec: e.at for e in events if isinstance(e, Sent) and start <= e.at <= end}
+    acked = {e.rec: e.at for e in events if isinstance(e, Acked) and e.rec in sent}
+    failed = sum(1 for e in events if isinstance(e, SendFailed) and e.rec in sent)
+    reads = sorted(e.at for e in events if isinstance(e, Consumed) and start <= e.at <= end + settle)
+    moments = [start, *reads, end + settle]
+    return Cost(ack_wait=max((acked[r] - at for r, at in sent.items() if r in acked), default=0.0),
+                failed=failed,
+                read_gap=max(b - a for a, b in pairwise(moments)))
 
 
 def to_json(event: Event) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from korvet.bench.brokers import create_topic
-from korvet.faults.history import KIND_TITLES, KINDS, Report, check, to_json
+from korvet.faults.history import KIND_TITLES, KINDS, Cost, Report, check, cost, to_json
 from korvet.faults.targets import TOPOLOGIES, FaultError, Target
 from korvet.faults.workload import Recorder, Workload, read_back
 
@@ -52,6 +52,7 @@ class RunResult:
     seconds: float
     report: Report
     faults: Counter[str] = field(default_factory=Counter)
+    costs: dict[str, list[Cost]] = field(default_factory=dict)  # per fault kind, one per fault
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # the run itself failed (not the checker)
     work_dir: Path | None = None
@@ -68,8 +69,15 @@ class RunResult:
             "stored": report.stored, "consumed": report.consumed, "commits": report.commits,
             "allowed_duplicates": report.allowed_duplicates,
             "allowed_reorders": report.allowed_reorders, "faults": dict(self.faults),
+            "costs": {kind: _worst(costs) for kind, costs in sorted(self.costs.items())},
             "anomalies": dict(report.by_kind), "errors": self.errors,
         }
+
+
+def _worst(costs: list[Cost]) -> dict[str, float]:
+    return {"ack_wait_max_s": round(max(c.ack_wait for c in costs), 2),
+            "read_gap_max_s": round(max(c.read_gap for c in costs), 2),
+            "failed": sum(c.failed for c in costs)}
 
 
 def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
@@ -94,7 +102,7 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
                             rate=params.rate,
                             client_log=work_dir / "producers.log" if params.client_log else None)
         workload.start()
-        faults, notes = _schedule(target, kinds, params, recorder, say)
+        windows, notes = _schedule(target, kinds, params, recorder, say)
         notes += target.heal()
         say("drain: every fault healed; producers finish, the group reads to the end")
         if not workload.stop_producers(150):
@@ -104,8 +112,12 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
             notes.append("group members did not stop within 60 s")
         notes += read_back(target.bootstrap, topic, group, params.partitions, recorder)
         report = check(recorder.events)
+        costs: dict[str, list[Cost]] = {}
+        for kind, begun, healed in windows:
+            costs.setdefault(kind, []).append(cost(recorder.events, begun, healed))
         result = RunResult(params.topology, params.seed, time.monotonic() - started, report,
-                           faults, notes + workload.notes, list(workload.errors), work_dir)
+                           Counter(kind for kind, _, _ in windows), costs,
+                           notes + workload.notes, list(workload.errors), work_dir)
         return result
     finally:
         if params.history is not None:
@@ -116,9 +128,11 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
 
 
 def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorder: Recorder,
-              say: Callable[[str], None]) -> tuple[Counter[str], list[str]]:
+              say: Callable[[str], None]) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """Inject faults until the run's time is up; returns each fault's kind, start and the
+    moment it was healed, and the notes of the brokers that ended by themselves."""
     rng = random.Random(params.seed)
-    faults: Counter[str] = Counter()
+    windows: list[tuple[str, float, float]] = []
     notes: list[str] = []
     start = time.monotonic()
     deadline = start + params.seconds
@@ -132,16 +146,17 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
             deck = list(kinds)
             rng.shuffle(deck)
         kind = deck.pop()
-        at = time.monotonic() - start
+        begun = time.monotonic()
         what = target.inject(kind, rng)
-        faults[kind] += 1
+        windows.append((kind, begun, time.monotonic()))
+        at = begun - start
         acked = sum(1 for e in recorder.events if type(e).__name__ == "Acked")
         say(f"  [{at:6.1f} s] {kind}: {what} (acknowledged so far: {acked})")
         for note in target.heal():
             notes.append(note)
             say(f"  note: {note}")
     time.sleep(max(0.0, deadline - time.monotonic()))
-    return faults, notes
+    return windows, notes
 
 
 def _wait_for_group(workload: Workload, bootstrap: str, topic: str, partitions: int,
@@ -171,6 +186,10 @@ def render(result: RunResult) -> str:
         f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
         f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
+        *(f"    {kind}: records sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
+          f"their acknowledgement ({worst['failed']:.0f} given up); the group read nothing for up "
+          f"to {worst['read_gap_max_s']:.1f} s"
+          for kind, worst in ((k, _worst(c)) for k, c in sorted(result.costs.items()))),
         f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
         f"least once), {report.allowed_reorders:,} records stored after later ones",
     ]

@@ -28,11 +28,13 @@ from korvet.faults.history import (
     Committed,
     CommittedRead,
     Consumed,
+    Cost,
     Event,
     Rec,
     Sent,
     Stored,
     check,
+    cost,
     from_json,
     read_history,
     to_json,
@@ -219,3 +221,15 @@ def test_a_second_owner_in_a_generation_is_found(events: list[Event], data: st.D
     taken = data.draw(st.sampled_from(assignments))
     intruder = replace(taken, consumer="intruder", partitions=taken.partitions[:1])
     assert [a.kind for a in check([*events, intruder]).anomalies] == [TWO_OWNERS]
+
+
+def test_what_a_fault_cost() -> None:
+    events: list[Event] = [
+        Sent(A1, True, True, at=10.0), Acked(A1, 0, 0, at=10.5),
+        Sent(A2, True, True, at=11.0), Acked(A2, 0, 1, at=14.0),  # waited 3 s
+        Sent(A3, True, True, at=30.0), Acked(A3, 0, 2, at=40.0),  # after the fault: not counted
+        Consumed("c", 0, 0, A1, at=10.6), Consumed("c", 0, 1, A2, at=14.1),
+        Consumed("c", 0, 2, A3, at=40.1),
+    ]
+    assert cost(events, start=10.0, end=12.0, settle=5.0) == Cost(ack_wait=3.0, failed=0,
+                                                                    read_gap=3.5)
