@@ -135,20 +135,32 @@ class BrokerProcess:
             self.process = None
 
 
-def kill_and_restart(broker: BrokerProcess, rng: random.Random) -> str:
-    broker.kill()
-    down = rng.uniform(0.5, 3.0)
+def down_and_up(stop: Callable[[], object], start: Callable[[], object], rng: random.Random,
+                low: float, high: float) -> float:
+    """Stop something, leave it down ``low`` to ``high`` seconds, start it; the time down."""
+    stop()
+    down = rng.uniform(low, high)
     time.sleep(down)
-    broker.start()
+    start()
+    return down
+
+
+def stop_and_continue(send: Callable[[int], None], rng: random.Random, past_ms: int) -> float:
+    """SIGSTOP for ``past_ms`` plus 0.5 to 2 s, then SIGCONT; the time paused."""
+    paused = past_ms / 1000 + rng.uniform(0.5, 2.0)
+    send(signal.SIGSTOP)
+    time.sleep(paused)
+    send(signal.SIGCONT)
+    return paused
+
+
+def kill_and_restart(broker: BrokerProcess, rng: random.Random) -> str:
+    down = down_and_up(broker.kill, broker.start, rng, 0.5, 3.0)
     return f"{broker.address} killed, down {down:.1f} s"
 
 
 def pause_and_resume(broker: BrokerProcess, rng: random.Random, past_ms: int) -> str:
-    paused = past_ms / 1000 + rng.uniform(0.5, 2.0)
-    broker.signal(signal.SIGSTOP)
-    time.sleep(paused)
-    broker.signal(signal.SIGCONT)
-    return f"{broker.address} paused {paused:.1f} s"
+    return f"{broker.address} paused {stop_and_continue(broker.signal, rng, past_ms):.1f} s"
 
 
 @dataclass
@@ -218,10 +230,7 @@ class OneRedis(_Brokers):
         if kind == BROKER_PAUSE:
             return pause_and_resume(broker, rng, LEASE_MS)
         if kind == REDIS_RESTART:
-            self.redis.stop()
-            down = rng.uniform(0.5, 2.0)
-            time.sleep(down)
-            self.redis.start()
+            down = down_and_up(self.redis.stop, self.redis.start, rng, 0.5, 2.0)
             return f"redis restarted, down {down:.1f} s"
         if kind == REDIS_CUT:
             cut = rng.uniform(1.0, LEASE_MS / 1000 + 2.0)
@@ -343,21 +352,18 @@ class KafkaTarget:
         os.kill(self.server.pid, sig)
         self.paused = sig == signal.SIGSTOP
 
+    def _kill(self) -> None:
+        assert self.server is not None
+        self._signal(signal.SIGKILL)
+        self.server.stop()  # reaps it
+
     def inject(self, kind: str, rng: random.Random) -> str:
         assert self.server is not None
         if kind == BROKER_KILL:
-            self._signal(signal.SIGKILL)
-            self.server.stop()
-            down = rng.uniform(0.5, 3.0)
-            time.sleep(down)
-            self.server.start()
+            down = down_and_up(self._kill, self.server.start, rng, 0.5, 3.0)
             return f"kafka killed, down {down:.1f} s"
         if kind == BROKER_PAUSE:
-            paused = LEASE_MS / 1000 + rng.uniform(0.5, 2.0)
-            self._signal(signal.SIGSTOP)
-            time.sleep(paused)
-            self._signal(signal.SIGCONT)
-            return f"kafka paused {paused:.1f} s"
+            return f"kafka paused {stop_and_continue(self._signal, rng, LEASE_MS):.1f} s"
         raise FaultError(f"kafka cannot take {kind}")
 
     def heal(self) -> list[str]:
