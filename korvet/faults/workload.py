@@ -301,7 +301,7 @@ def read_back(bootstrap: str, topic: str, group: str, partitions: int, recorder:
               timeout: float = 180.0) -> list[str]:
     """The group's committed offsets, then every partition from its first offset to its high
     watermark; returns notes on what could not be read."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
     notes: list[str] = []
     config = {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "log_level": 2}
@@ -313,12 +313,18 @@ def read_back(bootstrap: str, topic: str, group: str, partitions: int, recorder:
         ended = recorder.now()
         for answer in answers:
             recorder.add(CommittedRead(answer.partition, max(answer.offset, -1), started, ended))
+    except KafkaException as exc:
+        notes.append(f"the group's committed offsets could not be read: {exc}")
     finally:
         committer.close()
     reader = Consumer({**config, "group.id": f"{group}-reader"})
     try:
-        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(partitions)}
+        try:
+            ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                    for p in range(partitions)}
+        except KafkaException as exc:  # the checker reports what is then missing
+            notes.append(f"the topic could not be read back: {exc}")
+            return notes
         reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         position = dict.fromkeys(range(partitions), -1)
         deadline = time.monotonic() + timeout
