@@ -188,11 +188,6 @@ class ProduceHandler:
                                   batch.last_sequence)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
         stream = services.store.stream_key(topic.name, index)
-        if producer.producer_id >= 0 and not self.gaps.admits(
-                stream, batch.producer_id, batch.producer_epoch, batch.base_sequence):
-            self.metrics.produce_error(ErrorCode.KAFKA_STORAGE_ERROR)
-            return PartitionOutcome.refused(index, produce_rules.gap_refusal(
-                batch.producer_id, batch.base_sequence))
         services.notifier.changed(stream)  # a fetch's read from now on may miss this append
         try:
             sent = await services.store.append_send(topic, index, packed, count, now, trim,
@@ -222,6 +217,8 @@ class ProduceHandler:
         if result.status is AppendStatus.OUT_OF_ORDER and self.gaps.behind(
                 stream, batch.producer_id, batch.producer_epoch, batch.base_sequence):
             refusal = produce_rules.gap_refusal(batch.producer_id, batch.base_sequence)
+        elif refusal is None or result.status is AppendStatus.NOT_REPLICATED:
+            self.gaps.stored(stream, batch.producer_id)
         if refusal is not None:
             self.metrics.produce_error(refusal.code)
             return PartitionOutcome.refused(index, refusal)
