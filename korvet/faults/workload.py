@@ -15,6 +15,7 @@ eager-rebalance pattern); they never commit a partition they no longer own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
@@ -147,7 +148,7 @@ class Workload:
         return logger
 
     def _produce(self, name: str, idempotent: bool) -> None:
-        from confluent_kafka import KafkaError, Producer
+        from confluent_kafka import KafkaError, KafkaException, Producer
 
         fatal: list[str] = []
 
@@ -169,24 +170,26 @@ class Workload:
             if not self._send(producer, rec) or fatal:
                 # A fatal error (idempotent producers: the broker's answers broke its sequence
                 # rules): what it still holds fails, a new producer (a new id) goes on.
-                producer.poll(1.0)  # serves the error callback and the delivery reports
-                producer.flush(10)
+                with contextlib.suppress(KafkaException):  # a fatal producer raises here too
+                    producer.poll(1.0)  # serves the error callback and the delivery reports
+                    producer.flush(10)
                 self.notes.append(f"{name}: fatal producer error at seq {rec.seq} "
                                   f"({'; '.join(fatal) or 'no reason given'}); a new producer "
                                   "continues")
                 fatal.clear()
                 producer = new_producer()
-            producer.poll(0)
+            with contextlib.suppress(KafkaException):  # fatal: handled at the next send
+                producer.poll(0)
             next_at += interval
             pause = next_at - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             else:
                 next_at = time.monotonic()
-        left = producer.flush(90)
-        if left:
-            producer.purge()
-            producer.flush(5)  # the purged records' delivery reports: failed, unknown outcome
+        with contextlib.suppress(KafkaException):  # a fatal producer: its records failed
+            if producer.flush(90):
+                producer.purge()
+                producer.flush(5)  # the purged records' delivery reports: failed, unknown outcome
 
     def _send(self, producer: Any, rec: Rec) -> bool:
         """Hand the record to the producer; False (and the record failed) if the producer
