@@ -163,8 +163,11 @@ class Workload:
         interval = 1.0 / self.rate
         next_at = time.monotonic()
         seq = 0
+        # Each producer (a new one after a fatal error: a new producer id) has a name of its
+        # own: Kafka promises order within one producer, not from one to the next.
+        incarnation = name
         while not self.stop_producing.is_set():
-            rec = Rec(name, seq)
+            rec = Rec(incarnation, seq)
             seq += 1
             self.recorder.add(Sent(rec, idempotent, idempotent, self.recorder.now()))
             if not self._send(producer, rec) or fatal:
@@ -178,6 +181,7 @@ class Workload:
                                   "continues")
                 fatal.clear()
                 producer = new_producer()
+                incarnation = f"{name}.{len(self.notes)}"
             with contextlib.suppress(KafkaException):  # fatal: handled at the next send
                 producer.poll(0)
             next_at += interval
