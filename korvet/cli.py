@@ -6,6 +6,7 @@
     korvet pipeline ...               the Spark Structured Streaming pipeline (docs/spark.md)
     korvet jars fetch|list|classpath  the pinned JVM jars, resolved by Maven
     korvet users add|list|delete      SASL/SCRAM users (docs/users/security.md)
+    korvet faults run|check           fault-injection runs with a history checker (docs/users/fault-runs.md)
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     from korvet import users
     from korvet.bench import cli as bench_cli
     from korvet.conformance import cli as conformance_cli
+    from korvet.faults import cli as faults_cli
     from korvet.pipelines import cli as pipeline_cli
     from korvet.verification import cli as spec_cli
 
@@ -88,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_parser(commands)
     conformance_cli.add_parser(commands)
     users.add_parser(commands)
+    faults_cli.add_parser(commands)
 
     jars = commands.add_parser("jars", help="pinned JVM jars, resolved by Maven (mvn)")
     jar_commands = jars.add_subparsers(dest="jars_command", required=True)

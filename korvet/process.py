@@ -4,11 +4,13 @@ stop the child processes they start."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,27 @@ def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM,
             process.kill()
             process.wait()
     return process.returncode
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    # Looked up in the parent: after a fork in a threaded parent, the child must not
+    # call into the dynamic loader.
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    return prctl
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the thread that started us ends.
+
+    So a Kafka or a broker started by a test run or a fault run that is killed (even with
+    SIGKILL) shuts down instead of lingering on the shared machine.
+    """
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

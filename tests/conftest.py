@@ -59,6 +59,9 @@ _LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest
     "tests/integration/test_security.py",  # 64 s
     "tests/integration/test_dense_differential.py",  # 83 s alone at load 13: Kafka's start, 50 sequences
     "tests/integration/test_several_brokers.py",  # 47 s
+    "tests/integration/test_fault_runs_several_brokers.py",  # about 2 min (not in that run)
+    "tests/integration/test_fault_runs.py",  # about 1 min (not in that run)
+    "tests/integration/test_fault_runs_kafka.py",  # 80 s (not in that run)
     "tests/test_bench_smoke.py",  # 46 s
     "tests/conformance/test_korvet_conformance.py",  # 40 s
     "tests/conformance/test_kfake_conformance.py",  # 39 s

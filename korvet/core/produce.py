@@ -20,6 +20,19 @@ and ``LogValidator``):
    ``message.timestamp.before.max.ms`` behind it: INVALID_TIMESTAMP, naming each record.
 6. After the atomic append: the script's status (``AppendStatus``) becomes the error the
    client sees; DUP is a success carrying the original offsets.
+7. An idempotent producer's batch that the script refuses as OUT_OF_ORDER_SEQUENCE_NUMBER
+   while one of the producer's earlier batches to the same partition failed on its way to
+   Redis (a storage error: not run, or outcome unknown), and no batch of it to that
+   partition was stored since, is answered with that batch's retriable KAFKA_STORAGE_ERROR
+   instead (``SequenceGaps``). On a Kafka connection the requests behind a failed one fail
+   with it; here a later batch could reach Redis on a new connection (or after a Redis
+   Cluster failover) and find the gap, and librdkafka answers OUT_OF_ORDER_SEQUENCE_NUMBER
+   after a failed request by bumping the producer epoch, which resets every partition's
+   sequences: a batch of another partition that was stored but not confirmed
+   (NOT_ENOUGH_REPLICAS_AFTER_APPEND) was then sent again under the new epoch and stored
+   twice (found by `korvet faults run --topology cluster`). Only the script's refusal is
+   changed, never a batch refused before it runs: the failed batch may be sent again
+   through another broker, and this broker would not hear of it.
 """
 
 from __future__ import annotations
@@ -216,6 +229,33 @@ def append_refusal(status: AppendStatus, topic: str, partition: int, producer_id
     # FULL
     return Refusal(ErrorCode.KAFKA_STORAGE_ERROR,
                    f"partition {partition} of {topic} has no offsets left below 2^63")
+
+
+class SequenceGaps:
+    """Rule 7: per partition and idempotent producer, the first sequence of its batch that
+    failed on the way to Redis, until a batch of it to that partition is stored."""
+
+    def __init__(self) -> None:
+        self._failed: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, base sequence)
+
+    def failed(self, partition: str, producer_id: int, epoch: int, base_sequence: int) -> None:
+        known = self._failed.get((partition, producer_id))
+        if known is None or known[0] != epoch or base_sequence < known[1]:
+            self._failed[(partition, producer_id)] = (epoch, base_sequence)
+
+    def stored(self, partition: str, producer_id: int) -> None:
+        """A batch of the producer was stored (or found stored): its sequence is whole."""
+        self._failed.pop((partition, producer_id), None)
+
+    def behind(self, partition: str, producer_id: int, epoch: int, base_sequence: int) -> bool:
+        """Whether a batch refused as out of order comes after a failed one."""
+        known = self._failed.get((partition, producer_id))
+        return known is not None and known[0] == epoch and base_sequence > known[1]
+
+
+def gap_refusal(producer_id: int, base_sequence: int) -> Refusal:
+    return storage_refusal(f"a batch of producer {producer_id} before sequence {base_sequence} "
+                           "failed on its way to Redis; send it again first")
 
 
 def storage_refusal(reason: str) -> Refusal:

@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import os
-import signal
 import subprocess
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
 from korvet.jvm import maven
-from korvet.process import find_java, free_ports, stop_process
+from korvet.process import die_with_parent, find_java, free_ports, stop_process
 from korvet.protocol.frame_io import call_blocking
 
 JAR_SET = "kafka"
@@ -186,30 +184,6 @@ def tools_log4j2_config() -> Path:
         temporary.write_text(_TOOLS_LOG4J2)
         temporary.replace(path)
     return path
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    # Looked up in the parent: after a fork in a threaded parent, the child must not
-    # call into the dynamic loader.
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-    return prctl
-
-
-_PRCTL = _load_prctl()
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the thread that started us ends.
-
-    So a Kafka started by a test run that is killed (even with SIGKILL) shuts down
-    instead of lingering on the shared machine.
-    """
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def metadata_broker_count(host: str, port: int, *, timeout: float = 5.0) -> int:
@@ -416,7 +390,7 @@ class KafkaServer:
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 (it only calls prctl, looked up before the fork)
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (it only calls prctl, looked up before the fork)
         )
         self._finalizer = weakref.finalize(self, _kill_process, self._process)
         try:

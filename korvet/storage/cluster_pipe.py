@@ -11,6 +11,14 @@ script did not run: the topology is read again and the append is sent to the new
 A broken connection may or may not have run it, so that error goes back to the producer
 (a retriable error; an idempotent producer's retry is recognised by the script), and the
 topology is read again for the appends after it.
+
+Appends to one key stay in their order across a redirect: an append that would go to
+another master than the key's previous append, while that one is not settled (its
+``MOVED`` is being followed), waits until it is. Without this, an append sent once the slot
+table was read again (by any redirect, or by redis-py's own client) overtook the earlier
+one still on its way to the new master; an idempotent producer's next batch was then
+refused as out of order, librdkafka bumped its epoch and sent the earlier batch again,
+which had been stored: a duplicate (found by `korvet faults run --topology cluster`).
 """
 
 from __future__ import annotations
@@ -44,6 +52,10 @@ class ClusterPipes:
         self._pipes: dict[str, tuple[aioredis.Redis, RedisPipe]] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self._resend = asyncio.Lock()
+        # per key: its appends choose a master one at a time, in call order, and the last
+        # one's master and settled reply (see the module docstring)
+        self._order: dict[str, asyncio.Lock] = {}
+        self._last: dict[str, tuple[RedisPipe, asyncio.Future[Any]]] = {}
 
     def _pipe_for(self, key: str) -> RedisPipe:
         node = self.cluster.get_node_from_key(key)
@@ -62,18 +74,38 @@ class ClusterPipes:
     async def send(self, key: str, packed: bytes, wait: bytes | None = None) -> asyncio.Future[Any]:
         """Send ``packed`` (a command on ``key``'s slot) down its master's pipe, with ``wait``
         after it (``RedisPipe.send``); the future holds the reply, after any redirects."""
-        first = await self._pipe_for(key).send(packed, wait)
-        return asyncio.ensure_future(self._settle(key, packed, wait, first))
+        async with self._order.setdefault(key, asyncio.Lock()):
+            pipe = await self._pipe_in_order(key)
+            first = await pipe.send(packed, wait)
+            return self._settling(key, pipe, packed, wait, first)
 
     async def send_packed_for(self, key: str, pack: Callable[[Life], bytes],
                               wait: bytes | None = None) -> asyncio.Future[Any]:
         """As ``send``, for a command that names the Redis life it runs in (a dense topic's
         append, whose epoch follows it): packed by ``pack`` for the life of the master it
         goes to, again after a redirect to another master."""
-        pipe = self._pipe_for(key)
-        life = await pipe.life()
-        first = await pipe.send(pack(life), wait, life)
-        return asyncio.ensure_future(self._settle(key, pack, wait, first))
+        async with self._order.setdefault(key, asyncio.Lock()):
+            pipe = await self._pipe_in_order(key)
+            life = await pipe.life()
+            first = await pipe.send(pack(life), wait, life)
+            return self._settling(key, pipe, pack, wait, first)
+
+    async def _pipe_in_order(self, key: str) -> RedisPipe:
+        """The pipe of ``key``'s master, once the key's previous append, if it went to another
+        master, is settled: an append never overtakes an earlier one being redirected."""
+        while True:
+            pipe = self._pipe_for(key)
+            last = self._last.get(key)
+            if last is None or last[0] is pipe or last[1].done():
+                return pipe
+            with contextlib.suppress(Exception):  # its outcome is its own caller's
+                await asyncio.shield(last[1])
+
+    def _settling(self, key: str, pipe: RedisPipe, packed: bytes | Callable[[Life], bytes],
+                  wait: bytes | None, first: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        settled = asyncio.ensure_future(self._settle(key, packed, wait, first))
+        self._last[key] = (pipe, settled)
+        return settled
 
     async def _settle(self, key: str, packed: bytes | Callable[[Life], bytes],
                       wait: bytes | None, sent: asyncio.Future[Any]) -> Any:
@@ -124,3 +156,4 @@ class ClusterPipes:
             with contextlib.suppress(Exception):
                 await client.aclose()
         self._pipes.clear()
+

@@ -22,7 +22,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -32,6 +34,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from korvet.core.offsets import DENSE, EntryId
+from korvet.faults.proxy import FaultProxy
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.records import build_batch
 from korvet.storage.entries import KEY
@@ -286,3 +289,47 @@ def test_read_ahead_never_serves_records_retention_deleted_before_the_request(
         assert second.log_start_offset > base + 1
     finally:
         client.sock.close()
+
+
+def test_a_batch_behind_one_that_never_reached_redis_waits_for_it(
+        tmp_path: Path, fresh_redis_url: str, unique_name: str) -> None:
+    """An idempotent producer's batch failed on its way to Redis (the broker cut off from
+    Redis: never run); its next batch must not be appended behind the gap and answered
+    OUT_OF_ORDER_SEQUENCE_NUMBER (librdkafka then bumps the epoch, and a batch of another
+    partition that was stored but not confirmed is stored twice: found by `korvet faults
+    run --topology cluster`), but refused with the same retriable error until the failed
+    batch is sent again. Then both are stored once each, in order."""
+    upstream = urlsplit(fresh_redis_url)
+    assert upstream.port is not None
+    proxy = FaultProxy("127.0.0.1", upstream.port).start()
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--redis-url", proxy.url])
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, unique_name, 1)
+        with WireClient(broker.bootstrap, timeout=30) as client:
+            producer_id, epoch = _init_producer_id(client)
+
+            def batch(sequence: int) -> bytes:
+                return build_batch([(int(time.time() * 1000), f"r{sequence}".encode(), b"v", [])],
+                                   producer_id=producer_id, producer_epoch=epoch,
+                                   base_sequence=sequence)
+
+            assert _produce(client, unique_name, batch(0))[0] is ErrorCode.none
+            proxy.cut()
+            answers: dict[int, tuple[ErrorCode, int]] = {}
+            sending = threading.Thread(target=lambda: answers.update({1: _produce(
+                client, unique_name, batch(1))}))
+            sending.start()
+            time.sleep(1.0)
+            proxy.heal()  # the held append is dropped with its connection: it never ran
+            sending.join(30)
+            assert answers[1][0] is ErrorCode.kafka_storage_error
+            assert _produce(client, unique_name, batch(2))[0] is ErrorCode.kafka_storage_error
+            assert _produce(client, unique_name, batch(1))[0] is ErrorCode.none
+            assert _produce(client, unique_name, batch(2))[0] is ErrorCode.none
+        stored = redis.Redis.from_url(fresh_redis_url).xrange(
+            f"korvet:{{{unique_name}:0}}:stream") or []
+        assert [(fields or {}).get(KEY) for _, fields in stored] == [b"r0", b"r1", b"r2"]
+    finally:
+        broker.stop()
+        proxy.stop()

@@ -1,5 +1,5 @@
 """Three brokers (``--multi-broker --redis-cluster``) on a real Redis Cluster of three
-masters with a replica each (tests/support/redis_cluster.py), with real clients, through
+masters with a replica each (korvet/faults/redis_cluster.py), with real clients, through
 three faults in a row.
 
 Kafka's Java producer (the console producer, acks=all, idempotent) writes a numbered record
@@ -52,13 +52,13 @@ import redis
 import redis.cluster
 from kio.index import load_request_schema
 
+from korvet.faults.redis_cluster import RedisCluster
 from korvet.jvm.java_clients import CONSOLE_PRODUCER_MAIN, FIELD_SEPARATOR, KafkaJavaTools
 from korvet.process import stop_process
 from korvet.protocol.kbuild import make
 from tests.conftest import KorvetProcess
 from tests.integration.test_clients import create_topic
 from tests.integration.test_groups import assignments_by_generation
-from tests.support.redis_cluster import RedisCluster
 from tests.support.wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

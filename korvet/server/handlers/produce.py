@@ -96,6 +96,7 @@ class ProduceHandler:
         self.max_decompressed = services.settings.broker.max_request_bytes
         self.metrics = services.metrics
         self._unanswered: set[asyncio.Future[PartitionOutcome]] = set()
+        self.gaps = produce_rules.SequenceGaps()  # rule 7 (korvet/core/produce.py)
 
     async def handle(self, ctx: RequestContext, request: ProduceRequest
                      ) -> ProduceResponse | Deferred | None:
@@ -193,6 +194,7 @@ class ProduceHandler:
                                                     producer, replicated=replicated)
         except (RedisError, OSError) as exc:
             services.notifier.changed(stream)
+            self._failed(stream, batch)
             return _storage_error(services, topic, index, exc)
         waits_on.append(sent)
         return self._appended(topic, index, batch, count, now, sent, started, stream)
@@ -204,6 +206,7 @@ class ProduceHandler:
             result = await self.services.store.append_result(topic, sent)
         except (RedisError, OSError) as exc:
             self.metrics.produce_error(ErrorCode.KAFKA_STORAGE_ERROR)
+            self._failed(stream, batch)
             return _storage_error(self.services, topic, index, exc)
         finally:  # before any answer: a fetch after the acknowledgement reads the stream
             self.services.notifier.changed(stream)
@@ -211,6 +214,11 @@ class ProduceHandler:
             self.services.topics.invalidate(topic.name)
         refusal = produce_rules.append_refusal(result.status, topic.name, index, batch.producer_id,
                                                batch.producer_epoch, batch.base_sequence)
+        if result.status is AppendStatus.OUT_OF_ORDER and self.gaps.behind(
+                stream, batch.producer_id, batch.producer_epoch, batch.base_sequence):
+            refusal = produce_rules.gap_refusal(batch.producer_id, batch.base_sequence)
+        elif refusal is None or result.status is AppendStatus.NOT_REPLICATED:
+            self.gaps.stored(stream, batch.producer_id)
         if refusal is not None:
             self.metrics.produce_error(refusal.code)
             return PartitionOutcome.refused(index, refusal)
@@ -218,6 +226,11 @@ class ProduceHandler:
         return PartitionOutcome(index, base_offset=result.base_offset,
                                 log_append_time=now if topic.config.log_append_time else -1,
                                 log_start_offset=result.log_start_offset)
+
+
+    def _failed(self, stream: str, batch: Batch | StoredBatch) -> None:
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            self.gaps.failed(stream, batch.producer_id, batch.producer_epoch, batch.base_sequence)
 
 
 def _pack_records(batch: Batch, topic: TopicInfo, now: int) -> entries.PackedRecords:

@@ -176,3 +176,21 @@ def test_a_partition_gets_the_first_refusal_in_kafkas_order(
         assert verdict is good
     else:
         assert isinstance(verdict, rules.Refusal) and verdict.code is expected
+
+
+def test_a_gap_behind_a_failed_batch_is_retriable() -> None:
+    """Rule 7: after producer 7's batch from sequence 10 failed on its way to Redis, a later
+    batch of that partition that the script finds out of order is behind it (answered with
+    the retriable error); once a batch of the producer is stored there, nothing is. Other
+    partitions, producers and epochs are not concerned."""
+    gaps = rules.SequenceGaps()
+    gaps.failed("p0", 7, 0, 10)
+    gaps.failed("p0", 7, 0, 15)  # a later failure keeps the first sequence to send again
+    assert gaps.behind("p0", 7, 0, 11) and gaps.behind("p0", 7, 0, 16)
+    assert not gaps.behind("p0", 7, 0, 10)  # the failed batch itself: a real refusal
+    assert not gaps.behind("p1", 7, 0, 15) and not gaps.behind("p0", 8, 0, 15)
+    assert not gaps.behind("p0", 7, 1, 15)
+    gaps.stored("p0", 7)
+    assert not gaps.behind("p0", 7, 0, 16)
+    refusal = rules.gap_refusal(7, 15)
+    assert refusal.code is ErrorCode.KAFKA_STORAGE_ERROR and "send it again" in refusal.message

@@ -1,4 +1,4 @@
-"""A real Redis Cluster for tests: three masters with one replica each, on free ports.
+"""A real Redis Cluster for tests and fault runs: three masters with one replica each, on free ports.
 
 Started from Debian's ``redis-server`` (cluster mode, no persistence, short node timeout)
 and joined with ``redis-cli --cluster create ... --cluster-replicas 1``. ``failover``

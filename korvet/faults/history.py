@@ -1,0 +1,443 @@
+"""The history of a fault run and the checker that judges it.
+
+A run records what its clients saw, nothing of what the broker says about itself: every
+produce attempt and its acknowledgement (partition, offset) or error, every record a
+consumer-group member read (partition, offset, the record it found there), every
+assignment (member, generation, partitions), every commit the coordinator accepted (with
+the times its request left and its answer came back), and at the end what a fresh reader
+finds in every partition (``Stored``) and the group's committed offsets (``CommittedRead``).
+Records are told apart by their key, ``producer:seq``: a producer never sends one ``seq``
+twice itself, so two copies of one key in the log are the client library's retries.
+
+``check`` reads the whole history and reports, by kind, what Kafka's promises forbid:
+
+- a record acknowledged with acks=all and not readable at the end (``LOST``), or readable
+  at another offset than the one acknowledged (``MOVED``);
+- a record of an idempotent producer stored twice (``DUPLICATE``); a non-idempotent
+  producer's retries may store a record twice (Kafka's at-least-once), which is counted,
+  not reported;
+- in a partition, a producer's records in another order than it sent them (``OUT_OF_ORDER``;
+  only for producers that promise order: idempotent ones. A non-idempotent producer keeps
+  its order over one connection with one request in flight, but not when a partition moves
+  to another broker while a request to the old one is unanswered: librdkafka sends the
+  next records to the new broker and retries the old request after them. Such reorders
+  are counted, not reported);
+- a record a consumer read at an offset where the end finds another record or none
+  (``READ_GONE``): what was read is no longer there;
+- a consumer's offsets in a partition going back (or repeating) without an assignment in
+  between (``WENT_BACK``);
+- a partition given to two members in one generation (``TWO_OWNERS``);
+- a committed offset going back: a commit accepted, or the committed offset read at the
+  end, lower than one whose acceptance came back before it was sent (``COMMIT_BACK``);
+  and a member starting to read a partition below an offset whose commit was accepted
+  before its assignment (``COMMIT_IGNORED``).
+
+Times are the recorder's monotonic seconds; the checker orders two events by time only
+when one ended before the other began, so threads scheduled late cannot fake an anomaly.
+The module is pure: events in, a report out (``to_json``/``from_json`` keep a history in
+a file, one event a line, for ``korvet faults check``).
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+
+LOST = "lost"
+MOVED = "moved"
+DUPLICATE = "duplicate"
+OUT_OF_ORDER = "out-of-order"
+READ_GONE = "read-gone"
+WENT_BACK = "went-back"
+TWO_OWNERS = "two-owners"
+COMMIT_BACK = "commit-back"
+COMMIT_IGNORED = "commit-ignored"
+KINDS: tuple[str, ...] = (LOST, MOVED, DUPLICATE, OUT_OF_ORDER, READ_GONE, WENT_BACK,
+                          TWO_OWNERS, COMMIT_BACK, COMMIT_IGNORED)
+KIND_TITLES = {
+    LOST: "acknowledged, not readable at the end",
+    MOVED: "acknowledged at one offset, stored at another",
+    DUPLICATE: "an idempotent producer's record stored twice",
+    OUT_OF_ORDER: "a producer's records stored out of order in a partition",
+    READ_GONE: "read by a consumer, then gone from its offset",
+    WENT_BACK: "a consumer's offset went back without a rebalance",
+    TWO_OWNERS: "a partition owned by two members of one generation",
+    COMMIT_BACK: "a committed offset went back",
+    COMMIT_IGNORED: "a member started below an accepted commit",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Rec:
+    """A record's identity: who sent it, and its number in that producer's sending order."""
+
+    producer: str
+    seq: int
+
+    @property
+    def key(self) -> bytes:
+        return f"{self.producer}:{self.seq}".encode()
+
+    @staticmethod
+    def from_key(key: bytes | None) -> Rec | None:
+        """The record a key names; None for a key the workload did not write."""
+        if key is None:
+            return None
+        producer, sep, seq = key.decode(errors="replace").rpartition(":")
+        if not sep or not seq.isdigit():
+            return None
+        return Rec(producer, int(seq))
+
+
+@dataclass(frozen=True)
+class Sent:
+    rec: Rec
+    idempotent: bool
+    ordered: bool  # the producer promises its order: idempotent, or one request in flight
+    at: float
+
+
+@dataclass(frozen=True)
+class Acked:
+    rec: Rec
+    partition: int
+    offset: int  # -1 when the client was not told (a duplicate's retry on some clients)
+    at: float
+
+
+@dataclass(frozen=True)
+class SendFailed:
+    """The client gave up on the record: it may or may not be stored."""
+
+    rec: Rec
+    error: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Assigned:
+    consumer: str
+    generation: int  # -1 when the client could not tell
+    partitions: tuple[int, ...]
+    at: float
+
+
+@dataclass(frozen=True)
+class Consumed:
+    consumer: str
+    partition: int
+    offset: int
+    rec: Rec | None
+    at: float
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A commit the coordinator accepted: ``offset`` is the next offset to read."""
+
+    consumer: str
+    partition: int
+    offset: int
+    started: float
+    ended: float
+
+
+@dataclass(frozen=True)
+class CommittedRead:
+    """The group's committed offset of a partition, read at the end (-1: none)."""
+
+    partition: int
+    offset: int
+    started: float
+    ended: float
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What a fresh reader found at the end, from the first offset to the last."""
+
+    partition: int
+    offset: int
+    rec: Rec | None
+
+
+Event = Sent | Acked | SendFailed | Assigned | Consumed | Committed | CommittedRead | Stored
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (Sent, Acked, SendFailed, Assigned, Consumed, Committed, CommittedRead, Stored)
+}
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    sent: int
+    acknowledged: int
+    failed: int
+    stored: int
+    consumed: int
+    commits: int
+    allowed_duplicates: int  # copies of non-idempotent producers' records (at-least-once)
+    allowed_reorders: int  # non-idempotent producers' records stored before earlier ones
+    anomalies: tuple[Anomaly, ...]
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.anomalies
+
+
+def check(events: Iterable[Event]) -> Report:
+    history = _Sorted(list(events))
+    reorders: list[Anomaly] = []
+    anomalies = [
+        *_lost_and_moved(history),
+        *_duplicates_and_order(history, reorders),
+        *_reads_gone(history),
+        *_went_back(history),
+        *_two_owners(history),
+        *_commits_back(history),
+        *_commits_ignored(history),
+    ]
+    copies = Counter(s.rec for s in history.stored if s.rec is not None)
+    allowed = sum(n - 1 for rec, n in copies.items() if n > 1 and not history.idempotent(rec))
+    return Report(
+        sent=len(history.sent), acknowledged=len(history.acked), failed=len(history.failed),
+        stored=len(history.stored), consumed=len(history.consumed),
+        commits=len(history.commits), allowed_duplicates=allowed, allowed_reorders=len(reorders),
+        anomalies=tuple(anomalies), by_kind=dict(Counter(a.kind for a in anomalies)))
+
+
+class _Sorted:
+    """The events by type, each list in recording order."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.sent = {e.rec: e for e in events if isinstance(e, Sent)}
+        self.acked = {e.rec: e for e in events if isinstance(e, Acked)}
+        self.failed = [e for e in events if isinstance(e, SendFailed)]
+        self.assigned = [e for e in events if isinstance(e, Assigned)]
+        self.consumed = [e for e in events if isinstance(e, Consumed)]
+        self.commits = [e for e in events if isinstance(e, Committed)]
+        self.committed_reads = [e for e in events if isinstance(e, CommittedRead)]
+        self.stored = sorted((e for e in events if isinstance(e, Stored)),
+                             key=lambda s: (s.partition, s.offset))
+        self.log: dict[tuple[int, int], Rec | None] = {(s.partition, s.offset): s.rec
+                                                        for s in self.stored}
+        self.where: dict[Rec, list[tuple[int, int]]] = defaultdict(list)
+        for s in self.stored:
+            if s.rec is not None:
+                self.where[s.rec].append((s.partition, s.offset))
+
+    def idempotent(self, rec: Rec) -> bool:
+        sent = self.sent.get(rec)
+        return sent is not None and sent.idempotent
+
+    def ordered(self, rec: Rec) -> bool:
+        sent = self.sent.get(rec)
+        return sent is not None and sent.ordered
+
+
+def _lost_and_moved(history: _Sorted) -> Iterable[Anomaly]:
+    for rec, ack in sorted(history.acked.items()):
+        places = history.where.get(rec, [])
+        if not places:
+            yield Anomaly(LOST, f"{rec.producer}:{rec.seq} acknowledged at partition "
+                                f"{ack.partition} offset {ack.offset}, not readable at the end")
+        elif ack.offset >= 0 and (ack.partition, ack.offset) not in places:
+            found = ", ".join(f"{p}/{o}" for p, o in places)
+            yield Anomaly(MOVED, f"{rec.producer}:{rec.seq} acknowledged at {ack.partition}/"
+                                 f"{ack.offset}, stored at {found}")
+
+
+def _duplicates_and_order(history: _Sorted, allowed: list[Anomaly]) -> Iterable[Anomaly]:
+    """Reorders of producers that do not promise order go to ``allowed``."""
+    seen: set[Rec] = set()
+    last: dict[tuple[int, str], tuple[int, int]] = {}  # (partition, producer) -> highest (seq, offset)
+    for stored in history.stored:
+        rec = stored.rec
+        if rec is None:
+            continue
+        if rec in seen:
+            if history.idempotent(rec):
+                yield Anomaly(DUPLICATE, f"{rec.producer}:{rec.seq} (idempotent) stored again at "
+                                         f"{stored.partition}/{stored.offset}")
+            continue
+        seen.add(rec)
+        previous = last.get((stored.partition, rec.producer))
+        if previous is not None and previous[0] > rec.seq:
+            found = Anomaly(OUT_OF_ORDER, f"partition {stored.partition}: {rec.producer}:{rec.seq} "
+                                          f"at offset {stored.offset}, after "
+                                          f"{rec.producer}:{previous[0]} at {previous[1]}")
+            if history.ordered(rec):
+                yield found
+            else:
+                allowed.append(found)
+        if previous is None or previous[0] < rec.seq:
+            last[(stored.partition, rec.producer)] = (rec.seq, stored.offset)
+
+
+def _reads_gone(history: _Sorted) -> Iterable[Anomaly]:
+    reported: set[tuple[int, int]] = set()
+    for read in history.consumed:
+        place = (read.partition, read.offset)
+        if place in reported:
+            continue
+        if place not in history.log or history.log[place] != read.rec:
+            reported.add(place)
+            now = history.log.get(place)
+            found = "nothing" if place not in history.log else _name(now)
+            yield Anomaly(READ_GONE, f"{read.consumer} read {_name(read.rec)} at "
+                                     f"{read.partition}/{read.offset}; the end finds {found} there")
+
+
+def _name(rec: Rec | None) -> str:
+    return "a record of no producer" if rec is None else f"{rec.producer}:{rec.seq}"
+
+
+def _went_back(history: _Sorted) -> Iterable[Anomaly]:
+    """Per consumer and partition, in the consumer's own order (one thread records both the
+    assignments and the reads, so recording order is its real order)."""
+    timeline: list[Assigned | Consumed] = sorted(
+        [*history.assigned, *history.consumed], key=lambda e: e.at)
+    position: dict[tuple[str, int], int] = {}
+    for event in timeline:
+        if isinstance(event, Assigned):
+            for key in [k for k in position if k[0] == event.consumer]:
+                del position[key]
+            continue
+        key = (event.consumer, event.partition)
+        before = position.get(key)
+        if before is not None and event.offset <= before:
+            yield Anomaly(WENT_BACK, f"{event.consumer} read partition {event.partition} at "
+                                     f"offset {event.offset} after {before}, with no rebalance "
+                                     "in between")
+        position[key] = event.offset
+
+
+def _two_owners(history: _Sorted) -> Iterable[Anomaly]:
+    owners: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for assigned in history.assigned:
+        if assigned.generation < 0:
+            continue
+        for partition in assigned.partitions:
+            owners[(assigned.generation, partition)].add(assigned.consumer)
+    for (generation, partition), members in sorted(owners.items()):
+        if len(members) > 1:
+            yield Anomaly(TWO_OWNERS, f"generation {generation}: partition {partition} given to "
+                                      f"{', '.join(sorted(members))}")
+
+
+class _AcceptedBefore:
+    """A partition's accepted commits by the time their answers came back: the highest offset
+    whose acceptance was known before a given moment."""
+
+    def __init__(self, commits: Sequence[Committed]) -> None:
+        ordered = sorted(commits, key=lambda c: c.ended)
+        self.ends = [c.ended for c in ordered]
+        self.best: list[Committed] = []
+        for commit in ordered:
+            if not self.best or commit.offset > self.best[-1].offset:
+                self.best.append(commit)
+            else:
+                self.best.append(self.best[-1])
+
+    def before(self, moment: float) -> Committed | None:
+        index = bisect_left(self.ends, moment)
+        return self.best[index - 1] if index else None
+
+
+def _by_partition(commits: Iterable[Committed]) -> dict[int, _AcceptedBefore]:
+    grouped: dict[int, list[Committed]] = defaultdict(list)
+    for commit in commits:
+        grouped[commit.partition].append(commit)
+    return {partition: _AcceptedBefore(items) for partition, items in grouped.items()}
+
+
+def _commits_back(history: _Sorted) -> Iterable[Anomaly]:
+    accepted = _by_partition(history.commits)
+    observations: list[Committed | CommittedRead] = [*history.commits, *history.committed_reads]
+    for seen in observations:
+        index = accepted.get(seen.partition)
+        earlier = index.before(seen.started) if index is not None else None
+        if earlier is not None and seen.offset < earlier.offset:
+            what = (f"{seen.consumer}'s commit" if isinstance(seen, Committed)
+                    else "the committed offset read at the end")
+            yield Anomaly(COMMIT_BACK, f"partition {seen.partition}: {what} of {seen.offset} "
+                                       f"came after {earlier.consumer}'s accepted commit of "
+                                       f"{earlier.offset}")
+
+
+def _commits_ignored(history: _Sorted) -> Iterable[Anomaly]:
+    """The first read of each partition after each assignment, against the commits accepted
+    before that assignment was recorded."""
+    accepted = _by_partition(history.commits)
+    timeline: list[Assigned | Consumed] = sorted(
+        [*history.assigned, *history.consumed], key=lambda e: e.at)
+    waiting: dict[tuple[str, int], Assigned] = {}  # (consumer, partition) -> its assignment
+    for event in timeline:
+        if isinstance(event, Assigned):
+            for key in [k for k in waiting if k[0] == event.consumer]:
+                del waiting[key]
+            for partition in event.partitions:
+                waiting[(event.consumer, partition)] = event
+            continue
+        assignment = waiting.pop((event.consumer, event.partition), None)
+        index = accepted.get(event.partition)
+        if assignment is None or index is None:
+            continue
+        earlier = index.before(assignment.at)
+        if earlier is not None and event.offset < earlier.offset:
+            yield Anomaly(COMMIT_IGNORED, f"{event.consumer} started partition {event.partition} "
+                                          f"at offset {event.offset}, below {earlier.consumer}'s "
+                                          f"commit of {earlier.offset} accepted before its "
+                                          "assignment")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a fault cost the clients: the longest a record sent from its start until it was
+    healed waited for its acknowledgement, those of them the producers gave up on, and the
+    longest the group went without reading a record from its start until ``settle``
+    seconds after it was healed."""
+
+    ack_wait: float
+    failed: int
+    read_gap: float
+
+
+def cost(events: Sequence[Event], start: float, end: float, settle: float = 10.0) -> Cost:
+    sent = {e.rec: e.at for e in events if isinstance(e, Sent) and start <= e.at <= end}
+    acked = {e.rec: e.at for e in events if isinstance(e, Acked) and e.rec in sent}
+    failed = sum(1 for e in events if isinstance(e, SendFailed) and e.rec in sent)
+    reads = sorted(e.at for e in events if isinstance(e, Consumed) and start <= e.at <= end + settle)
+    moments = [start, *reads, end + settle]
+    return Cost(ack_wait=max((acked[r] - at for r, at in sent.items() if r in acked), default=0.0),
+                failed=failed,
+                read_gap=max(b - a for a, b in pairwise(moments)))
+
+
+def to_json(event: Event) -> str:
+    return json.dumps({"type": type(event).__name__, **asdict(event)}, separators=(",", ":"))
+
+
+def from_json(line: str) -> Event:
+    data = json.loads(line)
+    cls = EVENT_TYPES[data.pop("type")]
+    if isinstance(data.get("rec"), dict):
+        data["rec"] = Rec(**data["rec"])
+    if "partitions" in data:
+        data["partitions"] = tuple(data["partitions"])
+    return cls(**data)
+
+
+def read_history(lines: Iterable[str]) -> list[Event]:
+    return [from_json(line) for line in lines if line.strip()]

@@ -1,0 +1,214 @@
+"""One fault run: start a topology, run the clients, inject faults, drain, read back, check.
+
+The scheduler runs in the calling thread: it waits a random gap, takes the next fault
+kind from a shuffled deck (every kind once before any twice, so a short run still meets
+each), injects it and heals it, until the run's time is up. All randomness comes from
+``--seed``: the same seed gives the same faults in the same order with the same durations
+(not the same history: the clients and the brokers keep their own time).
+
+After the last fault everything is healed, the producers stop and wait for every delivery
+report, the group reads up to the end, and a fresh reader reads every partition back: the
+checker (``korvet.faults.history.check``) judges the whole history.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from korvet.bench.brokers import create_topic
+from korvet.faults.history import KIND_TITLES, KINDS, Cost, Report, check, cost, to_json
+from korvet.faults.targets import TOPOLOGIES, FaultError, Target
+from korvet.faults.workload import Recorder, Workload, read_back
+
+DETAILS_PER_KIND = 5
+
+
+@dataclass(frozen=True)
+class RunParams:
+    topology: str
+    seconds: float
+    seed: int
+    faults: tuple[str, ...] | None = None  # None: every fault the topology takes by default
+    partitions: int = 4
+    rate: float = 100.0  # records per second per producer
+    gap: tuple[float, float] = (1.0, 4.0)  # seconds between two faults
+    history: Path | None = None  # write the history here, one JSON event a line
+    work_dir: Path | None = None
+    keep: bool = False  # keep the work directory (brokers' logs) even when the run is clean
+    client_log: bool = False  # the producers' librdkafka debug log in the work directory
+
+
+@dataclass
+class RunResult:
+    topology: str
+    seed: int
+    seconds: float
+    report: Report
+    faults: Counter[str] = field(default_factory=Counter)
+    costs: dict[str, list[Cost]] = field(default_factory=dict)  # per fault kind, one per fault
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the run itself failed (not the checker)
+    work_dir: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.report.clean and not self.errors
+
+    def summary(self) -> dict[str, object]:
+        report = self.report
+        return {
+            "topology": self.topology, "seed": self.seed, "seconds": round(self.seconds, 1),
+            "sent": report.sent, "acknowledged": report.acknowledged, "failed": report.failed,
+            "stored": report.stored, "consumed": report.consumed, "commits": report.commits,
+            "allowed_duplicates": report.allowed_duplicates,
+            "allowed_reorders": report.allowed_reorders, "faults": dict(self.faults),
+            "costs": {kind: _worst(costs) for kind, costs in sorted(self.costs.items())},
+            "anomalies": dict(report.by_kind), "errors": self.errors,
+        }
+
+
+def _worst(costs: list[Cost]) -> dict[str, float]:
+    return {"ack_wait_max_s": round(max(c.ack_wait for c in costs), 2),
+            "read_gap_max_s": round(max(c.read_gap for c in costs), 2),
+            "failed": sum(c.failed for c in costs)}
+
+
+def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
+    work_dir = params.work_dir or Path(tempfile.mkdtemp(prefix="korvet-faults-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    target = TOPOLOGIES[params.topology](work_dir)
+    kinds = params.faults if params.faults is not None else target.kinds
+    unknown = [k for k in kinds if k not in (*target.kinds, *target.extra_kinds)]
+    if unknown:
+        raise FaultError(f"{params.topology} cannot take {', '.join(unknown)}; it takes "
+                         f"{', '.join((*target.kinds, *target.extra_kinds))}")
+    recorder = Recorder()
+    started = time.monotonic()
+    result: RunResult | None = None
+    try:
+        say(f"korvet faults: {params.topology}, seed {params.seed}, {params.seconds:.0f} s, "
+            f"faults {', '.join(kinds) or 'none'}; work directory {work_dir}")
+        target.start()
+        topic = group = f"faults-{params.seed}"
+        create_topic(target.bootstrap, topic, params.partitions)
+        workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
+                            rate=params.rate,
+                            client_log=work_dir / "producers.log" if params.client_log else None)
+        workload.start()
+        windows, notes = _schedule(target, kinds, params, recorder, say)
+        notes += target.heal()
+        say("drain: every fault healed; producers finish, the group reads to the end")
+        if not workload.stop_producers(150):
+            notes.append("producers still had records without delivery report after 150 s")
+        _wait_for_group(workload, target.bootstrap, topic, params.partitions, 120)
+        if not workload.stop_members(60):
+            notes.append("group members did not stop within 60 s")
+        notes += read_back(target.bootstrap, topic, group, params.partitions, recorder)
+        report = check(recorder.events)
+        costs: dict[str, list[Cost]] = {}
+        for kind, begun, healed in windows:
+            costs.setdefault(kind, []).append(cost(recorder.events, begun, healed))
+        result = RunResult(params.topology, params.seed, time.monotonic() - started, report,
+                           Counter(kind for kind, _, _ in windows), costs,
+                           notes + workload.notes, list(workload.errors), work_dir)
+        return result
+    finally:
+        if params.history is not None:
+            params.history.write_text("".join(to_json(e) + "\n" for e in recorder.events))
+        target.stop()
+        if result is not None and result.passed and not params.keep and params.work_dir is None:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorder: Recorder,
+              say: Callable[[str], None]) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """Inject faults until the run's time is up; returns each fault's kind, start and the
+    moment it was healed, and the notes of the brokers that ended by themselves."""
+    rng = random.Random(params.seed)
+    windows: list[tuple[str, float, float]] = []
+    notes: list[str] = []
+    start = time.monotonic()
+    deadline = start + params.seconds
+    deck: list[str] = []
+    while kinds:
+        gap = rng.uniform(*params.gap)
+        if time.monotonic() + gap >= deadline:
+            break
+        time.sleep(gap)
+        if not deck:
+            deck = list(kinds)
+            rng.shuffle(deck)
+        kind = deck.pop()
+        begun = time.monotonic()
+        what = target.inject(kind, rng)
+        windows.append((kind, begun, time.monotonic()))
+        at = begun - start
+        acked = sum(1 for e in recorder.events if type(e).__name__ == "Acked")
+        say(f"  [{at:6.1f} s] {kind}: {what} (acknowledged so far: {acked})")
+        for note in target.heal():
+            notes.append(note)
+            say(f"  note: {note}")
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    return windows, notes
+
+
+def _wait_for_group(workload: Workload, bootstrap: str, topic: str, partitions: int,
+                    timeout: float) -> None:
+    """Until the group has read every partition to its high watermark (or ``timeout``)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-probe",
+                      "log_level": 2})
+    try:
+        ends = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)}
+    except KafkaException:
+        return  # the read-back says what is missing
+    finally:
+        probe.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(workload.progress.get(p, 0) >= end for p, end in ends.items() if end > 0):
+            return
+        time.sleep(0.5)
+
+
+def render(result: RunResult) -> str:
+    report = result.report
+    lines = [
+        f"{result.topology}, seed {result.seed}: {result.seconds:.0f} s",
+        f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
+        f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
+        f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
+        "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
+        *(f"    {kind}: records sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
+          f"their acknowledgement ({worst['failed']:.0f} given up); the group read nothing for up "
+          f"to {worst['read_gap_max_s']:.1f} s"
+          for kind, worst in ((k, _worst(c)) for k, c in sorted(result.costs.items()))),
+        f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
+        f"least once), {report.allowed_reorders:,} records stored after later ones",
+    ]
+    lines += [f"  note: {note}" for note in result.notes]
+    lines += [f"  error: {error}" for error in result.errors]
+    if report.clean:
+        lines.append("  anomalies: none")
+    else:
+        lines.append("  anomalies: " + ", ".join(f"{k} {report.by_kind[k]}" for k in KINDS
+                                                 if k in report.by_kind))
+        for kind in KINDS:
+            found = [a for a in report.anomalies if a.kind == kind]
+            if found:
+                lines.append(f"  {kind} ({KIND_TITLES[kind]}):")
+                lines += [f"    {a.detail}" for a in found[:DETAILS_PER_KIND]]
+                if len(found) > DETAILS_PER_KIND:
+                    lines.append(f"    ... and {len(found) - DETAILS_PER_KIND} more")
+    if not result.passed and result.work_dir is not None:
+        lines.append(f"  brokers' logs kept in {result.work_dir}")
+    return "\n".join(lines)
