@@ -26,6 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
@@ -253,6 +255,42 @@ def test_a_producer_id_asked_for_while_redis_is_down_is_a_retriable_error_on_an_
                 again = client.request(ask)
             assert again.error_code == ErrorCode.none
             assert again.producer_id > first.producer_id  # the counter survived the restart
+        assert "Redis failed while answering" not in broker.log_tail(400)
+    finally:
+        broker.stop()
+        server.stop()
+
+
+def test_metadata_asked_for_while_redis_is_down_is_a_retriable_error_on_an_open_connection(
+        tmp_path: Path) -> None:
+    """Metadata reads a dense topic's leader epochs from Redis. With Redis down (a restart,
+    a failover) the topic is answered LEADER_NOT_AVAILABLE, which clients retry, and the
+    connection stays open; once Redis is back the same connection gets the partitions."""
+    server = EmbeddedRedis(tmp_path / "redis", appendfsync="always")
+    url = server.start()
+    broker = KorvetProcess(tmp_path / "broker", extra_args=["--redis-url", url]).start()
+    topic = "asked-for-while-redis-is-down"
+    ask = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+                          allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+            future.result(30)
+        produce(broker.bootstrap, topic, range(0, 4))
+        with WireClient(broker.bootstrap) as client:
+            first = client.request(ask).topics[0]
+            assert first.error_code == ErrorCode.none and len(first.partitions) == 2
+            server.stop()
+            down = client.request(ask).topics[0]
+            assert down.error_code == ErrorCode.leader_not_available, down
+            server.start()
+            deadline = time.monotonic() + 20
+            again = client.request(ask).topics[0]
+            while again.error_code != ErrorCode.none and time.monotonic() < deadline:
+                time.sleep(0.2)
+                again = client.request(ask).topics[0]
+            assert again.error_code == ErrorCode.none and len(again.partitions) == 2
         assert "Redis failed while answering" not in broker.log_tail(400)
     finally:
         broker.stop()

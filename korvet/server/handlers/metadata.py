@@ -15,9 +15,12 @@ would: a client with stale metadata is only less spread out, never wrong.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from korvet.core import placement
 from korvet.core.api_keys import ApiKey
@@ -35,6 +38,8 @@ from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
 from korvet.server.services import Services
 from korvet.storage.leases import BrokerEntry
+
+log = logging.getLogger(__name__)
 
 
 def live_brokers(services: Services, ctx: RequestContext) -> list[BrokerEntry]:
@@ -78,7 +83,14 @@ async def handle(services: Services, ctx: RequestContext, request: MetadataReque
 
     async def topic_entry(error: ErrorCode, name: str | None, topic: TopicInfo | None,
                           topic_id: uuid.UUID | None = None) -> Any:
-        epochs = await services.store.current_epochs(topic) if topic is not None else None
+        try:
+            epochs = await services.store.current_epochs(topic) if topic is not None else None
+        except (RedisError, OSError) as exc:
+            # Redis down or failing over: the partitions' leader epochs cannot be read, and
+            # a Metadata answer must not guess them. LEADER_NOT_AVAILABLE is retriable: the
+            # client asks again (the connection stays open).
+            log.warning("Metadata: the leader epochs of %s could not be read: %s", name, exc)
+            error, topic, epochs = ErrorCode.LEADER_NOT_AVAILABLE, None, None
         return make(
             topic_cls,
             error_code=error,
@@ -134,7 +146,11 @@ async def _requested_topic(services: Services, access: Access, call: MetadataCal
         validate_topic_name(name)
     except TopicNameError:
         return await topic_entry(ErrorCode.INVALID_TOPIC_EXCEPTION, name, None)
-    known = await services.topics.get(name)
+    try:
+        known = await services.topics.get(name)
+    except (RedisError, OSError) as exc:  # as in topic_entry: retriable, the connection kept
+        log.warning("Metadata: topic %s could not be read: %s", name, exc)
+        return await topic_entry(ErrorCode.LEADER_NOT_AVAILABLE, name, None)
     allow_auto = call.allow_auto_topic_creation
     if known is None and allow_auto and services.settings.topics.auto_create:
         if not (access.cluster_allowed(Operation.CREATE)
