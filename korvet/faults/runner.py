@@ -2,7 +2,8 @@
 
 The scheduler runs in the calling thread: it waits a random gap, takes the next fault
 kind from a shuffled deck (every kind once before any twice, so a short run still meets
-each), injects it and heals it, until the run's time is up. All randomness comes from
+each), injects it and heals it, until the run's time is up, and past it until every kind
+asked for was injected once (a slow restart must not leave a kind out). All randomness comes from
 ``--seed``: the same seed gives the same faults in the same order with the same durations
 (not the same history: the clients and the brokers keep their own time).
 
@@ -137,15 +138,19 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
     start = time.monotonic()
     deadline = start + params.seconds
     deck: list[str] = []
-    while kinds:
+    unmet = set(kinds)  # every kind asked for is injected at least once, however slow the
+    while kinds:        # machine (a restart may outlast the run's time): then the run is longer
         gap = rng.uniform(*params.gap)
         if time.monotonic() + gap >= deadline:
-            break
+            if not unmet:
+                break
+            gap = min(gap, params.gap[0])
         time.sleep(gap)
         if not deck:
             deck = list(kinds)
             rng.shuffle(deck)
         kind = deck.pop()
+        unmet.discard(kind)
         begun = time.monotonic()
         what = target.inject(kind, rng)
         windows.append((kind, begun, time.monotonic()))
