@@ -219,7 +219,8 @@ class KafkaListener:
         except RedisError as exc:  # Redis down, stalled or refusing: the client retries
             self.metrics.request_failed()
             log.warning("closing connection %s (client %r): Redis failed while answering it: "
-                        "%s: %s", conn.connection_id, conn.client_id, type(exc).__name__, exc)
+                        "%s: %s (%s)", conn.connection_id, conn.client_id, type(exc).__name__, exc,
+                        "; ".join(getattr(exc, "__notes__", ())) or "a deferred response")
         except Exception:
             self.metrics.request_failed()
             log.exception("closing connection %s after an unexpected error", conn.connection_id)
@@ -290,6 +291,11 @@ class KafkaListener:
         response: _Response | None = None
         try:
             response = await self._dispatch(conn, frame)
+        except RedisError as exc:  # which request met it, for the log line that closes
+            number = int.from_bytes(frame[:2], "big", signed=True)
+            known = number in ApiKey._value2member_map_
+            exc.add_note(f"while answering {ApiKey(number).name if known else number}")
+            raise
         finally:
             if response is None or isinstance(response, list):  # a Deferred is in hand
                 slot.in_hand -= 1
