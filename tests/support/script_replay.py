@@ -307,3 +307,16 @@ def walk(graph: tlc.StateGraph, store: ScriptRedis,
     report.script_calls = store.calls
     report.seconds = time.monotonic() - started
     return report
+
+
+def tla_int(value: object) -> int:
+    """A TLA+ integer read from a config or a state (never a boolean)."""
+    assert isinstance(value, int) and not isinstance(value, bool), value
+    return value
+
+
+def tla_ints(constants: Mapping[str, TlaValue], name: str) -> tuple[int, ...]:
+    """A config's set of integers, in order."""
+    found = constants[name]
+    assert isinstance(found, frozenset)
+    return tuple(sorted(tla_int(x) for x in found))

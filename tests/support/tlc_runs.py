@@ -93,6 +93,19 @@ def state_graph(name: str) -> tuple[tlc.StateGraph, str]:
     return tlc.StateGraph(states, frozenset(initial), edges, result), text
 
 
+_passing: dict[str, tlc.StateGraph] = {}
+
+
+def passing_graph(name: str) -> tlc.StateGraph:
+    """The state graph of a model TLC passed, read once per process (the replays walk it
+    in many tests)."""
+    if name not in _passing:
+        graph, _ = state_graph(name)
+        assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
+        _passing[name] = graph
+    return _passing[name]
+
+
 def _run(checked: tlc.Model, folder: Path, dump: bool) -> None:
     """Run TLC; keep what it wrote (each reader parses it again: parsed TLA+ values hold
     string hashes, which differ between processes) and its dump. A dump is written by

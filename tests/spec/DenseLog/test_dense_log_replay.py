@@ -80,6 +80,8 @@ from tests.support.script_replay import (
     Successor,
     WalkReport,
     script_text,
+    tla_int,
+    tla_ints,
     walk,
 )
 from tests.support.spec_actions import action_cases, assert_action_replays
@@ -119,17 +121,13 @@ class Constants:
     def read(cls, cfg: Path) -> Constants:
         v = tlc.read_constants(cfg)
 
-        def ints(name: str) -> tuple[int, ...]:
-            found = v[name]
-            assert isinstance(found, frozenset)
-            return tuple(sorted(_int(x) for x in found))
-
         fmt = v["Format"]
         assert isinstance(fmt, str)
-        return cls(fmt, _int(v["MaxBatch"]), ints("Stamps"), _int(v["Interval"]), ints("Cutoffs"),
-                   _int(v["MaxLen"]), ints("DeleteTo"), _int(v["MaxAppends"]),
+        return cls(fmt, _int(v["MaxBatch"]), tla_ints(v, "Stamps"), _int(v["Interval"]),
+                   tla_ints(v, "Cutoffs"),
+                   _int(v["MaxLen"]), tla_ints(v, "DeleteTo"), _int(v["MaxAppends"]),
                    _int(v["MaxRestarts"]), _int(v["MaxClock"]), _int(v["FetchCount"]),
-                   ints("Times"), v["Consumer"] is True)
+                   tla_ints(v, "Times"), v["Consumer"] is True)
 
     @property
     def unit(self) -> int:
@@ -137,9 +135,7 @@ class Constants:
         return RECORD_BYTES if self.format == "records" else BATCH_BYTES
 
 
-def _int(value: object) -> int:
-    assert isinstance(value, int) and not isinstance(value, bool), value
-    return value
+_int = tla_int
 
 
 def _rec(value: TlaValue) -> Record:
@@ -537,15 +533,7 @@ def actions_of(c: Constants) -> tuple[str, ...]:
 
 CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
              for name in CI_MODELS}
-_graphs: dict[str, tlc.StateGraph] = {}
-
-
-def _graph(name: str) -> tlc.StateGraph:
-    if name not in _graphs:
-        graph, _ = tlc_runs.state_graph(name)
-        assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-        _graphs[name] = graph
-    return _graphs[name]
+_graph = tlc_runs.passing_graph
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,

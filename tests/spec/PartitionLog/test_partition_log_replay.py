@@ -45,6 +45,8 @@ from tests.support.script_replay import (
     Successor,
     WalkReport,
     script_text,
+    tla_int,
+    tla_ints,
     walk,
 )
 from tests.support.spec_actions import action_cases, assert_action_replays
@@ -90,23 +92,17 @@ class Constants:
     def read(cls, cfg: Path) -> Constants:
         v = tlc.read_constants(cfg)
 
-        def ints(name: str) -> tuple[int, ...]:
-            found = v[name]
-            assert isinstance(found, frozenset)
-            return tuple(sorted(_int(x) for x in found))
-
-        return cls(_int(v["Bits"]), _int(v["OffsetBits"]), ints("Clocks"), _int(v["MaxBatch"]),
+        return cls(_int(v["Bits"]), _int(v["OffsetBits"]), tla_ints(v, "Clocks"), _int(v["MaxBatch"]),
                    _int(v["RetentionMs"]) if v["TimeRetention"] is True else -1,
                    _int(v["MaxLen"]) if v["SizeRetention"] is True else -1,
                    v["Approximate"] is True, _int(v["NodeSize"]), _int(v["ForeignWrites"]),
-                   _int(v["FetchCount"]), v["Consumer"] is True, ints("SeekTo"), v["ReadAhead"] is True,
+                   _int(v["FetchCount"]), v["Consumer"] is True, tla_ints(v, "SeekTo"),
+                   v["ReadAhead"] is True,
                    v["ReadAheadChecked"] is True, _int(v["MaxAppends"]),
                    v["ReadAheadSameOffset"] is True)
 
 
-def _int(value: object) -> int:
-    assert isinstance(value, int) and not isinstance(value, bool), value
-    return value
+_int = tla_int
 
 
 def _rec(value: TlaValue) -> Record:

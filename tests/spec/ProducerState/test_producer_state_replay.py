@@ -32,6 +32,7 @@ from tests.support.script_replay import (
     Successor,
     WalkReport,
     script_text,
+    tla_int,
     walk,
 )
 from tests.support.spec_actions import action_cases, assert_action_replays
@@ -72,9 +73,7 @@ class Constants:
                    _int(values["MaxMoves"]))
 
 
-def _int(value: object) -> int:
-    assert isinstance(value, int) and not isinstance(value, bool), value
-    return value
+_int = tla_int
 
 
 def _get(value: TlaValue, name: object) -> Any:
@@ -208,15 +207,7 @@ class ProducerReplay:
 
 CONSTANTS = {name: Constants.read(tlc.spec_dir() / tlc_runs.model(name).config)
              for name in CI_MODELS}
-_graphs: dict[str, tlc.StateGraph] = {}
-
-
-def _graph(name: str) -> tlc.StateGraph:
-    if name not in _graphs:
-        graph, _ = tlc_runs.state_graph(name)
-        assert graph.result.outcome == "pass", (graph.result.violated, graph.result.errors)
-        _graphs[name] = graph
-    return _graphs[name]
+_graph = tlc_runs.passing_graph
 
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
