@@ -179,8 +179,6 @@ class GroupCoordinator:
         # Kafka keeps when an Empty group became Empty; a restart counts from the load, so
         # offsets are kept at least as long as Kafka keeps them, never shorter.
         self.last_active = dict.fromkeys(state.groups, now)
-        raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
-                  if plan.lossy}
         if self.ownership is not None:
             # Several brokers: a group is in memory only while this broker holds its lease,
             # and only its lease holder writes it: another broker may own it now, and a
@@ -190,7 +188,8 @@ class GroupCoordinator:
                                                generation_floor=plan.record.floor)
             self.durable = {}
             self.last_active = {}
-            raised = {}
+        raised = {g: _json(core.group_snapshot(group)) for g, group in self.durable.items()
+                  if plan.lossy}  # (none with several brokers: their memory starts empty)
         self._loaded_run_id = run_id
         durable = await self.store.write_load(plan.record, raised, fsync_always)
         if groups:
