@@ -109,7 +109,8 @@ def answered(used: int, limits: FetchLimits, any_error: bool) -> bool:
     return any_error or used >= limits.min_bytes
 
 
-PartitionKey = tuple[object, int, int, int]  # topic id, partition, fetch offset, max bytes
+# topic id, partition, fetch offset, max bytes, read_committed
+PartitionKey = tuple[object, int, int, int, bool]
 
 
 def read_ahead_key(partitions: Iterable[PartitionKey | None], max_bytes: int,

@@ -11,10 +11,12 @@ The rules, in the order a request meets them (Kafka's ``ReplicaManager.appendRec
 and ``LogValidator``):
 
 1. ``acks`` other than 0, 1 and -1: INVALID_REQUIRED_ACKS for every partition.
-2. A transactional id: Korvet has no transactions (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+2. (A transactional id is checked by the authorizer: WRITE on it.)
 3. An unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id).
 4. Produce v3+ carries exactly one record batch per partition (INVALID_RECORD).
-5. A transactional or control batch: INVALID_RECORD. A batch over the topic's
+5. A control batch, or a transactional batch in a request with no transactional id:
+   INVALID_RECORD (a transactional batch's partition is then added to, or checked against,
+   its transaction by the handler: korvet/server/transactions.py). A batch over the topic's
    ``max.message.bytes``: MESSAGE_TOO_LARGE. With CreateTime, a record timestamp more
    than ``message.timestamp.after.max.ms`` ahead of the broker clock or
    ``message.timestamp.before.max.ms`` behind it: INVALID_TIMESTAMP, naming each record.
@@ -59,6 +61,7 @@ class AppendStatus(Enum):
     OUT_OF_ORDER = "OUT_OF_ORDER"
     BAD_EPOCH = "BAD_EPOCH"
     FULL = "FULL"  # the partition's offsets would pass 2^63 - 1
+    FENCED = "FENCED"  # a transaction marker below the last marker's coordinator epoch
     # stored (or a duplicate of a stored batch) on the master, but fewer replicas than
     # redis.wait-replicas confirmed it within redis.wait-timeout-ms (set by the storage
     # layer from WAIT's answer, not by the script)
@@ -123,7 +126,7 @@ DecodedBatch = TypeVar("DecodedBatch", bound=BatchFacts)
 
 def accept(request_refusal: Refusal | None, lookup_refusal: Refusal | None, topic: TopicInfo | None,
            partition: int, *, by_id: bool, batches: Callable[[], Sequence[DecodedBatch] | Refusal],
-           now_ms: int) -> DecodedBatch | Refusal:
+           now_ms: int, in_transaction: bool = False) -> DecodedBatch | Refusal:
     """Rules 1 to 5 for one partition, in Kafka's order: the batch to append, or the refusal
     that wins. ``request_refusal`` is ``check_request``'s answer for the whole request,
     ``lookup_refusal`` says the topic could not be looked up (Redis did not answer), ``topic``
@@ -141,16 +144,13 @@ def accept(request_refusal: Refusal | None, lookup_refusal: Refusal | None, topi
     if refusal is not None:
         return refusal
     (batch,) = decoded
-    return check_batch(batch, topic.config, now_ms) or batch
+    return check_batch(batch, topic.config, now_ms, in_transaction) or batch
 
 
 def check_request(acks: int, transactional_id: str | None) -> Refusal | None:
-    """Rules 1 and 2: what refuses every partition of a request."""
+    """Rule 1: what refuses every partition of a request."""
     if acks not in VALID_ACKS:
         return Refusal(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
-    if transactional_id is not None:
-        return Refusal(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                       "Korvet does not support transactions")
     return None
 
 
@@ -174,12 +174,16 @@ def check_batch_count(count: int) -> Refusal | None:
     return None
 
 
-def check_batch(batch: BatchFacts, config: TopicConfig, now_ms: int) -> Refusal | None:
-    """Rule 5, for a batch that decoded and passed its CRC."""
-    if batch.transactional or batch.control:
+def check_batch(batch: BatchFacts, config: TopicConfig, now_ms: int,
+                in_transaction: bool = False) -> Refusal | None:
+    """Rule 5, for a batch that decoded and passed its CRC (``in_transaction``: the request
+    names a transactional id)."""
+    if batch.control:
         return Refusal(ErrorCode.INVALID_RECORD,
-                       "transactional and control batches are not supported: Korvet has no "
-                       "transactions")
+                       "control batches are written by the transaction coordinator only")
+    if batch.transactional and not in_transaction:
+        return Refusal(ErrorCode.INVALID_RECORD,
+                       "a transactional batch in a request with no transactional id")
     limit = config.get_int("max.message.bytes")
     if batch.size > limit:
         return Refusal(ErrorCode.MESSAGE_TOO_LARGE,
@@ -226,6 +230,9 @@ def append_refusal(status: AppendStatus, topic: str, partition: int, producer_id
         return Refusal(ErrorCode.INVALID_PRODUCER_EPOCH,
                        f"producer {producer_id} epoch {producer_epoch} is older than the "
                        "partition's")
+    if status is AppendStatus.FENCED:
+        return Refusal(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                       f"a newer transaction coordinator wrote producer {producer_id}'s markers")
     # FULL
     return Refusal(ErrorCode.KAFKA_STORAGE_ERROR,
                    f"partition {partition} of {topic} has no offsets left below 2^63")

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.static.primitive import i16
+from kio.static.primitive import i16, i64
 
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
@@ -35,7 +35,15 @@ def valid_client_software(request: Any, version: int) -> bool:
     return bool(_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(release))
 
 
-def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
+TRANSACTION_VERSION = "transaction.version"
+FEATURES_EPOCH = 1  # the finalized features never change while the broker runs
+
+
+def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = ErrorCode.NONE,
+                   transaction_version: int = 2) -> Any:
+    """The response; from v3 it names the features: ``transaction.version``, supported 0..2
+    and finalized at ``transaction_version`` (2: clients use transactions v2, KIP-890 part
+    2; Kafka 4's default)."""
     response_type = response_class(ApiKey.API_VERSIONS, version)
     module = __import__(response_type.__module__, fromlist=["ApiVersion"])
     api_version_type = module.ApiVersion
@@ -47,7 +55,16 @@ def build_response(registry: ApiRegistry[Any], version: int, error: ErrorCode = 
     code = KioErrorCode(int(error))
     if version == 0:
         return response_type(error_code=code, api_keys=keys)
-    return response_type(error_code=code, api_keys=keys, throttle_time=_NO_THROTTLE)
+    if version < 3:
+        return response_type(error_code=code, api_keys=keys, throttle_time=_NO_THROTTLE)
+    level = i16(transaction_version)
+    return response_type(
+        error_code=code, api_keys=keys, throttle_time=_NO_THROTTLE,
+        supported_features=(module.SupportedFeatureKey(
+            name=TRANSACTION_VERSION, min_version=i16(0), max_version=i16(2)),),
+        finalized_features_epoch=i64(FEATURES_EPOCH),
+        finalized_features=(module.FinalizedFeatureKey(
+            name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level),))
 
 
 def unsupported_version_response(registry: ApiRegistry[Any]) -> Any:

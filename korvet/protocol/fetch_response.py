@@ -8,10 +8,11 @@ socket; here the fields around the record sets are written as small byte strings
 record set stays the list of buffers it was (``RecordSet``), so the frame goes to the socket
 as a scatter write (server/listener.py) with no copy of the records in Python.
 
-``FetchAnswer`` holds exactly what the Fetch handler answers (server/handlers/fetch.py): no
-aborted transactions (null), no preferred read replica (-1), no tagged fields, throttle time
-0. Versions 4 to 18, the ones served; tests/unit/protocol/test_fetch_response.py holds
-``b"".join(frame(...))`` equal to kio's bytes for the same response in every one of them.
+``FetchAnswer`` holds exactly what the Fetch handler answers (server/handlers/fetch.py): the
+aborted transactions of a read_committed fetch (null otherwise), no preferred read replica
+(-1), no tagged fields, throttle time 0. Versions 4 to 18, the ones served;
+tests/unit/protocol/test_fetch_response.py holds ``b"".join(frame(...))`` equal to kio's
+bytes for the same response in every one of them.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class PartitionAnswer:
     last_stable_offset: int
     log_start_offset: int
     records: RecordSet
+    # read_committed: the aborted transactions the records may hold, (producer id, first offset)
+    aborted: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(slots=True)
@@ -97,12 +100,16 @@ class FetchAnswer:
         """The same response as kio's dataclass of this version (record sets joined)."""
         topic_cls = nested(response_cls, "FetchableTopicResponse")
         partition_cls = nested(response_cls, "PartitionData")
+        aborted_cls = nested(response_cls, "AbortedTransaction")
         key_field = "topic_id" if self.version >= 13 else "topic"
         topics = tuple(
             make(topic_cls, **{key_field: topic.key}, partitions=tuple(
                 make(partition_cls, partition_index=p.index, error_code=p.error_code,
                      high_watermark=p.high_watermark, last_stable_offset=p.last_stable_offset,
-                     log_start_offset=p.log_start_offset, aborted_transactions=None,
+                     log_start_offset=p.log_start_offset,
+                     aborted_transactions=None if p.aborted is None else tuple(
+                         make(aborted_cls, producer_id=pid, first_offset=first)
+                         for pid, first in p.aborted),
                      preferred_read_replica=-1, records=p.records.tobytes())
                 for p in topic.partitions))
             for topic in self.topics)
@@ -133,6 +140,15 @@ def _topic_key(key: str | uuid.UUID, version: int) -> bytes:
     return _I16.pack(len(text)) + text
 
 
+def _aborted(aborted: tuple[tuple[int, int], ...] | None, flexible: bool) -> bytes:
+    """The aborted_transactions array (null when None)."""
+    if aborted is None:
+        return b"\x00" if flexible else b"\xff\xff\xff\xff"
+    tags = b"\x00" if flexible else b""  # each aborted transaction's tagged fields
+    return _array_length(len(aborted), flexible) + b"".join(
+        _I64.pack(pid) + _I64.pack(first) + tags for pid, first in aborted)
+
+
 def _frame(answer: FetchAnswer, correlation_id: int) -> list[Buffer]:
     version = answer.version
     flexible = version >= _HEADER_FLEXIBLE
@@ -155,7 +171,7 @@ def _frame(answer: FetchAnswer, correlation_id: int) -> list[Buffer]:
                                        p.last_stable_offset)
             if version >= 5:
                 head += _I64.pack(p.log_start_offset)
-            head += b"\x00" if flexible else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            head += _aborted(p.aborted, flexible)
             if version >= 11:
                 head += b"\xff\xff\xff\xff"  # preferred_read_replica: -1
             records = p.records

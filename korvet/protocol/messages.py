@@ -9,6 +9,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
+    import kio.schema.add_offsets_to_txn.v0.request as add_offsets_to_txn_v0_request
+    import kio.schema.add_offsets_to_txn.v0.response as add_offsets_to_txn_v0_response
+    import kio.schema.add_offsets_to_txn.v1.request as add_offsets_to_txn_v1_request
+    import kio.schema.add_offsets_to_txn.v1.response as add_offsets_to_txn_v1_response
+    import kio.schema.add_offsets_to_txn.v2.request as add_offsets_to_txn_v2_request
+    import kio.schema.add_offsets_to_txn.v2.response as add_offsets_to_txn_v2_response
+    import kio.schema.add_offsets_to_txn.v3.request as add_offsets_to_txn_v3_request
+    import kio.schema.add_offsets_to_txn.v3.response as add_offsets_to_txn_v3_response
+    import kio.schema.add_offsets_to_txn.v4.request as add_offsets_to_txn_v4_request
+    import kio.schema.add_offsets_to_txn.v4.response as add_offsets_to_txn_v4_response
+    import kio.schema.add_partitions_to_txn.v0.request as add_partitions_to_txn_v0_request
+    import kio.schema.add_partitions_to_txn.v0.response as add_partitions_to_txn_v0_response
+    import kio.schema.add_partitions_to_txn.v1.request as add_partitions_to_txn_v1_request
+    import kio.schema.add_partitions_to_txn.v1.response as add_partitions_to_txn_v1_response
+    import kio.schema.add_partitions_to_txn.v2.request as add_partitions_to_txn_v2_request
+    import kio.schema.add_partitions_to_txn.v2.response as add_partitions_to_txn_v2_response
+    import kio.schema.add_partitions_to_txn.v3.request as add_partitions_to_txn_v3_request
+    import kio.schema.add_partitions_to_txn.v3.response as add_partitions_to_txn_v3_response
     import kio.schema.alter_configs.v0.request as alter_configs_v0_request
     import kio.schema.alter_configs.v0.response as alter_configs_v0_response
     import kio.schema.alter_configs.v1.request as alter_configs_v1_request
@@ -135,6 +153,8 @@ if TYPE_CHECKING:
     import kio.schema.describe_producers.v0.response as describe_producers_v0_response
     import kio.schema.describe_topic_partitions.v0.request as describe_topic_partitions_v0_request
     import kio.schema.describe_topic_partitions.v0.response as describe_topic_partitions_v0_response
+    import kio.schema.describe_transactions.v0.request as describe_transactions_v0_request
+    import kio.schema.describe_transactions.v0.response as describe_transactions_v0_response
     import kio.schema.describe_user_scram_credentials.v0.request as describe_user_scram_credentials_v0_request
     import kio.schema.describe_user_scram_credentials.v0.response as describe_user_scram_credentials_v0_response  # noqa: E501
     import kio.schema.elect_leaders.v0.request as elect_leaders_v0_request
@@ -143,6 +163,18 @@ if TYPE_CHECKING:
     import kio.schema.elect_leaders.v1.response as elect_leaders_v1_response
     import kio.schema.elect_leaders.v2.request as elect_leaders_v2_request
     import kio.schema.elect_leaders.v2.response as elect_leaders_v2_response
+    import kio.schema.end_txn.v0.request as end_txn_v0_request
+    import kio.schema.end_txn.v0.response as end_txn_v0_response
+    import kio.schema.end_txn.v1.request as end_txn_v1_request
+    import kio.schema.end_txn.v1.response as end_txn_v1_response
+    import kio.schema.end_txn.v2.request as end_txn_v2_request
+    import kio.schema.end_txn.v2.response as end_txn_v2_response
+    import kio.schema.end_txn.v3.request as end_txn_v3_request
+    import kio.schema.end_txn.v3.response as end_txn_v3_response
+    import kio.schema.end_txn.v4.request as end_txn_v4_request
+    import kio.schema.end_txn.v4.response as end_txn_v4_response
+    import kio.schema.end_txn.v5.request as end_txn_v5_request
+    import kio.schema.end_txn.v5.response as end_txn_v5_response
     import kio.schema.fetch.v4.request as fetch_v4_request
     import kio.schema.fetch.v4.response as fetch_v4_response
     import kio.schema.fetch.v5.request as fetch_v5_request
@@ -403,6 +435,22 @@ if TYPE_CHECKING:
     import kio.schema.sync_group.v4.response as sync_group_v4_response
     import kio.schema.sync_group.v5.request as sync_group_v5_request
     import kio.schema.sync_group.v5.response as sync_group_v5_response
+    import kio.schema.txn_offset_commit.v0.request as txn_offset_commit_v0_request
+    import kio.schema.txn_offset_commit.v0.response as txn_offset_commit_v0_response
+    import kio.schema.txn_offset_commit.v1.request as txn_offset_commit_v1_request
+    import kio.schema.txn_offset_commit.v1.response as txn_offset_commit_v1_response
+    import kio.schema.txn_offset_commit.v2.request as txn_offset_commit_v2_request
+    import kio.schema.txn_offset_commit.v2.response as txn_offset_commit_v2_response
+    import kio.schema.txn_offset_commit.v3.request as txn_offset_commit_v3_request
+    import kio.schema.txn_offset_commit.v3.response as txn_offset_commit_v3_response
+    import kio.schema.txn_offset_commit.v4.request as txn_offset_commit_v4_request
+    import kio.schema.txn_offset_commit.v4.response as txn_offset_commit_v4_response
+    import kio.schema.txn_offset_commit.v5.request as txn_offset_commit_v5_request
+    import kio.schema.txn_offset_commit.v5.response as txn_offset_commit_v5_response
+    import kio.schema.write_txn_markers.v1.request as write_txn_markers_v1_request
+    import kio.schema.write_txn_markers.v1.response as write_txn_markers_v1_response
+    import kio.schema.write_txn_markers.v2.request as write_txn_markers_v2_request
+    import kio.schema.write_txn_markers.v2.response as write_txn_markers_v2_response
 
     ProduceRequest: TypeAlias = (  # api key 0
         produce_v3_request.ProduceRequest
@@ -818,6 +866,82 @@ if TYPE_CHECKING:
         | offset_for_leader_epoch_v4_response.OffsetForLeaderEpochResponse
     )
 
+    AddPartitionsToTxnRequest: TypeAlias = (  # api key 24
+        add_partitions_to_txn_v0_request.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v1_request.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v2_request.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v3_request.AddPartitionsToTxnRequest
+    )
+
+    AddPartitionsToTxnResponse: TypeAlias = (  # api key 24
+        add_partitions_to_txn_v0_response.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v1_response.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v2_response.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v3_response.AddPartitionsToTxnResponse
+    )
+
+    AddOffsetsToTxnRequest: TypeAlias = (  # api key 25
+        add_offsets_to_txn_v0_request.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v1_request.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v2_request.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v3_request.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v4_request.AddOffsetsToTxnRequest
+    )
+
+    AddOffsetsToTxnResponse: TypeAlias = (  # api key 25
+        add_offsets_to_txn_v0_response.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v1_response.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v2_response.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v3_response.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v4_response.AddOffsetsToTxnResponse
+    )
+
+    EndTxnRequest: TypeAlias = (  # api key 26
+        end_txn_v0_request.EndTxnRequest
+        | end_txn_v1_request.EndTxnRequest
+        | end_txn_v2_request.EndTxnRequest
+        | end_txn_v3_request.EndTxnRequest
+        | end_txn_v4_request.EndTxnRequest
+        | end_txn_v5_request.EndTxnRequest
+    )
+
+    EndTxnResponse: TypeAlias = (  # api key 26
+        end_txn_v0_response.EndTxnResponse
+        | end_txn_v1_response.EndTxnResponse
+        | end_txn_v2_response.EndTxnResponse
+        | end_txn_v3_response.EndTxnResponse
+        | end_txn_v4_response.EndTxnResponse
+        | end_txn_v5_response.EndTxnResponse
+    )
+
+    WriteTxnMarkersRequest: TypeAlias = (  # api key 27
+        write_txn_markers_v1_request.WriteTxnMarkersRequest
+        | write_txn_markers_v2_request.WriteTxnMarkersRequest
+    )
+
+    WriteTxnMarkersResponse: TypeAlias = (  # api key 27
+        write_txn_markers_v1_response.WriteTxnMarkersResponse
+        | write_txn_markers_v2_response.WriteTxnMarkersResponse
+    )
+
+    TxnOffsetCommitRequest: TypeAlias = (  # api key 28
+        txn_offset_commit_v0_request.TxnOffsetCommitRequest
+        | txn_offset_commit_v1_request.TxnOffsetCommitRequest
+        | txn_offset_commit_v2_request.TxnOffsetCommitRequest
+        | txn_offset_commit_v3_request.TxnOffsetCommitRequest
+        | txn_offset_commit_v4_request.TxnOffsetCommitRequest
+        | txn_offset_commit_v5_request.TxnOffsetCommitRequest
+    )
+
+    TxnOffsetCommitResponse: TypeAlias = (  # api key 28
+        txn_offset_commit_v0_response.TxnOffsetCommitResponse
+        | txn_offset_commit_v1_response.TxnOffsetCommitResponse
+        | txn_offset_commit_v2_response.TxnOffsetCommitResponse
+        | txn_offset_commit_v3_response.TxnOffsetCommitResponse
+        | txn_offset_commit_v4_response.TxnOffsetCommitResponse
+        | txn_offset_commit_v5_response.TxnOffsetCommitResponse
+    )
+
     DescribeAclsRequest: TypeAlias = (  # api key 29
         describe_acls_v1_request.DescribeAclsRequest
         | describe_acls_v2_request.DescribeAclsRequest
@@ -1018,6 +1142,14 @@ if TYPE_CHECKING:
         describe_producers_v0_response.DescribeProducersResponse
     )
 
+    DescribeTransactionsRequest: TypeAlias = (  # api key 65
+        describe_transactions_v0_request.DescribeTransactionsRequest
+    )
+
+    DescribeTransactionsResponse: TypeAlias = (  # api key 65
+        describe_transactions_v0_response.DescribeTransactionsResponse
+    )
+
     ListTransactionsRequest: TypeAlias = (  # api key 66
         list_transactions_v0_request.ListTransactionsRequest
         | list_transactions_v1_request.ListTransactionsRequest
@@ -1078,6 +1210,16 @@ else:  # at run time the names exist for imports; nothing checks them
     InitProducerIdResponse = Any
     OffsetForLeaderEpochRequest = Any
     OffsetForLeaderEpochResponse = Any
+    AddPartitionsToTxnRequest = Any
+    AddPartitionsToTxnResponse = Any
+    AddOffsetsToTxnRequest = Any
+    AddOffsetsToTxnResponse = Any
+    EndTxnRequest = Any
+    EndTxnResponse = Any
+    WriteTxnMarkersRequest = Any
+    WriteTxnMarkersResponse = Any
+    TxnOffsetCommitRequest = Any
+    TxnOffsetCommitResponse = Any
     DescribeAclsRequest = Any
     DescribeAclsResponse = Any
     CreateAclsRequest = Any
@@ -1114,6 +1256,8 @@ else:  # at run time the names exist for imports; nothing checks them
     DescribeClusterResponse = Any
     DescribeProducersRequest = Any
     DescribeProducersResponse = Any
+    DescribeTransactionsRequest = Any
+    DescribeTransactionsResponse = Any
     ListTransactionsRequest = Any
     ListTransactionsResponse = Any
     DescribeTopicPartitionsRequest = Any

@@ -371,3 +371,41 @@ def stored_timestamps(raw: bytes) -> list[int]:
     if batch.timestamp_type == 1:
         return [batch.max_timestamp] * (batch.last_offset_delta + 1)
     return [record.timestamp for record in batch]
+
+
+# --- transaction markers -------------------------------------------------------------
+CONTROL_FLAG = 0x20
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type: 0 ABORT, 1 COMMIT
+_CONTROL_VALUE = struct.Struct(">hi")  # EndTxnMarker version 0, coordinator epoch
+# base offset, length, leader epoch, magic, crc, attributes, last offset delta, base and max
+# timestamp, producer id, producer epoch, base sequence, record count
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                  timestamp: int, base_offset: int = 0, leader_epoch: int = 0) -> bytes:
+    """A transaction marker as Kafka writes it: a batch of one control record (attributes
+    transactional and control, base sequence -1) whose key says COMMIT or ABORT and whose
+    value carries the coordinator epoch."""
+    key = _CONTROL_KEY.pack(0, 1 if commit else 0)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    body = (b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key + _varint(len(value))
+            + value + _varint(0))
+    record = _varint(len(body)) + body
+    attributes = TRANSACTIONAL_FLAG | CONTROL_FLAG
+    header = bytearray(_BATCH_HEADER.pack(base_offset, 0, leader_epoch, 2, 0, attributes, 0,
+                                          timestamp, timestamp, producer_id, producer_epoch, -1, 1))
+    batch = header + record
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)

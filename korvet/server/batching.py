@@ -21,7 +21,7 @@ from crc32c import crc32c
 from korvet.core.epochs import FIXED, Epochs
 from korvet.core.fetch import batches_that_fit
 from korvet.protocol.fetch_response import RecordSet
-from korvet.protocol.records import BATCH_OVERHEAD
+from korvet.protocol.records import BATCH_OVERHEAD, control_batch
 from korvet.storage import entries
 
 _INT32_MAX = 2**31 - 1
@@ -30,6 +30,8 @@ _LEADER_EPOCH = struct.Struct(">i")
 _HEAD = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
 _LENGTH = struct.Struct(">i")
 _TIMESTAMP, _KEY, _VALUE = entries.TIMESTAMP, entries.KEY, entries.VALUE
+_PRODUCER, _CONTROL = entries.PRODUCER, entries.CONTROL
+_TAGGED = (_PRODUCER, _CONTROL)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared: the builder only reads it
 
 
@@ -69,13 +71,14 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
         first_in_response = force_first and taken == 0
         if budget <= BATCH_OVERHEAD and not first_in_response:
             break
-        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, max(budget, 0))
-        append = builder.append
+        builder: Any = None
+        append: Any = None
         base = -1
         count = 0
         last = -1
         first_stamp = b""
         epoch, cut_at = 0, 0
+        tag = b""  # a transaction's records: their producer (the entries' first field)
         while index < total:
             entry_id, fields = raw[index]
             ms, _, seq_text = entry_id.partition(b"-")
@@ -86,12 +89,26 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
             if ms != ms_text:
                 ms_text, ms_shifted = ms, int(ms) << bits
             offset = ms_shifted | seq
+            head = fields[0]
             if base < 0:
+                if head == _CONTROL:
+                    break  # a marker: a batch of its own, below
                 base = offset
-                first_stamp = fields[1]
                 epoch, cut_at = epochs.epoch_of(offset), epochs.next_start(offset)
+                if head == _PRODUCER:
+                    tag = fields[1]
+                    pid, _, producer_epoch = tag.partition(b" ")
+                    builder = DefaultRecordBatchBuilder(2, 0, 1, int(pid), int(producer_epoch),
+                                                        -1, max(budget, 0))
+                    first_stamp = fields[3]
+                else:
+                    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, max(budget, 0))
+                    first_stamp = fields[1]
+                append = builder.append
             elif (offset - base > _INT32_MAX or offset >= cut_at
-                  or (log_append_time and fields[1] != first_stamp)):
+                  or (tag and (head != _PRODUCER or fields[1] != tag))
+                  or (not tag and head in _TAGGED)
+                  or (log_append_time and fields[1 if not tag else 3] != first_stamp)):
                 break
             width = len(fields)
             if width in (4, 6) and fields[0] == _TIMESTAMP and fields[1] != stamp_text:
@@ -109,6 +126,15 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
             index += 1
             last = offset
         if count == 0:
+            if index < total and base < 0 and raw[index][1][0] == _CONTROL:
+                marker = _marker_batch(raw[index], bits, bias, epochs)
+                if len(out) + len(marker) > max_bytes and not first_in_response:
+                    break
+                out += marker
+                taken += 1
+                next_offset = _BASE_OFFSET.unpack_from(marker, 0)[0] + 1
+                index += 1
+                continue
             break
         batch = builder.build()
         if len(out) + len(batch) > max_bytes and not first_in_response:
@@ -121,6 +147,18 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
         taken += count
         next_offset = last + 1
     return bytes(out), taken, next_offset
+
+
+def _marker_batch(entry: Any, bits: int, bias: int, epochs: Epochs) -> bytes:
+    """A transaction marker's entry (storage/entries.py) as the control batch Kafka writes."""
+    entry_id, fields = entry
+    ms, _, seq_text = entry_id.partition(b"-")
+    offset = (int(ms) << bits) | (int(seq_text) - bias)
+    found = dict(zip(fields[::2], fields[1::2], strict=False))
+    pid, _, producer_epoch = found.get(_PRODUCER, b"-1 -1").partition(b" ")
+    return control_batch(int(pid), int(producer_epoch), found.get(_CONTROL) == b"COMMIT",
+                         int(found.get(entries.COORDINATOR_EPOCH, b"0")),
+                         int(found.get(_TIMESTAMP, b"0")), offset, epochs.epoch_of(offset))
 
 
 _ATTRIBUTES = struct.Struct(">h")

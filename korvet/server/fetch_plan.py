@@ -33,6 +33,9 @@ class PartitionFetch:
     taken: int = 0
     next_offset: int = -1  # after the last record returned; -1 when none
     leader_epoch: int = -1  # the request's current_leader_epoch for a dense topic (checked once read)
+    committed: bool = False  # isolation_level read_committed: records end at the last stable offset
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset), read_committed
 
     @property
     def readable(self) -> bool:

@@ -120,6 +120,16 @@ class GroupsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class TransactionsSection:
+    """``transactions.*``: the transaction coordinator's limits and its checks."""
+
+    max_timeout_ms: int
+    id_expiration_ms: int
+    version: int
+    check_interval_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchSection:
     """``fetch.*``: incremental fetch sessions."""
 
@@ -200,6 +210,8 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("group.min.session.timeout.ms", "groups.min-session-timeout-ms"),
     ("group.max.session.timeout.ms", "groups.max-session-timeout-ms"),
     ("group.max.size", "groups.max-size"),
+    ("transaction.max.timeout.ms", "transactions.max-timeout-ms"),
+    ("transactional.id.expiration.ms", "transactions.id-expiration-ms"),
 ))
 
 
@@ -211,6 +223,7 @@ class BrokerSettings:
     redis: RedisSection
     topics: TopicsSection
     groups: GroupsSection
+    transactions: TransactionsSection
     fetch: FetchSection
     cluster: ClusterSection
     http: HttpSection
@@ -231,6 +244,7 @@ class BrokerSettings:
             redis=_section(RedisSection, config, url_from=config.source("redis.url")),
             topics=_section(TopicsSection, config, declarations=config.topics),
             groups=_section(GroupsSection, config),
+            transactions=_section(TransactionsSection, config),
             fetch=_section(FetchSection, config),
             cluster=_section(ClusterSection, config),
             http=_section(HttpSection, config),
@@ -265,7 +279,8 @@ SETTING_OF: dict[tuple[str, str], Setting] = {(s.section, s.field_name): s for s
 # BrokerSettings' field of each section class
 SECTIONS: dict[type[Any], str] = {
     BrokerSection: "broker", RedisSection: "redis", TopicsSection: "topics",
-    GroupsSection: "groups", FetchSection: "fetch", ClusterSection: "cluster",
+    GroupsSection: "groups", TransactionsSection: "transactions", FetchSection: "fetch",
+    ClusterSection: "cluster",
     HttpSection: "http", AuthorizerSection: "authorizer", DataSection: "data", LogSection: "log",
     ConfigSection: "config",
 }

@@ -81,7 +81,9 @@ def _validate_group_retention(config: Config) -> None:
 def _validate_limits(config: Config) -> None:
     if config.get_int("broker.max-request-bytes") < 1024:
         raise ConfigError("broker.max-request-bytes (socket.request.max.bytes) must be at least 1024")
-    for name in ("broker.max-connections", "broker.max-connections-per-ip"):
+    for name in ("broker.max-connections", "broker.max-connections-per-ip",
+                 "transactions.max-timeout-ms", "transactions.id-expiration-ms",
+                 "transactions.check-interval-ms"):
         if config.get_int(name) < 1:
             raise ConfigError(f"{name} must be at least 1")
     high = config.get_int("broker.max-pending-bytes")
@@ -92,6 +94,8 @@ def _validate_limits(config: Config) -> None:
         raise ConfigError("redis.embedded-port must be within 0..65535")
     if config.get_int("redis.pool-size") < 1 or config.get_int("redis.pool-max-wait") < 0:
         raise ConfigError("redis.pool-size must be at least 1 and redis.pool-max-wait at least 0")
+    if not 0 <= config.get_int("transactions.version") <= 2:
+        raise ConfigError("transactions.version must be 0, 1 or 2")
     if config.get_int("fetch.max-sessions") < 0:
         raise ConfigError("fetch.max-sessions must not be negative")
 

@@ -213,6 +213,27 @@ SETTINGS: tuple[Setting, ...] = (
             "every this often, delete the empty groups that have no committed offsets, as "
             "Kafka's offsets.retention.check.interval.ms does (0: never); the same rounds "
             "expire committed offsets (groups.offsets-retention-ms)", unit="ms"),
+    # -- transactions (server/transactions.py) --------------------------------------------
+    Setting("transactions.max-timeout-ms", int, 900_000,
+            "the longest transaction.timeout.ms a transactional producer may ask for "
+            "(InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it), as Kafka's "
+            "transaction.max.timeout.ms", unit="ms", also=("transaction.max.timeout.ms",)),
+    Setting("transactions.id-expiration-ms", int, 604_800_000,
+            "a transactional id with no transaction open and no use for this long is removed "
+            "(its next producer gets a new producer id), as Kafka's "
+            "transactional.id.expiration.ms", unit="ms",
+            also=("transactional.id.expiration.ms",)),
+    Setting("transactions.version", int, 2,
+            "the transaction.version feature ApiVersions finalizes: 2, clients use "
+            "transactions v2 (KIP-890: the epoch bumped at every decision, partitions added "
+            "with the write), as Kafka 4 does; 0 or 1, the older protocol (explicit "
+            "AddPartitionsToTxn, one epoch across transactions)"),
+    Setting("transactions.check-interval-ms", int, 10_000,
+            "every this often, abort the transactions past their timeout, finish decided ones "
+            "whose markers are not all written (a broker stopped while writing them) and "
+            "expire idle transactional ids, as Kafka's "
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms", unit="ms",
+            also=("transaction.abort.timed.out.transaction.cleanup.interval.ms",)),
     Setting("groups.offsets-retention-ms", int, 604_800_000,
             "committed offsets of a group that has been empty (no members) this long are "
             "deleted with the group at the next clean-up round, as Kafka's "

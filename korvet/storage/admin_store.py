@@ -42,6 +42,8 @@ class ProducerState:
     epoch: int
     last_sequence: int
     last_append_ms: int
+    coordinator_epoch: int = -1  # of its last transaction marker here (-1: none)
+    txn_start_offset: int = -1  # the first offset of its open transaction here (-1: none)
 
 
 class AdminStore:
@@ -92,14 +94,21 @@ class AdminStore:
         fields: dict[bytes, bytes] = await self.store.redis.hgetall(  # type: ignore[assignment]
             self.store.meta_key(topic.name, partition))
         found = []
+        codec = topic.config.codec
         for name, value in fields.items():
             if not name.startswith(b"p:"):
                 continue
             parts = value.split()
             if len(parts) < 3:
                 continue
+            # its transaction here (append.lua): last marker's epoch, coordinator epoch, first id
+            txn = (fields.get(b"t:" + name[2:]) or b"-1 -1 -1 -1").split()
+            start = (codec.from_script(int(txn[2]), int(txn[3]))
+                     if len(txn) == 4 and int(txn[2]) >= 0 else -1)
             found.append(ProducerState(int(name[2:]), int(parts[0]), int(parts[1]),
-                                       int(parts[2])))
+                                       int(parts[2]),
+                                       int(txn[1]) if len(txn) == 4 and txn[0] != b"-1" else -1,
+                                       start))
         return sorted(found, key=lambda p: p.producer_id)
 
 

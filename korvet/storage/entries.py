@@ -12,6 +12,19 @@ Redis keeps a stream entry's fields as an ordered list, so repeated header names
 survive, and absent fields distinguish null from empty. ``redis-cli XRANGE`` on a
 partition stream shows the records readably.
 
+A record of a transaction carries its producer first, so that a fetch gives it back in a
+batch of that producer id and epoch, marked transactional (a read_committed consumer drops
+the records of aborted transactions by producer id):
+
+    producer           "<producer id> <producer epoch>"
+
+A transaction marker (korvet/server/transactions.py) is an entry of its own at its offset:
+
+    control            COMMIT or ABORT
+    producer           "<producer id> <producer epoch>"
+    coordinator-epoch  the coordinator epoch the marker carries
+    timestamp          when it was written, in ms
+
 ``batches``: one entry per produced record batch, at the batch's first offset; its n records
 have the n consecutive offsets from there (the append script reserves them as for n entries):
 
@@ -34,6 +47,9 @@ Header = tuple[str, bytes | None]
 Record = tuple[int, bytes | None, bytes | None, Sequence[Header]]
 
 TIMESTAMP = b"timestamp"
+PRODUCER = b"producer"
+CONTROL = b"control"
+COORDINATOR_EPOCH = b"coordinator-epoch"
 KEY = b"key"
 VALUE = b"value"
 HEADER = b"header."
@@ -51,12 +67,15 @@ KEYED = b"keyed"  # per record: timestamp, key, value (every record has a key an
 FIELDS = b"fields"  # per record: k, then the k field/value pairs of ``entry_fields`` (any record)
 
 
-def entry_fields(record: Record, timestamp: int | None = None) -> list[bytes]:
+def entry_fields(record: Record, timestamp: int | None = None,
+                 producer: bytes | None = None) -> list[bytes]:
     """The stored entry's field/value list of one record (the layout in this module's doc).
-    ``timestamp`` replaces the record's own (LogAppendTime). The readable definition: the
-    produce path sends ``pack_records``' RESP bytes, which tests hold to this."""
+    ``timestamp`` replaces the record's own (LogAppendTime); ``producer`` tags a record of a
+    transaction. The readable definition: the produce path sends ``pack_records``' RESP
+    bytes, which tests hold to this."""
     stamp, key, value, headers = record
-    fields = [TIMESTAMP, b"%d" % (stamp if timestamp is None else timestamp)]
+    fields = [PRODUCER, producer] if producer is not None else []
+    fields += (TIMESTAMP, b"%d" % (stamp if timestamp is None else timestamp))
     if key is not None:
         fields += (KEY, key)
     if value is not None:
@@ -78,16 +97,16 @@ def _layout(records: Sequence[Record]) -> bytes:
     return FIELDS
 
 
-def append_arguments(records: Sequence[Record], timestamp: int | None = None
-                     ) -> tuple[list[bytes | int], int]:
+def append_arguments(records: Sequence[Record], timestamp: int | None = None,
+                     producer: bytes | None = None) -> tuple[list[bytes | int], int]:
     """The append script's arguments for these records (the layout first, then each record's
     arguments; see VALUES, KEYED, FIELDS) and their key, value and header bytes. The readable
     definition of what ``pack_records`` packs."""
-    layout = _layout(records)
+    layout = FIELDS if producer is not None else _layout(records)
     arguments: list[bytes | int] = [layout]
     size = 0
     for record in records:
-        fields = entry_fields(record, timestamp)
+        fields = entry_fields(record, timestamp, producer)
         _, key, value, headers = record
         size += len(key or b"") + len(value or b"") + sum(len(v or b"") for _, v in headers)
         if layout == FIELDS:
@@ -119,10 +138,13 @@ class PackedRecords:
     size: int  # key, value and header bytes, as ``append_arguments`` counts them
 
 
-def pack_records(records: Sequence[Record], timestamp: int | None = None) -> PackedRecords:
+def pack_records(records: Sequence[Record], timestamp: int | None = None,
+                 producer: bytes | None = None) -> PackedRecords:
     """``append_arguments`` and the RESP packing of its output in one pass: byte for byte
     what ``hiredis.pack_command`` makes of those arguments (tests/unit/storage/test_entries.py),
     at a fraction of the cost, for this is the produce path's hottest loop."""
+    if producer is not None:
+        return _pack_fields(records, timestamp, producer)
     return (_pack_values(records, timestamp) or _pack_keyed(records, timestamp)
             or _pack_fields(records, timestamp))
 
@@ -167,15 +189,18 @@ def _pack_keyed(records: Sequence[Record], timestamp: int | None) -> PackedRecor
     return PackedRecords(body, 1 + 3 * len(records), size)
 
 
-def _pack_fields(records: Sequence[Record], timestamp: int | None) -> PackedRecords:
+def _pack_fields(records: Sequence[Record], timestamp: int | None,
+                 producer: bytes | None = None) -> PackedRecords:
     parts: list[bytes] = [_FIELDS_BULK]
     add = parts.append
     args = 1
     size = 0
+    tag = b"" if producer is None else _bulk(PRODUCER) + _bulk(producer)
+    tagged = producer is not None
     for stamp, key, value, headers in records:
         stamp_text = b"%d" % (stamp if timestamp is None else timestamp)
-        pairs = 1 + (key is not None) + (value is not None) + len(headers)
-        add(_bulk(b"%d" % pairs) + _TIMESTAMP_BULK + _bulk(stamp_text))
+        pairs = 1 + tagged + (key is not None) + (value is not None) + len(headers)
+        add(_bulk(b"%d" % pairs) + tag + _TIMESTAMP_BULK + _bulk(stamp_text))
         if key is not None:
             add(_KEY_BULK + _bulk(key))
             size += len(key)
@@ -190,6 +215,20 @@ def _pack_fields(records: Sequence[Record], timestamp: int | None) -> PackedReco
                 size += len(header_value)
         args += 1 + 2 * pairs
     return PackedRecords(b"".join(parts), args, size)
+
+
+def marker_fields(commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                  timestamp: int) -> list[bytes]:
+    """A transaction marker's entry in the ``records`` format (this module's doc)."""
+    return [CONTROL, b"COMMIT" if commit else b"ABORT", PRODUCER,
+            b"%d %d" % (producer_id, producer_epoch), COORDINATOR_EPOCH,
+            b"%d" % coordinator_epoch, TIMESTAMP, b"%d" % timestamp]
+
+
+def pack_entry(fields: Sequence[bytes]) -> PackedRecords:
+    """The append script's arguments for one entry of these fields (the FIELDS layout)."""
+    body = _FIELDS_BULK + _bulk(b"%d" % (len(fields) // 2)) + b"".join(map(_bulk, fields))
+    return PackedRecords(body, 2 + len(fields), 0)
 
 
 def decode_fields(fields: Sequence[bytes]) -> tuple[int, bytes | None, bytes | None, list[Header]]:

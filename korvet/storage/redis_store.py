@@ -8,7 +8,11 @@ script or transaction touches shares one Redis Cluster hash slot: the part in br
                                       id and partitions (the topic this partition belongs to,
                                       stamped at creation: the scripts check it, not the
                                       topic hash, which lives in another slot),
-                                      p:<producer id> (idempotent producer state)
+                                      p:<producer id> (idempotent producer state),
+                                      t:<producer id> (its transaction here), lso (the
+                                      oldest open transaction's first id)
+    {ks}:{topic:partition}:open       sorted set: producer ids with an open transaction
+    {ks}:{topic:partition}:aborted    sorted set: the aborted index (append.lua)
     {ks}:{topic:partition}:waiting    present while a fetch waits for the stream (notifier)
     {ks}:{topics}:topic:{name}        hash: id, name, partitions, created, config.<name>
     {ks}:{topics}:names               set of topic names
@@ -68,6 +72,18 @@ class ProducerBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     last_sequence: int = -1
+    transactional: bool = False  # a batch of a transaction (append.lua's transactional append)
+    marker: bytes = b""  # a transaction marker: "<COMMIT|ABORT> <coordinator epoch> <version>"
+
+    @staticmethod
+    def of_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                  tv2: bool) -> ProducerBatch:
+        text = b"%s %d %d" % (b"COMMIT" if commit else b"ABORT", coordinator_epoch,
+                              2 if tv2 else 1)
+        return ProducerBatch(producer_id, producer_epoch, MARKER_SEQUENCE, -1, True, text)
+
+
+MARKER_SEQUENCE = -2  # append.lua's ARGV 10 for a marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +92,8 @@ class PartitionRead:
     log_start_offset: int
     high_watermark: int
     epochs: Epochs = FIXED  # a dense topic's leader epochs (a time topic's: 0 throughout)
+    last_stable_offset: int = -1  # the first offset of the oldest open transaction, else the HW
+    aborted: tuple[tuple[int, int, int], ...] = ()  # read_committed: (pid, first, last) aborted
 
     def entries(self, bits: int) -> list[tuple[int, list[bytes]]]:
         """(offset, fields) per entry; ids wider than ``bits`` (not the broker's) skipped.
@@ -127,7 +145,7 @@ class RedisStore:
         self._time_search: AsyncScript = client.register_script(_lua("time_search.lua"))
         self._batch_holder: AsyncScript = client.register_script(_lua("batch_holder.lua"))
         # Per (topic, partition, topic id): the fixed parts of its append command.
-        self._append_heads: dict[tuple[str, int, str, int, str], _AppendHead] = {}
+        self._append_heads: dict[tuple[str, int, str, int, str, bool], _AppendHead] = {}
         self._stamp_script = _lua("stamp_partition.lua")
         self._drop_script = _lua("drop_partition.lua")
         # Appends go down one connection per master, in order (storage/pipe.py); on Redis
@@ -167,6 +185,16 @@ class RedisStore:
     def times_key(stream_key: str) -> str:
         """A dense topic partition's time index (append.lua), in the stream's slot."""
         return stream_key.removesuffix(":stream") + ":times"
+
+    @staticmethod
+    def open_key(stream_key: str) -> str:
+        """The partition's open transactions (append.lua)."""
+        return stream_key.removesuffix(":stream") + ":open"
+
+    @staticmethod
+    def aborted_key(stream_key: str) -> str:
+        """The partition's aborted index (append.lua)."""
+        return stream_key.removesuffix(":stream") + ":aborted"
 
     @staticmethod
     def waiting_key(stream_key: str) -> str:
@@ -262,8 +290,9 @@ class RedisStore:
             pipe = self.redis.pipeline(transaction=False)
             for partition in range(start, min(start + 500, partitions.stop)):
                 stream = self.stream_key(name, partition)
-                pipe.eval(script, 3, stream, self.meta_key(name, partition),
-                          self.times_key(stream), *args)
+                pipe.eval(script, 5, stream, self.meta_key(name, partition),
+                          self.times_key(stream), self.open_key(stream),
+                          self.aborted_key(stream), *args)
             await pipe.execute()
 
     async def delete_topic(self, name: str) -> bool:
@@ -372,10 +401,13 @@ class RedisStore:
         """The partition's stream key and the append's RESP bytes: EVALSHA of append.lua
         with its keys and ARGV (in the script's order), then the records, then a dense
         topic's trailer: its index interval and the Redis ``life`` it goes to."""
-        fixed = self._append_heads.get(_head_key(topic, partition))
+        txn = producer.transactional
+        fixed = self._append_heads.get(_head_key(topic, partition, txn))
         if fixed is None:
-            fixed = self._append_head(topic, partition)
+            fixed = self._append_head(topic, partition, txn)
         stream, keys, middle, channel, trailer, extra = fixed
+        last_sequence = (_bulk(producer.marker) if producer.marker
+                         else _bulk_int(producer.last_sequence))
         if extra:
             run_id, clock = (life.run_id, life.clock) if life is not None else ("", 0)
             trailer += _bulk(run_id.encode()) + _bulk_int(clock)
@@ -387,20 +419,24 @@ class RedisStore:
             middle, _bulk_int(trim.min_id_ms), _bulk_int(trim.max_len),
             _ONE if trim.approximate else _ZERO,
             _bulk_int(producer.producer_id), _bulk_int(producer.producer_epoch),
-            _bulk_int(producer.base_sequence), _bulk_int(producer.last_sequence),
+            _bulk_int(producer.base_sequence), last_sequence,
             _bulk_int(count), channel, records.body, trailer))
         return stream, packed
 
-    def _append_head(self, topic: TopicInfo, partition: int) -> _AppendHead:
+    def _append_head(self, topic: TopicInfo, partition: int, txn: bool = False) -> _AppendHead:
         """The parts of a partition's append command that do not change from one append to
         the next, packed by hiredis once: the sha and keys, ARGV 2-4, the channel, and a
-        dense topic's time index key and trailer."""
+        dense topic's time index key and trailer. A transaction's append (``txn``) names the
+        time index (of a dense topic only used as one) and the transaction keys too."""
         stream = self.stream_key(topic.name, partition)
         meta = self.meta_key(topic.name, partition)
         dense = topic.config.dense
-        keys = hiredis.pack_command((
-            "EVALSHA", self._append.sha, 5 if dense else 4, stream, meta, meta,
-            self.waiting_key(stream), *((self.times_key(stream),) if dense else ())))
+        more: tuple[str, ...] = (self.times_key(stream),) if dense or txn else ()
+        if txn:
+            more += (self.open_key(stream), self.aborted_key(stream))
+        keys = hiredis.pack_command((  # type: ignore[arg-type]
+            "EVALSHA", self._append.sha, 4 + len(more), stream, meta, meta,
+            self.waiting_key(stream), *more))
         middle = hiredis.pack_command((  # type: ignore[arg-type]
             topic.config.codec_bits, partition, topic.topic_id))
         channel = hiredis.pack_command((self.append_channel,))
@@ -408,10 +444,10 @@ class RedisStore:
                    if dense else b"")
         # pack_command starts each with its own "*<n>\r\n": the parts go without it.
         fixed = (stream, _without_count(keys), _without_count(middle), _without_count(channel),
-                 _without_count(trailer) if dense else b"", 4 if dense else 0)
+                 _without_count(trailer) if dense else b"", len(more) + (3 if dense else 0))
         if len(self._append_heads) >= _APPEND_HEADS_KEPT:
             self._append_heads.clear()
-        self._append_heads[_head_key(topic, partition)] = fixed
+        self._append_heads[_head_key(topic, partition, txn)] = fixed
         return fixed
 
     async def append_result(self, topic: TopicInfo, sent: asyncio.Future[Any]) -> AppendResult:
@@ -425,24 +461,29 @@ class RedisStore:
             return result
         return _append_result(topic.config.codec, reply)
 
-    async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
+    async def read(self, reads: Sequence[tuple[TopicInfo, int, int, int]], *,
+                   committed: bool = False) -> list[PartitionRead]:
         """XRANGE from each (topic, partition, offset, max entries), with log bounds.
 
         One pipeline for all partitions. The bounds are read after the entries, so the
         high watermark is never below the last entry returned. A topic that stores batches
         also gets the batch entry holding the offset when one starts below it.
+        ``committed`` (read_committed): the entries end at the last stable offset, and the
+        aborted transactions that end at or after the offset come with them.
         """
         try:
-            return await self._read(reads)
+            return await self._read(reads, committed)
         except NoScriptError:  # Redis lost its scripts under a live connection: the reads'
-            return await self._read(reads)  # pipe has queued them again ahead of the retry
+            return await self._read(reads, committed)  # pipe has queued them again
 
-    async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]]) -> list[PartitionRead]:
+    async def _read(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
+                    committed: bool = False) -> list[PartitionRead]:
         firsts = [_first_id(topic.config.codec, offset)
                   for topic, _p, offset, _c in reads]
         if self.reads is not None:
-            replies = iter(await self.reads.call_all(self._read_commands(reads, firsts)))
-            return await self._partition_reads(reads, {}, replies)
+            replies = iter(await self.reads.call_all(self._read_commands(reads, firsts,
+                                                                         committed)))
+            return await self._partition_reads(reads, {}, replies, committed)
         # Redis Cluster: redis-py's cluster pipeline, the batch holders read before it.
         holders = await self._holders(reads, firsts)
         pipe = self.redis.pipeline(transaction=False)
@@ -450,6 +491,8 @@ class RedisStore:
             stream = self.stream_key(topic.name, partition)
             pipe.xrange(stream, min=first, max="+", count=count)
             pipe.hmget(self.meta_key(topic.name, partition), *_BOUNDS[topic.config.dense])
+            if committed:
+                pipe.zrangebyscore(self.aborted_key(stream), first.partition("-")[0], "+inf")
         try:
             replies = iter(await pipe.execute())
         except AttributeError as exc:
@@ -457,10 +500,10 @@ class RedisStore:
             # just closed (its writer is None): a lost connection, for the caller to answer
             # with a retriable error rather than drop the client's connection.
             raise RedisConnectionError(f"Redis connection lost during a read: {exc}") from exc
-        return await self._partition_reads(reads, holders, replies)
+        return await self._partition_reads(reads, holders, replies, committed)
 
     def _read_commands(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
-                       firsts: Sequence[str]) -> list[bytes]:
+                       firsts: Sequence[str], committed: bool = False) -> list[bytes]:
         """A read's commands on one Redis, packed for the reads' pipe (which loads
         batch_holder.lua on connecting): per partition, for a ``batches`` topic the batch
         holding the offset when it starts below it, then XRANGE and the meta hash's bounds."""
@@ -474,11 +517,14 @@ class RedisStore:
             commands.append(pack(("XRANGE", stream, first, "+", "COUNT", count)))  # type: ignore[arg-type]
             commands.append(pack(("HMGET", self.meta_key(topic.name, partition),  # type: ignore[arg-type]
                                   *_BOUNDS[topic.config.dense])))
+            if committed:
+                commands.append(pack(("ZRANGEBYSCORE", self.aborted_key(stream),  # type: ignore[arg-type]
+                                      first.partition("-")[0], "+inf")))
         return commands
 
     async def _partition_reads(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
-                               holders: Mapping[int, Any], replies: Iterator[Any]
-                               ) -> list[PartitionRead]:
+                               holders: Mapping[int, Any], replies: Iterator[Any],
+                               committed: bool = False) -> list[PartitionRead]:
         """Each partition's entries below its high watermark, and its bounds, from the
         replies of the read's commands (in their order)."""
         results: list[PartitionRead] = []
@@ -488,6 +534,7 @@ class RedisStore:
             if topic.config.stores_batches and self.reads is not None:  # in the replies
                 holder = next(replies)
             raw_entries, meta = next(replies), next(replies)
+            aborted_raw = next(replies) if committed else []
             if holder:
                 raw_entries = [holder, *raw_entries]
             if meta[0] is None and meta[1] is None:
@@ -495,7 +542,10 @@ class RedisStore:
             else:
                 start, end = _bounds(codec, meta[0], meta[1])
             epochs = Epochs.parse(meta[2]) if topic.config.dense else FIXED
-            results.append(PartitionRead(_below(codec, raw_entries, end), start, end, epochs))
+            stable = _stable(codec, meta[-1], start, end)
+            aborted = _aborted(codec, aborted_raw, stable) if committed else ()
+            results.append(PartitionRead(_below(codec, raw_entries, stable if committed else end),
+                                         start, end, epochs, stable, aborted))
         return results
 
     async def _holders(self, reads: Sequence[tuple[TopicInfo, int, int, int]],
@@ -514,6 +564,16 @@ class RedisStore:
                                args=[firsts[i], reads[i][0].config.codec_bits])
             for i in wanted))
         return dict(zip(wanted, found, strict=True))
+
+    async def last_stable_offset(self, topic: TopicInfo, partition: int) -> int:
+        """The partition's last stable offset (ListOffsets read_committed LATEST)."""
+        codec = topic.config.codec
+        meta: Any = await self.redis.hmget(self.meta_key(topic.name, partition), "last", "start",
+                                           "lso")
+        if meta[0] is None and meta[1] is None:
+            return (await self._bounds_without_meta(codec, topic, partition))[1]
+        start, end = _bounds(codec, meta[0], meta[1])
+        return _stable(codec, meta[2], start, end)
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
@@ -618,7 +678,7 @@ def foreign_bounds(codec: Codec, last_generated: bytes, first: bytes | None
 
 _APPEND_HEAD_ARGS = 20  # EVALSHA, sha, numkeys, 4 keys, 13 ARGV before the records
 # What a read asks of the meta hash (by whether the topic is dense): the bounds, and the epochs.
-_BOUNDS = {False: ("last", "start"), True: ("last", "start", "epochs")}
+_BOUNDS = {False: ("last", "start", "lso"), True: ("last", "start", "epochs", "lso")}
 
 
 def _bulk(value: bytes) -> bytes:
@@ -629,10 +689,10 @@ def _bulk(value: bytes) -> bytes:
 _AppendHead = tuple[str, bytes, bytes, bytes, bytes, int]
 
 
-def _head_key(topic: TopicInfo, partition: int) -> tuple[str, int, str, int, str]:
+def _head_key(topic: TopicInfo, partition: int, txn: bool) -> tuple[str, int, str, int, str, bool]:
     """What a partition's append head is made of: a change of any is another head."""
     return (topic.name, partition, topic.topic_id, topic.config.codec_bits,
-            topic.config.get("index.interval.bytes") if topic.config.dense else "")
+            topic.config.get("index.interval.bytes") if topic.config.dense else "", txn)
 _APPEND_HEADS_KEPT = 100_000
 _ONE = b"$1\r\n1\r\n"
 _ZERO = b"$1\r\n0\r\n"
@@ -669,6 +729,26 @@ def _bounds(codec: Codec, last: bytes | None, start: bytes | None) -> tuple[int,
         return begin, begin
     end = codec.last_offset_of(EntryId.parse(last)) + 1
     return min(begin, end), end
+
+
+def _stable(codec: Codec, lso: bytes | None, start: int, end: int) -> int:
+    """The last stable offset: the first offset of the oldest open transaction (append.lua's
+    `lso`), else the high watermark; never below the log start (spec/Transactions.tla LSO)."""
+    if not lso:
+        return end
+    return max(start, min(end, codec.encode_id(EntryId.parse(lso))))
+
+
+def _aborted(codec: Codec, raw: list[Any], stable: int) -> tuple[tuple[int, int, int], ...]:
+    """The aborted index's entries ("<pid> <first id> <marker id>") that begin below the
+    last stable offset, as (producer id, first offset, marker offset)."""
+    found = []
+    for member in raw:
+        pid, first, last = (member.decode() if isinstance(member, bytes) else member).split()
+        first_offset = codec.encode_id(EntryId.parse(first))
+        if first_offset < stable:
+            found.append((int(pid), first_offset, codec.encode_id(EntryId.parse(last))))
+    return tuple(found)
 
 
 def _below(codec: Codec, raw: list[Any], end: int) -> list[Any]:

@@ -193,6 +193,8 @@ def _outside_spec(event: core.Event) -> str | None:
     match event:
         case core.OffsetDelete() | core.TopicDeleted():
             return f"{OUTSIDE}: {type(event).__name__}"
+        case core.OffsetCommit() if event.transactional:
+            return f"{OUTSIDE}: a committed transaction's offsets (spec/Transactions.tla)"
         case core.JoinGroup() | core.SyncGroup() | core.Heartbeat() | core.LeaveGroup() \
                 if not event.group_id:
             return f"{OUTSIDE}: INVALID_GROUP_ID for an empty group id"

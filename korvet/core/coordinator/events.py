@@ -102,6 +102,11 @@ class OffsetCommit:
     generation_id: int  # -1 outside group management
     offsets: tuple[OffsetToCommit, ...]
     unknown_group_is_not_found: bool = False  # OffsetCommit v9+
+    # KORVET: not a spec action here (spec/Transactions.tla has it: the group's `committed`).
+    # The offsets of a committed transaction, applied when its marker reached the group:
+    # stored whatever the group's members and generation (they were checked when the
+    # producer sent them, TxnOffsetCommit), as Kafka's coordinator applies a commit marker.
+    transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -580,6 +580,10 @@ def _offset_commit(state: CoordinatorState, event: OffsetCommit, now: int) -> St
         return state, (OffsetCommitReply(event.request_id, event.member_id, ()),)
     group = state.groups.get(event.group_id)
     effects: list[Effect] = []
+    if event.transactional and group is not None and group.state is not DEAD:
+        draft = _Draft(group, state.config, now, effects)
+        draft.store_offsets(event)
+        return _with_group(state, draft.freeze(), event.group_id), tuple(effects)
     if group is None:
         if event.generation_id >= 0:
             return error(ErrorCode.GROUP_ID_NOT_FOUND if event.unknown_group_is_not_found

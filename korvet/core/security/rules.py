@@ -136,7 +136,15 @@ _ROWS = (
     ApiRule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (_CLUSTER_ALTER_ITEMS,)),
     ApiRule(ApiKey.DESCRIBE_CLUSTER, custom="the cluster's authorized operations"),
     ApiRule(ApiKey.DESCRIBE_PRODUCERS, (_topics(Operation.READ),)),
-    ApiRule(ApiKey.LIST_TRANSACTIONS, ()),  # lists the ids one may DESCRIBE: none exist
+    ApiRule(ApiKey.LIST_TRANSACTIONS, custom="lists the transactional ids one may DESCRIBE"),
+    ApiRule(ApiKey.ADD_PARTITIONS_TO_TXN, custom="WRITE on the transactional id, then on each "
+                                                  "topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
+    ApiRule(ApiKey.ADD_OFFSETS_TO_TXN, custom="WRITE on the transactional id, READ on the group"),
+    ApiRule(ApiKey.END_TXN, custom="WRITE on the transactional id"),
+    ApiRule(ApiKey.WRITE_TXN_MARKERS, custom="CLUSTER_ACTION on the cluster, per partition"),
+    ApiRule(ApiKey.TXN_OFFSET_COMMIT, custom="WRITE on the transactional id, READ on the group, "
+                                              "READ on each topic"),
+    ApiRule(ApiKey.DESCRIBE_TRANSACTIONS, custom="DESCRIBE on each transactional id"),
     ApiRule(ApiKey.DESCRIBE_TOPIC_PARTITIONS, custom="as Metadata: DESCRIBE on each topic"),
 )
 

@@ -21,14 +21,16 @@ class InitProducerIdCall:
     transactional_id: str | None
     producer_id: int  # NO_PRODUCER: a new producer
     producer_epoch: int
+    transaction_timeout_ms: int = 60_000
 
 
 def decode_init_producer_id(request: InitProducerIdRequest) -> InitProducerIdCall:
     shaped: Any = request  # the producer's id and epoch are asked for here, once
+    timeout_ms = round(request.transaction_timeout.total_seconds() * 1000)
     if not has_field(type(request), "producer_id"):
-        return InitProducerIdCall(request.transactional_id, NO_PRODUCER, NO_PRODUCER)
+        return InitProducerIdCall(request.transactional_id, NO_PRODUCER, NO_PRODUCER, timeout_ms)
     return InitProducerIdCall(request.transactional_id, int(shaped.producer_id),
-                              int(shaped.producer_epoch))
+                              int(shaped.producer_epoch), timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from korvet.protocol.kbuild import has_field, nested
 from korvet.protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest
 
 READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 
 def decode_list_offsets(list_offsets: ListOffsetsRequest) -> ListOffsetsCall:

@@ -57,8 +57,6 @@ from korvet.protocol.messages import (
     ElectLeadersResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
-    ListTransactionsRequest,
-    ListTransactionsResponse,
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api, OnPart
@@ -68,10 +66,6 @@ from korvet.server.services import Services
 from korvet.storage.admin_store import AdminStore, LogStartOutcome
 
 log = logging.getLogger("korvet.admin")
-
-# Kafka's transaction states (TransactionState): ListTransactions names any other filter.
-TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
-                                "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
 
 
 def log_dir_name(redis_url: str, keyspace: str) -> str:
@@ -271,13 +265,6 @@ class AdminHandler:
         return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.NONE,
                     error_message=None, topics=())
 
-    async def list_transactions(self, ctx: RequestContext,
-                                request: ListTransactionsRequest) -> ListTransactionsResponse:
-        """Korvet has no transactions (InitProducerId refuses a transactional id)."""
-        unknown = tuple(s for s in request.state_filters if s not in TRANSACTION_STATES)
-        return make(response_type(type(request)), throttle_time=0, error_code=ErrorCode.NONE,
-                    unknown_state_filters=unknown, transaction_states=())
-
     # -- DescribeProducers ---------------------------------------------------------------
 
     async def describe_producers(self, ctx: RequestContext,
@@ -315,7 +302,8 @@ class AdminHandler:
                                        active_producers=tuple(
                     make(state_cls, producer_id=s.producer_id, producer_epoch=s.epoch,
                          last_sequence=s.last_sequence, last_timestamp=s.last_append_ms,
-                         coordinator_epoch=-1, current_txn_start_offset=-1)
+                         coordinator_epoch=s.coordinator_epoch,
+                         current_txn_start_offset=s.txn_start_offset)
                     for s in states)))
             topics.append(make(topic_cls, name=entry.name, partitions=tuple(partitions)))
         return make(response_cls, throttle_time=0, topics=tuple(topics))
@@ -344,13 +332,11 @@ APIS = (
         "always empty (`kafka-reassign-partitions --list`)",
         Shape((Whole(lambda r: CLUSTER_NAME, whole_error(error_message=None, topics=())),))),
     Api(ApiKey.DESCRIBE_PRODUCERS, range(0, 1), _admin(AdminHandler.describe_producers),
-        "the idempotent producers in the partition's meta hash",
+        "the producers in the partition's meta hash, with their open transaction's start",
         Shape((Items("topics", "topics", topic_answer(
             "TopicResponse", "partitions", "PartitionResponse", "partition_indexes",
             "partition_index", "partition_index", error_message=None, active_producers=()),
             empty=empty(topics=())),))),
-    Api(ApiKey.LIST_TRANSACTIONS, range(0, 3), _admin(AdminHandler.list_transactions),
-        "always empty: no transactions (`kafka-transactions list`); unknown state filters named"),
     Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, range(0, 1), _admin(AdminHandler.describe_topic_partitions),
         "paged by topic name and partition (Kafka 4's `kafka-topics --describe`)"),
 )

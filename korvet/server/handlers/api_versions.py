@@ -21,11 +21,14 @@ async def handle(services: Services, conn: Connection,
                  request: ApiVersionsRequest) -> ApiVersionsResponse:
     if not api_versions.valid_client_software(request, conn.api_version):
         return api_versions.build_response(services.apis, conn.api_version,
-                                           ErrorCode.INVALID_REQUEST)
-    return api_versions.build_response(services.apis, conn.api_version)
+                                           ErrorCode.INVALID_REQUEST,
+                                           services.settings.transactions.version)
+    return api_versions.build_response(services.apis, conn.api_version,
+                                       transaction_version=services.settings.transactions.version)
 
 
 APIS = (
     Api(ApiKey.API_VERSIONS, range(0, 5), handle,
-        "v4 differs from v3 only in how features are listed"),
+        "v4 differs from v3 only in how features are listed; v3+ names the feature "
+        "transaction.version (finalized at `transactions.version`, 2 by default)"),
 )

@@ -6,9 +6,8 @@ partition lives in the partition's meta hash (see the append script). An
 existing producer asking again with its id and epoch (KIP-360) gets the next
 epoch. When Redis cannot hand out an id (down, failing over, full), the answer is
 COORDINATOR_NOT_AVAILABLE, which the producer retries; the connection stays open.
-Transactional ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-Korvet has no transactions, and a fatal error tells the application so at once
-instead of letting it retry forever.
+A transactional id goes to the transaction coordinator
+(korvet/server/handlers/transactions.py).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from korvet.protocol.messages import (
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
 from korvet.server.handlers.metadata import live_brokers
+from korvet.server.handlers.transactions import init_transactional
 from korvet.server.services import Services
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,9 @@ async def init_producer_id(services: Services, ctx: RequestContext,
     call = decode_init_producer_id(request)
     response_cls = response_type(type(request))
     if call.transactional_id is not None:
-        return make(response_cls, throttle_time=0,
-                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    producer_id=-1, producer_epoch=-1)
+        return await init_transactional(services, ctx, call.transactional_id,
+                                        call.transaction_timeout_ms, call.producer_id,
+                                        call.producer_epoch, response_cls)
     access = ctx.access
     if not (access.cluster_allowed(Operation.IDEMPOTENT_WRITE)
             or access.allowed_on_some(Operation.WRITE, ResourceType.TOPIC)):
@@ -105,7 +105,8 @@ async def describe_cluster(services: Services, ctx: RequestContext,
 
 APIS = (
     Api(ApiKey.INIT_PRODUCER_ID, range(0, 7), init_producer_id,
-        "ids from a Redis counter; KIP-360 epoch bump; transactional ids refused"),
+        "ids from a Redis counter; KIP-360 epoch bump; a transactional id: the transaction "
+        "coordinator (transactions.py)"),
     Api(ApiKey.DESCRIBE_CLUSTER, range(0, 3), describe_cluster,
         "this broker, as broker and controller"),
 )

@@ -53,6 +53,7 @@ from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
 from korvet.core.topics import TopicInfo
 from korvet.protocol.decoders.fetch import decode_fetch, topic_id_of, topic_name_of
+from korvet.protocol.decoders.offsets import READ_COMMITTED
 from korvet.protocol.denials import Items, RefusedCount, Shape, empty, topic_answer
 from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
 from korvet.protocol.messages import FetchRequest
@@ -132,7 +133,8 @@ class FetchHandler:
                       len(plan.partitions))
         if plan.context is sessions.Context.ERROR:
             return FetchAnswer(ctx.api_version, plan.error, 0, [])
-        wanted = await self._plan(ctx.api_version, plan.partitions)
+        wanted = await self._plan(ctx.api_version, plan.partitions,
+                                  committed=request.isolation_level == READ_COMMITTED)
         _deny_unreadable(ctx.access, wanted)
         self._note_group_fetch(ctx, wanted)
         try:
@@ -202,8 +204,8 @@ class FetchHandler:
         ordered = [by_key[key] for key in session.partitions if key in by_key]
         return ordered if len(ordered) == len(wanted) else wanted
 
-    async def _plan(self, version: int,
-                    partitions: tuple[sessions.PartitionRequest, ...]) -> list[PartitionFetch]:
+    async def _plan(self, version: int, partitions: tuple[sessions.PartitionRequest, ...], *,
+                    committed: bool = False) -> list[PartitionFetch]:
         by_id = version >= 13
         topics: dict[str, TopicInfo | None] = {}
         wanted: list[PartitionFetch] = []
@@ -221,7 +223,7 @@ class FetchHandler:
                 error=rules.partition_error(topic is not None, by_id, p.partition,
                                             topic.partitions if topic is not None else 0,
                                             -1 if dense else p.leader_epoch),
-                leader_epoch=p.leader_epoch if dense else -1))
+                leader_epoch=p.leader_epoch if dense else -1, committed=committed))
         return wanted
 
     async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
@@ -290,6 +292,7 @@ class FetchHandler:
                                       or stream in self._caught_up_epochs):
                 # read before and unchanged since: nothing past the offset
                 part.high_watermark, part.log_start_offset = known
+                part.last_stable_offset = known[0]  # at the high watermark: nothing open past it
                 part.error = (epochs.fence(part.leader_epoch) if part.topic.config.dense
                               else ErrorCode.NONE) or rules.offset_error(part.offset, known[1],
                                                                           known[0])
@@ -302,11 +305,16 @@ class FetchHandler:
             reads.append((part.topic, part.partition, max(part.offset, 0), count))  # past the end: nothing
         if not reads:
             return 0
-        results = await store.read(reads)
+        committed = readable[0].committed
+        results = await store.read(reads, committed=committed)
         used = 0
         for part, result, ticket in zip(readable, results, tickets, strict=True):
             assert part.topic is not None
             part.high_watermark, part.log_start_offset = result.high_watermark, result.log_start_offset
+            part.last_stable_offset = result.last_stable_offset
+            if committed:
+                part.aborted = tuple((pid, first) for pid, first, last in result.aborted
+                                     if last >= part.offset)
             part.error = (result.epochs.fence(part.leader_epoch) or
                           rules.offset_error(part.offset, result.log_start_offset,
                                              result.high_watermark))
@@ -345,7 +353,7 @@ class FetchHandler:
         if sum(part.records.size for part in answered if part.records) > PREDICTION_MAX_BYTES:
             return
         following = [PartitionFetch(part.topic_key, part.session_key, part.topic, part.partition,
-                                    offset, part.max_bytes)
+                                    offset, part.max_bytes, committed=part.committed)
                      for part, offset in zip(answered, offsets, strict=True)]
         signature = _signature(following, limits.max_bytes, self.log_start_moves)
         if signature is None:
@@ -385,7 +393,7 @@ def _signature(wanted: list[PartitionFetch], max_bytes: int,
                log_start_moves: int) -> Hashable | None:
     """What a request asks for, to match a prepared response (``rules.read_ahead_key``)."""
     return rules.read_ahead_key(
-        ((part.topic.topic_id, part.partition, part.offset, part.max_bytes)
+        ((part.topic.topic_id, part.partition, part.offset, part.max_bytes, part.committed)
          if part.topic is not None and part.readable else None for part in wanted),
         max_bytes, log_start_moves)
 
@@ -393,9 +401,10 @@ def _signature(wanted: list[PartitionFetch], max_bytes: int,
 def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> FetchAnswer:
     grouped: dict[Any, list[PartitionAnswer]] = {}  # topic name or id -> partitions, in request order
     for part in wanted:
+        stable = part.last_stable_offset if part.last_stable_offset >= 0 else part.high_watermark
         grouped.setdefault(part.topic_key, []).append(PartitionAnswer(
-            part.partition, part.error, part.high_watermark, part.high_watermark,
-            part.log_start_offset, part.records or RecordSet()))
+            part.partition, part.error, part.high_watermark, stable,
+            part.log_start_offset, part.records or RecordSet(), part.aborted or None))
     return FetchAnswer(version, ErrorCode.NONE, session_id,
                        [TopicAnswer(key, partitions) for key, partitions in grouped.items()])
 

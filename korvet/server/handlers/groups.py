@@ -86,7 +86,9 @@ from korvet.protocol.messages import (
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
 from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator, NotCoordinator
+from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
+from korvet.server.transactions import TransactionCoordinator
 from korvet.storage.leases import BrokerEntry
 
 log = logging.getLogger("korvet.groups")
@@ -138,18 +140,34 @@ async def find_coordinator(services: Services, ctx: RequestContext,
                         "error_message": owner}
             return {"key": key, "node_id": owner.node_id, "host": owner.host,
                     "port": owner.port, "error_code": ErrorCode.NONE, "error_message": None}
-        message = ("Korvet does not support transactions" if key_type == TRANSACTION_KEY
-                   else f"coordinator key type {key_type} is not supported")
-        code = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION_KEY
-                else ErrorCode.INVALID_REQUEST)
-        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
-                "error_message": message}
+        if key_type == TRANSACTION_KEY:
+            return _transaction_coordinator(services, ctx, key)
+        return {"key": key, "node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"coordinator key type {key_type} is not supported"}
 
     if not call.several:
         return make(response_cls, throttle_time=0, **answer(keys[0]))
     coordinator_cls = nested(response_cls, "Coordinator")
     return make(response_cls, throttle_time=0,
                 coordinators=tuple(make(coordinator_cls, **answer(k)) for k in keys))
+
+
+def _transaction_coordinator(services: Services, ctx: RequestContext,
+                             transactional_id: str) -> dict[str, Any]:
+    """Any broker coordinates any transactional id (each step is a compare-and-set on the
+    id's record: korvet/server/transactions.py); with several, rendezvous hashing spreads the
+    ids over the live ones. DESCRIBE on the transactional id is needed, as Kafka's."""
+    if not ctx.access.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                              transactional_id):
+        return {"key": transactional_id, "node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": None}
+    brokers = live_brokers(services, ctx)
+    chosen = max(brokers, key=lambda b: (placement.group_weight(b.node_id, "txn\x00" +
+                                                                transactional_id), -b.node_id))
+    return {"key": transactional_id, "node_id": chosen.node_id, "host": chosen.host,
+            "port": chosen.port, "error_code": ErrorCode.NONE, "error_message": None}
 
 
 async def _group_owner(services: Services, ctx: RequestContext,
@@ -322,6 +340,17 @@ def _fetched_offsets(coordinator: GroupCoordinator, group: FetchedGroup
             for t in group.topics]
 
 
+async def _open_transaction_offsets(services: Services, group_id: str) -> set[tuple[str, int]]:
+    """The partitions an open transaction holds offsets of for the group, once the decided
+    transactions' offsets are applied (korvet/server/transactions.py)."""
+    try:
+        left = await services.part(TransactionCoordinator).apply_decided(group_id)
+    except (RedisError, OSError, CoordinatorUnavailable) as exc:
+        log.warning("OffsetFetch: the transactions' offsets of group %r: %s", group_id, exc)
+        return set()
+    return {(topic, partition) for entry in left for topic, partition, *_ in entry.offsets}
+
+
 async def offset_fetch(services: Services, ctx: RequestContext,
                        request: OffsetFetchRequest) -> OffsetFetchResponse:
     coordinator = services.groups
@@ -331,15 +360,25 @@ async def offset_fetch(services: Services, ctx: RequestContext,
     suffix = "s" if several else ""
     topic_cls = nested(response_cls, f"OffsetFetchResponseTopic{suffix}")
     partition_cls = nested(response_cls, f"OffsetFetchResponsePartition{suffix}")
+    # Offsets of transactions: the decided ones applied first; with RequireStable (v7+), a
+    # partition an open transaction has offsets for is UNSTABLE_OFFSET_COMMIT (retriable).
+    unstable: dict[str, set[tuple[str, int]]] = {}
+    for group in groups:
+        if coordinator.owns(group.group_id):
+            unstable[group.group_id] = await _open_transaction_offsets(services, group.group_id)
+    require_stable = bool(getattr(request, "require_stable", False))
 
     def topics_of(group: FetchedGroup) -> tuple[Any, ...]:
+        pending = unstable.get(group.group_id, set()) if require_stable else set()
         return tuple(
             make(topic_cls, name=name, partitions=tuple(
                 make(partition_cls, partition_index=partition,
-                     committed_offset=committed.offset if committed else -1,
+                     committed_offset=-1 if (name, partition) in pending
+                     else committed.offset if committed else -1,
                      committed_leader_epoch=committed.leader_epoch if committed else -1,
                      metadata=committed.metadata if committed else "",
-                     error_code=ErrorCode.NONE)
+                     error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT if (name, partition) in pending
+                     else ErrorCode.NONE)
                 for partition, committed in partitions))
             for name, partitions in _fetched_offsets(coordinator, group))
 

@@ -18,7 +18,11 @@ from korvet.core import list_offsets as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import TopicInfo
-from korvet.protocol.decoders.offsets import decode_list_offsets, decode_offset_for_leader_epoch
+from korvet.protocol.decoders.offsets import (
+    READ_COMMITTED,
+    decode_list_offsets,
+    decode_offset_for_leader_epoch,
+)
 from korvet.protocol.denials import Items, Shape, empty, topic_answer
 from korvet.protocol.kbuild import make, nested, response_type
 from korvet.protocol.messages import (
@@ -102,12 +106,14 @@ async def _max_timestamp(services: Services, topic: TopicInfo, partition: int) -
 
 
 async def _read(services: Services, topic: TopicInfo, wanted: rules.ListOffsetsPartition,
-                lookup: rules.Lookup) -> rules.OffsetAnswer:
+                lookup: rules.Lookup, committed: bool = False) -> rules.OffsetAnswer:
     index = wanted.index
     epochs = await services.store.epochs(topic, index)  # a time topic's: 0, with no read
     fenced = epochs.fence(wanted.current_leader_epoch) if topic.config.dense else ErrorCode.NONE
     if fenced is not ErrorCode.NONE:
         return rules.OffsetAnswer(fenced)
+    if lookup is rules.Lookup.LATEST and committed:  # read_committed: the last stable offset
+        return rules.answer(await services.store.last_stable_offset(topic, index), epochs=epochs)
     if lookup is rules.Lookup.LATEST:
         return rules.answer((await services.store.offsets(topic, index))[1], epochs=epochs)
     if lookup is rules.Lookup.EARLIEST:
@@ -126,7 +132,9 @@ async def list_offsets(services: Services, ctx: RequestContext,
     topic_cls = nested(response_cls, "ListOffsetsTopicResponse")
     partition_cls = nested(response_cls, "ListOffsetsPartitionResponse")
     topics = []
-    for entry in decode_list_offsets(request).topics:
+    call = decode_list_offsets(request)
+    committed = call.isolation_level == READ_COMMITTED
+    for entry in call.topics:
         topic = await services.topics.get(entry.name)
         partitions = []
         for wanted in entry.partitions:
@@ -135,7 +143,7 @@ async def list_offsets(services: Services, ctx: RequestContext,
                 answered = rules.OffsetAnswer(verdict)
             else:
                 assert topic is not None
-                answered = await _read(services, topic, wanted, verdict)
+                answered = await _read(services, topic, wanted, verdict, committed)
             partitions.append(make(partition_cls, partition_index=wanted.index,
                                    error_code=answered.error, timestamp=answered.timestamp,
                                    offset=answered.offset, old_style_offsets=(),

@@ -14,8 +14,15 @@ master have it (WAIT, storage/pipe.py), else NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 Idempotent producers (producer id >= 0): a retried batch that matches one of the
 producer's last five batches is not stored again; its original base offset is
 returned with NONE, as Kafka does. Sequence gaps answer OUT_OF_ORDER_SEQUENCE_NUMBER
-and an old epoch INVALID_PRODUCER_EPOCH. Transactional batches are refused:
-Korvet has no transactions.
+and an old epoch INVALID_PRODUCER_EPOCH.
+
+Transactional producers (a transactional id): before a transactional batch is appended its
+partition joins the producer's transaction (Produce v12+, transactions v2: the implied
+AddPartitionsToTxn of KIP-890 part 2) or is checked to be in it (older versions, which sent
+AddPartitionsToTxn themselves), durably, on the transaction coordinator
+(korvet/server/transactions.py); the append script then checks the producer's epoch against
+the partition's own state in the step that appends (append.lua), so a write of a transaction
+decided meanwhile is refused there.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any, cast
 from redis.exceptions import RedisError
 
 from korvet.core import produce as produce_rules
+from korvet.core import transactions as txn_rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.produce import AppendStatus, ProducePartition, ProduceTopic, Refusal
@@ -60,6 +68,7 @@ from korvet.protocol.response_templates import (
 from korvet.server.api import Api, OnPart
 from korvet.server.metrics import BrokerMetrics
 from korvet.server.services import Services
+from korvet.server.transactions import TransactionCoordinator
 from korvet.storage import entries
 from korvet.storage.redis_store import ProducerBatch
 
@@ -107,13 +116,15 @@ class ProduceHandler:
         started = time.perf_counter()
         jobs: list[tuple[ProduceTopic, list[Outcome]]] = []
         waits_on: list[asyncio.Future[Any]] = []  # the appends' replies the response waits for
+        txn = (_InTransaction(call.transactional_id, ctx.api_version)
+               if call.transactional_id is not None else None)
         for wanted in call.topics:
             topic, unreachable = await self._look_up(wanted)
             results: list[Outcome] = []
             for partition in wanted.partitions:
                 outcome = await self._send_partition(
                     refused, unreachable, topic, wanted.by_id, partition, started, waits_on,
-                    replicated=call.acks == -1)
+                    replicated=call.acks == -1, txn=txn)
                 if isinstance(outcome, PartitionOutcome):
                     self.metrics.produce_error(outcome.error)
                 results.append(outcome)
@@ -150,7 +161,8 @@ class ProduceHandler:
     async def _send_partition(self, refused: Refusal | None, unreachable: Refusal | None,
                               topic: TopicInfo | None, by_id: bool, partition: ProducePartition,
                               started: float, waits_on: list[asyncio.Future[Any]], *,
-                              replicated: bool = False) -> Outcome:
+                              replicated: bool = False,
+                              txn: _InTransaction | None = None) -> Outcome:
         """Decide a partition's append (core/produce.py ``accept``) and send it. Returns the
         outcome when the partition is refused at once, else an awaitable of the outcome (the
         append is in flight)."""
@@ -158,12 +170,45 @@ class ProduceHandler:
         now = self.services.now_ms()
         verdict = produce_rules.accept(
             refused, unreachable, topic, index, by_id=by_id, now_ms=now,
-            batches=lambda: self._decode(topic, partition.records))
+            batches=lambda: self._decode(topic, partition.records), in_transaction=txn is not None)
         if isinstance(verdict, Refusal):
             return PartitionOutcome.refused(index, verdict)
         assert topic is not None
+        if txn is not None and verdict.transactional:
+            joined = await self._join(txn, topic.name, index, verdict)
+            if joined is not None:
+                self.metrics.produce_error(joined.code)
+                return PartitionOutcome.refused(index, joined)
         return await self._append(topic, index, verdict, now, started, waits_on,
                                   replicated=replicated)
+
+    async def _join(self, txn: _InTransaction, topic: str, index: int,
+                    batch: Batch | StoredBatch) -> Refusal | None:
+        """The partition added to (v12+) or checked against (older) the producer's
+        transaction, before its batch is sent; a refusal when it cannot be."""
+        coordinator = self.services.part(TransactionCoordinator)
+        now = self.services.now_ms()
+        pid, epoch = batch.producer_id, batch.producer_epoch
+        try:
+            if txn.version >= TV2_PRODUCE:
+                step = await coordinator.run(txn.transactional_id, lambda record, _pid: txn_rules.add(
+                    record, pid, epoch, partitions=((topic, index),), now_ms=now, tv2=True))
+                error = step.partition_errors.get((topic, index), step.error)
+                if error is ErrorCode.PRODUCER_FENCED:
+                    error = ErrorCode.INVALID_PRODUCER_EPOCH  # Produce's word for it
+            else:
+                error = txn_rules.verify(await coordinator.record(txn.transactional_id), pid,
+                                         epoch, (topic, index))
+                if error is ErrorCode.TRANSACTION_ABORTABLE and txn.version < TV_ABORTABLE:
+                    error = ErrorCode.INVALID_TXN_STATE
+        except (RedisError, OSError) as exc:
+            log.warning("produce: the transaction of %r could not be read: %s",
+                        txn.transactional_id, exc)
+            return produce_rules.storage_refusal(str(exc))
+        if error is ErrorCode.NONE:
+            return None
+        return Refusal(error, f"partition {topic}-{index} is not in the open transaction of "
+                              f"producer {pid} epoch {epoch}")
 
     def _decode(self, topic: TopicInfo | None, data: bytes | None
                 ) -> Sequence[Batch | StoredBatch] | Refusal:
@@ -185,7 +230,7 @@ class ProduceHandler:
             count, packed = len(batch.records), _pack_records(batch, topic, now)
             trim = trim_policy(topic.config, now, packed.size, count)
         producer = (ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                                  batch.last_sequence)
+                                  batch.last_sequence, batch.transactional)
                     if batch.producer_id >= 0 and batch.base_sequence >= 0 else ProducerBatch())
         stream = services.store.stream_key(topic.name, index)
         services.notifier.changed(stream)  # a fetch's read from now on may miss this append
@@ -234,12 +279,28 @@ class ProduceHandler:
 
 
 def _pack_records(batch: Batch, topic: TopicInfo, now: int) -> entries.PackedRecords:
-    """Storage format ``records``: one entry per record."""
+    """Storage format ``records``: one entry per record (a transaction's tagged with its
+    producer)."""
     records: Sequence[entries.Record] = batch.records
     if topic.config.append_timestamp_header:
         stamp = b"%d" % now
         records = [(s, k, v, [*h, (APPEND_TIMESTAMP_HEADER, stamp)]) for s, k, v, h in records]
-    return entries.pack_records(records, now if topic.config.log_append_time else None)
+    producer = (b"%d %d" % (batch.producer_id, batch.producer_epoch) if batch.transactional
+                else None)
+    return entries.pack_records(records, now if topic.config.log_append_time else None,
+                                producer)
+
+
+@dataclass(frozen=True, slots=True)
+class _InTransaction:
+    """A Produce request of a transactional producer: its id, and the request's version."""
+
+    transactional_id: str
+    version: int
+
+
+TV2_PRODUCE = 12  # Produce v12+: the partition joins the transaction with the write (KIP-890)
+TV_ABORTABLE = 11  # Produce v11+ knows TRANSACTION_ABORTABLE
 
 
 def _pack_stored(batch: StoredBatch, topic: TopicInfo, now: int) -> entries.PackedRecords:

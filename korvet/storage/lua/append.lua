@@ -60,6 +60,27 @@
 -- checkpoint older than the cutoff, as Kafka removes segments whose largest timestamp is
 -- older; ListOffsets by time searches the checkpoints (time_search.lua).
 --
+-- Transactions (spec/Transactions.tla; korvet/core/transactions.py). A transactional append
+-- names three more keys: KEYS[5] (the time index; unused by a time topic), KEYS[6] the
+-- partition's open transactions {ks}:{topic:partition}:open (sorted set: producer id, scored
+-- by the millisecond of its first offset) and KEYS[7] its aborted index
+-- {ks}:{topic:partition}:aborted (sorted set: "<producer id> <first id> <marker id>",
+-- scored by the marker's millisecond). The meta hash keeps per producer id in a
+-- transaction `t:<producer id>` = "<epoch of its last marker> <coordinator epoch of it>
+-- <first ms> <first seq>" (first -1 -1: none open) and `lso`, the id of the first offset of
+-- the oldest open transaction (absent: none; the last stable offset is then the high
+-- watermark).
+--   A data batch (ARGV 10 >= 0) is checked as an idempotent one, and its epoch against the
+--   producer's there, which every marker raises: a write of a decided transaction that
+--   arrives after its marker is refused (BAD_EPOCH), in the same step that would append it.
+--   The producer's first batch opens its transaction at its first offset.
+--   A marker (ARGV 10 = -2, ARGV 11 = "<COMMIT|ABORT> <coordinator epoch> <transaction
+--   version>") is one control entry at the next offset: refused (FENCED) below the last
+--   marker's coordinator epoch; applied when its epoch is above the producer's (under
+--   transactions v1 also at the same epoch while a transaction is open); the same marker
+--   again answers DUP and writes nothing. Applied, it ends the open transaction, an abort
+--   entering the aborted index, and moves `lso`.
+--
 -- Returns {status, a_ms, a_seq, b_ms, b_seq, start_ms, start_seq}:
 --   'OK'   a = first id, b = last id of the batch
 --   'DUP'  a = first id of the identical batch appended before (nothing written)
@@ -89,13 +110,15 @@ local approximate = ARGV[7] == '1'
 local pid = ARGV[8]
 local epoch = tonumber(ARGV[9])
 local base_seq = tonumber(ARGV[10])
-local last_seq = tonumber(ARGV[11])
+local last_seq = tonumber(ARGV[11]) or -1
 local n = tonumber(ARGV[12])
 local channel = ARGV[13]
 local layout = ARGV[14]
 local batch_entry = layout == 'batch'
 local dense = bits == 0
 local bias = dense and 1 or 0
+local marker = base_seq == -2
+local transactional = #KEYS >= 7 and not marker
 
 local topic = redis.call('HMGET', KEYS[3], 'id', 'partitions')
 if topic[1] == false or topic[1] ~= topic_id then
@@ -174,6 +197,47 @@ if pid ~= '-1' and base_seq >= 0 then
     elseif base_seq ~= 0 then
       return {'OUT_OF_ORDER', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
     end
+  end
+end
+
+-- Transactions: the producer's transaction state here, and a marker's verdict.
+local tstate_field, tstate = nil, nil
+local mark_result, mark_ce, mark_v2 = nil, nil, nil
+if transactional or marker then
+  tstate_field = 't:' .. pid
+  tstate = {-1, 0, -1, -1}
+  local stored = redis.call('HGET', KEYS[2], tstate_field)
+  if stored then
+    local i = 0
+    for token in string.gmatch(stored, '%S+') do
+      i = i + 1
+      tstate[i] = tonumber(token)
+    end
+  end
+end
+if marker then
+  local words = {}
+  for token in string.gmatch(ARGV[11], '%S+') do
+    words[#words + 1] = token
+  end
+  mark_result, mark_ce, mark_v2 = words[1], tonumber(words[2]), words[3] == '2'
+  local stored = redis.call('HGET', KEYS[2], 'p:' .. pid)
+  local data_epoch = -1
+  if stored then
+    data_epoch = tonumber(string.match(stored, '^(%S+)'))
+  end
+  local open = tstate[3] >= 0
+  if mark_ce < tstate[2] then
+    return {'FENCED', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
+  end
+  if epoch < data_epoch then
+    return {'BAD_EPOCH', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
+  end
+  if epoch == data_epoch and not (open and not mark_v2) then
+    if tstate[1] == epoch or not mark_v2 then
+      return {'DUP', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
+    end
+    return {'BAD_EPOCH', 0, 0, 0, 0, start_ms or 0, start_seq or 0}
   end
 end
 
@@ -498,6 +562,59 @@ if pstate_field then
     parts[i] = string.format('%d', entry[i])
   end
   redis.call('HSET', KEYS[2], pstate_field, table.concat(parts, ' '))
+end
+
+-- The oldest open transaction's first id: `lso`, recomputed from the open set.
+local function oldest_open()
+  local low = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+  if #low == 0 then
+    redis.call('HDEL', KEYS[2], 'lso')
+    return
+  end
+  local best_ms, best_seq = nil, nil
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], low[2], low[2])) do
+    local t = redis.call('HGET', KEYS[2], 't:' .. member)
+    local a, b = string.match(t or '', '^%S+ %S+ (%S+) (%S+)$')
+    a, b = tonumber(a), tonumber(b)
+    if a and (best_ms == nil or id_less(a, b, best_ms, best_seq)) then
+      best_ms, best_seq = a, b
+    end
+  end
+  if best_ms == nil then
+    redis.call('HDEL', KEYS[2], 'lso')
+  else
+    redis.call('HSET', KEYS[2], 'lso', fmt(best_ms, best_seq))
+  end
+end
+
+if transactional and tstate[3] < 0 then
+  -- the producer's first batch of its transaction here opens it
+  redis.call('HSET', KEYS[2], tstate_field, string.format('%d %d %d %d', tstate[1], tstate[2],
+                                                          first_ms, first_seq))
+  redis.call('ZADD', KEYS[6], first_ms, pid)
+  if redis.call('HEXISTS', KEYS[2], 'lso') == 0 then
+    redis.call('HSET', KEYS[2], 'lso', fmt(first_ms, first_seq))
+  end
+elseif marker then
+  local open = tstate[3] >= 0
+  redis.call('HSET', KEYS[2], tstate_field, string.format('%d %d -1 -1', epoch, mark_ce))
+  -- the next transaction's first batch starts its sequences anew at the marker's epoch
+  local stored = redis.call('HGET', KEYS[2], 'p:' .. pid)
+  if stored == false or tonumber(string.match(stored, '^(%S+)')) < epoch then
+    redis.call('HSET', KEYS[2], 'p:' .. pid, string.format('%d -1 %d', epoch, now))
+  end
+  if open then
+    redis.call('ZREM', KEYS[6], pid)
+    if mark_result == 'ABORT' then
+      redis.call('ZADD', KEYS[7], first_ms, string.format('%s %s %s', pid,
+                 fmt(tstate[3], tstate[4]), fmt(first_ms, first_seq)))
+    end
+    oldest_open()
+  end
+end
+if (transactional or marker) and start_ms ~= nil then
+  -- aborted transactions wholly below the log start are of no reader's concern
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. string.format('%d', start_ms))
 end
 
 -- Announce the append only when some broker has a fetch waiting for this stream: the

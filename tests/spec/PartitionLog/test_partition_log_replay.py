@@ -64,7 +64,7 @@ MAX_BYTES, MIN_BYTES = 2**20, 1
 def _key(offset: int) -> object:
     """The read-ahead key of the model's fetch at ``offset``, as fetch.py's ``_signature``
     builds it (no DeleteRecords in the model)."""
-    return rules.read_ahead_key([(TOPIC_ID, 0, offset, MAX_BYTES)], MAX_BYTES, 0)
+    return rules.read_ahead_key([(TOPIC_ID, 0, offset, MAX_BYTES, False)], MAX_BYTES, 0)
 
 pytestmark = pytest.mark.tlc
 

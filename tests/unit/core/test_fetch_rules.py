@@ -96,11 +96,13 @@ def test_the_read_ahead_predicts_the_offsets_after_the_records_taken(
 
 
 def test_a_prepared_response_is_taken_only_by_a_request_for_the_same_offsets() -> None:
-    key = rules.read_ahead_key([("t", 0, 5, 100)], 1000, 0)
-    assert key == rules.read_ahead_key([("t", 0, 5, 100)], 1000, 0)
-    assert key != rules.read_ahead_key([("t", 0, 4, 100)], 1000, 0)  # a seek back
-    assert key != rules.read_ahead_key([("t", 0, 5, 100)], 1000, 1)  # a DeleteRecords since
-    assert rules.read_ahead_key([("t", 0, 5, 100), None], 1000, 0) is None
+    key = rules.read_ahead_key([("t", 0, 5, 100, False)], 1000, 0)
+    assert key == rules.read_ahead_key([("t", 0, 5, 100, False)], 1000, 0)
+    assert key != rules.read_ahead_key([("t", 0, 4, 100, False)], 1000, 0)  # a seek back
+    assert key != rules.read_ahead_key([("t", 0, 5, 100, False)], 1000, 1)  # a DeleteRecords since
+    # read_committed ends at the last stable offset: a read_uncommitted read is not its answer
+    assert key != rules.read_ahead_key([("t", 0, 5, 100, True)], 1000, 0)
+    assert rules.read_ahead_key([("t", 0, 5, 100, False), None], 1000, 0) is None
 
 
 @given(st.lists(st.tuples(st.integers(min_value=0, max_value=9),

@@ -34,12 +34,11 @@ def batch(stamps: list[int], size: int = 100, transactional: bool = False,
 
 
 @given(st.integers(min_value=-(2**15), max_value=2**15 - 1), st.none() | st.text(max_size=5))
-def test_acks_then_transactions_refuse_the_whole_request(acks: int, txn: str | None) -> None:
+def test_only_acks_refuse_the_whole_request(acks: int, txn: str | None) -> None:
+    """A transactional id is no refusal of its own (the authorizer checks WRITE on it)."""
     refusal = rules.check_request(acks, txn)
     if acks not in (0, 1, -1):
         assert refusal is not None and refusal.code is ErrorCode.INVALID_REQUIRED_ACKS
-    elif txn is not None:
-        assert refusal is not None and refusal.code is ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
         assert refusal is None
 
@@ -93,15 +92,19 @@ def test_log_append_time_topics_ignore_the_producers_timestamps(deltas: list[int
 
 
 @given(st.integers(min_value=1, max_value=10_000), st.integers(min_value=1, max_value=10_000),
-       st.booleans(), st.booleans())
+       st.booleans(), st.booleans(), st.booleans())
 def test_size_and_transactions_are_checked_before_timestamps(size: int, limit: int,
                                                             transactional: bool,
-                                                            control: bool) -> None:
+                                                            control: bool,
+                                                            in_transaction: bool) -> None:
+    """A control batch is never a producer's; a transactional one only in a request with a
+    transactional id."""
     config = TopicConfig({"max.message.bytes": str(limit)})
     ahead = NOW + 10 * 3_600_000  # ten hours ahead: beyond the default bound of one hour
-    refusal = rules.check_batch(batch([ahead], size, transactional, control), config, NOW)
+    refusal = rules.check_batch(batch([ahead], size, transactional, control), config, NOW,
+                                in_transaction)
     assert refusal is not None
-    if transactional or control:
+    if control or (transactional and not in_transaction):
         assert refusal.code is ErrorCode.INVALID_RECORD
     elif size > limit:
         assert refusal.code is ErrorCode.MESSAGE_TOO_LARGE
@@ -118,6 +121,8 @@ def test_every_append_status_has_the_error_kafka_clients_expect() -> None:
         AppendStatus.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
         AppendStatus.BAD_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
         AppendStatus.FULL: ErrorCode.KAFKA_STORAGE_ERROR,
+        # a transaction marker below the last marker's coordinator epoch (WriteTxnMarkers)
+        AppendStatus.FENCED: ErrorCode.TRANSACTION_COORDINATOR_FENCED,
         # on the master, not confirmed by redis.wait-replicas replicas: retriable
         AppendStatus.NOT_REPLICATED: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
@@ -139,8 +144,8 @@ _CORRUPT = rules.Refusal(ErrorCode.CORRUPT_MESSAGE, "CRC mismatch")
 def test_a_partition_gets_the_first_refusal_in_kafkas_order(
         acks: int, txn: str | None, lookup_fails: bool, known: bool, partition: int, decoded: str,
         too_large: bool, stamp_offset: int, by_id: bool) -> None:
-    """``accept`` answers what Kafka answers: the request's own error (acks, then
-    transactions), the topic lookup's failure, an unknown topic or partition, a batch that
+    """``accept`` answers what Kafka answers: the request's own error (acks), the topic
+    lookup's failure, an unknown topic or partition, a batch that
     does not decode, not exactly one batch, then the batch's own checks (size before
     timestamps); and it decodes the records only when everything before that passed."""
     config = TopicConfig({"max.message.bytes": "1000"})
@@ -160,7 +165,6 @@ def test_a_partition_gets_the_first_refusal_in_kafkas_order(
     unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     before_decoding = [  # Kafka's order: the first that holds is the answer
         (acks not in (0, 1, -1), ErrorCode.INVALID_REQUIRED_ACKS),
-        (txn is not None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
         (lookup_fails, ErrorCode.KAFKA_STORAGE_ERROR),
         (not known, unknown),
         (not 0 <= partition < 3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]

@@ -186,10 +186,10 @@ def test_metadata_versions_become_plain_fields() -> None:
 def test_cluster_and_admin_versions_become_plain_fields() -> None:
     assert cluster.decode_init_producer_id(_request(
         ApiKey.INIT_PRODUCER_ID, 2, transactional_id=None, transaction_timeout=1)) == (
-        cluster.InitProducerIdCall(None, -1, -1))
+        cluster.InitProducerIdCall(None, -1, -1, 1))
     assert cluster.decode_init_producer_id(_request(
-        ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=1, producer_id=5,
-        producer_epoch=2)) == cluster.InitProducerIdCall(None, 5, 2)
+        ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t", transaction_timeout=30_000,
+        producer_id=5, producer_epoch=2)) == cluster.InitProducerIdCall("t", 5, 2, 30_000)
     assert cluster.decode_describe_cluster(_request(
         ApiKey.DESCRIBE_CLUSTER, 0, include_cluster_authorized_operations=True)) == (
         cluster.DescribeClusterCall(True, cluster.BROKERS_ENDPOINT))

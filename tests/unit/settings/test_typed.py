@@ -63,7 +63,8 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["group.max.size"] == ("5", "korvet serve --groups-max-size")
     assert answered["socket.request.max.bytes"] == ("2048", "korvet serve --broker-max-request-bytes")
     assert answered["broker.id"] == ("3", "korvet serve --broker-id")
-    assert len(answered) == 14
+    assert answered["transaction.max.timeout.ms"][0] == "900000"
+    assert len(answered) == 16
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------
