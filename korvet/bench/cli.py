@@ -79,6 +79,11 @@ def add_parser(commands: Any) -> None:
     bench.add_argument("--compression", default=defaults.compression, choices=COMPRESSIONS)
     bench.add_argument("--idempotence", action="store_true",
                        help="enable.idempotence=true on both producers (default: false on both)")
+    bench.add_argument("--transaction-ms", type=int, default=defaults.transaction_ms,
+                       metavar="MS",
+                       help="transactional producers (both clients) committing a transaction "
+                            "every MS ms, as Kafka's ProducerPerformance "
+                            "--transaction-duration-ms does; 0: none (implies --idempotence)")
     bench.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
                        help="a config of every benchmark topic (and the ceiling's), e.g. "
                             "retention.ms=-1; repeatable")
@@ -119,7 +124,9 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
     values: dict[str, Any] = {
         "record_sizes": args.record_sizes, "records": args.records, "partitions": args.partitions,
         "acks": args.acks, "batch_size": args.batch_size, "linger_ms": args.linger_ms,
-        "compression": args.compression, "idempotence": args.idempotence,
+        "compression": args.compression,
+        "idempotence": args.idempotence or args.transaction_ms > 0,
+        "transaction_ms": args.transaction_ms,
         "topic_configs": tuple(args.topic_config),
         "repeats": args.repeats, "targets": args.targets, "clients": args.clients,
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,

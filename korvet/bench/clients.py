@@ -103,6 +103,9 @@ def java_produce(tools: KafkaJavaTools, params: BenchParams, run: Run, topic: st
     if warmup_records > 0:
         args[args.index("--print-metrics"):args.index("--print-metrics")] = [
             "--warmup-records", str(warmup_records)]
+    if params.transaction_ms > 0:  # a random transactional id, a commit every that many ms
+        args[args.index("--print-metrics"):args.index("--print-metrics")] = [
+            "--transaction-duration-ms", str(params.transaction_ms)]
     try:
         process = tools.run(PRODUCER_PERFORMANCE_MAIN, args, timeout=_timeout(num_records),
                             benchmark=True)
@@ -173,6 +176,8 @@ def rdkafka_produce(bootstrap: str, params: BenchParams, run: Run, topic: str, *
             "--compression", params.compression, "--warmup-records", str(warmup_records)]
     if params.idempotence:
         args.append("--idempotence")
+    if params.transaction_ms > 0:
+        args += ["--transaction-ms", str(params.transaction_ms)]
     result = _rdkafka(args, _timeout(num_records))
     run.records = int(result["records"])
     run.seconds = float(result["seconds"])

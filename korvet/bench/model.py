@@ -57,6 +57,8 @@ class BenchParams:
     linger_ms: int = 5
     compression: str = "none"
     idempotence: bool = False
+    # transactional producers committing every this many ms (0: none; idempotence implied)
+    transaction_ms: int = 0
     # topic configs of every benchmark topic, as "name=value" (CreateTopics configs)
     topic_configs: tuple[str, ...] = ()
     repeats: int = 3

@@ -27,6 +27,7 @@ import json
 import random
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,6 +97,34 @@ class _BatchStats:
                 "batches": float(self.batches)}
 
 
+class _Transactions:
+    """A transactional producer committing every ``ms`` (as Kafka's ProducerPerformance
+    ``--transaction-duration-ms``); with ``ms`` 0, none."""
+
+    def __init__(self, config: dict[str, Any], ms: int) -> None:
+        self.ms = ms
+        self.begun = 0.0
+        if ms > 0:
+            config["transactional.id"] = f"korvet-bench-{uuid.uuid4()}"
+            config["enable.idempotence"] = True
+
+    def start(self, producer: Producer) -> None:
+        if self.ms > 0:
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            self.begun = time.perf_counter()
+
+    def maybe_commit(self, producer: Producer) -> None:
+        if self.ms > 0 and (time.perf_counter() - self.begun) * 1000 >= self.ms:
+            producer.commit_transaction(60)
+            producer.begin_transaction()
+            self.begun = time.perf_counter()
+
+    def finish(self, producer: Producer) -> None:
+        if self.ms > 0:
+            producer.commit_transaction(120)  # flushes the last transaction's records
+
+
 def produce(args: argparse.Namespace) -> dict[str, Any]:
     batch_stats = _BatchStats(args.topic)
     config: dict[str, Any] = {
@@ -111,7 +140,9 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
         "stats_cb": batch_stats.on_stats,
         "client.id": "korvet-bench-rdkafka",
     }
+    transactions = _Transactions(config, args.transaction_ms)
     producer = Producer(config)
+    transactions.start(producer)
     value = payload(args.record_size)
     latencies: list[float] = []
     errors: list[str] = []
@@ -135,6 +166,7 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     sent = 0
     while sent < total:
+        transactions.maybe_commit(producer)
         if rate > 0:
             ahead = sent / rate - (time.perf_counter() - started)
             if ahead > 0.0005:
@@ -149,6 +181,7 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
                 send(topic, value, on_delivery=delivered)
         sent += chunk
         poll(0)
+    transactions.finish(producer)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - started
     poll(0.3)  # one more statistics window
@@ -245,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     producer.add_argument("--linger-ms", type=float, default=5.0)
     producer.add_argument("--compression", default="none")
     producer.add_argument("--idempotence", action="store_true")
+    producer.add_argument("--transaction-ms", type=int, default=0,
+                          help="a transactional producer committing every N ms (0: none)")
     producer.add_argument("--warmup-records", type=int, default=0,
                           help="leave the first N delivery reports out of the steady-state percentiles")
     modes.choices["consume"].add_argument("--idle-timeout-ms", type=int, default=10_000)

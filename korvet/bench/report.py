@@ -165,12 +165,19 @@ def _warmup_text(params: BenchParams) -> str:
             "record size on each target (the warm-up); ")
 
 
+def _transactions_text(params: BenchParams) -> str:
+    if params.transaction_ms <= 0:
+        return ""
+    return f"transactions committed every {params.transaction_ms} ms; "
+
+
 def _params_text(params: BenchParams) -> str:
     sizes = ", ".join(f"{s} B" for s in params.record_sizes)
     return (f"record sizes {sizes}; {params.records:,} records per run; {params.partitions} "
             f"partition(s); acks={params.acks}; batch.size={params.batch_size:,}; "
             f"linger.ms={params.linger_ms}; compression={params.compression}; idempotence "
-            f"{'on' if params.idempotence else 'off'}; topic configs "
+            f"{'on' if params.idempotence else 'off'}; "
+            f"{_transactions_text(params)}topic configs "
             f"{', '.join(params.topic_configs) or 'the defaults'}; {_warmup_text(params)}"
             f"{params.repeats} repeat(s); latency runs "
             f"{params.latency_records:,} × {params.latency_record_size} B at "

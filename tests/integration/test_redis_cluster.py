@@ -271,6 +271,46 @@ def test_topic_operations_span_the_masters(on_cluster: OnCluster) -> None:
     assert on_cluster.keys_everywhere(f"korvet:{{group:{group}}}:commit:{topic}:*") == []
 
 
+def test_a_transaction_spans_partitions_on_several_masters(on_cluster: OnCluster) -> None:
+    """A transaction writes partitions whose slots are on different masters and sends a
+    group's offsets (another slot again): its markers reach each partition, read_committed
+    reads the committed transaction whole and none of the aborted one, the group's offset is
+    the committed transaction's, and its transactional id's record has a slot of its own."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.integration.test_transactions import producer, read_all
+
+    topic, group = f"txn-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = on_cluster.broker.bootstrap
+    partitions = 4
+    create_topic(bootstrap, topic, partitions)
+    masters = {on_cluster.master_of(f"korvet:{{{topic}:{p}}}:stream") for p in range(partitions)}
+    assert len(masters) >= 2, "all partitions hashed to one master: the test shows nothing"
+    made = producer(bootstrap, f"tx-{topic}")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        metadata = consumer.consumer_group_metadata()
+        made.begin_transaction()
+        for p in range(partitions):
+            made.produce(topic, value=b"commit-%d" % p, partition=p)
+        made.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], metadata, 30)
+        made.commit_transaction(30)
+        made.begin_transaction()
+        for p in range(partitions):
+            made.produce(topic, value=b"abort-%d" % p, partition=p)
+        made.flush(30)
+        made.abort_transaction(30)
+        for p in range(partitions):
+            assert [v for _, v in read_all(bootstrap, topic, "read_committed", p)] == \
+                [b"commit-%d" % p]
+            assert len(read_all(bootstrap, topic, "read_uncommitted", p)) == 2
+        assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 7
+    finally:
+        consumer.close()
+    assert on_cluster.keys_everywhere(f"korvet:{{txn:tx-{topic}}}:state")
+
+
 def test_the_storage_layer_on_the_cluster(on_cluster: OnCluster) -> None:
     """RedisStore and GroupStore on a RedisCluster client, without the broker: a topic's
     appends, reads and stamps across masters, a recreated topic starting empty, a group's

@@ -14,6 +14,7 @@ compare-and-set keeps the steps atomic): FindCoordinator spreads them over the l
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 from collections.abc import Callable
@@ -37,6 +38,9 @@ from korvet.server.transactions import TransactionCoordinator
 log = logging.getLogger(__name__)
 
 _STATE_NAMES = {s.value for s in TxnState} | {"PrepareEpochFence", "Dead"}
+# DescribeTransactions' start time of no transaction: -1 ms (kio writes a datetime; the
+# response builder's -1 would be null, which the field is not)
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 
 
 def _coordinator(services: Services) -> TransactionCoordinator:
@@ -311,7 +315,7 @@ async def describe_transactions(services: Services, ctx: RequestContext, request
     for transactional_id in request.transactional_ids:
         def empty(error: ErrorCode, tid: str = transactional_id) -> Any:
             return make(state_cls, error_code=error, transactional_id=tid, transaction_state="",
-                        transaction_timeout=0, transaction_start_time=-1, producer_id=-1,
+                        transaction_timeout=0, transaction_start_time=_NO_TIME, producer_id=-1,
                         producer_epoch=-1, topics=())
         if not ctx.access.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                                   transactional_id):
@@ -331,7 +335,8 @@ async def describe_transactions(services: Services, ctx: RequestContext, request
         answers.append(make(
             state_cls, error_code=ErrorCode.NONE, transactional_id=transactional_id,
             transaction_state=_state_name(record), transaction_timeout=record.timeout_ms,
-            transaction_start_time=record.started_ms, producer_id=record.producer_id,
+            transaction_start_time=(_NO_TIME if record.started_ms < 0 else record.started_ms),
+            producer_id=record.producer_id,
             producer_epoch=record.producer_epoch, topics=tuple(
                 make(topic_cls, topic=name, partitions=tuple(parts))
                 for name, parts in by_topic.items())))
