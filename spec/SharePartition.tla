@@ -256,7 +256,9 @@ OneOwner ==
 \* lock for as long as it does (a released record keeps no lock, no lock is orphaned).
 LockHeldByOwner ==
     \A o \in Offsets :
-        state[o] = "ACQUIRED" <=> owner[o] # NoOwner /\ left[o] > 0 /\ hold[owner[o]][o] = left[o]
+        IF state[o] = "ACQUIRED"
+          THEN owner[o] # NoOwner /\ left[o] > 0 /\ hold[owner[o]][o] = left[o]
+          ELSE owner[o] = NoOwner /\ left[o] = 0
 
 \* The delivery count never exceeds the limit.
 CountWithinLimit == \A o \in Offsets : count[o] <= Limit
