@@ -89,8 +89,8 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
             if ms != ms_text:
                 ms_text, ms_shifted = ms, int(ms) << bits
             offset = ms_shifted | seq
-            head = fields[0]
             if base < 0:
+                head = fields[0]
                 if head == _CONTROL:
                     break  # a marker: a batch of its own, below
                 base = offset
@@ -106,20 +106,28 @@ def entries_to_batches(raw: Sequence[Any], bits: int, max_bytes: int, *,  # noqa
                     first_stamp = fields[1]
                 append = builder.append
             elif (offset - base > _INT32_MAX or offset >= cut_at
-                  or (tag and (head != _PRODUCER or fields[1] != tag))
-                  or (not tag and head in _TAGGED)
-                  or (log_append_time and fields[1 if not tag else 3] != first_stamp)):
+                  or (log_append_time and fields[3 if tag else 1] != first_stamp)):
                 break
-            width = len(fields)
-            if width in (4, 6) and fields[0] == _TIMESTAMP and fields[1] != stamp_text:
-                stamp_text, stamp_value = fields[1], int(fields[1])
-            if width == 6 and fields[0] == _TIMESTAMP and fields[2] == _KEY and fields[4] == _VALUE:
-                appended = append(offset - base, stamp_value, fields[3], fields[5], _NO_HEADERS)
-            elif width == 4 and fields[0] == _TIMESTAMP and fields[2] == _VALUE:
-                appended = append(offset - base, stamp_value, None, fields[3], _NO_HEADERS)
-            else:
+            if tag:  # a transaction's records: of this producer only (the entry's first field)
+                if fields[0] != _PRODUCER or fields[1] != tag:
+                    break
                 stamp, key, value, headers = decode(fields)
                 appended = append(offset - base, stamp, key, value, headers)
+            else:
+                width = len(fields)
+                if width in (4, 6) and fields[0] == _TIMESTAMP and fields[1] != stamp_text:
+                    stamp_text, stamp_value = fields[1], int(fields[1])
+                if width == 6 and fields[0] == _TIMESTAMP and fields[2] == _KEY and \
+                        fields[4] == _VALUE:
+                    appended = append(offset - base, stamp_value, fields[3], fields[5],
+                                      _NO_HEADERS)
+                elif width == 4 and fields[0] == _TIMESTAMP and fields[2] == _VALUE:
+                    appended = append(offset - base, stamp_value, None, fields[3], _NO_HEADERS)
+                elif fields[0] in _TAGGED:
+                    break  # a transaction's record or a marker: a batch of its own
+                else:
+                    stamp, key, value, headers = decode(fields)
+                    appended = append(offset - base, stamp, key, value, headers)
             if appended is None:
                 break
             count += 1

@@ -138,3 +138,35 @@ def test_log_append_time_batches_say_so_and_hold_one_append_time(stamps: list[in
         seen.extend(r.timestamp for r in records)
         position += 12 + length
     assert seen == stamps
+
+
+def test_a_transactions_records_and_its_marker_come_back_as_kafka_writes_them() -> None:
+    """A dense partition holding a plain record, two records of producer 7's transaction
+    (epoch 3), its COMMIT marker and a plain record again: four batches, the transaction's
+    marked transactional with its producer id and epoch (a read_committed consumer drops an
+    aborted one's by them), the marker a control batch of one control record saying COMMIT
+    with its coordinator epoch."""
+    producer = b"7 3"
+    raw = [
+        [b"0-1", entries.entry_fields((10, None, b"plain-0", []))],
+        [b"1-1", entries.entry_fields((11, b"k", b"txn-1", []), producer=producer)],
+        [b"2-1", entries.entry_fields((12, b"k", b"txn-2", [("h", b"v")]), producer=producer)],
+        [b"3-1", entries.marker_fields(True, 7, 3, 5, 13)],
+        [b"4-1", entries.entry_fields((14, None, b"plain-4", []))],
+    ]
+    data, taken, next_offset = entries_to_batches(raw, 0, 10**6, force_first=True)
+    assert (taken, next_offset) == (5, 5)
+    batches = []
+    while data:
+        length = int.from_bytes(data[8:12], "big")
+        batches.append(PyBatch(data[:12 + length]))
+        data = data[12 + length:]
+    assert [(b.base_offset, b.is_transactional, b.is_control_batch, b.producer_id,
+             b.producer_epoch) for b in batches] == [
+        (0, False, False, -1, -1), (1, True, False, 7, 3), (3, True, True, 7, 3),
+        (4, False, False, -1, -1)]
+    assert [(r.offset, r.value) for r in batches[1]] == [(1, b"txn-1"), (2, b"txn-2")]
+    (control,) = list(batches[2])
+    assert control.key == b"\x00\x00\x00\x01"  # version 0, COMMIT
+    assert control.value == b"\x00\x00\x00\x00\x00\x05"  # version 0, coordinator epoch 5
+    assert [(r.offset, r.value) for r in batches[3]] == [(4, b"plain-4")]
