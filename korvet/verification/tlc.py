@@ -278,8 +278,10 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
             name = re.search(r"Invariant (\S+) is violated", text)
             result.violated = f"Invariant {name.group(1)}" if name else text.strip()
         elif code == MSG_PROPERTY_VIOLATED_INITIAL:
+            # "Property line L, col C to ... of module M is violated by the initial state":
+            # TLC names no property; name_temporal_violation names the one a model checks
             result.outcome = "violation"
-            result.violated = text.strip()
+            result.violated = "Temporal property " + text.strip()
         elif code == MSG_DEADLOCK:
             result.outcome = "violation"
             result.violated = "Deadlock"
