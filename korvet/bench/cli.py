@@ -83,7 +83,8 @@ def add_parser(commands: Any) -> None:
                        metavar="MS",
                        help="transactional producers (both clients) committing a transaction "
                             "every MS ms, as Kafka's ProducerPerformance "
-                            "--transaction-duration-ms does; 0: none (implies --idempotence)")
+                            "--transaction-duration-ms does; 0: none (implies --idempotence and "
+                            "--acks all)")
     bench.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
                        help="a config of every benchmark topic (and the ceiling's), e.g. "
                             "retention.ms=-1; repeatable")
@@ -123,7 +124,9 @@ def add_parser(commands: Any) -> None:
 def params_from_args(args: argparse.Namespace) -> BenchParams:
     values: dict[str, Any] = {
         "record_sizes": args.record_sizes, "records": args.records, "partitions": args.partitions,
-        "acks": args.acks, "batch_size": args.batch_size, "linger_ms": args.linger_ms,
+        # a transactional producer is idempotent, and an idempotent one needs acks=all
+        "acks": "all" if args.transaction_ms > 0 else args.acks,
+        "batch_size": args.batch_size, "linger_ms": args.linger_ms,
         "compression": args.compression,
         "idempotence": args.idempotence or args.transaction_ms > 0,
         "transaction_ms": args.transaction_ms,
