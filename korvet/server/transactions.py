@@ -48,6 +48,8 @@ log = logging.getLogger("korvet.transactions")
 Decide = Callable[[TxnRecord | None, int | None], Step]
 
 _RACES = 20  # compare-and-set attempts before the client is told to retry
+_DECIDED_WAIT_MS = 1000  # how long an implied add waits for the last decision to complete
+_DECIDED_POLL_MS = 20
 _MARKER_BACKOFF_MS = (50, 2000)
 
 
@@ -107,6 +109,25 @@ class TransactionCoordinator:
         log.warning("transactional id %r: %d writes raced; the client retries",
                     transactional_id, _RACES)
         return Step(ErrorCode.CONCURRENT_TRANSACTIONS)
+
+    async def run_when_decided(self, transactional_id: str, decide: Decide) -> Step:
+        """``run``, waiting out a decision still being written (CONCURRENT_TRANSACTIONS) for
+        up to ``_DECIDED_WAIT_MS``: a transactions v2 producer starts its next transaction as
+        soon as EndTxn is answered, while the markers of the last are still being written,
+        and its writes would otherwise go back to it to be retried after its backoff (Kafka's
+        broker retries the implied add too: add.partitions.to.txn.retry.backoff.max.ms)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DECIDED_WAIT_MS / 1000
+        while True:
+            step = await self.run(transactional_id, decide)
+            left = deadline - loop.time()
+            if step.error is not ErrorCode.CONCURRENT_TRANSACTIONS or left <= 0:
+                return step
+            finishing = [t for (tid, _), t in self._finishing.items() if tid == transactional_id]
+            if finishing:  # this broker writes the markers: wait for them
+                await asyncio.wait(finishing, timeout=left)
+            else:
+                await asyncio.sleep(min(left, _DECIDED_POLL_MS / 1000))
 
     async def record(self, transactional_id: str) -> TxnRecord | None:
         return await self.records.read(transactional_id)

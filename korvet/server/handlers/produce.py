@@ -191,8 +191,9 @@ class ProduceHandler:
         pid, epoch = batch.producer_id, batch.producer_epoch
         try:
             if txn.version >= TV2_PRODUCE:
-                step = await coordinator.run(txn.transactional_id, lambda record, _pid: txn_rules.add(
-                    record, pid, epoch, partitions=((topic, index),), now_ms=now, tv2=True))
+                step = await coordinator.run_when_decided(
+                    txn.transactional_id, lambda record, _pid: txn_rules.add(
+                        record, pid, epoch, partitions=((topic, index),), now_ms=now, tv2=True))
                 error = step.partition_errors.get((topic, index), step.error)
                 if error is ErrorCode.PRODUCER_FENCED:
                     error = ErrorCode.INVALID_PRODUCER_EPOCH  # Produce's word for it

@@ -247,9 +247,13 @@ async def _commit_pending(services: Services, ctx: RequestContext, transactional
     group's slot until the transaction's marker decides them."""
     coordinator = _coordinator(services)
     now = services.now_ms()
-    step = await _step(services, transactional_id, lambda record, _pid: rules.add(
-        record, pid, epoch, groups=(group_id,), now_ms=now,
-        tv2=ctx.api_version >= TV2_TXN_OFFSET_COMMIT))
+    try:
+        step = await coordinator.run_when_decided(transactional_id, lambda record, _pid: rules.add(
+            record, pid, epoch, groups=(group_id,), now_ms=now,
+            tv2=ctx.api_version >= TV2_TXN_OFFSET_COMMIT))
+    except (RedisError, OSError) as exc:
+        log.warning("TxnOffsetCommit for %r: %s", transactional_id, exc)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if step.error is not ErrorCode.NONE:
         return rules.fence_error(step.error, new_enough=ctx.api_version >= 3)
     try:
