@@ -117,8 +117,11 @@ class ClusterPipes:
         this one: an append never overtakes an earlier one being redirected."""
         while True:
             pipe = self._pipe_for(key)
+            # A settled one is skipped, not awaited: awaiting a done future does not yield,
+            # and its entry leaves the list only in a callback the loop runs later.
             ahead = next((sent for sent in self._unsettled.get(key, ())
-                          if sent.pipe is not pipe or sent.first.done()), None)
+                          if not sent.settled.done()
+                          and (sent.pipe is not pipe or sent.first.done())), None)
             if ahead is None:
                 return pipe
             with contextlib.suppress(Exception):  # its outcome is its own caller's
