@@ -15,9 +15,9 @@ topology is read again for the appends after it.
 Appends to one key stay in their order across a redirect: an append waits while an
 earlier append to the key is not settled and either went to another master or has had its
 first reply (a redirect being followed: it will be sent again). It goes straight out only
-behind earlier ones still unanswered on the same master's connection, which Redis runs
-before it (a redirect for them is then, but for the cluster's state changing between two
-commands of one connection, a redirect for it too, and it is resent behind them).
+behind earlier ones still unanswered on the same master's connection: Redis runs it after
+them, and when they are redirected so is it (unless the cluster's state changes between
+the two commands, a window of one command's time), and it is resent behind them.
 
 Without this, two things happened (found by `korvet faults run --topology cluster`). An
 append sent once the slot table was read again (by any redirect, or by redis-py's own
