@@ -631,6 +631,61 @@ def test_acks_all_waits_for_the_masters_replica(on_cluster: OnCluster) -> None:
     asyncio.run(scenario())
 
 
+def test_a_duplicate_is_confirmed_only_once_the_replica_has_the_batch(
+        on_cluster: OnCluster) -> None:
+    """acks=all with ``redis.wait-replicas``: a retried idempotent batch that the script finds
+    stored (a duplicate, nothing written) is answered only once the master's replica has that
+    batch, also when the retry comes on another connection than the first write (another
+    broker, or after a reconnection): else a master crash could lose an acknowledged batch.
+    It holds because the duplicate's answer is also checked against WAIT, and Redis' WAIT
+    (7.0 here) waits for the server's replication offset even on a connection that wrote
+    nothing (checked for issue 35: the replica is stopped here, so it lacks the batch)."""
+    import asyncio
+    import os
+    import signal
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        clients = [cast(aioredis.Redis, await AsyncCluster.from_url(on_cluster.cluster.url)
+                        .initialize()) for _ in range(2)]
+        space = f"dup{uuid.uuid4().hex[:8]}"
+        first, other = (RedisStore(c, space, wait_replicas=1, wait_timeout_ms=300)
+                        for c in clients)
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await first.create_topic("t", 1, {}, now)
+        topic = await first.get_topic("t", {})
+        assert topic is not None
+        packed = entries.pack_records([(now, None, b"v", [])])
+        producer = ProducerBatch(7, 0, 0, 0)
+        replica = on_cluster.cluster.replica_of(on_cluster.master_of(first.stream_key("t", 0)))
+        stopped = on_cluster.cluster.processes[on_cluster.cluster.ports.index(replica)].pid
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            written = await first.append(topic, 0, packed, 1, now, no_trim, producer,
+                                         replicated=True)
+            retried = await other.append(topic, 0, packed, 1, now, no_trim, producer,
+                                         replicated=True)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        assert written.status is AppendStatus.NOT_REPLICATED
+        assert retried.status is AppendStatus.NOT_REPLICATED, "no replica has the batch"
+        again = await other.append(topic, 0, packed, 1, now, no_trim, producer, replicated=True)
+        assert again.status is AppendStatus.DUPLICATE, "confirmed once the replica has it"
+        await first.delete_topic("t")
+        for store in (first, other):
+            await store.close()
+        for c in clients:
+            await c.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_several_seed_nodes_and_a_clear_error_when_none_answers(on_cluster: OnCluster,
                                                                   tmp_path: Path) -> None:
     """Like Kafka's bootstrap.servers, the cluster's URL may name several seed nodes: a broker
