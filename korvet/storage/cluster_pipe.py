@@ -12,13 +12,24 @@ A broken connection may or may not have run it, so that error goes back to the p
 (a retriable error; an idempotent producer's retry is recognised by the script), and the
 topology is read again for the appends after it.
 
-Appends to one key stay in their order across a redirect: an append that would go to
-another master than the key's previous append, while that one is not settled (its
-``MOVED`` is being followed), waits until it is. Without this, an append sent once the slot
-table was read again (by any redirect, or by redis-py's own client) overtook the earlier
-one still on its way to the new master; an idempotent producer's next batch was then
-refused as out of order, librdkafka bumped its epoch and sent the earlier batch again,
-which had been stored: a duplicate (found by `korvet faults run --topology cluster`).
+Appends to one key stay in their order across a redirect: an append waits while an
+earlier append to the key is not settled and either went to another master or has had its
+first reply (a redirect being followed: it will be sent again). It goes straight out only
+behind earlier ones still unanswered on the same master's connection: Redis runs it after
+them, and when they are redirected so is it (unless the cluster's state changes between
+the two commands, a window of one command's time), and it is resent behind them.
+
+Without this, two things happened (found by `korvet faults run --topology cluster`). An
+append sent once the slot table was read again (by any redirect, or by redis-py's own
+client) overtook the earlier one still on its way to the new master; an idempotent
+producer's next batch was then refused as out of order, librdkafka bumped its epoch and
+sent the earlier batch again, which had been stored: a duplicate. And while any master is
+down and not yet replaced, every master of a cluster that needs all its slots served
+answers ``CLUSTERDOWN`` to everything: an append refused so, waiting to be sent again, was
+overtaken by a later one to the same, unchanged master once the cluster was back. The
+later batch was refused as out of order, and since librdkafka had meanwhile seen the
+earlier one acknowledged, that refusal of its head-of-line batch was its fatal "sequence
+desynchronization": the application had to make a new producer.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -45,6 +57,16 @@ _REDIRECTS = (AskError, TryAgainError, ClusterDownError)
 _ATTEMPTS = 20  # resends after redirects: a failover settles within a few topology reads
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class _Sent:
+    """An append not settled yet: the master's pipe it first went down, its first reply
+    (a redirect means it is sent again) and its settled reply."""
+
+    pipe: RedisPipe
+    first: asyncio.Future[Any]
+    settled: asyncio.Future[Any]
+
+
 class ClusterPipes:
     def __init__(self, cluster: RedisCluster, scripts: tuple[str | bytes, ...] = ()) -> None:
         self.cluster = cluster
@@ -52,10 +74,10 @@ class ClusterPipes:
         self._pipes: dict[str, tuple[aioredis.Redis, RedisPipe]] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self._resend = asyncio.Lock()
-        # per key: its appends choose a master one at a time, in call order, and the last
-        # one's master and settled reply (see the module docstring)
+        # per key: its appends choose a master one at a time, in call order, and those not
+        # settled yet, in that order (see the module docstring)
         self._order: dict[str, asyncio.Lock] = {}
-        self._last: dict[str, tuple[RedisPipe, asyncio.Future[Any]]] = {}
+        self._unsettled: dict[str, list[_Sent]] = {}
 
     def _pipe_for(self, key: str) -> RedisPipe:
         node = self.cluster.get_node_from_key(key)
@@ -91,21 +113,34 @@ class ClusterPipes:
             return self._settling(key, pipe, pack, wait, first)
 
     async def _pipe_in_order(self, key: str) -> RedisPipe:
-        """The pipe of ``key``'s master, once the key's previous append, if it went to another
-        master, is settled: an append never overtakes an earlier one being redirected."""
+        """The pipe of ``key``'s master, once no earlier append to the key can be sent after
+        this one: an append never overtakes an earlier one being redirected."""
         while True:
             pipe = self._pipe_for(key)
-            last = self._last.get(key)
-            if last is None or last[0] is pipe or last[1].done():
+            # A settled one is skipped, not awaited: awaiting a done future does not yield,
+            # and its entry leaves the list only in a callback the loop runs later.
+            ahead = next((sent for sent in self._unsettled.get(key, ())
+                          if not sent.settled.done()
+                          and (sent.pipe is not pipe or sent.first.done())), None)
+            if ahead is None:
                 return pipe
             with contextlib.suppress(Exception):  # its outcome is its own caller's
-                await asyncio.shield(last[1])
+                await asyncio.shield(ahead.settled)
 
     def _settling(self, key: str, pipe: RedisPipe, packed: bytes | Callable[[Life], bytes],
                   wait: bytes | None, first: asyncio.Future[Any]) -> asyncio.Future[Any]:
         settled = asyncio.ensure_future(self._settle(key, packed, wait, first))
-        self._last[key] = (pipe, settled)
+        sent = _Sent(pipe, first, settled)
+        self._unsettled.setdefault(key, []).append(sent)
+        settled.add_done_callback(lambda _: self._forget(key, sent))
         return settled
+
+    def _forget(self, key: str, sent: _Sent) -> None:
+        unsettled = self._unsettled.get(key)
+        if unsettled is not None:
+            unsettled.remove(sent)
+            if not unsettled:
+                del self._unsettled[key]
 
     async def _settle(self, key: str, packed: bytes | Callable[[Life], bytes],
                       wait: bytes | None, sent: asyncio.Future[Any]) -> Any:

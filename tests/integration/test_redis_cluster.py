@@ -409,6 +409,65 @@ def test_appends_to_one_key_keep_their_order_across_a_redirect(on_cluster: OnClu
         assert asyncio.run(one_round()) == [b"before", b"first", b"second"]
 
 
+def test_an_idempotent_batch_waits_for_an_earlier_one_refused_while_the_cluster_was_down(
+        on_cluster: OnCluster) -> None:
+    """While a master is down and not yet replaced, every master answers CLUSTERDOWN; an
+    append refused so is sent again after a pause. A producer's next batch to the same
+    partition, sent once the cluster is back, waits for it instead of reaching the same
+    master first. It did not wait: found by `korvet faults run --topology cluster`, where
+    the next batch was refused as out of order after librdkafka had seen the earlier one
+    acknowledged, which librdkafka takes for a fatal "sequence desynchronization". Here the
+    slot is taken from its master (``CLUSTER DELSLOTS``: CLUSTERDOWN for it alone) and given
+    back while the first batch waits to be sent again."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        client = cast(aioredis.Redis, AsyncCluster.from_url(on_cluster.cluster.url))
+        store = RedisStore(client, f"seq{uuid.uuid4().hex[:8]}")
+        await store.check_layout()
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await store.create_topic("t", 1, {}, now)
+        topic = await store.get_topic("t", {})
+        assert topic is not None
+
+        def batch(seq: int) -> tuple[entries.PackedRecords, ProducerBatch]:
+            return (entries.pack_records([(now, None, b"%d" % seq, [])]),
+                    ProducerBatch(7, 0, seq, seq))
+
+        packed, producer = batch(0)
+        assert (await store.append(topic, 0, packed, 1, now, no_trim, producer)
+                ).status is AppendStatus.OK
+        stream = store.stream_key("t", 0)
+        owner = on_cluster.cluster.client(on_cluster.master_of(stream))
+        slot = on_cluster.client().keyslot(stream)  # type: ignore[no-untyped-call]
+        owner.execute_command("CLUSTER", "DELSLOTS", slot)  # type: ignore[no-untyped-call]
+        try:
+            packed, producer = batch(1)
+            first = await store.append_send(topic, 0, packed, 1, now, no_trim, producer)
+            await asyncio.sleep(0.4)  # refused, and refused again on its first resends
+        finally:
+            owner.execute_command("CLUSTER", "ADDSLOTS", slot)  # type: ignore[no-untyped-call]
+        packed, producer = batch(2)
+        second = await store.append_send(topic, 0, packed, 1, now, no_trim, producer)
+        statuses = [(await store.append_result(topic, sent)).status for sent in (first, second)]
+        read = (await store.read([(topic, 0, 0, 10)]))[0]
+        values = [bytes(fields[fields.index(b"value") + 1]) for _, fields in read.raw]
+        await store.delete_topic("t")
+        await store.close()
+        await client.aclose()
+        assert statuses == [AppendStatus.OK, AppendStatus.OK]
+        assert values == [b"0", b"1", b"2"]
+
+    asyncio.run(scenario())
+
+
 def test_group_leases_fence_each_groups_write_in_its_slot(on_cluster: OnCluster) -> None:
     """Several brokers' lease scripts (cluster.multi-broker) on the cluster: a group's lease
     sits in its slot, acquiring returns its snapshot, a step over groups on different
@@ -608,6 +667,61 @@ def test_acks_all_waits_for_the_masters_replica(on_cluster: OnCluster) -> None:
         await one.close()
         await two.close()
         await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_duplicate_is_confirmed_only_once_the_replica_has_the_batch(
+        on_cluster: OnCluster) -> None:
+    """acks=all with ``redis.wait-replicas``: a retried idempotent batch that the script finds
+    stored (a duplicate, nothing written) is answered only once the master's replica has that
+    batch, also when the retry comes on another connection than the first write (another
+    broker, or after a reconnection): else a master crash could lose an acknowledged batch.
+    It holds because the duplicate's answer is also checked against WAIT, and Redis' WAIT
+    (7.0 here) waits for the server's replication offset even on a connection that wrote
+    nothing (checked for issue 35: the replica is stopped here, so it lacks the batch)."""
+    import asyncio
+    import os
+    import signal
+
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    from korvet.core.topics import TrimPolicy
+    from korvet.storage import entries
+    from korvet.storage.redis_store import AppendStatus, ProducerBatch, RedisStore
+
+    async def scenario() -> None:
+        clients = [cast(aioredis.Redis, await AsyncCluster.from_url(on_cluster.cluster.url)
+                        .initialize()) for _ in range(2)]
+        space = f"dup{uuid.uuid4().hex[:8]}"
+        first, other = (RedisStore(c, space, wait_replicas=1, wait_timeout_ms=300)
+                        for c in clients)
+        now, no_trim = 1_800_000_000_000, TrimPolicy(-1, -1, False)
+        await first.create_topic("t", 1, {}, now)
+        topic = await first.get_topic("t", {})
+        assert topic is not None
+        packed = entries.pack_records([(now, None, b"v", [])])
+        producer = ProducerBatch(7, 0, 0, 0)
+        replica = on_cluster.cluster.replica_of(on_cluster.master_of(first.stream_key("t", 0)))
+        stopped = on_cluster.cluster.processes[on_cluster.cluster.ports.index(replica)].pid
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            written = await first.append(topic, 0, packed, 1, now, no_trim, producer,
+                                         replicated=True)
+            retried = await other.append(topic, 0, packed, 1, now, no_trim, producer,
+                                         replicated=True)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        assert written.status is AppendStatus.NOT_REPLICATED
+        assert retried.status is AppendStatus.NOT_REPLICATED, "no replica has the batch"
+        again = await other.append(topic, 0, packed, 1, now, no_trim, producer, replicated=True)
+        assert again.status is AppendStatus.DUPLICATE, "confirmed once the replica has it"
+        await first.delete_topic("t")
+        for store in (first, other):
+            await store.close()
+        for c in clients:
+            await c.aclose()
 
     asyncio.run(scenario())
 
