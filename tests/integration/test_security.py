@@ -627,3 +627,28 @@ def test_while_redis_is_down_a_login_is_retried_not_refused(tmp_path: Path) -> N
     finally:
         broker.stop()
         stop_process(server, timeout=10)
+
+
+def test_a_transactional_id_needs_write_on_it(secured: Secured, tools: KafkaJavaTools,
+                                              acls: str) -> None:
+    """Kafka's ACLs on TransactionalId: alice may write orders.* topics but no transactional
+    id, so her transactional producer is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a
+    fatal error); once kafka-acls grants her WRITE on the id, the same producer commits."""
+    from confluent_kafka import KafkaException
+
+    topic, transactional_id = "orders.txn", "alice-txn"
+    AdminClient(secured.sasl(ADMIN)).create_topics([NewTopic(topic, 1)])[topic].result(30)
+    refused = Producer({**secured.sasl(ALICE), "transactional.id": transactional_id})
+    with pytest.raises(KafkaException) as failed:
+        refused.init_transactions(20)
+    assert failed.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    config = str(secured.java_config(ADMIN))
+    tools.run(ACL_MAIN, ["--bootstrap-server", secured.bootstrap("EXTERNAL"), "--command-config",
+                         config, "--add", "--allow-principal", "User:alice", "--operation",
+                         "Write", "--operation", "Describe", "--transactional-id",
+                         transactional_id, "--force"])
+    allowed = Producer({**secured.sasl(ALICE), "transactional.id": transactional_id})
+    allowed.init_transactions(20)
+    allowed.begin_transaction()
+    allowed.produce(topic, value=b"in a transaction")
+    allowed.commit_transaction(20)
