@@ -637,7 +637,8 @@ def test_a_transactional_id_needs_write_on_it(secured: Secured, tools: KafkaJava
     from confluent_kafka import KafkaException
 
     topic, transactional_id = "orders.txn", "alice-txn"
-    AdminClient(secured.sasl(ADMIN)).create_topics([NewTopic(topic, 1)])[topic].result(30)
+    admin = AdminClient(secured.sasl(ADMIN))  # kept: its futures need it alive
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
     refused = Producer({**secured.sasl(ALICE), "transactional.id": transactional_id})
     with pytest.raises(KafkaException) as failed:
         refused.init_transactions(20)
