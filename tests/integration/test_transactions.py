@@ -66,6 +66,30 @@ def read_all(bootstrap: str, topic: str, isolation: str, partition: int = 0,
     return found
 
 
+def read_all_keyed(bootstrap: str, topic: str, isolation: str,
+                   idle: float = 3.0) -> list[tuple[bytes, bytes]]:
+    """Every record of every partition a consumer of ``isolation`` reads from the start (key,
+    value), each partition in its order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                         "isolation.level": isolation, "enable.auto.commit": False})
+    found: list[tuple[bytes, bytes]] = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(idle)
+            if message is None:
+                break
+            if message.error() is None:
+                found.append((bytes(message.key() or b""), bytes(message.value() or b"")))
+    finally:
+        consumer.close()
+    return found
+
+
 def watermarks(bootstrap: str, topic: str, isolation: str) -> tuple[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
