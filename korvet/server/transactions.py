@@ -65,7 +65,7 @@ class TransactionCoordinator:
         client, keyspace = services.store.redis, services.store.ks
         self.records = TxnStore(client, keyspace)
         self.offsets = TxnOffsetStore(client, keyspace)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # id -> lock, its users
         self._finishing: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._checks: asyncio.Task[None] | None = None
 
@@ -75,13 +75,19 @@ class TransactionCoordinator:
         """Run a step until its record is written (or it writes none); a written decision's
         markers go out in the background. The step as written (its record's version set)."""
         self._start_checks()
-        lock = self._locks.setdefault(transactional_id, asyncio.Lock())
-        async with lock:
-            try:
+        # One step at a time per id on this broker (fewer lost races); the lock goes with the
+        # last request that waited for it.
+        lock, users = self._locks.get(transactional_id, (asyncio.Lock(), 0))
+        self._locks[transactional_id] = (lock, users + 1)
+        try:
+            async with lock:
                 return await self._run(transactional_id, decide)
-            finally:
-                if not lock.locked() or len(self._locks) > 10_000:
-                    self._locks.pop(transactional_id, None)
+        finally:
+            lock, users = self._locks[transactional_id]
+            if users <= 1:
+                del self._locks[transactional_id]
+            else:
+                self._locks[transactional_id] = (lock, users - 1)
 
     async def _run(self, transactional_id: str, decide: Decide) -> Step:
         for _ in range(_RACES):
