@@ -410,3 +410,59 @@ def test_two_brokers_racing_on_one_transactional_id_never_hand_out_one_epoch_twi
     assert len(granted) == 40
     assert len({pid for pid, _ in granted}) == 1
     assert sorted(epoch for _, epoch in granted) == list(range(40))
+
+
+def _coordinator_of(bootstrap: str, key: str, key_type: int) -> int:
+    """The node FindCoordinator names for a group (0) or a transactional id (1)."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.static.primitive import i8
+
+    from tests.support.wire import WireClient
+
+    with WireClient(bootstrap) as client:
+        answer = client.request(FindCoordinatorRequest(key_type=i8(key_type),
+                                                       coordinator_keys=(key,)))
+    (found,) = answer.coordinators
+    assert int(found.error_code) == 0, found
+    return int(found.node_id)
+
+
+def test_offsets_of_a_transaction_reach_a_group_another_broker_coordinates(
+        multi_korvet: KorvetProcess, tmp_path: Path, unique_name: str) -> None:
+    """Two brokers: the transaction's coordinator and the group's are different ones. The
+    commit's marker decides the group's pending offsets in Redis; the group's broker applies
+    them when the group's offsets are next read, so the consumer reads the transaction's
+    offset, and reads it from either broker (the other answers NOT_COORDINATOR, which the
+    client follows)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.conftest import SECOND_BROKER
+
+    second = KorvetProcess(tmp_path / "second",
+                           extra_args=["--redis-url", multi_korvet.redis_url, *SECOND_BROKER])
+    second.start()
+    try:
+        bootstrap = f"{multi_korvet.bootstrap},{second.bootstrap}"
+        create(bootstrap, unique_name)
+        group = f"group-{unique_name}"
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        try:
+            metadata = consumer.consumer_group_metadata()
+            consumer.committed([TopicPartition(unique_name, 0)], timeout=10)  # takes the lease
+            group_node = _coordinator_of(multi_korvet.bootstrap, group, 0)
+            transactional_id = next(
+                f"tx-{unique_name}-{i}" for i in range(200)
+                if _coordinator_of(multi_korvet.bootstrap, f"tx-{unique_name}-{i}", 1)
+                != group_node)
+            made = producer(bootstrap, transactional_id)
+            made.begin_transaction()
+            made.produce(unique_name, value=b"x")
+            made.send_offsets_to_transaction([TopicPartition(unique_name, 0, 11)], metadata, 30)
+            made.commit_transaction(30)
+            found = consumer.committed([TopicPartition(unique_name, 0)], timeout=10)
+            assert found[0].offset == 11
+        finally:
+            consumer.close()
+    finally:
+        second.stop()
