@@ -466,3 +466,52 @@ def test_offsets_of_a_transaction_reach_a_group_another_broker_coordinates(
             consumer.close()
     finally:
         second.stop()
+
+
+def test_aiokafka_and_kafka_python_transactional_producers(korvet: KorvetProcess,
+                                                           unique_name: str) -> None:
+    """aiokafka's transactional producer commits and aborts; kafka-python's (3.0, which has
+    transactions) commits; a read_committed aiokafka consumer reads exactly the committed
+    records."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from kafka import KafkaProducer
+
+    create(korvet.bootstrap, unique_name)
+
+    async def scenario() -> list[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=korvet.bootstrap,
+                                    transactional_id=f"aio-{unique_name}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(unique_name, b"aio-committed", partition=0)
+            await producer.begin_transaction()
+            await producer.send_and_wait(unique_name, b"aio-aborted", partition=0)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+        python = KafkaProducer(bootstrap_servers=korvet.bootstrap,
+                               transactional_id=f"python-{unique_name}")
+        python.init_transactions()
+        python.begin_transaction()
+        python.send(unique_name, b"python-committed", partition=0)
+        python.commit_transaction()
+        python.close()
+        consumer = AIOKafkaConsumer(bootstrap_servers=korvet.bootstrap,
+                                    isolation_level="read_committed",
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(unique_name, 0)])
+            got: list[bytes] = []
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(got) < 2 and asyncio.get_running_loop().time() < deadline:
+                batches = await consumer.getmany(timeout_ms=1000)
+                got += [bytes(m.value or b"") for ms in batches.values() for m in ms]
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == [b"aio-committed", b"python-committed"]
