@@ -27,6 +27,10 @@ def add_parser(commands: Any) -> None:
                      help="single: one broker on its own Redis; shared: three --multi-broker "
                           "brokers on one Redis; cluster: three on a Redis Cluster; kafka: "
                           "Apache Kafka (one broker), the baseline")
+    run.add_argument("--workload", choices=("records", "transactions"), default="records",
+                     help="records: producers (acks=all, idempotent and not) and a consumer "
+                          "group; transactions: three transactional producers (some "
+                          "transactions aborted) and two read_committed readers")
     run.add_argument("--seconds", type=float, default=60.0, help="how long faults are injected")
     run.add_argument("--seed", type=int, default=1, help="the faults' order, gaps and durations")
     run.add_argument("--faults", default=None, metavar="KIND,KIND",
@@ -67,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     params = RunParams(topology=args.topology, seconds=args.seconds, seed=args.seed,
                        faults=kinds, partitions=args.partitions, rate=args.rate,
                        history=args.history, work_dir=args.work_dir, keep=args.keep,
-                       client_log=args.client_log)
+                       client_log=args.client_log, workload=args.workload)
     try:
         result = run(params, say=lambda line: print(line, flush=True))
     except (FaultError, KafkaToolsError) as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from korvet.bench.brokers import create_topic
 from korvet.faults.history import KIND_TITLES, KINDS, Cost, Report, check, cost, to_json
 from korvet.faults.targets import TOPOLOGIES, FaultError, Target
+from korvet.faults.transactional import TransactionalWorkload
 from korvet.faults.workload import Recorder, Workload, read_back
 
 DETAILS_PER_KIND = 5
@@ -44,6 +45,7 @@ class RunParams:
     work_dir: Path | None = None
     keep: bool = False  # keep the work directory (brokers' logs) even when the run is clean
     client_log: bool = False  # the producers' librdkafka debug log in the work directory
+    workload: str = "records"  # or "transactions": transactional producers, read_committed
 
 
 @dataclass
@@ -72,6 +74,8 @@ class RunResult:
             "allowed_reorders": report.allowed_reorders, "faults": dict(self.faults),
             "costs": {kind: _worst(costs) for kind, costs in sorted(self.costs.items())},
             "anomalies": dict(report.by_kind), "errors": self.errors,
+            "transactions": dict(report.transactions),
+            "records_in_transactions": report.in_transactions,
         }
 
 
@@ -99,9 +103,14 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
         target.start()
         topic = group = f"faults-{params.seed}"
         create_topic(target.bootstrap, topic, params.partitions)
-        workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
-                            rate=params.rate,
-                            client_log=work_dir / "producers.log" if params.client_log else None)
+        workload: Workload | TransactionalWorkload
+        if params.workload == "transactions":
+            workload = TransactionalWorkload(target.bootstrap, topic, params.partitions,
+                                             recorder, seed=params.seed, rate=params.rate)
+        else:
+            workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
+                                rate=params.rate, client_log=work_dir / "producers.log"
+                                if params.client_log else None)
         workload.start()
         windows, notes = _schedule(target, kinds, params, recorder, say)
         notes += target.heal()
@@ -111,7 +120,9 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
         _wait_for_group(workload, target.bootstrap, topic, params.partitions, 120)
         if not workload.stop_members(60):
             notes.append("group members did not stop within 60 s")
-        notes += read_back(target.bootstrap, topic, group, params.partitions, recorder)
+        notes += read_back(target.bootstrap, topic,
+                           group if isinstance(workload, Workload) else None,
+                           params.partitions, recorder)
         report = check(recorder.events)
         costs: dict[str, list[Cost]] = {}
         for kind, begun, healed in windows:
@@ -164,7 +175,7 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
     return windows, notes
 
 
-def _wait_for_group(workload: Workload, bootstrap: str, topic: str, partitions: int,
+def _wait_for_group(workload: Workload | TransactionalWorkload, bootstrap: str, topic: str, partitions: int,
                     timeout: float) -> None:
     """Until the group has read every partition to its high watermark (or ``timeout``)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -192,6 +203,10 @@ def render(result: RunResult) -> str:
         f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
         f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
         f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
+        *([f"  transactions: {sum(report.transactions.values()):,} ("
+           f"{report.in_transactions:,} records); the client was told: "
+           + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items()))]
+          if report.transactions else []),
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
         *(f"    {kind}: records sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
           f"their acknowledgement ({worst['failed']:.0f} given up); the group read nothing for up "
