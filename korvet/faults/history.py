@@ -536,9 +536,10 @@ def _places(history: _Sorted, records: Sequence[tuple[Rec, int]]) -> str:
 
 @dataclass(frozen=True)
 class Cost:
-    """What a fault cost the clients: the longest a record sent from its start until it was
-    healed waited for its acknowledgement, those of them the producers gave up on, and the
-    longest the group went without reading a record from its start until ``settle``
+    """What a fault cost the clients: the longest a record (or a transaction) sent from its
+    start until it was healed waited for its acknowledgement (for the client to be told its
+    fate), those of them the producers gave up on (a transaction's fate unknown), and the
+    longest the readers went without reading a record from its start until ``settle``
     seconds after it was healed."""
 
     ack_wait: float
@@ -550,10 +551,17 @@ def cost(events: Sequence[Event], start: float, end: float, settle: float = 10.0
     sent = {e.rec: e.at for e in events if isinstance(e, Sent) and start <= e.at <= end}
     acked = {e.rec: e.at for e in events if isinstance(e, Acked) and e.rec in sent}
     failed = sum(1 for e in events if isinstance(e, SendFailed) and e.rec in sent)
+    waits = [acked[r] - at for r, at in sent.items() if r in acked]
+    txns = {(e.producer, e.txn): e.at for e in events
+            if isinstance(e, TxnSent) and start <= e.at <= end}
+    for ended in (e for e in events if isinstance(e, TxnEnded)):
+        began = txns.get((ended.producer, ended.txn))
+        if began is not None:
+            waits.append(ended.at - began)
+            failed += ended.outcome == UNKNOWN
     reads = sorted(e.at for e in events if isinstance(e, Consumed) and start <= e.at <= end + settle)
     moments = [start, *reads, end + settle]
-    return Cost(ack_wait=max((acked[r] - at for r, at in sent.items() if r in acked), default=0.0),
-                failed=failed,
+    return Cost(ack_wait=max(waits, default=0.0), failed=failed,
                 read_gap=max(b - a for a, b in pairwise(moments)))
 
 

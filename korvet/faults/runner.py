@@ -24,7 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from korvet.bench.brokers import create_topic
-from korvet.faults.history import KIND_TITLES, KINDS, Cost, Report, check, cost, to_json
+from korvet.faults.history import (
+    COMMITTED,
+    KIND_TITLES,
+    KINDS,
+    Acked,
+    Cost,
+    Report,
+    TxnEnded,
+    check,
+    cost,
+    to_json,
+)
 from korvet.faults.targets import TOPOLOGIES, FaultError, Target
 from korvet.faults.transactional import TransactionalWorkload
 from korvet.faults.workload import Recorder, Workload, read_back
@@ -166,13 +177,20 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
         what = target.inject(kind, rng)
         windows.append((kind, begun, time.monotonic()))
         at = begun - start
-        acked = sum(1 for e in recorder.events if type(e).__name__ == "Acked")
-        say(f"  [{at:6.1f} s] {kind}: {what} (acknowledged so far: {acked})")
+        say(f"  [{at:6.1f} s] {kind}: {what} ({_so_far(recorder)})")
         for note in target.heal():
             notes.append(note)
             say(f"  note: {note}")
     time.sleep(max(0.0, deadline - time.monotonic()))
     return windows, notes
+
+
+def _so_far(recorder: Recorder) -> str:
+    events = list(recorder.events)
+    acked = sum(1 for e in events if isinstance(e, Acked))
+    commits = sum(1 for e in events if isinstance(e, TxnEnded) and e.outcome == COMMITTED)
+    return (f"transactions committed so far: {commits}" if commits
+            else f"acknowledged so far: {acked}")
 
 
 def _wait_for_group(workload: Workload | TransactionalWorkload, bootstrap: str, topic: str, partitions: int,
@@ -208,9 +226,10 @@ def render(result: RunResult) -> str:
            + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items()))]
           if report.transactions else []),
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
-        *(f"    {kind}: records sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
-          f"their acknowledgement ({worst['failed']:.0f} given up); the group read nothing for up "
-          f"to {worst['read_gap_max_s']:.1f} s"
+        *(f"    {kind}: records (transactions) sent during one waited up to "
+          f"{worst['ack_wait_max_s']:.1f} s for their acknowledgement (their end; "
+          f"{worst['failed']:.0f} given up); the group read nothing for up to "
+          f"{worst['read_gap_max_s']:.1f} s"
           for kind, worst in ((k, _worst(c)) for k, c in sorted(result.costs.items()))),
         f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
         f"least once), {report.allowed_reorders:,} records stored after later ones",

@@ -27,6 +27,7 @@ from korvet.faults.history import (
     TxnEnded,
     TxnSent,
     check,
+    cost,
     read_history,
     to_json,
 )
@@ -116,3 +117,11 @@ def test_a_transactional_record_stored_twice_is_a_duplicate() -> None:
 def test_a_transactional_history_survives_its_file() -> None:
     events = clean()
     assert read_history(to_json(e) + "\n" for e in events) == events
+
+
+def test_what_a_fault_cost_transactions() -> None:
+    """A fault from 2.9 to 3.1 s: transaction 3 began in it and waited 0.2 s for its end,
+    which the client was not told (given up)."""
+    found = cost(clean(), start=2.9, end=3.1, settle=1.0)
+    assert (round(found.ack_wait, 3), found.failed) == (0.2, 1)
+    assert round(found.read_gap, 3) == 0.6  # from 2.9 to the read at 3.5

@@ -1,0 +1,45 @@
+"""`korvet faults run --workload transactions`, short: transactional producers (some
+transactions aborted, a fenced or failed producer replaced by a new one with the same
+transactional.id) and read_committed readers on one broker under kill -9 of the broker and
+a restart of Redis: no aborted read, no torn transaction, no committed transaction lost,
+no read beyond the last stable offset. The same on Apache Kafka, the baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_fault_runs import fault_run
+
+pytest.importorskip("confluent_kafka")
+
+
+def assert_transactions_clean(code: int, figures: dict[str, Any], output: str,
+                              kinds: set[str]) -> None:
+    """No anomaly, every fault kind met, transactions committed and aborted, and the readers
+    read at least every committed record once."""
+    assert code == 0, output
+    assert figures["anomalies"] == {} and figures["errors"] == [], output
+    assert set(figures["faults"]) == kinds, output
+    fates = figures["transactions"]
+    assert fates.get("committed", 0) > 200 and fates.get("aborted", 0) > 20, output
+    assert figures["stored"] > 400, output
+    assert figures["consumed"] >= figures["stored"], output
+
+
+def test_transactions_on_one_broker_under_kill_and_redis_restart(tmp_path: Path) -> None:
+    assert_transactions_clean(
+        *fault_run(tmp_path, "--workload", "transactions", "--topology", "single",
+                   "--seconds", "30", "--seed", "4", "--faults", "broker-kill,redis-restart"),
+        kinds={"broker-kill", "redis-restart"})
+
+
+@pytest.mark.kafka
+def test_transactions_on_kafka_under_kill_and_pause(tmp_path: Path) -> None:
+    assert_transactions_clean(
+        *fault_run(tmp_path, "--workload", "transactions", "--topology", "kafka",
+                   "--seconds", "30", "--seed", "4"),
+        kinds={"broker-kill", "broker-pause"})
