@@ -207,6 +207,10 @@ class TransactionalWorkload:
                         return UNKNOWN, requested, "; ".join(errors)
             else:
                 return UNKNOWN, requested, "; ".join(errors)
+        # abort_transaction purges what is still queued: flushed first, the aborted records
+        # reach the broker, and readers have something to not read.
+        with contextlib.suppress(KafkaException):
+            producer.flush(CALL_TIMEOUT)
         for _ in range(ATTEMPTS):
             try:
                 producer.abort_transaction(CALL_TIMEOUT)
