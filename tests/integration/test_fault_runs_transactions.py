@@ -2,7 +2,8 @@
 transactions aborted, a fenced or failed producer replaced by a new one with the same
 transactional.id) and read_committed readers on one broker under kill -9 of the broker and
 a restart of Redis: no aborted read, no torn transaction, no committed transaction lost,
-no read beyond the last stable offset. The same on Apache Kafka, the baseline.
+no read beyond the last stable offset. The same on Apache Kafka, the baseline (which needs
+some 20 s after a kill -9 before its producers commit again: fewer transactions).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ pytest.importorskip("confluent_kafka")
 
 
 def assert_transactions_clean(code: int, figures: dict[str, Any], output: str,
-                              kinds: set[str]) -> None:
+                              kinds: set[str], committed: int = 200) -> None:
     """No anomaly, every fault kind met, transactions committed and aborted, and the readers
     read at least every committed record once."""
     assert code == 0, output
     assert figures["anomalies"] == {} and figures["errors"] == [], output
     assert set(figures["faults"]) == kinds, output
     fates = figures["transactions"]
-    assert fates.get("committed", 0) > 200 and fates.get("aborted", 0) > 20, output
-    assert figures["stored"] > 400, output
+    assert fates.get("committed", 0) > committed, output
+    assert fates.get("aborted", 0) > committed // 10, output
+    assert figures["stored"] > 2 * committed, output
     assert figures["consumed"] >= figures["stored"], output
 
 
@@ -42,4 +44,4 @@ def test_transactions_on_kafka_under_kill_and_pause(tmp_path: Path) -> None:
     assert_transactions_clean(
         *fault_run(tmp_path, "--workload", "transactions", "--topology", "kafka",
                    "--seconds", "30", "--seed", "4"),
-        kinds={"broker-kill", "broker-pause"})
+        kinds={"broker-kill", "broker-pause"}, committed=30)
