@@ -216,24 +216,33 @@ def _wait_for_group(workload: Workload | TransactionalWorkload, bootstrap: str, 
 
 def render(result: RunResult) -> str:
     report = result.report
-    lines = [
-        f"{result.topology}, seed {result.seed}: {result.seconds:.0f} s",
-        f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
-        f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
-        f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
-        *([f"  transactions: {sum(report.transactions.values()):,} ("
-           f"{report.in_transactions:,} records); the client was told: "
-           + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items()))]
-          if report.transactions else []),
+    lines = [f"{result.topology}, seed {result.seed}: {result.seconds:.0f} s"]
+    if report.transactions:
+        lines += [
+            f"  transactions: {sum(report.transactions.values()):,} ({report.in_transactions:,} "
+            "records); the client was told: "
+            + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())),
+            f"  records: {report.stored:,} readable at the end (read_committed); "
+            f"{report.consumed:,} read by the read_committed readers",
+        ]
+    else:
+        lines.append(f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
+                     f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at "
+                     f"the end; {report.consumed:,} read by the group, {report.commits:,} "
+                     "commits accepted")
+    what, readers = (("transactions", "the readers") if report.transactions
+                     else ("records", "the group"))
+    lines += [
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
-        *(f"    {kind}: records (transactions) sent during one waited up to "
-          f"{worst['ack_wait_max_s']:.1f} s for their acknowledgement (their end; "
-          f"{worst['failed']:.0f} given up); the group read nothing for up to "
-          f"{worst['read_gap_max_s']:.1f} s"
+        *(f"    {kind}: {what} sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
+          f"their acknowledgement ({worst['failed']:.0f} given up); {readers} read nothing for "
+          f"up to {worst['read_gap_max_s']:.1f} s"
           for kind, worst in ((k, _worst(c)) for k, c in sorted(result.costs.items()))),
-        f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
-        f"least once), {report.allowed_reorders:,} records stored after later ones",
     ]
+    if not report.transactions:
+        lines.append(f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} "
+                     f"duplicates (at least once), {report.allowed_reorders:,} records stored "
+                     "after later ones")
     lines += [f"  note: {note}" for note in result.notes]
     lines += [f"  error: {error}" for error in result.errors]
     if report.clean:
