@@ -38,7 +38,7 @@ from korvet.faults.history import (
     TxnEnded,
     TxnSent,
 )
-from korvet.faults.workload import Recorder, join_all
+from korvet.faults.workload import Recorder, join_all, spawn
 
 PADDING = b"t" * 80
 ATTEMPTS = 5  # of one commit or abort call that fails with a retriable error
@@ -83,15 +83,7 @@ class TransactionalWorkload:
             self._readers.append(self._spawn(name, functools.partial(self._read, name)))
 
     def _spawn(self, name: str, body: Callable[[], None]) -> threading.Thread:
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:  # a client thread's death is a run failure, not silence
-                self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        thread.start()
-        return thread
+        return spawn(name, body, self.errors)
 
     def stop_producers(self, timeout: float) -> bool:
         """Stop after the transaction each producer is in; False on a timeout."""

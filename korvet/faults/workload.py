@@ -101,15 +101,7 @@ class Workload:
             self._members.append(self._spawn(name, functools.partial(self._consume, name)))
 
     def _spawn(self, name: str, body: Callable[[], None]) -> threading.Thread:
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:  # a client thread's death is a run failure, not silence
-                self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        thread.start()
-        return thread
+        return spawn(name, body, self.errors)
 
     def stop_producers(self, timeout: float) -> bool:
         """Stop sending and wait for every record's delivery report; False on a timeout."""
@@ -367,6 +359,19 @@ def _read_all(reader: Any, topic: str, partitions: int, recorder: Recorder,
                 reached[tp.partition] = max(reached[tp.partition], tp.offset)
     return [f"partition {p}: read up to {reached[p]}, high watermark {ends[p]}"
             for p in ends if reached[p] < ends[p]]
+
+
+def spawn(name: str, body: Callable[[], None], errors: list[str]) -> threading.Thread:
+    """A client's thread; its death goes to ``errors``: a run failure, not silence."""
+    def run() -> None:
+        try:
+            body()
+        except Exception as exc:
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def join_all(threads: list[threading.Thread], timeout: float) -> bool:
