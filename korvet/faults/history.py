@@ -536,9 +536,10 @@ def _places(history: _Sorted, records: Sequence[tuple[Rec, int]]) -> str:
 
 @dataclass(frozen=True)
 class Cost:
-    """What a fault cost the clients: the longest a record (or a transaction) sent from its
-    start until it was healed waited for its acknowledgement (for the client to be told its
-    fate), those of them the producers gave up on (a transaction's fate unknown), and the
+    """What a fault cost the clients: the longest a record sent from its start until it was
+    healed waited for its acknowledgement (a transaction whose end was asked for before the
+    heal and told after the start: for its fate), those of them the producers gave up on (a
+    transaction's fate unknown), and the
     longest the readers went without reading a record from its start until ``settle``
     seconds after it was healed."""
 
@@ -552,12 +553,11 @@ def cost(events: Sequence[Event], start: float, end: float, settle: float = 10.0
     acked = {e.rec: e.at for e in events if isinstance(e, Acked) and e.rec in sent}
     failed = sum(1 for e in events if isinstance(e, SendFailed) and e.rec in sent)
     waits = [acked[r] - at for r, at in sent.items() if r in acked]
-    txns = {(e.producer, e.txn): e.at for e in events
-            if isinstance(e, TxnSent) and start <= e.at <= end}
+    # A transaction's end asked for before the heal and told after the fault began: a
+    # producer blocked in commit_transaction through the whole fault counts too.
     for ended in (e for e in events if isinstance(e, TxnEnded)):
-        began = txns.get((ended.producer, ended.txn))
-        if began is not None:
-            waits.append(ended.at - began)
+        if ended.requested <= end and ended.at >= start:
+            waits.append(ended.at - ended.requested)
             failed += ended.outcome == UNKNOWN
     reads = sorted(e.at for e in events if isinstance(e, Consumed) and start <= e.at <= end + settle)
     moments = [start, *reads, end + settle]
