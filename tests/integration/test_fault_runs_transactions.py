@@ -3,7 +3,9 @@ transactions aborted, a fenced or failed producer replaced by a new one with the
 transactional.id) and read_committed readers on one broker under kill -9 of the broker and
 a restart of Redis: no aborted read, no torn transaction, no committed transaction lost,
 no read beyond the last stable offset. The same on Apache Kafka, the baseline (which needs
-some 20 s after a kill -9 before its producers commit again: fewer transactions).
+some 20 to 25 s after a kill -9 before its producers commit again: fewer transactions;
+meanwhile it aborts the open ones on their timeout and fences their producers, so this run
+also meets transactions of unknown fate).
 """
 
 from __future__ import annotations
@@ -45,4 +47,4 @@ def test_transactions_on_kafka_under_kill_and_pause(tmp_path: Path) -> None:
     assert_transactions_clean(
         *fault_run(tmp_path, "--workload", "transactions", "--topology", "kafka",
                    "--seconds", "30", "--seed", "4"),
-        kinds={"broker-kill", "broker-pause"})
+        kinds={"broker-kill", "broker-pause"}, committed=10)
