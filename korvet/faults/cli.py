@@ -18,8 +18,10 @@ def add_parser(commands: Any) -> None:
                     "a topology started here while faults are injected at random, then check "
                     "the whole history: lost acknowledged records, duplicates beyond the "
                     "idempotence promise, records out of order, consumer offsets going back, "
-                    "partitions owned twice in a generation, committed offsets going back. "
-                    "See docs/users/fault-runs.md.")
+                    "partitions owned twice in a generation, committed offsets going back; "
+                    "with --workload transactions, transactional producers and read_committed "
+                    "readers: aborted reads, torn transactions, lost committed transactions, "
+                    "reads beyond the last stable offset. See docs/users/fault-runs.md.")
     sub = faults.add_subparsers(dest="faults_command", required=True)
     run = sub.add_parser("run", help="one run; exit 1 when the checker finds an anomaly",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
