@@ -41,7 +41,8 @@ def add_parser(commands: Any) -> None:
                           "records in Redis behind the brokers' back, for checking the checker")
     run.add_argument("--partitions", type=int, default=4)
     run.add_argument("--rate", type=float, default=100.0, help="records per second per producer "
-                     "(three producers: two idempotent, one not)")
+                     "(records: three producers, two idempotent, one not; transactions: three "
+                     "transactional producers, at most)")
     run.add_argument("--history", type=Path, default=None,
                      help="write the history (one JSON event a line) here")
     run.add_argument("--summary", type=Path, default=None,
@@ -94,6 +95,10 @@ def _check(args: argparse.Namespace) -> int:
           f"stored, {report.consumed:,} read, {report.commits:,} commits; "
           f"allowed: {report.allowed_duplicates:,} duplicates, {report.allowed_reorders:,} reorders "
           "of non-idempotent producers")
+    if report.transactions:
+        print(f"transactions: {sum(report.transactions.values()):,} "
+              f"({report.in_transactions:,} records); the client was told: "
+              + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())))
     for anomaly in report.anomalies:
         print(f"{anomaly.kind}: {anomaly.detail}")
     print("anomalies: " + (", ".join(f"{k} {n}" for k, n in report.by_kind.items()) or "none"))
