@@ -18,8 +18,10 @@ def add_parser(commands: Any) -> None:
                     "a topology started here while faults are injected at random, then check "
                     "the whole history: lost acknowledged records, duplicates beyond the "
                     "idempotence promise, records out of order, consumer offsets going back, "
-                    "partitions owned twice in a generation, committed offsets going back. "
-                    "See docs/users/fault-runs.md.")
+                    "partitions owned twice in a generation, committed offsets going back; "
+                    "with --workload transactions, transactional producers and read_committed "
+                    "readers: aborted reads, torn transactions, lost committed transactions, "
+                    "reads beyond the last stable offset. See docs/users/fault-runs.md.")
     sub = faults.add_subparsers(dest="faults_command", required=True)
     run = sub.add_parser("run", help="one run; exit 1 when the checker finds an anomaly",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -27,6 +29,10 @@ def add_parser(commands: Any) -> None:
                      help="single: one broker on its own Redis; shared: three --multi-broker "
                           "brokers on one Redis; cluster: three on a Redis Cluster; kafka: "
                           "Apache Kafka (one broker), the baseline")
+    run.add_argument("--workload", choices=("records", "transactions"), default="records",
+                     help="records: producers (acks=all, idempotent and not) and a consumer "
+                          "group; transactions: three transactional producers (some "
+                          "transactions aborted) and two read_committed readers")
     run.add_argument("--seconds", type=float, default=60.0, help="how long faults are injected")
     run.add_argument("--seed", type=int, default=1, help="the faults' order, gaps and durations")
     run.add_argument("--faults", default=None, metavar="KIND,KIND",
@@ -35,7 +41,8 @@ def add_parser(commands: Any) -> None:
                           "records in Redis behind the brokers' back, for checking the checker")
     run.add_argument("--partitions", type=int, default=4)
     run.add_argument("--rate", type=float, default=100.0, help="records per second per producer "
-                     "(three producers: two idempotent, one not)")
+                     "(records: three producers, two idempotent, one not; transactions: three "
+                     "transactional producers, at most)")
     run.add_argument("--history", type=Path, default=None,
                      help="write the history (one JSON event a line) here")
     run.add_argument("--summary", type=Path, default=None,
@@ -67,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     params = RunParams(topology=args.topology, seconds=args.seconds, seed=args.seed,
                        faults=kinds, partitions=args.partitions, rate=args.rate,
                        history=args.history, work_dir=args.work_dir, keep=args.keep,
-                       client_log=args.client_log)
+                       client_log=args.client_log, workload=args.workload)
     try:
         result = run(params, say=lambda line: print(line, flush=True))
     except (FaultError, KafkaToolsError) as exc:
@@ -88,6 +95,10 @@ def _check(args: argparse.Namespace) -> int:
           f"stored, {report.consumed:,} read, {report.commits:,} commits; "
           f"allowed: {report.allowed_duplicates:,} duplicates, {report.allowed_reorders:,} reorders "
           "of non-idempotent producers")
+    if report.transactions:
+        print(f"transactions: {sum(report.transactions.values()):,} "
+              f"({report.in_transactions:,} records); the client was told: "
+              + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())))
     for anomaly in report.anomalies:
         print(f"{anomaly.kind}: {anomaly.detail}")
     print("anomalies: " + (", ".join(f"{k} {n}" for k, n in report.by_kind.items()) or "none"))

@@ -32,6 +32,24 @@ twice itself, so two copies of one key in the log are the client library's retri
   and a member starting to read a partition below an offset whose commit was accepted
   before its assignment (``COMMIT_IGNORED``).
 
+The transactional workload adds what its producers handed over per transaction
+(``TxnSent``: the records, each with its partition, and whether commit or abort is asked,
+recorded before that call) and what the client was told (``TxnEnded``: committed when
+commit_transaction returned, aborted when abort_transaction returned, unknown otherwise);
+its readers, and the read-back at the end, read with ``isolation.level=read_committed``.
+A transactional producer is idempotent, so its records take part in the duplicate and order
+checks. For transactions, the checker reports:
+
+- a read_committed read (during the run or at the end) of a record of a transaction whose
+  abort was acknowledged, or, during the run, of one the end shows not committed
+  (``ABORTED_READ``);
+- a transaction the end shows in part: some of its records readable, others not
+  (``TORN``); an unknown fate may end either way, but all or nothing;
+- a transaction whose commit was acknowledged with a record not readable at the end
+  (``LOST_COMMITTED``);
+- a read_committed read of a record before its transaction's commit was even asked for:
+  a read beyond the last stable offset (``UNCOMMITTED_READ``).
+
 Times are the recorder's monotonic seconds; the checker orders two events by time only
 when one ended before the other began, so threads scheduled late cannot fake an anomaly.
 The module is pure: events in, a report out (``to_json``/``from_json`` keep a history in
@@ -56,8 +74,13 @@ WENT_BACK = "went-back"
 TWO_OWNERS = "two-owners"
 COMMIT_BACK = "commit-back"
 COMMIT_IGNORED = "commit-ignored"
+ABORTED_READ = "aborted-read"
+TORN = "torn"
+LOST_COMMITTED = "lost-committed"
+UNCOMMITTED_READ = "uncommitted-read"
 KINDS: tuple[str, ...] = (LOST, MOVED, DUPLICATE, OUT_OF_ORDER, READ_GONE, WENT_BACK,
-                          TWO_OWNERS, COMMIT_BACK, COMMIT_IGNORED)
+                          TWO_OWNERS, COMMIT_BACK, COMMIT_IGNORED, ABORTED_READ, TORN,
+                          LOST_COMMITTED, UNCOMMITTED_READ)
 KIND_TITLES = {
     LOST: "acknowledged, not readable at the end",
     MOVED: "acknowledged at one offset, stored at another",
@@ -68,7 +91,15 @@ KIND_TITLES = {
     TWO_OWNERS: "a partition owned by two members of one generation",
     COMMIT_BACK: "a committed offset went back",
     COMMIT_IGNORED: "a member started below an accepted commit",
+    ABORTED_READ: "read_committed returned a record of an aborted transaction",
+    TORN: "a transaction readable in part at the end",
+    LOST_COMMITTED: "a transaction's commit acknowledged, a record not readable at the end",
+    UNCOMMITTED_READ: "read_committed returned a record before its commit was asked for",
 }
+
+COMMITTED = "committed"
+ABORTED = "aborted"
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, order=True)
@@ -165,10 +196,38 @@ class Stored:
     rec: Rec | None
 
 
-Event = Sent | Acked | SendFailed | Assigned | Consumed | Committed | CommittedRead | Stored
+@dataclass(frozen=True)
+class TxnSent:
+    """One transaction as handed to a transactional producer, recorded before commit (or
+    abort) was asked: its records with their partitions; ``commit`` what is asked."""
+
+    producer: str  # the transactional.id
+    txn: int  # the transaction's number for that id
+    records: tuple[tuple[Rec, int], ...]
+    commit: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class TxnEnded:
+    """What the client was told of a transaction: ``COMMITTED`` (commit_transaction
+    returned), ``ABORTED`` (abort_transaction returned) or ``UNKNOWN``; ``requested`` is
+    when commit or abort was first asked for."""
+
+    producer: str
+    txn: int
+    outcome: str
+    requested: float
+    at: float
+    error: str = ""
+
+
+Event = (Sent | Acked | SendFailed | Assigned | Consumed | Committed | CommittedRead | Stored
+         | TxnSent | TxnEnded)
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
-    for cls in (Sent, Acked, SendFailed, Assigned, Consumed, Committed, CommittedRead, Stored)
+    for cls in (Sent, Acked, SendFailed, Assigned, Consumed, Committed, CommittedRead, Stored,
+                TxnSent, TxnEnded)
 }
 
 
@@ -190,6 +249,8 @@ class Report:
     allowed_reorders: int  # non-idempotent producers' records stored before earlier ones
     anomalies: tuple[Anomaly, ...]
     by_kind: dict[str, int] = field(default_factory=dict)
+    transactions: dict[str, int] = field(default_factory=dict)  # by the fate the client was told
+    in_transactions: int = 0  # records handed to transactional producers
 
     @property
     def clean(self) -> bool:
@@ -207,6 +268,8 @@ def check(events: Iterable[Event]) -> Report:
         *_two_owners(history),
         *_commits_back(history),
         *_commits_ignored(history),
+        *_transactions_at_the_end(history),
+        *_transactional_reads(history),
     ]
     copies = Counter(s.rec for s in history.stored if s.rec is not None)
     allowed = sum(n - 1 for rec, n in copies.items() if n > 1 and not history.idempotent(rec))
@@ -214,7 +277,9 @@ def check(events: Iterable[Event]) -> Report:
         sent=len(history.sent), acknowledged=len(history.acked), failed=len(history.failed),
         stored=len(history.stored), consumed=len(history.consumed),
         commits=len(history.commits), allowed_duplicates=allowed, allowed_reorders=len(reorders),
-        anomalies=tuple(anomalies), by_kind=dict(Counter(a.kind for a in anomalies)))
+        anomalies=tuple(anomalies), by_kind=dict(Counter(a.kind for a in anomalies)),
+        transactions=dict(Counter(history.fate(key) for key in history.txns)),
+        in_transactions=len(history.txn_of))
 
 
 class _Sorted:
@@ -236,14 +301,21 @@ class _Sorted:
         for s in self.stored:
             if s.rec is not None:
                 self.where[s.rec].append((s.partition, s.offset))
+        self.txns = {(e.producer, e.txn): e for e in events if isinstance(e, TxnSent)}
+        self.txn_ends = {(e.producer, e.txn): e for e in events if isinstance(e, TxnEnded)}
+        self.txn_of = {rec: key for key, sent in self.txns.items() for rec, _ in sent.records}
 
     def idempotent(self, rec: Rec) -> bool:
         sent = self.sent.get(rec)
-        return sent is not None and sent.idempotent
+        return (sent is not None and sent.idempotent) or rec in self.txn_of
 
     def ordered(self, rec: Rec) -> bool:
         sent = self.sent.get(rec)
-        return sent is not None and sent.ordered
+        return (sent is not None and sent.ordered) or rec in self.txn_of
+
+    def fate(self, key: tuple[str, int]) -> str:
+        ended = self.txn_ends.get(key)
+        return UNKNOWN if ended is None else ended.outcome
 
 
 def _lost_and_moved(history: _Sorted) -> Iterable[Anomaly]:
@@ -402,11 +474,73 @@ def _commits_ignored(history: _Sorted) -> Iterable[Anomaly]:
                                           "assignment")
 
 
+def _txn_name(key: tuple[str, int]) -> str:
+    return f"transaction {key[0]}#{key[1]}"
+
+
+def _transactions_at_the_end(history: _Sorted) -> Iterable[Anomaly]:
+    """Each transaction against the read_committed read-back: all or nothing, and the
+    fate the client was told."""
+    for key, sent in sorted(history.txns.items()):
+        fate = history.fate(key)
+        shown = [(rec, p) for rec, p in sent.records if rec in history.where]
+        missing = [(rec, p) for rec, p in sent.records if rec not in history.where]
+        if shown and missing:
+            yield Anomaly(TORN, f"{_txn_name(key)} ({fate}): readable {_places(history, shown)}; "
+                                f"not readable {_records(missing)}")
+        if fate == COMMITTED and missing:
+            yield Anomaly(LOST_COMMITTED, f"{_txn_name(key)}: commit acknowledged, not readable "
+                                          f"{_records(missing)}")
+        if fate == ABORTED and shown:
+            yield Anomaly(ABORTED_READ, f"{_txn_name(key)}: abort acknowledged, the read-back "
+                                        f"reads {_places(history, shown)}")
+
+
+def _transactional_reads(history: _Sorted) -> Iterable[Anomaly]:
+    """The readers' reads during the run (all read_committed), one report per kind and
+    transaction."""
+    reported: set[tuple[str, tuple[str, int]]] = set()
+    for read in history.consumed:
+        key = history.txn_of.get(read.rec) if read.rec is not None else None
+        if key is None:
+            continue
+        fate = history.fate(key)
+        where = f"{read.consumer} read {_name(read.rec)} at {read.partition}/{read.offset}"
+        found: list[Anomaly] = []
+        if fate == ABORTED:
+            found.append(Anomaly(ABORTED_READ, f"{where}, of {_txn_name(key)}, whose abort was "
+                                               "acknowledged"))
+        elif not any(rec in history.where for rec, _ in history.txns[key].records):
+            found.append(Anomaly(ABORTED_READ, f"{where}, of {_txn_name(key)} ({fate}), of which "
+                                               "the read-back reads nothing"))
+        ended = history.txn_ends.get(key)
+        if ended is not None and read.at < ended.requested:
+            found.append(Anomaly(UNCOMMITTED_READ, f"{where}, of {_txn_name(key)}, "
+                                                   f"{ended.requested - read.at:.3f} s before its "
+                                                   f"{'commit' if history.txns[key].commit else 'abort'}"
+                                                   " was asked for"))
+        for anomaly in found:
+            if (anomaly.kind, key) not in reported:
+                reported.add((anomaly.kind, key))
+                yield anomaly
+
+
+def _records(records: Sequence[tuple[Rec, int]]) -> str:
+    return ", ".join(f"{_name(rec)} (partition {p})" for rec, p in records)
+
+
+def _places(history: _Sorted, records: Sequence[tuple[Rec, int]]) -> str:
+    return ", ".join(f"{_name(rec)} at " + " and ".join(f"{p}/{o}" for p, o in history.where[rec])
+                     for rec, _ in records)
+
+
 @dataclass(frozen=True)
 class Cost:
     """What a fault cost the clients: the longest a record sent from its start until it was
-    healed waited for its acknowledgement, those of them the producers gave up on, and the
-    longest the group went without reading a record from its start until ``settle``
+    healed waited for its acknowledgement (a transaction whose end was asked for before the
+    heal and told after the start: for its fate), those of them the producers gave up on (a
+    transaction's fate unknown), and the
+    longest the readers went without reading a record from its start until ``settle``
     seconds after it was healed."""
 
     ack_wait: float
@@ -418,10 +552,16 @@ def cost(events: Sequence[Event], start: float, end: float, settle: float = 10.0
     sent = {e.rec: e.at for e in events if isinstance(e, Sent) and start <= e.at <= end}
     acked = {e.rec: e.at for e in events if isinstance(e, Acked) and e.rec in sent}
     failed = sum(1 for e in events if isinstance(e, SendFailed) and e.rec in sent)
+    waits = [acked[r] - at for r, at in sent.items() if r in acked]
+    # A transaction's end asked for before the heal and told after the fault began: a
+    # producer blocked in commit_transaction through the whole fault counts too.
+    for ended in (e for e in events if isinstance(e, TxnEnded)):
+        if ended.requested <= end and ended.at >= start:
+            waits.append(ended.at - ended.requested)
+            failed += ended.outcome == UNKNOWN
     reads = sorted(e.at for e in events if isinstance(e, Consumed) and start <= e.at <= end + settle)
     moments = [start, *reads, end + settle]
-    return Cost(ack_wait=max((acked[r] - at for r, at in sent.items() if r in acked), default=0.0),
-                failed=failed,
+    return Cost(ack_wait=max(waits, default=0.0), failed=failed,
                 read_gap=max(b - a for a, b in pairwise(moments)))
 
 
@@ -436,6 +576,8 @@ def from_json(line: str) -> Event:
         data["rec"] = Rec(**data["rec"])
     if "partitions" in data:
         data["partitions"] = tuple(data["partitions"])
+    if "records" in data:
+        data["records"] = tuple((Rec(**rec), partition) for rec, partition in data["records"])
     return cls(**data)
 
 

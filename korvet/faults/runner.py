@@ -24,8 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from korvet.bench.brokers import create_topic
-from korvet.faults.history import KIND_TITLES, KINDS, Cost, Report, check, cost, to_json
+from korvet.faults.history import (
+    COMMITTED,
+    KIND_TITLES,
+    KINDS,
+    Acked,
+    Cost,
+    Report,
+    TxnEnded,
+    check,
+    cost,
+    to_json,
+)
 from korvet.faults.targets import TOPOLOGIES, FaultError, Target
+from korvet.faults.transactional import TransactionalWorkload
 from korvet.faults.workload import Recorder, Workload, read_back
 
 DETAILS_PER_KIND = 5
@@ -44,6 +56,7 @@ class RunParams:
     work_dir: Path | None = None
     keep: bool = False  # keep the work directory (brokers' logs) even when the run is clean
     client_log: bool = False  # the producers' librdkafka debug log in the work directory
+    workload: str = "records"  # or "transactions": transactional producers, read_committed
 
 
 @dataclass
@@ -72,6 +85,8 @@ class RunResult:
             "allowed_reorders": report.allowed_reorders, "faults": dict(self.faults),
             "costs": {kind: _worst(costs) for kind, costs in sorted(self.costs.items())},
             "anomalies": dict(report.by_kind), "errors": self.errors,
+            "transactions": dict(report.transactions),
+            "records_in_transactions": report.in_transactions,
         }
 
 
@@ -99,9 +114,14 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
         target.start()
         topic = group = f"faults-{params.seed}"
         create_topic(target.bootstrap, topic, params.partitions)
-        workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
-                            rate=params.rate,
-                            client_log=work_dir / "producers.log" if params.client_log else None)
+        workload: Workload | TransactionalWorkload
+        if params.workload == "transactions":
+            workload = TransactionalWorkload(target.bootstrap, topic, params.partitions,
+                                             recorder, seed=params.seed, rate=params.rate)
+        else:
+            workload = Workload(target.bootstrap, topic, group, params.partitions, recorder,
+                                rate=params.rate, client_log=work_dir / "producers.log"
+                                if params.client_log else None)
         workload.start()
         windows, notes = _schedule(target, kinds, params, recorder, say)
         notes += target.heal()
@@ -111,7 +131,9 @@ def run(params: RunParams, say: Callable[[str], None] = print) -> RunResult:
         _wait_for_group(workload, target.bootstrap, topic, params.partitions, 120)
         if not workload.stop_members(60):
             notes.append("group members did not stop within 60 s")
-        notes += read_back(target.bootstrap, topic, group, params.partitions, recorder)
+        notes += read_back(target.bootstrap, topic,
+                           group if isinstance(workload, Workload) else None,
+                           params.partitions, recorder)
         report = check(recorder.events)
         costs: dict[str, list[Cost]] = {}
         for kind, begun, healed in windows:
@@ -155,8 +177,7 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
         what = target.inject(kind, rng)
         windows.append((kind, begun, time.monotonic()))
         at = begun - start
-        acked = sum(1 for e in recorder.events if type(e).__name__ == "Acked")
-        say(f"  [{at:6.1f} s] {kind}: {what} (acknowledged so far: {acked})")
+        say(f"  [{at:6.1f} s] {kind}: {what} ({_so_far(recorder)})")
         for note in target.heal():
             notes.append(note)
             say(f"  note: {note}")
@@ -164,7 +185,15 @@ def _schedule(target: Target, kinds: tuple[str, ...], params: RunParams, recorde
     return windows, notes
 
 
-def _wait_for_group(workload: Workload, bootstrap: str, topic: str, partitions: int,
+def _so_far(recorder: Recorder) -> str:
+    events = list(recorder.events)
+    acked = sum(1 for e in events if isinstance(e, Acked))
+    commits = sum(1 for e in events if isinstance(e, TxnEnded) and e.outcome == COMMITTED)
+    return (f"transactions committed so far: {commits}" if commits
+            else f"acknowledged so far: {acked}")
+
+
+def _wait_for_group(workload: Workload | TransactionalWorkload, bootstrap: str, topic: str, partitions: int,
                     timeout: float) -> None:
     """Until the group has read every partition to its high watermark (or ``timeout``)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -187,19 +216,33 @@ def _wait_for_group(workload: Workload, bootstrap: str, topic: str, partitions: 
 
 def render(result: RunResult) -> str:
     report = result.report
-    lines = [
-        f"{result.topology}, seed {result.seed}: {result.seconds:.0f} s",
-        f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
-        f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at the end; "
-        f"{report.consumed:,} read by the group, {report.commits:,} commits accepted",
+    lines = [f"{result.topology}, seed {result.seed}: {result.seconds:.0f} s"]
+    if report.transactions:
+        lines += [
+            f"  transactions: {sum(report.transactions.values()):,} ({report.in_transactions:,} "
+            "records); the client was told: "
+            + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())),
+            f"  records: {report.stored:,} readable at the end (read_committed); "
+            f"{report.consumed:,} read by the read_committed readers",
+        ]
+    else:
+        lines.append(f"  records: {report.sent:,} sent, {report.acknowledged:,} acknowledged, "
+                     f"{report.failed:,} failed (outcome unknown); {report.stored:,} stored at "
+                     f"the end; {report.consumed:,} read by the group, {report.commits:,} "
+                     "commits accepted")
+    what, readers = (("transactions", "the readers") if report.transactions
+                     else ("records", "the group"))
+    lines += [
         "  faults: " + (", ".join(f"{k} {n}" for k, n in sorted(result.faults.items())) or "none"),
-        *(f"    {kind}: records sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
-          f"their acknowledgement ({worst['failed']:.0f} given up); the group read nothing for up "
-          f"to {worst['read_gap_max_s']:.1f} s"
+        *(f"    {kind}: {what} sent during one waited up to {worst['ack_wait_max_s']:.1f} s for "
+          f"their acknowledgement ({worst['failed']:.0f} given up); {readers} read nothing for "
+          f"up to {worst['read_gap_max_s']:.1f} s"
           for kind, worst in ((k, _worst(c)) for k, c in sorted(result.costs.items()))),
-        f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} duplicates (at "
-        f"least once), {report.allowed_reorders:,} records stored after later ones",
     ]
+    if not report.transactions:
+        lines.append(f"  non-idempotent producer (allowed): {report.allowed_duplicates:,} "
+                     f"duplicates (at least once), {report.allowed_reorders:,} records stored "
+                     "after later ones")
     lines += [f"  note: {note}" for note in result.notes]
     lines += [f"  error: {error}" for error in result.errors]
     if report.clean:

@@ -101,24 +101,16 @@ class Workload:
             self._members.append(self._spawn(name, functools.partial(self._consume, name)))
 
     def _spawn(self, name: str, body: Callable[[], None]) -> threading.Thread:
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:  # a client thread's death is a run failure, not silence
-                self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        thread.start()
-        return thread
+        return spawn(name, body, self.errors)
 
     def stop_producers(self, timeout: float) -> bool:
         """Stop sending and wait for every record's delivery report; False on a timeout."""
         self.stop_producing.set()
-        return _join(self._producers, timeout)
+        return join_all(self._producers, timeout)
 
     def stop_members(self, timeout: float) -> bool:
         self.stop_consuming.set()
-        return _join(self._members, timeout)
+        return join_all(self._members, timeout)
 
     # -- producers -------------------------------------------------------------------------
 
@@ -304,55 +296,85 @@ class _Member:
                     del self.pending[answer.partition]
 
 
-def read_back(bootstrap: str, topic: str, group: str, partitions: int, recorder: Recorder,
-              timeout: float = 180.0) -> list[str]:
-    """The group's committed offsets, then every partition from its first offset to its high
-    watermark; returns notes on what could not be read."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+def read_back(bootstrap: str, topic: str, group: str | None, partitions: int,
+              recorder: Recorder, timeout: float = 180.0) -> list[str]:
+    """The group's committed offsets (when there is a group), then every partition from its
+    first offset to its high watermark, read_committed; returns notes on what could not be
+    read."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     notes: list[str] = []
-    config = {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "log_level": 2}
-    committer = Consumer({**config, "group.id": group})
-    try:
-        started = recorder.now()
-        answers = committer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                      timeout=30)
-        ended = recorder.now()
-        for answer in answers:
-            recorder.add(CommittedRead(answer.partition, max(answer.offset, -1), started, ended))
-    except KafkaException as exc:
-        notes.append(f"the group's committed offsets could not be read: {exc}")
-    finally:
-        committer.close()
-    reader = Consumer({**config, "group.id": f"{group}-reader"})
-    try:
+    config = {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "log_level": 2,
+              "isolation.level": "read_committed"}
+    if group is not None:
+        committer = Consumer({**config, "group.id": group})
         try:
-            ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                    for p in range(partitions)}
-        except KafkaException as exc:  # the checker reports what is then missing
-            notes.append(f"the topic could not be read back: {exc}")
-            return notes
-        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        position = dict.fromkeys(range(partitions), -1)
-        deadline = time.monotonic() + timeout
-        while any(position[p] + 1 < ends[p] for p in ends) and time.monotonic() < deadline:
-            for message in reader.consume(num_messages=1000, timeout=1.0):
-                if message.error() is not None:
-                    continue
-                partition, offset = message.partition(), message.offset()
-                if (partition is None or offset is None or offset >= ends[partition]
-                        or offset <= position[partition]):
-                    continue
-                position[partition] = offset
-                recorder.add(Stored(partition, offset, Rec.from_key(message.key())))
-        notes += [f"partition {p}: read up to {position[p]}, high watermark {ends[p]}"
-                  for p in ends if position[p] + 1 < ends[p]]
+            started = recorder.now()
+            answers = committer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                          timeout=30)
+            ended = recorder.now()
+            for answer in answers:
+                recorder.add(CommittedRead(answer.partition, max(answer.offset, -1), started,
+                                           ended))
+        except KafkaException as exc:
+            notes.append(f"the group's committed offsets could not be read: {exc}")
+        finally:
+            committer.close()
+    reader = Consumer({**config, "group.id": f"{group or topic}-reader"})
+    try:
+        notes += _read_all(reader, topic, partitions, recorder, timeout)
     finally:
         reader.close()
     return notes
 
 
-def _join(threads: list[threading.Thread], timeout: float) -> bool:
+def _read_all(reader: Any, topic: str, partitions: int, recorder: Recorder,
+              timeout: float) -> list[str]:
+    from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+    try:
+        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)}
+    except KafkaException as exc:  # the checker reports what is then missing
+        return [f"the topic could not be read back: {exc}"]
+    reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    last = dict.fromkeys(range(partitions), -1)
+    # The next offset to read: past a transaction's marker (a control record, never
+    # returned), which may be a partition's last offset.
+    reached = dict.fromkeys(range(partitions), 0)
+    deadline = time.monotonic() + timeout
+    while any(reached[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+        for message in reader.consume(num_messages=1000, timeout=1.0):
+            if message.error() is not None:
+                continue
+            partition, offset = message.partition(), message.offset()
+            if (partition is None or offset is None or offset >= ends[partition]
+                    or offset <= last[partition]):
+                continue
+            last[partition] = offset
+            reached[partition] = max(reached[partition], offset + 1)
+            recorder.add(Stored(partition, offset, Rec.from_key(message.key())))
+        with contextlib.suppress(KafkaException):
+            for tp in reader.position([TopicPartition(topic, p) for p in range(partitions)]):
+                reached[tp.partition] = max(reached[tp.partition], tp.offset)
+    return [f"partition {p}: read up to {reached[p]}, high watermark {ends[p]}"
+            for p in ends if reached[p] < ends[p]]
+
+
+def spawn(name: str, body: Callable[[], None], errors: list[str]) -> threading.Thread:
+    """A client's thread; its death goes to ``errors``: a run failure, not silence."""
+    def run() -> None:
+        try:
+            body()
+        except Exception as exc:
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def join_all(threads: list[threading.Thread], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,50 @@
+"""`korvet faults run --workload transactions`, short: transactional producers (some
+transactions aborted, a fenced or failed producer replaced by a new one with the same
+transactional.id) and read_committed readers on one broker under kill -9 of the broker and
+a restart of Redis: no aborted read, no torn transaction, no committed transaction lost,
+no read beyond the last stable offset. The same on Apache Kafka, the baseline (which needs
+some 20 to 25 s after a kill -9 before its producers commit again: fewer transactions;
+meanwhile it aborts the open ones on their timeout and fences their producers, so this run
+also meets transactions of unknown fate).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_fault_runs import fault_run
+
+pytest.importorskip("confluent_kafka")
+
+
+def assert_transactions_clean(code: int, figures: dict[str, Any], output: str,
+                              kinds: set[str], committed: int = 30) -> None:
+    """No anomaly, every fault kind met, transactions committed and aborted, and the readers
+    read at least every committed record once."""
+    assert code == 0, output
+    assert figures["anomalies"] == {} and figures["errors"] == [], output
+    assert set(figures["faults"]) == kinds, output
+    fates = figures["transactions"]
+    assert fates.get("committed", 0) > committed, output
+    assert fates.get("aborted", 0) > committed // 10, output
+    assert sum(c["ack_wait_max_s"] for c in figures["costs"].values()) > 0, output
+    assert figures["stored"] > 2 * committed, output
+    assert figures["consumed"] >= figures["stored"], output
+
+
+def test_transactions_on_one_broker_under_kill_and_redis_restart(tmp_path: Path) -> None:
+    assert_transactions_clean(
+        *fault_run(tmp_path, "--workload", "transactions", "--topology", "single",
+                   "--seconds", "30", "--seed", "4", "--faults", "broker-kill,redis-restart"),
+        kinds={"broker-kill", "redis-restart"})
+
+
+@pytest.mark.kafka
+def test_transactions_on_kafka_under_kill_and_pause(tmp_path: Path) -> None:
+    assert_transactions_clean(
+        *fault_run(tmp_path, "--workload", "transactions", "--topology", "kafka",
+                   "--seconds", "30", "--seed", "4"),
+        kinds={"broker-kill", "broker-pause"}, committed=10)
