@@ -62,11 +62,15 @@ _LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest
     "tests/integration/test_fault_runs_several_brokers.py",  # about 2 min (not in that run)
     "tests/integration/test_fault_runs.py",  # about 1 min (not in that run)
     "tests/integration/test_fault_runs_kafka.py",  # 80 s (not in that run)
+    "tests/integration/test_fault_runs_transactions.py",  # 119 s alone (not in that run)
+    "tests/integration/test_transactions.py",  # about 90 s alone (not in that run)
+    "tests/integration/test_kafka_connect.py",  # about 80 s alone (not in that run)
     "tests/test_bench_smoke.py",  # 46 s
     "tests/conformance/test_korvet_conformance.py",  # 40 s
     "tests/conformance/test_kfake_conformance.py",  # 39 s
     "tests/spec/PartitionLog/test_partition_log_replay.py",  # 34 s
     "tests/integration/test_clients.py",  # 31 s
+    "tests/integration/test_kafka_streams.py",  # about 30 s alone (not in that run)
     # 30 s (it came last, alone, in collection order)
     "tests/spec/GroupCoordinatorTrace/test_spec_validate.py",
     "tests/conformance/test_security_conformance.py",  # 30 s
