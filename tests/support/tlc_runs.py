@@ -42,6 +42,7 @@ DUMPED = frozenset({
     "DenseLog-batches",  # same
     "DenseLog-consumer",  # same
     "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
+    "Transactions-replay",  # same
 })
 
 

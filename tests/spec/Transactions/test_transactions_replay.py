@@ -41,6 +41,7 @@ must diverge (``test_a_broken_rule_is_caught``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -69,12 +70,17 @@ from tests.support.spec_actions import action_cases, assert_action_replays
 
 pytestmark = pytest.mark.tlc
 
-CI_MODELS = ["Transactions"]
-# Next's disjuncts, as TLC labels them (Takeover, Retire and DeleteRecords never fire in
-# this model: spec/models.yaml says why).
+# Next's disjuncts, as TLC labels them, that fire in each model (Takeover, Retire and
+# DeleteRecords fire in neither; Lose not in Transactions-replay: spec/models.yaml says why).
 ACTIONS = ("ClientInit", "ClientWrite", "ClientEnd", "ClientRetryEnd", "DeliverData",
            "DeliverEnd", "DeliverMarker", "Lose", "TimeoutAbort", "Expire", "Tick",
            "CompleteTxn", "SendMarker")
+MODEL_ACTIONS = {
+    "Transactions": ACTIONS,  # one instance; a network that loses and duplicates
+    "Transactions-replay": tuple(a for a in ACTIONS if a != "Lose"),  # zombies: the fence
+}
+CI_MODELS = list(MODEL_ACTIONS)
+REPLAY = "Transactions-replay"
 
 TOPIC, TOPIC_ID, GROUP_NAME = "t", "topic-id-txn", "g"
 STREAM, META, WAITING = "tx:{t:0}:stream", "tx:{t:0}:partition", "tx:{t:0}:waiting"
@@ -678,17 +684,22 @@ _graph = tlc_runs.passing_graph
 
 def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
             mutate: tuple[str, str, str] | None = None,
-            machine: Callable[[], Any] | None = None) -> WalkReport:
+            machine: bool = False) -> WalkReport:
     """Walk the graph; a mutated script (``mutate``: the script, a rule, its broken form)
-    stops at its first divergence."""
+    or mutated rules (``machine``) stop at the first divergence."""
     texts = {"append": script_text("append.lua", mutate=_for(mutate, "append.lua")),
              "offsets": script_text("txn_offsets.lua", mutate=_for(mutate, "txn_offsets.lua"))}
     store = ScriptRedis(redis_url, texts, KEYS, META, TOPIC_ID)
+    # The epochs narrowed to the model's, as the scripts' widths are: Kafka's bound
+    # (Short.MAX_VALUE) is the model's MaxEpoch, so an epoch is exhausted where the spec's is.
+    epochs = rules.MAX_EPOCH
+    rules.MAX_EPOCH = c.max_epoch
     try:
         replay = TxnReplay(c, store)
         return walk(graph, store, replay.initial, replay.successors,
                     max_divergences=1 if mutate or machine else 10, found=replay.problems)
     finally:
+        rules.MAX_EPOCH = epochs
         store.close()
 
 
@@ -724,12 +735,12 @@ def test_every_transition_replays(walked: Callable[[str], WalkReport], name: str
         "\n".join(report.divergences)
     assert report.states == graph.result.distinct == len(graph.states)
     assert report.transitions == sum(len(set(v)) for v in graph.edges.values())
-    assert set(report.actions) == set(ACTIONS)
+    assert set(report.actions) == set(MODEL_ACTIONS[name])
 
 
 @pytest.mark.parametrize(("model_name", "action"), [
     case for name in CI_MODELS
-    for case in action_cases("Transactions", name, ACTIONS, with_model=True,
+    for case in action_cases("Transactions", name, MODEL_ACTIONS[name], with_model=True,
                              aliases={"DeliverData": ["DataArrives", "ApplyData"],
                                       "DeliverEnd": ["EndTxnArrives"],
                                       "DeliverMarker": ["MarkerArrives", "ApplyMarker"],
@@ -738,3 +749,90 @@ def test_transition_replays(walked: Callable[[str], WalkReport], model_name: str
                             action: str) -> None:
     """Every transition of one action of a model, replayed."""
     assert_action_replays(walked(model_name).tally, action)
+
+
+def _undo_bump(rule: Callable[..., Step]) -> Callable[..., Step]:
+    """``rule`` with the epoch bump of the record it writes taken back."""
+    def broken(*args: Any, **kwargs: Any) -> Step:
+        step = rule(*args, **kwargs)
+        if step.record is None or step.record.state is not TxnState.PREPARE_ABORT:
+            return step
+        return dataclasses.replace(step, record=dataclasses.replace(
+            step.record, producer_epoch=step.record.producer_epoch - 1))
+    return broken
+
+
+def _keep_parts(rule: Callable[..., Step]) -> Callable[..., Step]:
+    """``complete`` that leaves the participants in the completed record."""
+    def broken(record: TxnRecord | None, *args: Any) -> Step:
+        step = rule(record, *args)
+        if step.record is None or record is None:
+            return step
+        return dataclasses.replace(step, record=dataclasses.replace(
+            step.record, partitions=record.partitions, groups=record.groups))
+    return broken
+
+
+def _pid_only(record: TxnRecord | None, producer_id: int, epoch: int) -> ErrorCode:
+    """The add's producer check without the epoch (a zombie's add accepted)."""
+    if record is None or record.producer_id != producer_id:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    return ErrorCode.NONE
+
+
+# Each a plausible bug of the rules: (the model that shows it, the module attribute, its
+# broken form).
+MACHINE_MUTANTS: dict[str, tuple[str, str, Callable[[], object]]] = {
+    # EndTxn decides at the transaction's epoch (transactions v1's shape under v2)
+    "end-txn-without-bump": (REPLAY, "DECISION_BUMP", lambda: 0),
+    # the timeout aborts without fencing the producer
+    "timeout-without-bump": (REPLAY, "time_out", lambda: _undo_bump(rules.time_out)),
+    # InitProducerId aborts the other instance's open transaction without fencing it
+    "fence-without-bump": (REPLAY, "init_producer_id",
+                           lambda: _undo_bump(rules.init_producer_id)),
+    # the completion forgets to clear the participants
+    "complete-keeps-parts": (REPLAY, "complete", lambda: _keep_parts(rules.complete)),
+    # the add checks the producer id only
+    "add-without-epoch-check": (REPLAY, "_check_producer", lambda: _pid_only),
+}
+
+
+@pytest.mark.spec("Transactions", "EndTxnArrives", "TimeoutAbort", "ClientInit", "CompleteTxn",
+                  "ClientWrite")
+@pytest.mark.parametrize("mutant", sorted(MACHINE_MUTANTS))
+def test_a_broken_machine_rule_is_caught(redis_url: str, monkeypatch: pytest.MonkeyPatch,
+                                         mutant: str) -> None:
+    model, name, broken = MACHINE_MUTANTS[mutant]
+    monkeypatch.setattr(rules, name, broken())
+    report = _replay(redis_url, _graph(model), CONSTANTS[model], machine=True)
+    assert report.divergences, f"the rules with {mutant} still replay {model}"
+
+
+@pytest.mark.spec("Transactions", "DataArrives", "MarkerArrives", "MarkerVerdict", "ApplyMarker",
+                  "DataAccepted", "LSO")
+@pytest.mark.parametrize("model,script,rule,broken", [
+    # an ABORT marker leaves the transaction out of the aborted index
+    pytest.param(REPLAY, "append.lua", "if mark_result == 'ABORT' then", "if false then",
+                 id="abort-not-indexed"),
+    # the last stable offset stays where the ended transaction held it
+    pytest.param(REPLAY, "append.lua", "\n    oldest_open()\n", "\n", id="lso-not-moved"),
+    # a write older than the producer's epoch there (a marker raised it) appended
+    pytest.param(REPLAY, "append.lua", "    if epoch < stored_epoch then", "    if false then",
+                 id="stale-write-accepted"),
+    # a marker at the producer's epoch applied again (before KIP-1228)
+    pytest.param("Transactions", "append.lua",
+                 "  if epoch == data_epoch and not (open and not mark_v2) then", "  if false then",
+                 id="marker-epoch-not-above"),
+    # the group's offsets of a write older than the last marker kept
+    pytest.param(REPLAY, "txn_offsets.lua",
+                 "  if epoch < last then\n    return 'BAD_EPOCH'\n  end\n  if pending",
+                 "  if pending", id="group-stale-write-accepted"),
+    # the same marker again applied to the group
+    pytest.param("Transactions", "txn_offsets.lua",
+                 "if epoch == last and not (open and not v2) then", "if false then",
+                 id="group-marker-applied-twice"),
+])
+def test_a_broken_script_rule_is_caught(redis_url: str, model: str, script: str, rule: str,
+                                        broken: str) -> None:
+    report = _replay(redis_url, _graph(model), CONSTANTS[model], mutate=(script, rule, broken))
+    assert report.divergences, f"{script} with {broken!r} for {rule!r} still replays {model}"
