@@ -43,6 +43,7 @@ DUMPED = frozenset({
     "DenseLog-consumer",  # same
     "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
     "Transactions-replay",  # same
+    "Transactions-replay-takeover",  # same
 })
 
 

@@ -1,10 +1,14 @@
 """Replay TLC's state graph of spec/Transactions.tla through the coordinator's rules and the scripts.
 
-Every state of the ``Transactions`` CI model (one transactional id, one producer instance
-writing one partition and the group's offsets, a network that loses, duplicates and delays)
-is rebuilt: the transactional id's record as the ``TxnRecord`` korvet/core/transactions.py
-reads, the partition's keys and the group's pending offsets in a real redis-server, built by
-real append.lua and txn_offsets.lua calls (tests/support/script_replay.py walks the graph).
+Every state of three CI models is rebuilt: ``Transactions`` (one transactional id, one
+producer instance writing one partition and the group's offsets, a network that loses,
+duplicates and delays), ``Transactions-replay`` (two instances of the id: the zombie's open
+transaction fenced by its successor's InitProducerId; epochs exhausted) and
+``Transactions-replay-takeover`` (the lease moves while markers are on their way: the
+former holder's markers fenced by their coordinator epoch): the transactional id's record
+as the ``TxnRecord`` korvet/core/transactions.py reads, the partition's keys and the group's
+pending offsets in a real redis-server, built by real append.lua and txn_offsets.lua calls
+(tests/support/script_replay.py walks the graph).
 From each state every action the spec allows is performed, and the successors must be
 exactly TLC's, every variable compared:
 
@@ -25,18 +29,22 @@ exactly TLC's, every variable compared:
   spec's LSO.
 
 The rest (the clients' requests, the network's losses, the timers' ticks, the coordinator's
-bookkeeping of acknowledgements) is the spec's own, in Python. Abstraction: the spec's
+bookkeeping of acknowledgements, the lease's Takeover and Retire) is the spec's own, in
+Python. Abstraction: the spec's
 ghost transaction names travel in the records' values and the offsets' metadata; a
 transactional id's ``age`` is its record's timestamps, ``age`` ticks before the replay's
 clock; the partition is a dense topic (offset o is the id o-1); a data message is a batch
 of one record with the producer's next sequence (the spec has no sequences: a duplicate
 copy of a write is a write of its own); the marker's coordinator epoch is the spec's lease
-token (korvet uses the record's version, a finer coordinator epoch: docs/spec/transactions.md).
+token (korvet's is the record's version at the decision, which orders one producer id's
+decisions as the tokens do: docs/spec/transactions.md); Kafka's epoch bound (``MAX_EPOCH``)
+is narrowed to the model's ``MaxEpoch``, as the other replays narrow the scripts' widths.
 
 The graph is walked once; each action's transitions are also a test of their own
 (``test_transition_replays[Transactions-DeliverMarker]``, ``pytest -k DeliverMarker``), which
-fails when the action never fires in the model. A broken rule of the machine or a script
-must diverge (``test_a_broken_rule_is_caught``).
+fails when the action never fires in the model. A broken rule of the machine or of a script
+must diverge (``test_a_broken_machine_rule_is_caught``, ``test_a_broken_script_rule_is_caught``).
+DeleteRecords is not replayed (Transactions-fencing checks it with TLC alone).
 """
 
 from __future__ import annotations
@@ -70,17 +78,22 @@ from tests.support.spec_actions import action_cases, assert_action_replays
 
 pytestmark = pytest.mark.tlc
 
-# Next's disjuncts, as TLC labels them, that fire in each model (Takeover, Retire and
-# DeleteRecords fire in neither; Lose not in Transactions-replay: spec/models.yaml says why).
+# Next's disjuncts, as TLC labels them, that fire in each model (DeleteRecords in none:
+# spec/models.yaml says why each model leaves an action out).
 ACTIONS = ("ClientInit", "ClientWrite", "ClientEnd", "ClientRetryEnd", "DeliverData",
            "DeliverEnd", "DeliverMarker", "Lose", "TimeoutAbort", "Expire", "Tick",
-           "CompleteTxn", "SendMarker")
+           "CompleteTxn", "SendMarker", "Takeover", "Retire")
+ONE_COORDINATOR = ("Takeover", "Retire")
+REPLAY, TAKEOVER = "Transactions-replay", "Transactions-replay-takeover"
 MODEL_ACTIONS = {
-    "Transactions": ACTIONS,  # one instance; a network that loses and duplicates
-    "Transactions-replay": tuple(a for a in ACTIONS if a != "Lose"),  # zombies: the fence
+    # one instance; a network that loses and duplicates
+    "Transactions": tuple(a for a in ACTIONS if a not in ONE_COORDINATOR),
+    # zombies: an InitProducerId fences the other instance's transaction; no loss
+    REPLAY: tuple(a for a in ACTIONS if a not in (*ONE_COORDINATOR, "Lose")),
+    # a takeover: the former holder's markers fenced; three client steps (no retry)
+    TAKEOVER: tuple(a for a in ACTIONS if a != "ClientRetryEnd"),
 }
 CI_MODELS = list(MODEL_ACTIONS)
-REPLAY = "Transactions-replay"
 
 TOPIC, TOPIC_ID, GROUP_NAME = "t", "topic-id-txn", "g"
 STREAM, META, WAITING = "tx:{t:0}:stream", "tx:{t:0}:partition", "tx:{t:0}:waiting"
@@ -106,6 +119,7 @@ class Constants:
     group: ModelValue
     max_epoch: int
     max_pid: int
+    max_token: int
     timeout: int
     expire_after: int
     max_moves: int
@@ -115,14 +129,14 @@ class Constants:
     @classmethod
     def read(cls, cfg: Path) -> Constants:
         v = tlc.read_constants(cfg)
-        # Takeover, Retire and DeleteRecords are not replayed: a model with them is not this.
-        assert _int(v["MaxToken"]) == 1 and _int(v["MaxTrims"]) == 0, cfg
+        # DeleteRecords is not replayed: a model with it is not this.
+        assert _int(v["MaxTrims"]) == 0, cfg
         parts = _names(v["Partitions"])
         assert len(parts) == 1, "the replay keeps one partition's keys"
         group = v["Group"]
         assert isinstance(group, ModelValue)
         return cls(_names(v["TxnIds"]), _names(v["Instances"]), parts[0], group,
-                   _int(v["MaxEpoch"]), _int(v["MaxPid"]), _int(v["Timeout"]),
+                   _int(v["MaxEpoch"]), _int(v["MaxPid"]), _int(v["MaxToken"]), _int(v["Timeout"]),
                    _int(v["ExpireAfter"]), _int(v["MaxMoves"]), _int(v["MaxLoss"]),
                    _int(v["MaxDup"]))
 
@@ -301,15 +315,14 @@ class TxnReplay:
             ps_p.append(Record({
                 "epoch": int(data.split()[0]) if data else -1, "mark": mark, "ce": ce,
                 "first": first, "open": log[first]["txn"] if first >= 0 else NO_TXN}))
-            last = int(pending.get(f"e:{x}", -1))
+            last, ce = (int(w) for w in (pending.get(f"e:{x}", "-1") + " 0").split()[:2])
             entry: Any = json.loads(pending[str(x)]) if str(x) in pending else None
             open_ = entry is not None and not entry.get("decided")
             if entry is not None and entry.get("decided"):
                 self.problems.append(f"group: a decided entry left unapplied: {entry}")
             ps_g.append(Record({
                 "epoch": max(last, int(entry["epoch"]) if entry else -1), "mark": last,
-                # txn_offsets.lua keeps no coordinator epoch; this model has one token (1)
-                "ce": 1 if last >= 0 else 0, "first": -1,
+                "ce": ce, "first": -1,
                 "open": _unghost(entry["offsets"][0][3]) if open_ else NO_TXN}))
         start = _offset(meta[b"start"]) if b"start" in meta else 0
         index = frozenset(Record({"pid": int(w[0]), "first": _offset(w[1]), "last": _offset(w[2])})
@@ -379,7 +392,8 @@ class TxnReplay:
                 self.reads)
             return _bulk(reply[0]), after, self.part_vars(read, markers)  # type: ignore[index]
         reply, after, read = self.store.call_from(
-            snapshot, "offsets", [GROUP_TXN], ["marker", m["pid"], m["epoch"], m["result"], 2],
+            snapshot, "offsets", [GROUP_TXN], ["marker", m["pid"], m["epoch"], m["result"], 2,
+                                              m["ce"]],
             lambda pipe: pipe.hgetall(GROUP_TXN))
         status = _bulk(reply)
         entry_raw = read[0].get(b"%d" % m["pid"])
@@ -619,48 +633,72 @@ class TxnReplay:
         return out
 
     def coordinators(self, s: dict[str, Any], snapshot: Snapshot) -> Iterator[Successor]:
+        for t in self.c.txn_ids:
+            yield from self.timers(s, snapshot, t)
+            yield from self.lease(s, snapshot, t)
+            yield from self.decided(s, snapshot, t)
+
+    def timers(self, s: dict[str, Any], snapshot: Snapshot, t: ModelValue) -> Iterator[Successor]:
+        """TimeoutAbort and Expire by the rules; Tick."""
         c = self.c
-        for t in c.txn_ids:
-            cs = s["coord"][t]
-            record = self.coordinator.record(t, cs)
-            step = rules.time_out(record, NOW)
-            if step.record is not None:
-                yield Successor("TimeoutAbort", {
+        cs = s["coord"][t]
+        record = self.coordinator.record(t, cs)
+        step = rules.time_out(record, NOW)
+        if step.record is not None:
+            yield Successor("TimeoutAbort", {
+                **s, "coord": _at(s["coord"], t, self.coordinator.spec(step.record, cs["txn"])),
+                "decisions": s["decisions"] | {self.decision(cs, step)},
+                "ackd": _at(s["ackd"], t, frozenset())}, snapshot)
+        if c.expire_after > 0 and rules.expire(record, NOW, c.expire_after * TICK_MS).delete:
+            yield Successor("Expire", {**s, "coord": _at(s["coord"], t, NO_RECORD)}, snapshot)
+        if (cs["state"] == "Ongoing" and cs["age"] < c.timeout) or (
+                cs["state"] in ("Empty", "CompleteCommit", "CompleteAbort")
+                and cs["age"] < c.expire_after):
+            yield Successor("Tick", {**s, "coord": _at(s["coord"], t,
+                                                       _with(cs, age=cs["age"] + 1))}, snapshot)
+
+    def lease(self, s: dict[str, Any], snapshot: Snapshot, t: ModelValue) -> Iterator[Successor]:
+        """Takeover and Retire (korvet has no lease: its records are written by
+        compare-and-set; the tokens are the markers' coordinator epochs)."""
+        if s["lease"][t] < self.c.max_token:  # the lease moves to another broker
+            yield Successor("Takeover", {
+                **s, "lease": _at(s["lease"], t, s["lease"][t] + 1),
+                "live": _at(s["live"], t, s["live"][t] | {s["lease"][t] + 1}),
+                "ackd": _at(s["ackd"], t, frozenset())}, snapshot)
+        for tok in sorted(s["live"][t]):
+            if tok < s["lease"][t]:  # a former holder learns it lost the lease
+                yield Successor("Retire", {**s, "live": _at(s["live"], t, s["live"][t] - {tok})},
+                                snapshot)
+
+    def decided(self, s: dict[str, Any], snapshot: Snapshot, t: ModelValue) -> Iterator[Successor]:
+        """CompleteTxn by the rules; SendMarker with the decision's content."""
+        c = self.c
+        cs = s["coord"][t]
+        record = self.coordinator.record(t, cs)
+        if record is None or not record.state.ending:
+            return
+        decision = rules.decision_of(record)
+        if cs["parts"] <= s["ackd"][t]:
+            step = rules.complete(record, decision, NOW)
+            if step.record is None:
+                self.problems.append(f"no completion of {record} by {decision}")
+            else:
+                yield Successor("CompleteTxn", {
                     **s, "coord": _at(s["coord"], t, self.coordinator.spec(step.record, cs["txn"])),
-                    "decisions": s["decisions"] | {self.decision(cs, step)},
                     "ackd": _at(s["ackd"], t, frozenset())}, snapshot)
-            if c.expire_after > 0 and rules.expire(record, NOW, c.expire_after * TICK_MS).delete:
-                yield Successor("Expire", {**s, "coord": _at(s["coord"], t, NO_RECORD)}, snapshot)
-            if (cs["state"] == "Ongoing" and cs["age"] < c.timeout) or (
-                    cs["state"] in ("Empty", "CompleteCommit", "CompleteAbort")
-                    and cs["age"] < c.expire_after):
-                yield Successor("Tick", {**s, "coord": _at(s["coord"], t,
-                                                           _with(cs, age=cs["age"] + 1))}, snapshot)
-            if record is None or not record.state.ending:
-                continue
-            decision = rules.decision_of(record)
-            if cs["parts"] <= s["ackd"][t]:
-                step = rules.complete(record, decision, NOW)
-                if step.record is None:
-                    self.problems.append(f"no completion of {record} by {decision}")
-                else:
-                    yield Successor("CompleteTxn", {
-                        **s, "coord": _at(s["coord"], t,
-                                          self.coordinator.spec(step.record, cs["txn"])),
-                        "ackd": _at(s["ackd"], t, frozenset())}, snapshot)
-            # the markers of the decision as written: its participants, producer id, epoch
-            # and result (the coordinator epoch is the lease token here)
-            result = COMMIT if decision.commit else ABORT
-            to = ([c.partition] if (TOPIC, 0) in decision.partitions else []) + (
-                [c.group] if GROUP_NAME in decision.groups else [])
-            for tok in sorted(s["live"][t]):
-                for q in to:
-                    if tok == s["lease"][t] and q in s["ackd"][t]:
-                        continue
-                    m = _msg("marker", q, (t, "coordinator"), decision.producer_id,
-                             decision.producer_epoch, tok, result, cs["txn"])
-                    if m not in s["net"]:
-                        yield Successor("SendMarker", {**s, "net": s["net"] | {m}}, snapshot)
+        # the markers of the decision as written: its participants, producer id, epoch and
+        # result (the coordinator epoch is the lease token here)
+        result = COMMIT if decision.commit else ABORT
+        to = ([c.partition] if (TOPIC, 0) in decision.partitions else []) + (
+            [c.group] if GROUP_NAME in decision.groups else [])
+        for tok in sorted(s["live"][t]):
+            for q in to:
+                if tok == s["lease"][t] and q in s["ackd"][t]:
+                    continue
+                m = _msg("marker", q, (t, "coordinator"), decision.producer_id,
+                         decision.producer_epoch, tok, result, cs["txn"])
+                if m not in s["net"]:
+                    yield Successor("SendMarker", {**s, "net": s["net"] | {m}}, snapshot)
 
 
 def _offset(entry_id: bytes | str) -> int:
@@ -744,7 +782,8 @@ def test_every_transition_replays(walked: Callable[[str], WalkReport], name: str
                              aliases={"DeliverData": ["DataArrives", "ApplyData"],
                                       "DeliverEnd": ["EndTxnArrives"],
                                       "DeliverMarker": ["MarkerArrives", "ApplyMarker"],
-                                      "Lose": ["LoseMsg"], "SendMarker": ["SendMarkerTo"]})])
+                                      "Lose": ["LoseMsg"], "SendMarker": ["SendMarkerTo"],
+                                      "Retire": ["RetireToken"]})])
 def test_transition_replays(walked: Callable[[str], WalkReport], model_name: str,
                             action: str) -> None:
     """Every transition of one action of a model, replayed."""
@@ -827,6 +866,11 @@ def test_a_broken_machine_rule_is_caught(redis_url: str, monkeypatch: pytest.Mon
     pytest.param(REPLAY, "txn_offsets.lua",
                  "  if epoch < last then\n    return 'BAD_EPOCH'\n  end\n  if pending",
                  "  if pending", id="group-stale-write-accepted"),
+    # a former coordinator's marker, below the last marker's coordinator epoch, taken
+    pytest.param(TAKEOVER, "append.lua", "  if mark_ce < tstate[2] then", "  if false then",
+                 id="marker-not-fenced"),
+    pytest.param(TAKEOVER, "txn_offsets.lua", "if ce < last_ce then", "if false then",
+                 id="group-marker-not-fenced"),
     # the same marker again applied to the group
     pytest.param("Transactions", "txn_offsets.lua",
                  "if epoch == last and not (open and not v2) then", "if false then",
