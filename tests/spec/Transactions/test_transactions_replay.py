@@ -759,7 +759,7 @@ def walked(redis_url: str) -> Callable[[str], WalkReport]:
     return of
 
 
-@pytest.mark.spec("Transactions", "Spec", "Next", "TxnIds", "Instances", "Partitions", "Group",
+@pytest.mark.spec("Transactions", "Spec", "TxnIds", "Instances", "Partitions", "Group",
                   "MaxEpoch", "MaxPid", "MaxToken", "Timeout", "ExpireAfter", "MaxMoves",
                   "MaxLoss", "MaxDup", "MaxTrims", "coord", "nextPid", "lease", "live", "ackd",
                   "cli", "net", "log", "start", "ps", "aborted", "committed", "decisions",
