@@ -3,7 +3,7 @@
 Every state of three CI models is rebuilt: ``Transactions`` (one transactional id, one
 producer instance writing one partition and the group's offsets, a network that loses,
 duplicates and delays), ``Transactions-replay`` (two instances of the id: the zombie's open
-transaction fenced by its successor's InitProducerId; epochs exhausted) and
+transaction fenced by its successor's InitProducerId; epochs exhausted; DeleteRecords) and
 ``Transactions-replay-takeover`` (the lease moves while markers are on their way: the
 former holder's markers fenced by their coordinator epoch): the transactional id's record
 as the ``TxnRecord`` korvet/core/transactions.py reads, the partition's keys and the group's
@@ -26,7 +26,10 @@ exactly TLC's, every variable compared:
   the meta hash's ``p:``/``t:`` fields, the aborted index and the group's hash are read
   back as ``log``, ``ps``, ``aborted`` and ``committed``; the script's answer is the
   spec's verdict (OK: accepted or APPLY; DUP; FENCED; BAD_EPOCH) and its ``lso`` field the
-  spec's LSO.
+  spec's LSO;
+- DeleteRecords by delete_records.lua; the aborted index and the LSO as a reader sees them
+  (an aborted transaction whose marker lies below the log start is dropped; the LSO is never
+  below the log start: RedisStore's ``_stable``).
 
 The rest (the clients' requests, the network's losses, the timers' ticks, the coordinator's
 bookkeeping of acknowledgements, the lease's Takeover and Retire) is the spec's own, in
@@ -44,7 +47,6 @@ The graph is walked once; each action's transitions are also a test of their own
 (``test_transition_replays[Transactions-DeliverMarker]``, ``pytest -k DeliverMarker``), which
 fails when the action never fires in the model. A broken rule of the machine or of a script
 must diverge (``test_a_broken_machine_rule_is_caught``, ``test_a_broken_script_rule_is_caught``).
-DeleteRecords is not replayed (Transactions-fencing checks it with TLC alone).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from tests.support.script_replay import (
     Snapshot,
     Successor,
     WalkReport,
+    once_per_model,
     script_text,
     tla_int,
     walk,
@@ -78,20 +81,20 @@ from tests.support.spec_actions import action_cases, assert_action_replays
 
 pytestmark = pytest.mark.tlc
 
-# Next's disjuncts, as TLC labels them, that fire in each model (DeleteRecords in none:
-# spec/models.yaml says why each model leaves an action out).
+# Next's disjuncts, as TLC labels them, that fire in each model (spec/models.yaml says why
+# each model leaves an action out).
 ACTIONS = ("ClientInit", "ClientWrite", "ClientEnd", "ClientRetryEnd", "DeliverData",
            "DeliverEnd", "DeliverMarker", "Lose", "TimeoutAbort", "Expire", "Tick",
-           "CompleteTxn", "SendMarker", "Takeover", "Retire")
+           "CompleteTxn", "SendMarker", "Takeover", "Retire", "DeleteRecords")
 ONE_COORDINATOR = ("Takeover", "Retire")
 REPLAY, TAKEOVER = "Transactions-replay", "Transactions-replay-takeover"
 MODEL_ACTIONS = {
     # one instance; a network that loses and duplicates
-    "Transactions": tuple(a for a in ACTIONS if a not in ONE_COORDINATOR),
-    # zombies: an InitProducerId fences the other instance's transaction; no loss
+    "Transactions": tuple(a for a in ACTIONS if a not in (*ONE_COORDINATOR, "DeleteRecords")),
+    # zombies: an InitProducerId fences the other instance's transaction; DeleteRecords; no loss
     REPLAY: tuple(a for a in ACTIONS if a not in (*ONE_COORDINATOR, "Lose")),
     # a takeover: the former holder's markers fenced; three client steps (no retry)
-    TAKEOVER: tuple(a for a in ACTIONS if a != "ClientRetryEnd"),
+    TAKEOVER: tuple(a for a in ACTIONS if a not in ("ClientRetryEnd", "DeleteRecords")),
 }
 CI_MODELS = list(MODEL_ACTIONS)
 
@@ -125,12 +128,11 @@ class Constants:
     max_moves: int
     max_loss: int
     max_dup: int
+    max_trims: int
 
     @classmethod
     def read(cls, cfg: Path) -> Constants:
         v = tlc.read_constants(cfg)
-        # DeleteRecords is not replayed: a model with it is not this.
-        assert _int(v["MaxTrims"]) == 0, cfg
         parts = _names(v["Partitions"])
         assert len(parts) == 1, "the replay keeps one partition's keys"
         group = v["Group"]
@@ -138,7 +140,7 @@ class Constants:
         return cls(_names(v["TxnIds"]), _names(v["Instances"]), parts[0], group,
                    _int(v["MaxEpoch"]), _int(v["MaxPid"]), _int(v["MaxToken"]), _int(v["Timeout"]),
                    _int(v["ExpireAfter"]), _int(v["MaxMoves"]), _int(v["MaxLoss"]),
-                   _int(v["MaxDup"]))
+                   _int(v["MaxDup"]), _int(v["MaxTrims"]))
 
     @property
     def clients(self) -> tuple[tuple[ModelValue, ModelValue], ...]:
@@ -287,20 +289,25 @@ class TxnReplay:
         pipe.hgetall(GROUP_TXN)
         pipe.get(COMMITTED)
 
-    def part_vars(self, read: list[Any], marker_txns: dict[int, TlaValue]) -> dict[str, TlaValue]:
-        """``log``, ``start``, ``ps``, ``aborted``, ``committed`` from the reads
-        (``marker_txns``: the ghost of each marker's transaction, by offset)."""
+    def part_vars(self, read: list[Any], before: Any,
+                  marker_txn: TlaValue = NO_TXN) -> dict[str, TlaValue]:
+        """``log``, ``start``, ``ps``, ``aborted``, ``committed`` from the reads: ``before``
+        is the log before the call (the spec's log keeps what DeleteRecords removed from the
+        stream, and each marker's transaction, which the stream does not name; a marker the
+        call wrote is ``marker_txn``'s)."""
         stream, meta, aborted, group, committed = read
         meta, group = _pairs(meta), _pairs(group)
         p = self.c.partition
-        log: list[Record] = []
-        for offset, (entry_id, flat) in enumerate(stream):
-            assert _offset(entry_id) == offset, (entry_id, offset)
+        log: list[Record] = list(before[:_offset(stream[0][0])] if stream else before)
+        for entry_id, flat in stream:
+            offset = _offset(entry_id)
+            assert offset == len(log), (entry_id, log)
             fields = _pairs(flat)
             pid, epoch = (int(x) for x in fields[entries.PRODUCER].split())
             if entries.CONTROL in fields:
+                txn = before[offset]["txn"] if offset < len(before) else marker_txn
                 log.append(Record({"kind": fields[entries.CONTROL].decode(), "pid": pid,
-                                   "epoch": epoch, "txn": marker_txns[offset]}))
+                                   "epoch": epoch, "txn": txn}))
             else:
                 log.append(Record({"kind": "data", "pid": pid, "epoch": epoch,
                                    "txn": _unghost(fields[b"value"])}))
@@ -325,9 +332,13 @@ class TxnReplay:
                 "ce": ce, "first": -1,
                 "open": _unghost(entry["offsets"][0][3]) if open_ else NO_TXN}))
         start = _offset(meta[b"start"]) if b"start" in meta else 0
+        # The aborted index as a reader sees it: an entry whose marker lies below the log start
+        # is no reader's concern (the scripts drop it at the next transactional append; the
+        # spec at DeleteRecords); the LSO as a reader computes it (RedisStore's _stable).
         index = frozenset(Record({"pid": int(w[0]), "first": _offset(w[1]), "last": _offset(w[2])})
-                          for w in (member.split() for member in aborted))
-        lso = _offset(meta[b"lso"]) if b"lso" in meta else len(log)
+                          for w in (member.split() for member in aborted)
+                          if _offset(w[2]) >= start)
+        lso = max(start, min(len(log), _offset(meta[b"lso"]))) if b"lso" in meta else len(log)
         state = {"log": Function({p: tuple(log)}), "start": Function({p: start}),
                  "ps": Function({p: tuple(ps_p), self.c.group: tuple(ps_g)}),
                  "aborted": Function({p: index}),
@@ -341,7 +352,7 @@ class TxnReplay:
         snapshot, read = self.store.snapshot_and([("XRANGE", STREAM, "-", "+"),
                                                   ("HGETALL", META), ("ZRANGE", ABORTED, 0, -1),
                                                   ("HGETALL", GROUP_TXN), ("GET", COMMITTED)])
-        got = self.part_vars([read[0], _pairs(read[1]), read[2], _pairs(read[3]), read[4]], {})
+        got = self.part_vars([read[0], _pairs(read[1]), read[2], _pairs(read[3]), read[4]], ())
         for name, value in got.items():
             assert value == state[name], (name, value, state[name])
         return snapshot
@@ -371,17 +382,15 @@ class TxnReplay:
                 snapshot, "offsets", [GROUP_TXN], ["write", m["pid"], m["epoch"],
                                                    json.dumps(offsets)], self.reads)
             status = _bulk(reply)
-        return status, after, self.part_vars(read, self._markers(log))
+        return status, after, self.part_vars(read, log)
 
     def marker(self, s: dict[str, Any], snapshot: Snapshot, m: Any) -> tuple[str, Snapshot,
                                                                                dict[str, TlaValue]]:
         """The marker ``m`` arriving at its participant: (OK | DUP | FENCED | BAD_EPOCH,
         keys after, partVars after); on the group, the owner then applies a decided entry."""
         log = s["log"][self.c.partition]
-        markers = self._markers(log)
         commit = m["result"] == COMMIT
         if m["to"] == self.c.partition:
-            markers[len(log)] = m["txn"]
             fields = entries.marker_fields(commit, m["pid"], m["epoch"], m["ce"], NOW)
             producer = f"{m['result']} {m['ce']} 2"
             args: list[str | int | bytes] = [NOW, 0, 0, TOPIC_ID, -1, -1, 0, m["pid"], m["epoch"],
@@ -390,7 +399,7 @@ class TxnReplay:
             reply, after, read = self.store.call_from(
                 snapshot, "append", [STREAM, META, META, WAITING, TIMES, OPEN, ABORTED], args,
                 self.reads)
-            return _bulk(reply[0]), after, self.part_vars(read, markers)  # type: ignore[index]
+            return _bulk(reply[0]), after, self.part_vars(read, log, m["txn"])  # type: ignore[index]
         reply, after, read = self.store.call_from(
             snapshot, "offsets", [GROUP_TXN], ["marker", m["pid"], m["epoch"], m["result"], 2,
                                               m["ce"]],
@@ -412,15 +421,28 @@ class TxnReplay:
                                   ("GET", COMMITTED)])
             assert _bulk(replies[-1]) == "OK", replies
             read = [read[0], _pairs(read[1]), read[2], _pairs(read[3]), read[4]]
-            return status, after, self.part_vars(read, markers)
+            return status, after, self.part_vars(read, log)
         _, more = self.store.snapshot_and([("XRANGE", STREAM, "-", "+"), ("HGETALL", META),
                                            ("ZRANGE", ABORTED, 0, -1), ("HGETALL", GROUP_TXN),
                                            ("GET", COMMITTED)])
         return status, after, self.part_vars(
-            [more[0], _pairs(more[1]), more[2], _pairs(more[3]), more[4]], markers)
+            [more[0], _pairs(more[1]), more[2], _pairs(more[3]), more[4]], log)
 
-    def _markers(self, log: Any) -> dict[int, TlaValue]:
-        return {o: r["txn"] for o, r in enumerate(log) if r["kind"] != "data"}
+    def delete_records(self, s: dict[str, Any], snapshot: Snapshot) -> Iterator[Successor]:
+        """DeleteRecords to every offset above the log start up to the high watermark: one
+        delete_records.lua call each, as AdminStore.raise_log_start makes it."""
+        if s["trims"] >= self.c.max_trims:
+            return
+        log = s["log"][self.c.partition]
+        for offset in range(s["start"][self.c.partition] + 1, len(log) + 1):
+            reply, after, read = self.store.call_from(
+                snapshot, "delete", [STREAM, META, META, TIMES], [TOPIC_ID, 0, offset, 1, 0, 0],
+                self.reads)
+            if _bulk(reply[0]) != "OK":  # type: ignore[index]
+                self.problems.append(f"DeleteRecords to {offset} on {log}: {reply}")
+                continue
+            yield Successor("DeleteRecords", {**s, **self.part_vars(read, log),
+                                              "trims": s["trims"] + 1}, after)
 
     # every successor the spec allows
 
@@ -428,6 +450,7 @@ class TxnReplay:
         yield from self.clients(s, snapshot)
         yield from self.deliveries(s, snapshot)
         yield from self.coordinators(s, snapshot)
+        yield from self.delete_records(s, snapshot)
 
     def clients(self, s: dict[str, Any], snapshot: Snapshot) -> Iterator[Successor]:
         c = self.c
@@ -726,6 +749,7 @@ def _replay(redis_url: str, graph: tlc.StateGraph, c: Constants,
     """Walk the graph; a mutated script (``mutate``: the script, a rule, its broken form)
     or mutated rules (``machine``) stop at the first divergence."""
     texts = {"append": script_text("append.lua", mutate=_for(mutate, "append.lua")),
+             "delete": script_text("delete_records.lua", mutate=_for(mutate, "delete_records.lua")),
              "offsets": script_text("txn_offsets.lua", mutate=_for(mutate, "txn_offsets.lua"))}
     store = ScriptRedis(redis_url, texts, KEYS, META, TOPIC_ID)
     # The epochs narrowed to the model's, as the scripts' widths are: Kafka's bound
@@ -748,15 +772,7 @@ def _for(mutate: tuple[str, str, str] | None, script: str) -> tuple[str, str] | 
 @pytest.fixture(scope="module")
 def walked(redis_url: str) -> Callable[[str], WalkReport]:
     """The walk of a model's whole graph, once per model and module."""
-    reports: dict[str, WalkReport] = {}
-
-    def of(name: str) -> WalkReport:
-        if name not in reports:
-            graph = _graph(name)
-            reports[name] = _replay(redis_url, graph, CONSTANTS[name])
-            print(f"\n{name}: " + reports[name].summary(graph))
-        return reports[name]
-    return of
+    return once_per_model(lambda name: _replay(redis_url, _graph(name), CONSTANTS[name]), _graph)
 
 
 @pytest.mark.spec("Transactions", "Spec", "TxnIds", "Instances", "Partitions", "Group",
@@ -848,7 +864,7 @@ def test_a_broken_machine_rule_is_caught(redis_url: str, monkeypatch: pytest.Mon
 
 
 @pytest.mark.spec("Transactions", "DataArrives", "MarkerArrives", "MarkerVerdict", "ApplyMarker",
-                  "DataAccepted", "LSO")
+                  "DataAccepted", "LSO", "DeleteRecords")
 @pytest.mark.parametrize("model,script,rule,broken", [
     # an ABORT marker leaves the transaction out of the aborted index
     pytest.param(REPLAY, "append.lua", "if mark_result == 'ABORT' then", "if false then",
@@ -866,6 +882,12 @@ def test_a_broken_machine_rule_is_caught(redis_url: str, monkeypatch: pytest.Mon
     pytest.param(REPLAY, "txn_offsets.lua",
                  "  if epoch < last then\n    return 'BAD_EPOCH'\n  end\n  if pending",
                  "  if pending", id="group-stale-write-accepted"),
+    # DeleteRecords trims the stream but leaves the log start where it was
+    pytest.param(REPLAY, "delete_records.lua", "redis.call('HSET', KEYS[2], 'start', new_id)", "",
+                 id="delete-records-start-not-moved"),
+    # an aborted transaction whose marker is at the log start dropped from the index
+    pytest.param(REPLAY, "append.lua", "'(' .. string.format('%d', start_ms)",
+                 "string.format('%d', start_ms)", id="aborted-at-start-dropped"),
     # a former coordinator's marker, below the last marker's coordinator epoch, taken
     pytest.param(TAKEOVER, "append.lua", "  if mark_ce < tstate[2] then", "  if false then",
                  id="marker-not-fenced"),
