@@ -21,7 +21,10 @@ write or a late EndTxn of one transaction is never taken for the next one's (the
 ``CommitOnlyWhenAsked`` and ``NoHangingTxn``). Transactions v1 clients (explicit
 AddPartitionsToTxn, EndTxn v4 or older) keep their epoch across transactions, as Kafka's do.
 
-Tests: tests/unit/core/test_transactions.py.
+Tests: tests/unit/core/test_transactions.py; tests/spec/Transactions/test_transactions_replay.py
+replays TLC's state graphs of the spec through these rules (every transition, every reply): the
+transactions v1 paths and the KIP-360 and KAFKA-18401 extensions are beyond the spec
+(docs/spec/transactions.md).
 """
 
 from __future__ import annotations

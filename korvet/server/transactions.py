@@ -236,8 +236,9 @@ class TransactionCoordinator:
 
     async def _group_marker(self, decision: Decision, group: str) -> bool:
         verdict = await self.offsets.marker(group, decision.producer_id, decision.producer_epoch,
-                                            decision.commit, decision.tv2)
-        if verdict == "BAD_EPOCH":
+                                            decision.commit, decision.tv2,
+                                            decision.coordinator_epoch)
+        if verdict in ("FENCED", "BAD_EPOCH"):
             log.warning("marker of %r (producer %d epoch %d) refused by group %r",
                         decision.transactional_id, decision.producer_id,
                         decision.producer_epoch, group)

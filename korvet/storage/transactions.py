@@ -100,10 +100,11 @@ class TxnOffsetStore:
                                         args=["write", producer_id, epoch, encoded]))
 
     async def marker(self, group: str, producer_id: int, epoch: int, commit: bool,
-                     tv2: bool) -> str:
-        """A transaction's marker for the group: 'OK', 'DUP' or 'BAD_EPOCH'."""
+                     tv2: bool, coordinator_epoch: int) -> str:
+        """A transaction's marker for the group: 'OK', 'DUP', 'FENCED' or 'BAD_EPOCH'."""
         return _text(await self._script(keys=[self.key(group)], args=[
-            "marker", producer_id, epoch, "COMMIT" if commit else "ABORT", 2 if tv2 else 1]))
+            "marker", producer_id, epoch, "COMMIT" if commit else "ABORT", 2 if tv2 else 1,
+            coordinator_epoch]))
 
     async def pending(self, group: str) -> list[PendingOffsets]:
         raw: dict[Any, Any] = await self.redis.hgetall(self.key(group))

@@ -250,6 +250,20 @@ class WalkReport:
                 f"{graph.result.depth}); by action: {dict(sorted(self.actions.items()))}")
 
 
+def once_per_model(replay: Callable[[str], WalkReport],
+                   graph: Callable[[str], tlc.StateGraph]) -> Callable[[str], WalkReport]:
+    """``replay`` of a model's whole graph, run once per model (a module-scoped fixture's
+    value: each action's test reads the same walk), its summary printed."""
+    reports: dict[str, WalkReport] = {}
+
+    def of(name: str) -> WalkReport:
+        if name not in reports:
+            reports[name] = replay(name)
+            print(f"\n{name}: " + reports[name].summary(graph(name)))
+        return reports[name]
+    return of
+
+
 def describe(state: Mapping[str, TlaValue]) -> str:
     return ", ".join(f"{name} = {format_value(value)}" for name, value in sorted(state.items()))
 

@@ -41,6 +41,9 @@ DUMPED = frozenset({
     "DenseLog",  # tests/spec/DenseLog/test_dense_log_replay.py
     "DenseLog-batches",  # same
     "DenseLog-consumer",  # same
+    "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
+    "Transactions-replay",  # same
+    "Transactions-replay-takeover",  # same
 })
 
 
