@@ -37,6 +37,10 @@ from enum import Enum
 from korvet.core.errors import ErrorCode
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE
+# The wire's bound on an epoch (Short.MAX_VALUE), for the bump of transactions v2's decisions:
+# the replays narrow MAX_EPOCH to their models' bound, where the spec has clients start over
+# instead (docs/spec/transactions.md: "TV2's epoch overflow ... left out").
+WIRE_MAX_EPOCH = 32767
 DECISION_BUMP = 1
 NO_PRODUCER = -1
 
@@ -97,6 +101,10 @@ class TxnRecord:
     tv2: bool = False  # the open or last transaction was started under transactions v2
     last_epoch: int = -1  # the epoch before the last InitProducerId (its retry is recognised)
     version: int = 0
+    # transactions v2 at the end of the epochs: the producer id a decision hands the producer
+    # (taken on at the completion), and the one it had before (its EndTxn retry is recognised)
+    next_pid: int = NO_PRODUCER
+    last_pid: int = NO_PRODUCER
 
     def to_json(self) -> str:
         return json.dumps({
@@ -104,6 +112,7 @@ class TxnRecord:
             "state": self.state.value, "partitions": sorted(map(list, self.partitions)),
             "groups": sorted(self.groups), "started": self.started_ms,
             "updated": self.updated_ms, "tv2": self.tv2, "last_epoch": self.last_epoch,
+            "next_pid": self.next_pid, "last_pid": self.last_pid,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -113,7 +122,8 @@ class TxnRecord:
             transactional_id, int(raw["pid"]), int(raw["epoch"]), int(raw["timeout"]),
             TxnState(raw["state"]), frozenset((str(t), int(p)) for t, p in raw["partitions"]),
             frozenset(map(str, raw["groups"])), int(raw["started"]), int(raw["updated"]),
-            bool(raw["tv2"]), int(raw.get("last_epoch", -1)), version)
+            bool(raw["tv2"]), int(raw.get("last_epoch", -1)), version,
+            int(raw.get("next_pid", NO_PRODUCER)), int(raw.get("last_pid", NO_PRODUCER)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,22 +290,34 @@ def verify(record: TxnRecord | None, producer_id: int, epoch: int,
 # --- EndTxn ---------------------------------------------------------------------------
 
 def end_txn(record: TxnRecord | None, producer_id: int, epoch: int, commit: bool, *,
-            tv2: bool, now_ms: int) -> Step:
+            tv2: bool, now_ms: int, fresh_pid: int | None = None) -> Step:
     """EndTxn (spec: EndTxnArrives). Ongoing with the transaction's epoch: the durable
     decision (under v2 with the epoch bumped), answered at once, the markers after. A retry
     of a decided transaction: CONCURRENT_TRANSACTIONS until it is complete, then NONE; the
     other result: INVALID_TXN_STATE; anything else is fenced. Under v2 an abort with nothing
-    open is allowed (the client may not know the state; KAFKA-18401): it bumps the epoch."""
+    open is allowed (the client may not know the state; KAFKA-18401): it bumps the epoch.
+    Under v2 a decision whose bump leaves no epoch for the next one hands the producer a new
+    producer id at epoch 0 (``fresh_pid``; KIP-890), taken on when the decision completes;
+    the markers carry the old id and the bumped epoch."""
+    if record is not None and record.producer_id != producer_id and tv2 \
+            and record.last_pid == producer_id and epoch + DECISION_BUMP == record.last_epoch \
+            and record.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return _retry(record, commit)  # the decision that handed out the new producer id
     if record is None or record.producer_id != producer_id:
         return _fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
     bump = DECISION_BUMP if tv2 else 0
     if epoch == record.producer_epoch:
+        overflow = tv2 and record.producer_epoch + bump >= WIRE_MAX_EPOCH
+        if overflow and fresh_pid is None and (record.state is TxnState.ONGOING
+                                               or (record.state.idle and not commit)):
+            return Step(ErrorCode.NONE, needs_producer_id=True)
+        handed = (fresh_pid, 0) if overflow and fresh_pid is not None else None
         if record.state is TxnState.ONGOING:
             decided = replace(record, state=_prepare(commit),
                               producer_epoch=record.producer_epoch + bump, updated_ms=now_ms,
-                              tv2=tv2)
-            return Step(ErrorCode.NONE, decided, producer_id=producer_id,
-                        producer_epoch=decided.producer_epoch)
+                              tv2=tv2, next_pid=handed[0] if handed else NO_PRODUCER)
+            pid, told = handed or (producer_id, decided.producer_epoch)
+            return Step(ErrorCode.NONE, decided, producer_id=pid, producer_epoch=told)
         if tv2 and record.state.idle:
             if commit:
                 return _fail(ErrorCode.INVALID_TXN_STATE)
@@ -303,7 +325,10 @@ def end_txn(record: TxnRecord | None, producer_id: int, epoch: int, commit: bool
                               groups=frozenset(), started_ms=-1,
                               producer_epoch=record.producer_epoch + bump, updated_ms=now_ms,
                               tv2=tv2)
-            return Step(ErrorCode.NONE, aborted, producer_id=producer_id,
+            if handed:
+                aborted = replace(aborted, producer_id=handed[0], producer_epoch=0,
+                                  last_pid=producer_id, last_epoch=aborted.producer_epoch)
+            return Step(ErrorCode.NONE, aborted, producer_id=aborted.producer_id,
                         producer_epoch=aborted.producer_epoch)
         if not tv2:  # v1: the epoch stays, so a retry arrives with the record's own
             return _retry(record, commit)
@@ -338,6 +363,10 @@ def complete(record: TxnRecord | None, decision: Decision, now_ms: int) -> Step:
         return Step(ErrorCode.NONE)
     done = replace(record, state=_finish(record.state), partitions=frozenset(),
                    groups=frozenset(), started_ms=-1, updated_ms=now_ms)
+    if record.next_pid != NO_PRODUCER:  # the producer goes on with the id the decision gave
+        done = replace(done, producer_id=record.next_pid, producer_epoch=0,
+                       next_pid=NO_PRODUCER, last_pid=record.producer_id,
+                       last_epoch=record.producer_epoch)
     return Step(ErrorCode.NONE, done)
 
 

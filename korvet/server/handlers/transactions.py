@@ -154,8 +154,8 @@ async def end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
     pid, epoch, commit = int(request.producer_id), int(request.producer_epoch), request.committed
     tv2 = ctx.api_version >= TV2_END_TXN
     now = services.now_ms()
-    step = await _step(services, transactional_id, lambda record, _pid: rules.end_txn(
-        record, pid, epoch, commit, tv2=tv2, now_ms=now))
+    step = await _step(services, transactional_id, lambda record, fresh: rules.end_txn(
+        record, pid, epoch, commit, tv2=tv2, now_ms=now, fresh_pid=fresh))
     error = rules.fence_error(step.error, new_enough=ctx.api_version >= 2)
     if error is ErrorCode.TRANSACTION_ABORTABLE and ctx.api_version < 4:
         error = ErrorCode.INVALID_TXN_STATE

@@ -245,3 +245,32 @@ def test_epochs_never_go_back_and_a_decision_is_only_ever_completed(ops: list[tu
             assert op == "complete" and new.state is not TxnState.ONGOING
         assert TxnRecord.from_json("tx", new.to_json(), new.version) == new
         record = new
+
+
+def test_transactions_v2_at_the_end_of_the_epochs_hands_out_a_new_producer_id() -> None:
+    """KIP-890: a decision whose bump would leave no epoch for the next transaction gives the
+    producer a new producer id at epoch 0 (in EndTxn's answer); the markers carry the old id
+    and the bumped epoch; the record takes the new id on at completion, and a retry of that
+    EndTxn with the old id is recognised."""
+    top = rules.WIRE_MAX_EPOCH - 1
+    record = replace(ongoing(fresh(pid=7)), producer_epoch=top)
+    asked = rules.end_txn(record, 7, top, True, tv2=True, now_ms=NOW)
+    assert asked.needs_producer_id and asked.record is None
+    decided = rules.end_txn(record, 7, top, True, tv2=True, now_ms=NOW, fresh_pid=8)
+    assert (decided.error, decided.producer_id, decided.producer_epoch) == (ErrorCode.NONE, 8, 0)
+    committing = written(decided, record.version + 1)
+    decision = rules.decision_of(committing)
+    assert (decision.producer_id, decision.producer_epoch) == (7, rules.WIRE_MAX_EPOCH)
+    assert rules.end_txn(committing, 7, top, True, tv2=True, now_ms=NOW).error is \
+        ErrorCode.CONCURRENT_TRANSACTIONS
+    done = written(rules.complete(committing, decision, NOW), committing.version + 1)
+    assert (done.producer_id, done.producer_epoch, done.state) == (8, 0,
+                                                                   TxnState.COMPLETE_COMMIT)
+    retry = rules.end_txn(done, 7, top, True, tv2=True, now_ms=NOW)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (ErrorCode.NONE, 8, 0)
+    nxt = rules.add(done, 8, 0, partitions=(P0,), now_ms=NOW, tv2=True)
+    assert nxt.error is ErrorCode.NONE and nxt.record is not None
+    assert TxnRecord.from_json("tx", done.to_json(), done.version) == done
+    below = replace(ongoing(fresh(pid=7)), producer_epoch=top - 1)
+    plain = rules.end_txn(below, 7, top - 1, True, tv2=True, now_ms=NOW)
+    assert (plain.producer_id, plain.producer_epoch) == (7, top)  # room left: no new id
