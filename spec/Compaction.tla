@@ -33,6 +33,7 @@ CONSTANTS
     Policy,          \* cleanup.policy: "compact" or "compact,delete"
     Keys,            \* the record keys
     NoKey,           \* a keyless record (refused: INVALID_RECORD)
+    Keyless,         \* do producers send keyless records?
     MaxBatch,        \* records per append 1..MaxBatch
     MaxAppends,      \* appends (accepted or refused) in a behaviour
     AppendBy,        \* producers write while the clock is at most this
@@ -52,7 +53,7 @@ CONSTANTS
     FetchCount       \* entries a fetch returns at most
 
 ASSUME /\ Format \in {"records", "batches"} /\ Policy \in {"compact", "compact,delete"}
-       /\ NoKey \notin Keys /\ MaxBatch \in Nat \ {0} /\ MaxAppends \in Nat
+       /\ NoKey \notin Keys /\ Keyless \in BOOLEAN /\ MaxBatch \in Nat \ {0} /\ MaxAppends \in Nat
        /\ AppendBy \in Nat /\ MaxClock \in Nat /\ MinLag \in Nat /\ MaxLag \in Nat
        /\ MinLag <= MaxLag /\ SegMs \in Nat /\ SegRecords \in Nat \ {0}
        /\ MinDirty \in 0..100 /\ DeleteRetention \in Nat /\ RetentionMs \in Nat
@@ -90,7 +91,7 @@ VARIABLES
     appends, abandons,
     rd,        \* the reader: [st ("idle", "reading", "done"), pos, from (the log start when it
                \* began), t0 (the time), map (key -> value), seen (the last fetch's records),
-               \* got (what of them it delivers), fetched, to (its next position), end, tEnd]
+               \* end (where it ended), inTime (it ended within delete.retention.ms)]
     reads
 
 vars == <<hist, stream, start, seg, cleanedTo, lastSwap, cl, new, txn, aborted, hz, clock,
@@ -100,8 +101,8 @@ HW == Len(hist)
 LSO == IF txn.open = -1 THEN HW ELSE txn.open
 NoMap == [k \in Keys |-> -1]
 NoPass == [phase |-> "idle", upto |-> 0, cur |-> 0, map |-> NoMap]
-NoRead == [st |-> "idle", pos |-> 0, from |-> 0, t0 |-> 0, map |-> NoMap, got |-> <<>>,
-           seen |-> <<>>, fetched |-> FALSE, to |-> 0, end |-> 0, tEnd |-> 0]
+NoRead == [st |-> "idle", pos |-> 0, from |-> 0, t0 |-> 0, map |-> NoMap, seen |-> <<>>,
+           end |-> 0, inTime |-> FALSE]
 
 Init ==
     /\ hist = <<>> /\ stream = <<>> /\ start = 0 /\ seg = [base |-> 0, t |-> -1]
@@ -161,7 +162,7 @@ Write(ks, x, ctl) ==
 Produce ==
     /\ appends < MaxAppends /\ clock <= AppendBy /\ txn.open = -1
     /\ \E n \in 1..MaxBatch :
-         \E ks \in [1..n -> (Keys \cup {NoKey}) \X BOOLEAN] :
+         \E ks \in [1..n -> (Keys \cup (IF Keyless THEN {NoKey} ELSE {})) \X BOOLEAN] :
            IF \E i \in 1..n : ks[i][1] = NoKey
              THEN UNCHANGED <<hist, stream, seg>>
              ELSE Write(ks, 0, FALSE)
@@ -365,48 +366,44 @@ ReadStart ==
     /\ reads' = reads + 1
     /\ UNCHANGED RUNCHANGED
 
-\* A fetch at pos (one atomic read: bounds, the aborted list and the entries): the first
-\* FetchCount entries holding a record at or after pos (in the batches format the entry
-\* holding pos, found by XREVRANGE, may hold only earlier records now: it is passed over),
-\* each record at its own offset; aborted data and markers are not delivered (the client
-\* drops them with the aborted list). Nothing left below the LSO: an empty batch up to it
-\* (as Kafka keeps the last batch of a cleaning round), so the position reaches the end.
-\* At the end, the read is done; below the log start it failed (OFFSET_OUT_OF_RANGE).
+\* A fetch at pos (one atomic read: bounds, the aborted list and the entries), and the
+\* client taking it: the first FetchCount entries holding a record at or after pos (in the
+\* batches format the entry holding pos, found by XREVRANGE, may hold only earlier records
+\* now: it is passed over), each record at its own offset; aborted data and markers are
+\* not applied (the client drops them with the aborted list); each record sets its key's
+\* value, a tombstone removes it. Nothing left below the LSO: an empty batch up to it (as
+\* Kafka keeps the last batch of a cleaning round), so the position reaches the end. At
+\* the end the read is done; below the log start it failed (OFFSET_OUT_OF_RANGE). The
+\* reader's map is its own, so a response taken later (a read-ahead's prepared response,
+\* a slow consumer) is this fetch with a later end: it needs no step of its own.
 \* An entry's records as a fetch returns them: each at its own offset (a rewritten batch
 \* keeps its records' offset deltas).
 Numbered(e) == e.recs
 RECURSIVE Flat(_)
 Flat(s) == IF s = <<>> THEN <<>> ELSE Numbered(Head(s)) \o Flat(Tail(s))
-Fetch ==
-    /\ rd.st = "reading" /\ ~rd.fetched
-    /\ IF rd.pos < start
-         THEN rd' = NoRead
-         ELSE IF rd.pos >= LSO
-           THEN rd' = [rd EXCEPT !.st = "done", !.end = rd.pos, !.tEnd = clock]
-           ELSE LET es   == SelectSeq(stream, LAMBDA e : LastOff(e) >= rd.pos)
-                    c    == SubSeq(es, 1, Min(FetchCount, Len(es)))
-                    flat == SelectSeq(Flat(c), LAMBDA r : rd.pos <= r.off /\ r.off < LSO)
-                IN  rd' = [rd EXCEPT !.fetched = TRUE, !.seen = flat,
-                                     !.got = SelectSeq(flat, LAMBDA r : ~r.ctl /\ r.x \notin aborted),
-                                     !.to = IF flat = <<>> THEN LSO ELSE flat[Len(flat)].off + 1]
-    /\ UNCHANGED <<RUNCHANGED, reads>>
-
-\* The client takes the response (later: a read-ahead's prepared response, a slow
-\* consumer): each record sets its key's value, a tombstone removes it.
 RECURSIVE Apply(_, _)
 Apply(m, g) ==
     IF g = <<>> THEN m
     ELSE Apply([m EXCEPT ![Head(g).key] = IF Head(g).tomb THEN -1 ELSE Head(g).v], Tail(g))
-Deliver ==
-    /\ rd.st = "reading" /\ rd.fetched
-    /\ rd' = [rd EXCEPT !.fetched = FALSE, !.got = <<>>, !.map = Apply(rd.map, rd.got),
-                        !.pos = rd.to]
+Fetch ==
+    /\ rd.st = "reading"
+    /\ IF rd.pos < start
+         THEN rd' = NoRead
+         ELSE IF rd.pos >= LSO
+           THEN rd' = [rd EXCEPT !.st = "done", !.end = rd.pos, !.seen = <<>>,
+                                 !.inTime = clock - rd.t0 < DeleteRetention]
+           ELSE LET es   == SelectSeq(stream, LAMBDA e : LastOff(e) >= rd.pos)
+                    c    == SubSeq(es, 1, Min(FetchCount, Len(es)))
+                    flat == SelectSeq(Flat(c), LAMBDA r : rd.pos <= r.off /\ r.off < LSO)
+                    got  == SelectSeq(flat, LAMBDA r : ~r.ctl /\ r.x \notin aborted)
+                IN  rd' = [rd EXCEPT !.seen = flat, !.map = Apply(rd.map, got),
+                                     !.pos = IF flat = <<>> THEN LSO ELSE flat[Len(flat)].off + 1]
     /\ UNCHANGED <<RUNCHANGED, reads>>
 
 Next ==
     \/ Produce \/ TxnAppend \/ TxnEnd \/ Tick \/ Retain \/ DeleteRecords
     \/ Roll \/ Begin \/ MapChunk \/ CopyChunk \/ Swap \/ Abandon
-    \/ ReadStart \/ Fetch \/ Deliver
+    \/ ReadStart \/ Fetch
 
 Spec == Init /\ [][Next]_vars
 
@@ -464,14 +461,15 @@ KeyedOnly == \A r \in RecsOf(stream) : r.ctl \/ r.key \in Keys
 (* A reader that starts at the log start and reaches the end within delete.retention.ms   *)
 (* ends with the key -> value map of the whole log (every tombstone seen).                *)
 ReaderSeesFinalState ==
-    (rd.st = "done" /\ rd.tEnd - rd.t0 < DeleteRetention) => rd.map = HistMap(rd.from, rd.end)
+    (rd.st = "done" /\ rd.inTime) => rd.map = HistMap(rd.from, rd.end)
 
 (* A fetch from any offset, a removed one too, returns first the next surviving record,   *)
 (* then the ones after it, none skipped, each at its offset with its value.               *)
+(* (A fetch is the reader's only step that leaves it reading and changes it.)            *)
 Survivor(r) == \E q \in RecsOf(stream) : q.off = r.off /\ q.key = r.key /\ q.tomb = r.tomb
                                          /\ q.v = r.v
 FetchNextSurvivor ==
-    [][(rd.fetched' /\ ~rd.fetched) =>
+    [][(rd.st = "reading" /\ rd'.st = "reading" /\ rd' # rd) =>
          LET g == rd.seen' IN
          /\ (\E q \in RecsOf(stream) : rd.pos <= q.off /\ q.off < LSO) => g # <<>>
          /\ \A i \in DOMAIN g :
