@@ -281,7 +281,12 @@ def interpret(model: Model, output: str, exit_code: int, wall: float) -> TlcResu
             # "Property line L, col C to ... of module M is violated by the initial state":
             # TLC names no property; name_temporal_violation names the one a model checks
             result.outcome = "violation"
-            result.violated = "Temporal property " + text.strip()
+            first, _, state = text.strip().partition("\n")
+            result.violated = "Temporal property " + first.strip()
+            # the message carries the initial state (TLC prints no trace of its own)
+            result.trace.append(TraceStep(1, "Initial predicate", "",
+                                          parse_state(state) if state.strip() else {},
+                                          state.strip()))
         elif code == MSG_DEADLOCK:
             result.outcome = "violation"
             result.violated = "Deadlock"
