@@ -443,6 +443,13 @@ def test_offsets_of_a_transaction_reach_a_group_another_broker_coordinates(
     second.start()
     try:
         bootstrap = f"{multi_korvet.bootstrap},{second.bootstrap}"
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": multi_korvet.bootstrap})
+        deadline = time.monotonic() + 30  # both brokers in each other's registry
+        while len(admin.list_topics(timeout=10).brokers) < 2:
+            assert time.monotonic() < deadline, "the second broker never showed up"
+            time.sleep(0.5)
         create(bootstrap, unique_name)
         group = f"group-{unique_name}"
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
@@ -515,3 +522,23 @@ def test_aiokafka_and_kafka_python_transactional_producers(korvet: KorvetProcess
             await consumer.stop()
 
     assert asyncio.run(scenario()) == [b"aio-committed", b"python-committed"]
+
+
+def test_init_producer_id_with_half_a_producer_is_an_invalid_request(korvet: KorvetProcess) -> None:
+    """KIP-360: a producer id without an epoch (or the reverse) is INVALID_REQUEST, as Kafka's
+    broker answers it before anything else (found by the differential mode against Kafka)."""
+    import datetime
+
+    from kio.schema.init_producer_id.v3.request import InitProducerIdRequest
+    from kio.schema.types import ProducerId
+    from kio.static.primitive import i16, i32Timedelta
+
+    from tests.support.wire import WireClient
+
+    with WireClient(korvet.bootstrap) as client:
+        for pid, epoch in ((0, -1), (-1, 0)):
+            answer = client.request(InitProducerIdRequest(
+                transactional_id=None, producer_id=ProducerId(pid), producer_epoch=i16(epoch),
+                transaction_timeout=i32Timedelta.parse(datetime.timedelta(0))))
+            assert int(answer.error_code) == 42  # INVALID_REQUEST
+            assert int(answer.producer_id) == -1

@@ -48,6 +48,11 @@ async def init_producer_id(services: Services, ctx: RequestContext,
                            request: InitProducerIdRequest) -> InitProducerIdResponse:
     call = decode_init_producer_id(request)
     response_cls = response_type(type(request))
+    if (call.producer_id < 0) != (call.producer_epoch < 0):
+        # KIP-360: the producer id and epoch are both -1 (a new producer) or both valid, as
+        # Kafka's KafkaApis checks before anything else (found by the differential mode)
+        return make(response_cls, throttle_time=0, error_code=ErrorCode.INVALID_REQUEST,
+                    producer_id=-1, producer_epoch=-1)
     if call.transactional_id is not None:
         return await init_transactional(services, ctx, call.transactional_id,
                                         call.transaction_timeout_ms, call.producer_id,
