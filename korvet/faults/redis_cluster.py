@@ -19,6 +19,9 @@ import redis
 
 from korvet.process import free_ports, stop_process
 
+# Longer than Redis' manual-failover limit (5 s) and a lost election's back-off.
+_MANUAL_FAILOVER_RETRY_S = 8.0
+
 
 @dataclass
 class RedisCluster:
@@ -136,14 +139,23 @@ class RedisCluster:
                 return False
         return True
 
-    def failover(self, master: int, timeout: float = 30.0) -> int:
-        """CLUSTER FAILOVER on ``master``'s replica; returns the replica's port, now master."""
+    def failover(self, master: int, timeout: float = 60.0) -> int:
+        """CLUSTER FAILOVER on ``master``'s replica; returns the replica's port, now master.
+
+        Redis gives a manual failover 5 s (the replica catching up with its paused master,
+        then an election) and drops it silently when that runs out, as it can on a loaded
+        machine: so the command is sent again while the replica is still a replica, as an
+        operator would."""
         replica = self.replica_of(master)
-        self.client(replica).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
         deadline = time.monotonic() + timeout
+        asked = 0.0
         while self.role(replica) != "master" or self.role(master) != "slave":
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise RuntimeError(f"failover of {master} to {replica} did not complete")
+            if now - asked > _MANUAL_FAILOVER_RETRY_S and self.role(replica) != "master":
+                self.client(replica).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
+                asked = now
             time.sleep(0.02)
         self.wait_settled(timeout)
         return replica
