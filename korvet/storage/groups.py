@@ -48,6 +48,7 @@ log = logging.getLogger("korvet.groups")
 # A group's keys' suffixes after {ks}:{group:G}: (the module docstring has the layout)
 INDEX = "commits"
 REDIS_GROUPS = "redis-groups"
+TXN_OFFSETS = "txn"  # the offsets of open transactions (storage/transactions.py TxnOffsetStore)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +263,13 @@ class GroupStore:
         ``group-ids``, which the caller shrinks."""
         ops: list[tuple[str, str, list[str]]] = [
             ("UNLINK", self.commit_key(key, group), []) for key in committed]
+        # The offsets of open transactions go with the group, as in Kafka (a pending
+        # transactional offset is deleted with the group's committed ones): the
+        # transaction's commit marker then finds none to apply and cannot bring back
+        # offsets of a group that was deleted.
         ops.extend(("UNLINK", key, []) for key in (
-            self.index_key(group), self.snapshot_key(group), self.redis_groups_key(group)))
+            self.index_key(group), self.snapshot_key(group), self.redis_groups_key(group),
+            self.group_key(group, TXN_OFFSETS)))
         return ops
 
     async def delete_group(self, group: str) -> None:

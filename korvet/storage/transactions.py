@@ -22,6 +22,7 @@ from typing import Any
 from redis import asyncio as aioredis
 
 from korvet.core.transactions import TxnRecord
+from korvet.storage.groups import TXN_OFFSETS
 
 _LUA = Path(__file__).with_name("lua")
 
@@ -89,7 +90,7 @@ class TxnOffsetStore:
         self._script = client.register_script((_LUA / "txn_offsets.lua").read_text())
 
     def key(self, group: str) -> str:
-        return f"{self.ks}:{{group:{group}}}:txn"
+        return f"{self.ks}:{{group:{group}}}:{TXN_OFFSETS}"
 
     async def write(self, group: str, producer_id: int, epoch: int,
                     offsets: list[tuple[str, int, int, str, int]]) -> str:

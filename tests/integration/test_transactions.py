@@ -230,6 +230,36 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_only(
         consumer.close()
 
 
+def test_deleting_a_group_drops_the_offsets_its_open_transactions_hold(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """DeleteGroups while a transaction holds offsets for the group (no member: an
+    exactly-once copier's group between runs): as in Kafka, the pending offsets go
+    with the group, so the transaction's commit afterwards does not bring back offsets of a
+    group that was deleted."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    create(korvet.bootstrap, unique_name)
+    group = f"group-{unique_name}"
+    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    made = producer(korvet.bootstrap, f"tx-{unique_name}")
+    try:
+        consumer.commit(offsets=[TopicPartition(unique_name, 0, 3)], asynchronous=False)
+        made.begin_transaction()
+        made.produce(unique_name, value=b"x")
+        made.send_offsets_to_transaction([TopicPartition(unique_name, 0, 7)],
+                                         consumer.consumer_group_metadata(), 30)
+        admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+        admin.delete_consumer_groups([group], request_timeout=30)[group].result()
+        made.commit_transaction(30)
+        assert read_all(korvet.bootstrap, unique_name, "read_committed") == [(0, b"x")]
+        found = consumer.committed([TopicPartition(unique_name, 0)], timeout=10)
+        assert found[0].offset < 0, f"the deleted group has offset {found[0].offset} again"
+    finally:
+        consumer.close()
+
+
 @pytest.fixture
 def quick_checks(tmp_path: Path) -> Iterator[KorvetProcess]:
     """A broker whose transaction checks run every 300 ms."""
