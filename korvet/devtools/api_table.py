@@ -29,7 +29,7 @@ END = "<!-- end of api-table -->"
 _SCOPES = {
     Scope.TOPICS: "each topic", Scope.GROUP: "the group", Scope.GROUPS: "each group",
     Scope.CLUSTER: "the cluster", Scope.CLUSTER_ITEMS: "the cluster",
-    Scope.CONFIG_RESOURCES: "each topic (the broker: the cluster)",
+    Scope.CONFIG_RESOURCES: "each topic (the broker: the cluster; a group: the group)",
     Scope.TRANSACTIONAL_ID: "the transactional id",
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from korvet.core import topics
+from korvet.core import group_configs, topics
 from korvet.settings import SETTINGS
 from korvet.settings.load import INERT, INERT_PREFIXES, TOPIC_FIELDS, TOPIC_INERT_FIELDS
 
@@ -64,6 +64,22 @@ sends them as they are. The settings marked *fixed at creation* cannot be change
 afterwards (INVALID_CONFIG).
 
 | config | default | effect |
+|---|---|---|
+"""
+
+_GROUPS = """
+## Group configurations
+
+A group's own settings (KIP-848, KIP-932), set with IncrementalAlterConfigs on a group
+(`kafka-configs --entity-type groups --entity-name G --alter --add-config k=v`, or
+`Admin.incrementalAlterConfigs` with a GROUP `ConfigResource`) and read with DescribeConfigs,
+whether or not the group exists yet. Names, types, lower bounds and defaults are Apache Kafka
+4.3.1's; unknown names and bad values are INVALID_CONFIG, AlterConfigs (the legacy API) is
+INVALID_REQUEST for a group, as with Kafka. A config the group does not set reads as the
+broker's setting of the same meaning (Kafka's `group.<name>`), else the default below.
+Stored in Redis (`{ks}:group-configs`), so they outlive a restart and every broker reads them.
+
+| config | default | meaning |
 |---|---|---|
 """
 
@@ -159,8 +175,9 @@ def render() -> str:
         if d.read_only_after_create:
             effect += " (fixed at creation)"
         topic_rows.append(f"| `{d.name}` | `{d.default}` | {effect} |")
+    group_rows = [f"| `{d.name}` | `{d.default}` | {d.doc} |" for d in group_configs.GROUP_CONFIG_DEFS]
     return (_INTRO + "\n".join(rows) + "\n" + _compat() + _TOPICS + "\n".join(topic_rows)
-            + "\n" + _OUTRO)
+            + "\n" + _OUTRO + _GROUPS + "\n".join(group_rows) + "\n")
 
 
 def main() -> int:

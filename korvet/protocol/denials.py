@@ -30,7 +30,12 @@ from typing import Any
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import ResourceType
-from korvet.core.security.rules import CONFIG_BROKER_TYPES, CONFIG_TOPIC_TYPE, Need
+from korvet.core.security.rules import (
+    CONFIG_BROKER_TYPES,
+    CONFIG_GROUP_TYPE,
+    CONFIG_TOPIC_TYPE,
+    Need,
+)
 from korvet.protocol.kbuild import make, nested
 from korvet.protocol.registry import RequestContext
 
@@ -162,11 +167,14 @@ def config_answer(item_cls: str) -> Answer:
 
 def config_kind(item: Any) -> ResourceType | None:
     """What a config resource is authorized as: a topic, the cluster (the broker and its
-    loggers), or nothing the check point decides (a type the handler refuses on its own)."""
+    loggers), a group, or nothing the check point decides (a type the handler refuses on its
+    own)."""
     if item.resource_type == CONFIG_TOPIC_TYPE:
         return ResourceType.TOPIC
     if item.resource_type in CONFIG_BROKER_TYPES:
         return ResourceType.CLUSTER
+    if item.resource_type == CONFIG_GROUP_TYPE:
+        return ResourceType.GROUP
     return None
 
 

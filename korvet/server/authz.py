@@ -137,6 +137,8 @@ class Guard:
             resource_type = kind
             if kind is ResourceType.CLUSTER:
                 name, error = CLUSTER_NAME, rules.CONFIG_BROKER_ERROR
+            elif kind is ResourceType.GROUP:
+                error = ErrorCode.GROUP_AUTHORIZATION_FAILED
         if name is None:
             topic_id = check.id_of(item)
             if topic_id is None or topic_id.int == 0:

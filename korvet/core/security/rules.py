@@ -33,7 +33,7 @@ class Scope(Enum):
     GROUPS = "groups"  # every group the request names; per item
     CLUSTER = "cluster"  # the cluster; the whole request
     CLUSTER_ITEMS = "cluster-items"  # the cluster, answered on every item (CreateAcls, ...)
-    CONFIG_RESOURCES = "config-resources"  # topics and the broker, per resource (configs APIs)
+    CONFIG_RESOURCES = "config-resources"  # topics, the broker, groups, per resource (configs APIs)
     TRANSACTIONAL_ID = "transactional-id"  # the request's transactional id, when it has one
 
 
@@ -153,6 +153,7 @@ RULES: Mapping[ApiKey, ApiRule] = {rule.key: rule for rule in _ROWS}
 # Configs APIs: the broker resource is checked on the cluster, with this error.
 CONFIG_BROKER_ERROR = _CLUSTER_DENIED
 CONFIG_TOPIC_TYPE, CONFIG_BROKER_TYPES = 2, (4, 8)  # ConfigResource types: topic; broker, broker logger
+CONFIG_GROUP_TYPE = 32  # ConfigResource type of a group's configs
 
 
 def rule_for(key: ApiKey) -> ApiRule | None:

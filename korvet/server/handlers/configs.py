@@ -1,6 +1,8 @@
 """DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeClientQuotas (48).
 
-Topics (resource type 2) support every config in korvet.core.topics.CONFIG_DEFS:
+Groups (resource type 32) take Kafka's group configs (korvet/core/group_configs.py) through
+IncrementalAlterConfigs and DescribeConfigs. Topics (resource type 2) support every config in
+korvet.core.topics.CONFIG_DEFS:
 those that act (retention, timestamps, max message size, sequence bits ...) and
 those accepted only for compatibility (segment.*, min.insync.replicas ...),
 which DescribeConfigs documents as having no effect. ``korvet.sequence.bits`` and
@@ -20,9 +22,10 @@ from typing import Any
 
 from korvet.core import admin
 from korvet.core import alter_configs as alter_plan
+from korvet.core import group_configs as group_rules
 from korvet.core import topics as rules
 from korvet.core.admin import Refusal
-from korvet.core.alter_configs import AlterConfigsCall, NewConfigs
+from korvet.core.alter_configs import AlterConfigsCall, ConfigResource, NewConfigs
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import CLUSTER_NAME
@@ -48,11 +51,12 @@ from korvet.protocol.messages import (
 )
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
+from korvet.server.group_configs import GroupConfigs
 from korvet.server.services import Services
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, group_rules.GROUP_RESOURCE
 # DescribeConfigs config sources
-SOURCE_CODES = {"topic": 1, "broker": 4, "default": 5}
+SOURCE_CODES = {"topic": 1, "broker": 4, "default": 5, "group": 8}
 # DescribeConfigs v3+ config types
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 _CONFIG_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
@@ -131,8 +135,43 @@ async def _describe_resource(services: Services, response_cls: type[Any], call: 
                                 synonyms=synonyms, config_type=STRING,
                                 documentation=doc if docs_wanted else None))
         return entries, ErrorCode.NONE, None
+    if resource.resource_type == GROUP:
+        return await _describe_group(services, entry_cls, synonym_cls, call, resource), \
+            ErrorCode.NONE, None
     return (entries, ErrorCode.INVALID_REQUEST,
             f"Resource type {resource.resource_type} is not supported by Korvet.")
+
+
+async def _describe_group(services: Services, entry_cls: type[Any], synonym_cls: type[Any],
+                          call: DescribeConfigsCall, resource: DescribedResource) -> list[Any]:
+    """Every group config (whether or not the group exists, as Kafka): the group's own value,
+    else the broker's setting of the same meaning, else Kafka's default."""
+    configs = services.part(GroupConfigs)
+    explicit, broker = await configs.explicit(resource.name), configs.broker()
+    values = group_rules.effective(explicit, broker)
+    entries = []
+    for definition in group_rules.GROUP_CONFIG_DEFS:
+        if resource.keys is not None and definition.name not in resource.keys:
+            continue
+        source = group_rules.source_of(definition.name, explicit, broker)
+        synonyms: list[Any] = []
+        if call.include_synonyms:
+            if source == "group":
+                synonyms.append(make(synonym_cls, name=definition.name, value=values[definition.name],
+                                     source=SOURCE_CODES["group"]))
+            if definition.broker_synonym in broker:
+                synonyms.append(make(synonym_cls, name=definition.broker_synonym,
+                                     value=broker[definition.broker_synonym],
+                                     source=SOURCE_CODES["broker"]))
+            synonyms.append(make(synonym_cls, name=definition.name, value=definition.default,
+                                 source=SOURCE_CODES["default"]))
+        entries.append(make(
+            entry_cls, name=definition.name, value=values[definition.name], read_only=False,
+            config_source=SOURCE_CODES[source], is_default=source == "default",
+            is_sensitive=False, synonyms=tuple(synonyms),
+            config_type=_CONFIG_TYPES[definition.kind],
+            documentation=definition.doc if call.include_documentation else None))
+    return entries
 
 
 def _topic_entry(entry_cls: type[Any], synonym_cls: type[Any], definition: rules.ConfigDef,
@@ -166,6 +205,9 @@ async def _alter(services: Services, request: AlterConfigsRequest | IncrementalA
     result_cls = nested(response_cls, "AlterConfigsResourceResponse")
     results = []
     for resource in call.resources:
+        if resource.resource_type == GROUP:
+            results.append(await _alter_group(services, result_cls, call, resource))
+            continue
         topic = await services.topics.get(resource.name) if resource.names_topic else None
         verdict = alter_plan.decide(resource, topic.config if topic else None,
                                     incremental=call.incremental, validate_only=call.validate_only)
@@ -178,6 +220,20 @@ async def _alter(services: Services, request: AlterConfigsRequest | IncrementalA
                             error_message=refusal.message if refusal else None,
                             resource_type=resource.resource_type, resource_name=resource.name))
     return make(response_cls, throttle_time=0, responses=tuple(results))
+
+
+async def _alter_group(services: Services, result_cls: type[Any], call: AlterConfigsCall,
+                       resource: ConfigResource) -> Any:
+    configs = services.part(GroupConfigs)
+    current = await configs.explicit(resource.name) if resource.name else {}
+    verdict = group_rules.decide(resource, current, configs.broker(),
+                                 incremental=call.incremental, validate_only=call.validate_only)
+    if isinstance(verdict, group_rules.NewGroupConfigs) and verdict.write:
+        await configs.put(verdict.group, dict(verdict.configs))
+    refusal = verdict if isinstance(verdict, Refusal) else None
+    return make(result_cls, error_code=refusal.code if refusal else ErrorCode.NONE,
+                error_message=refusal.message if refusal else None,
+                resource_type=resource.resource_type, resource_name=resource.name)
 
 
 async def alter_configs(services: Services, ctx: RequestContext,
@@ -201,13 +257,14 @@ async def describe_client_quotas(services: Services, ctx: RequestContext,
 
 APIS = (
     Api(ApiKey.DESCRIBE_CONFIGS, range(1, 5), describe_configs,
-        "topics; the broker's static settings readable",
+        "topics and groups; the broker's static settings readable",
         Shape((config_resources("DescribeConfigsResult", "results"),))),
     Api(ApiKey.ALTER_CONFIGS, range(0, 3), alter_configs,
         "topics (the whole set replaced, as Kafka); the broker's settings are static",
         Shape((config_resources("AlterConfigsResourceResponse", "responses"),))),
     Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, range(0, 2), incremental_alter_configs,
-        "topics: SET, DELETE, APPEND, SUBTRACT; the broker's settings are static",
+        "topics: SET, DELETE, APPEND, SUBTRACT; groups (share.auto.offset.reset ...): SET, "
+        "DELETE; the broker's settings are static",
         Shape((config_resources("AlterConfigsResourceResponse", "responses"),))),
     Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, range(0, 2), describe_client_quotas,
         "no quotas: always empty (`kafka-configs --describe --entity-type users` asks it)",

@@ -1,0 +1,48 @@
+"""The group configs a broker reads (``services.part(GroupConfigs)``): a group's own configs
+(set with IncrementalAlterConfigs on a GROUP resource) over the broker's settings, as
+korvet/core/group_configs.py ``effective`` reads them.
+
+The share groups' code asks for a group's configs at every fetch; a config set through
+another broker reaches this one within ``CACHE_SECONDS`` (what Kafka promises is no more:
+a config change reaches its coordinator through the metadata log, some time later)."""
+
+from __future__ import annotations
+
+import time
+
+from korvet.core import group_configs as rules
+from korvet.server.services import Services
+from korvet.storage.group_configs import GroupConfigStore
+
+CACHE_SECONDS = 1.0
+
+
+class GroupConfigs:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.store = GroupConfigStore(services.store.redis, services.store.ks)
+        self._cache: dict[str, tuple[float, dict[str, str]]] = {}
+
+    def broker(self) -> dict[str, str]:
+        """The broker's settings under Kafka's names (group.share.record.lock.duration.ms ...)."""
+        return {config.name: config.value for config in self.services.settings.kafka_configs()}
+
+    async def explicit(self, group: str) -> dict[str, str]:
+        """The group's own configs, read from Redis (no cache: for DescribeConfigs and
+        alterations)."""
+        found = await self.store.get(group)
+        self._cache[group] = (time.monotonic(), found)
+        return found
+
+    async def values(self, group: str) -> dict[str, str]:
+        """Every group config's value for ``group`` (its own over the broker's), read from
+        Redis at most once every CACHE_SECONDS."""
+        cached = self._cache.get(group)
+        if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS:
+            await self.explicit(group)
+            cached = self._cache[group]
+        return rules.effective(cached[1], self.broker())
+
+    async def put(self, group: str, configs: dict[str, str]) -> None:
+        await self.store.put(group, configs)
+        self._cache[group] = (time.monotonic(), dict(configs))

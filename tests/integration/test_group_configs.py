@@ -1,0 +1,89 @@
+"""Group configs (KIP-848, KIP-932) through real tools: a share group's
+``share.auto.offset.reset`` and lock duration set with IncrementalAlterConfigs on a GROUP
+resource, by confluent-kafka's AdminClient and by Kafka's own ``kafka-configs --entity-type
+groups``; read back with DescribeConfigs; kept in Redis across a restart
+(korvet/core/group_configs.py, docs/users/configuration.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from korvet.jvm.java_clients import KafkaJavaTools
+from tests.conftest import KorvetProcess
+
+pytestmark = pytest.mark.clients
+
+CONFIGS_MAIN = "kafka.admin.ConfigCommand"
+
+
+def describe(admin: Any, group: str) -> dict[str, tuple[str, int]]:
+    """The group's configs: name -> (value, source)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    resource = ConfigResource(ResourceType.GROUP, group)
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: (entry.value, int(entry.source)) for name, entry in entries.items()}
+
+
+def alter(admin: Any, group: str, *entries: tuple[str, str | None]) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    ops = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET if value is not None
+                       else AlterConfigOpType.DELETE) for name, value in entries]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=ops)
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+def test_a_groups_configs_are_set_read_back_refused_deleted_and_kept_across_a_restart(
+        tmp_path: Path) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    broker = KorvetProcess(tmp_path / "korvet").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        before = describe(admin, "queue")  # a group nobody joined has configs too
+        assert before["share.auto.offset.reset"] == ("latest", 5)  # Kafka's default
+        assert before["share.record.lock.duration.ms"][0] == "30000"
+        alter(admin, "queue", ("share.auto.offset.reset", "earliest"),
+              ("share.record.lock.duration.ms", "2000"))
+        after = describe(admin, "queue")
+        assert after["share.auto.offset.reset"] == ("earliest", 8)  # GROUP_CONFIG
+        assert after["share.record.lock.duration.ms"] == ("2000", 8)
+        assert describe(admin, "other")["share.auto.offset.reset"] == ("latest", 5)
+        with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+            alter(admin, "queue", ("share.delivery.count.limit", "1"))
+        with pytest.raises(KafkaException, match="Unknown group config name"):
+            alter(admin, "queue", ("retention.ms", "1000"))
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert describe(admin, "queue")["share.auto.offset.reset"] == ("earliest", 8)
+        alter(admin, "queue", ("share.record.lock.duration.ms", None))
+        assert describe(admin, "queue")["share.record.lock.duration.ms"][0] == "30000"
+    finally:
+        broker.stop()
+
+
+def test_kafka_configs_sets_and_describes_a_groups_configs(korvet: KorvetProcess,
+                                                           unique_name: str) -> None:
+    tools = KafkaJavaTools(korvet.bootstrap)
+    base = ["--bootstrap-server", korvet.bootstrap, "--entity-type", "groups",
+            "--entity-name", unique_name]
+    altered = tools.run(CONFIGS_MAIN, [*base, "--alter", "--add-config",
+                                       "share.auto.offset.reset=earliest,share.delivery.count.limit=3"])
+    assert f"Completed updating config for group {unique_name}" in altered.stdout
+    described = tools.run(CONFIGS_MAIN, [*base, "--describe"]).stdout
+    assert "share.auto.offset.reset=earliest" in described, described
+    assert "share.delivery.count.limit=3" in described, described
+    refused = tools.run(CONFIGS_MAIN, [*base, "--alter", "--add-config",
+                                       "share.auto.offset.reset=newest"], check=False)
+    assert refused.returncode != 0
+    assert "share.auto.offset.reset" in refused.stdout + refused.stderr
