@@ -37,6 +37,8 @@ SERVED: dict[int, range] = {
     # the security APIs (server/handlers/security.py)
     17: range(0, 2), 36: range(0, 3), 29: range(1, 4), 30: range(1, 4), 31: range(1, 4),
     50: range(0, 1), 51: range(0, 1), 48: range(0, 2),
+    # share-group membership (server/handlers/share_groups.py)
+    76: range(1, 2), 77: range(1, 2),
 }
 
 

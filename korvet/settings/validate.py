@@ -70,6 +70,10 @@ def _validate_topic_defaults(config: Config) -> None:
 
 
 def _validate_group_retention(config: Config) -> None:
+    for name in ("groups.share-session-timeout-ms", "groups.share-heartbeat-interval-ms",
+                 "groups.share-max-size"):
+        if config.get_int(name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
     if config.get_int("groups.retention-check-interval-ms") < 0:
         raise ConfigError("groups.retention-check-interval-ms must be at least 0 (0: never)")
     retention = config.get_int("groups.offsets-retention-ms")
