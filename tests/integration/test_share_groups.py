@@ -1,0 +1,280 @@
+"""Share-group membership on a running broker (issue 33): ShareGroupHeartbeat and
+ShareGroupDescribe sent raw, share groups in ListGroups, DescribeGroups and DeleteGroups,
+their collision with classic groups, session expiry, a restart, and Kafka's own
+``kafka-share-groups`` tool (ShareGroupCommand from the pinned kafka-tools jar).
+
+The share consumer's fetches and acknowledgements are the partition side's (ShareFetch,
+ShareAcknowledge); nothing here needs them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as DescribeGroupsV6
+from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+from kio.static.primitive import i16, i32, i64
+
+from korvet.core.errors import ErrorCode
+from korvet.jvm.java_clients import KafkaJavaTools
+from korvet.protocol.kbuild import make
+from tests.conftest import KorvetProcess
+from tests.support.wire import WireClient
+
+SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+SESSION_MS = 1500
+
+
+@pytest.fixture
+def short_sessions(tmp_path: Path) -> Any:
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=[
+        "--groups-share-session-timeout-ms", str(SESSION_MS),
+        "--groups-share-heartbeat-interval-ms", "500"])
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def create_topic(client: WireClient, name: str, partitions: int) -> uuid.UUID:
+    response = client.request(make(
+        CreateTopicsRequest, topics=(make(CreatableTopic, name=name, num_partitions=partitions,
+                                          replication_factor=1, assignments=(), configs=()),),
+        timeout=30_000, validate_only=False))
+    assert response.topics[0].error_code == ErrorCode.NONE, response
+    metadata = client.request(MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=name),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    topic_id: uuid.UUID = metadata.topics[0].topic_id
+    return topic_id
+
+
+def beat(client: WireClient, group: str, member: str, epoch: int,
+         topics: tuple[str, ...] | None = None) -> Any:
+    return client.request(ShareGroupHeartbeatRequest(
+        group_id=group, member_id=member, member_epoch=i32(epoch), rack_id=None,
+        subscribed_topic_names=topics))
+
+
+def partitions_of(response: Any, topic_id: uuid.UUID) -> set[int]:
+    assert response.assignment is not None, response
+    return {p for t in response.assignment.topic_partitions if t.topic_id == topic_id
+            for p in t.partitions}
+
+
+def describe(client: WireClient, group: str) -> Any:
+    return client.request(ShareGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False)).groups[0]
+
+
+def listed(client: WireClient, types: tuple[str, ...] = ()) -> dict[str, tuple[str, str, str]]:
+    response = client.request(ListGroupsRequest(states_filter=(), types_filter=types))
+    assert response.error_code == ErrorCode.NONE
+    return {g.group_id: (g.group_type, g.group_state, g.protocol_type) for g in response.groups}
+
+
+def join_three(client: WireClient, group: str, topic: str
+               ) -> tuple[list[str], dict[str, int], dict[str, set[int]], uuid.UUID]:
+    """Three members join a group on a 4-partition topic and heartbeat until each has the
+    group's epoch; their ids, epochs and assignments."""
+    topic_id = create_topic(client, topic, 4)
+    members = [str(uuid.uuid4()) for _ in range(3)]
+    epochs: dict[str, int] = {}
+    assigned: dict[str, set[int]] = {}
+    for member in members:
+        joined = beat(client, group, member, 0, (topic,))
+        assert joined.error_code == ErrorCode.NONE, joined
+        epochs[member] = joined.member_epoch
+        assigned[member] = partitions_of(joined, topic_id)
+    for member in members:  # the earlier joiners learn of the later ones
+        again = beat(client, group, member, epochs[member])
+        assert again.error_code == ErrorCode.NONE, again
+        if again.assignment is not None:
+            assigned[member] = partitions_of(again, topic_id)
+        epochs[member] = again.member_epoch
+    return members, epochs, assigned, topic_id
+
+
+def test_three_members_share_four_partitions_then_one_leaves(korvet: KorvetProcess,
+                                                             unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        members, epochs, assigned, topic_id = join_three(client, group, topic)
+        # every partition to someone, every member something, one epoch for all
+        assert set().union(*assigned.values()) == {0, 1, 2, 3}
+        assert all(assigned[m] for m in members), assigned
+        assert len(set(epochs.values())) == 1, epochs
+        described = describe(client, group)
+        assert described.error_code == ErrorCode.NONE
+        assert (described.group_state, described.assignor_name) == ("Stable", "simple")
+        assert described.group_epoch == described.assignment_epoch == epochs[members[0]]
+        assert {m.member_id for m in described.members} == set(members)
+        assert all(m.subscribed_topic_names == (topic,) for m in described.members)
+        assert listed(client)[group] == ("share", "Stable", "share")
+
+        left = beat(client, group, members[0], -1)
+        assert (left.error_code, left.member_epoch) == (ErrorCode.NONE, -1)
+        rest: dict[str, set[int]] = {}
+        for member in members[1:]:
+            again = beat(client, group, member, epochs[member])
+            assert again.error_code == ErrorCode.NONE
+            assert again.member_epoch > epochs[member]  # the group moved on
+            rest[member] = partitions_of(again, topic_id)
+        assert set().union(*rest.values()) == {0, 1, 2, 3}
+        gone = beat(client, group, members[0], epochs[members[0]])
+        assert gone.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_fenced_and_invalid_heartbeats(korvet: KorvetProcess, unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 1)
+        member = str(uuid.uuid4())
+        joined = beat(client, group, member, 0, (topic,))
+        assert joined.heartbeat_interval.total_seconds() == 5  # Kafka's group.share.heartbeat.interval.ms
+        assert beat(client, group, member, joined.member_epoch + 1).error_code == \
+            ErrorCode.FENCED_MEMBER_EPOCH
+        assert beat(client, group, str(uuid.uuid4()), 5).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert beat(client, group, "", 0, (topic,)).error_code == ErrorCode.INVALID_REQUEST
+        assert beat(client, group, str(uuid.uuid4()), 0).error_code == ErrorCode.INVALID_REQUEST
+        assert beat(client, f"none-{unique_name}", member, 3).error_code == \
+            ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_session_expiry_removes_a_silent_member(short_sessions: KorvetProcess,
+                                                unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(short_sessions.bootstrap) as client:
+        topic_id = create_topic(client, topic, 2)
+        quiet, alive = str(uuid.uuid4()), str(uuid.uuid4())
+        first = beat(client, group, quiet, 0, (topic,))
+        assert first.heartbeat_interval.total_seconds() == 0.5
+        epoch = beat(client, group, alive, 0, (topic,)).member_epoch
+        deadline = time.monotonic() + 4 * SESSION_MS / 1000
+        while time.monotonic() < deadline:  # only one member keeps heartbeating
+            answer = beat(client, group, alive, epoch)
+            assert answer.error_code == ErrorCode.NONE
+            epoch = answer.member_epoch
+            if answer.assignment is not None and partitions_of(answer, topic_id) == {0, 1}:
+                break
+            time.sleep(0.2)
+        assert partitions_of(answer, topic_id) == {0, 1}  # the silent member's share too
+        assert [m.member_id for m in describe(client, group).members] == [alive]
+        assert beat(client, group, quiet, first.member_epoch).error_code == \
+            ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_restart_keeps_the_group_and_its_epoch(fresh_korvet: KorvetProcess,
+                                                 unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    member = str(uuid.uuid4())
+    with WireClient(fresh_korvet.bootstrap) as client:
+        create_topic(client, topic, 1)
+        epoch = beat(client, group, member, 0, (topic,)).member_epoch
+    fresh_korvet.restart()
+    with WireClient(fresh_korvet.bootstrap) as client:
+        assert listed(client, ("share",))[group] == ("share", "Empty", "share")
+        described = describe(client, group)
+        assert (described.error_code, described.group_epoch) == (ErrorCode.NONE, epoch)
+        # the member is gone with the broker's memory: it is told so, and joins again above
+        assert beat(client, group, member, epoch).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        again = beat(client, group, member, 0, (topic,))
+        assert again.error_code == ErrorCode.NONE and again.member_epoch > epoch
+
+
+def test_classic_and_share_groups_do_not_share_an_id(korvet: KorvetProcess,
+                                                     unique_name: str) -> None:
+    share, classic, topic = f"share-{unique_name}", f"classic-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 1)
+        committed = client.request(OffsetCommitRequest(
+            group_id=classic, generation_id_or_member_epoch=i32(-1), member_id="",
+            group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(
+                OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(0),
+                                             committed_leader_epoch=i32(-1),
+                                             committed_metadata=None),)),)))
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+        refused = beat(client, classic, str(uuid.uuid4()), 0, (topic,))
+        assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert refused.error_message == f"Group {classic} is not a share group."
+        assert describe(client, classic).error_message == f"Group {classic} is not a share group."
+
+        assert beat(client, share, str(uuid.uuid4()), 0, (topic,)).error_code == ErrorCode.NONE
+        joined = client.request(make(
+            JoinGroupRequest, group_id=share, session_timeout=10_000, rebalance_timeout=10_000,
+            member_id="", group_instance_id=None, protocol_type="consumer",
+            protocols=(make(JoinGroupRequestProtocol, name="range", metadata=b""),),
+            reason=None))
+        assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        old = client.request(DescribeGroupsV5(groups=(share,),
+                                              include_authorized_operations=False)).groups[0]
+        assert (old.error_code, old.group_state) == (ErrorCode.NONE, "Dead")
+        new = client.request(DescribeGroupsV6(groups=(share,),
+                                              include_authorized_operations=False)).groups[0]
+        assert new.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert new.error_message == f"Group {share} is not a classic group."
+        kinds = listed(client)
+        assert kinds[share][0] == "share" and kinds[classic][0] == "classic"
+        assert classic not in listed(client, ("share",))
+        coordinator = client.request(FindCoordinatorRequest(
+            key_type=i16(0), coordinator_keys=(share,)))
+        assert coordinator.coordinators[0].error_code == ErrorCode.NONE
+
+
+def test_delete_a_share_group_only_once_empty(korvet: KorvetProcess, unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 1)
+        member = str(uuid.uuid4())
+        epoch = beat(client, group, member, 0, (topic,)).member_epoch
+
+        def delete() -> int:
+            response = client.request(DeleteGroupsRequest(groups_names=(group,)))
+            code: int = response.results[0].error_code
+            return code
+
+        assert delete() == ErrorCode.NON_EMPTY_GROUP
+        assert beat(client, group, member, -1).error_code == ErrorCode.NONE
+        assert listed(client)[group][1] == "Empty"
+        assert epoch >= 1
+        assert delete() == ErrorCode.NONE
+        assert group not in listed(client)
+        assert describe(client, group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_kafka_share_groups_tool_lists_and_describes_members(korvet: KorvetProcess,
+                                                             unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 2)
+        member = str(uuid.uuid4())
+        beat(client, group, member, 0, (topic,))
+        tools = KafkaJavaTools(korvet.bootstrap, timeout=120)
+        listing = tools.run(SHARE_GROUP_COMMAND, ["--bootstrap-server", korvet.bootstrap,
+                                                  "--list"])
+        assert group in listing.stdout.split()
+        members = tools.run(SHARE_GROUP_COMMAND, [
+            "--bootstrap-server", korvet.bootstrap, "--describe", "--group", group,
+            "--members"])
+        row = next(line for line in members.stdout.splitlines() if member in line)
+        assert group in row and f"{topic}:0,1" in row.replace(" ", ""), members.stdout
+        state = tools.run(SHARE_GROUP_COMMAND, [
+            "--bootstrap-server", korvet.bootstrap, "--describe", "--group", group, "--state"])
+        row = next(line for line in state.stdout.splitlines() if group in line)
+        assert row.split()[-2:] == ["Stable", "1"], state.stdout  # state, #members
