@@ -183,10 +183,14 @@ def test_session_expiry_removes_a_silent_member(short_sessions: KorvetProcess,
 def test_a_restart_keeps_the_group_and_its_epoch(fresh_korvet: KorvetProcess,
                                                  unique_name: str) -> None:
     group, topic = f"share-{unique_name}", f"t-{unique_name}"
-    member = str(uuid.uuid4())
+    member, other = str(uuid.uuid4()), str(uuid.uuid4())
     with WireClient(fresh_korvet.bootstrap) as client:
         create_topic(client, topic, 1)
-        epoch = beat(client, group, member, 0, (topic,)).member_epoch
+        beat(client, group, member, 0, (topic,))
+        beat(client, group, other, 0, (topic,))
+        assert beat(client, group, other, -1).error_code == ErrorCode.NONE
+        epoch = beat(client, group, member, 1).member_epoch
+        assert epoch == 3  # two joins and a leave
     fresh_korvet.restart()
     with WireClient(fresh_korvet.bootstrap) as client:
         assert listed(client, ("share",))[group] == ("share", "Empty", "share")
