@@ -30,7 +30,6 @@ from kio.schema.offset_commit.v8.request import (
 )
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
-from kio.static.primitive import i16, i32, i64
 
 from korvet.core.errors import ErrorCode
 from korvet.jvm.java_clients import KafkaJavaTools
@@ -58,8 +57,8 @@ def create_topic(client: WireClient, name: str, partitions: int) -> uuid.UUID:
                                           replication_factor=1, assignments=(), configs=()),),
         timeout=30_000, validate_only=False))
     assert response.topics[0].error_code == ErrorCode.NONE, response
-    metadata = client.request(MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name=name),),
+    metadata = client.request(make(MetadataRequest,
+        topics=(make(MetadataRequestTopic, topic_id=None, name=name),),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     topic_id: uuid.UUID = metadata.topics[0].topic_id
     return topic_id
@@ -67,8 +66,8 @@ def create_topic(client: WireClient, name: str, partitions: int) -> uuid.UUID:
 
 def beat(client: WireClient, group: str, member: str, epoch: int,
          topics: tuple[str, ...] | None = None) -> Any:
-    return client.request(ShareGroupHeartbeatRequest(
-        group_id=group, member_id=member, member_epoch=i32(epoch), rack_id=None,
+    return client.request(make(ShareGroupHeartbeatRequest,
+        group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
         subscribed_topic_names=topics))
 
 
@@ -79,12 +78,12 @@ def partitions_of(response: Any, topic_id: uuid.UUID) -> set[int]:
 
 
 def describe(client: WireClient, group: str) -> Any:
-    return client.request(ShareGroupDescribeRequest(
+    return client.request(make(ShareGroupDescribeRequest,
         group_ids=(group,), include_authorized_operations=False)).groups[0]
 
 
 def listed(client: WireClient, types: tuple[str, ...] = ()) -> dict[str, tuple[str, str, str]]:
-    response = client.request(ListGroupsRequest(states_filter=(), types_filter=types))
+    response = client.request(make(ListGroupsRequest, states_filter=(), types_filter=types))
     assert response.error_code == ErrorCode.NONE
     return {g.group_id: (g.group_type, g.group_state, g.protocol_type) for g in response.groups}
 
@@ -207,11 +206,11 @@ def test_classic_and_share_groups_do_not_share_an_id(korvet: KorvetProcess,
     share, classic, topic = f"share-{unique_name}", f"classic-{unique_name}", f"t-{unique_name}"
     with WireClient(korvet.bootstrap) as client:
         create_topic(client, topic, 1)
-        committed = client.request(OffsetCommitRequest(
-            group_id=classic, generation_id_or_member_epoch=i32(-1), member_id="",
-            group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(
-                OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(0),
-                                             committed_leader_epoch=i32(-1),
+        committed = client.request(make(OffsetCommitRequest,
+            group_id=classic, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, topics=(make(OffsetCommitRequestTopic, name=topic, partitions=(
+                make(OffsetCommitRequestPartition, partition_index=0, committed_offset=0,
+                                             committed_leader_epoch=-1,
                                              committed_metadata=None),)),)))
         assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
         refused = beat(client, classic, str(uuid.uuid4()), 0, (topic,))
@@ -226,18 +225,18 @@ def test_classic_and_share_groups_do_not_share_an_id(korvet: KorvetProcess,
             protocols=(make(JoinGroupRequestProtocol, name="range", metadata=b""),),
             reason=None))
         assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-        old = client.request(DescribeGroupsV5(groups=(share,),
+        old = client.request(make(DescribeGroupsV5, groups=(share,),
                                               include_authorized_operations=False)).groups[0]
         assert (old.error_code, old.group_state) == (ErrorCode.NONE, "Dead")
-        new = client.request(DescribeGroupsV6(groups=(share,),
+        new = client.request(make(DescribeGroupsV6, groups=(share,),
                                               include_authorized_operations=False)).groups[0]
         assert new.error_code == ErrorCode.GROUP_ID_NOT_FOUND
         assert new.error_message == f"Group {share} is not a classic group."
         kinds = listed(client)
         assert kinds[share][0] == "share" and kinds[classic][0] == "classic"
         assert classic not in listed(client, ("share",))
-        coordinator = client.request(FindCoordinatorRequest(
-            key_type=i16(0), coordinator_keys=(share,)))
+        coordinator = client.request(make(FindCoordinatorRequest,
+            key_type=0, coordinator_keys=(share,)))
         assert coordinator.coordinators[0].error_code == ErrorCode.NONE
 
 
@@ -249,7 +248,7 @@ def test_delete_a_share_group_only_once_empty(korvet: KorvetProcess, unique_name
         epoch = beat(client, group, member, 0, (topic,)).member_epoch
 
         def delete() -> int:
-            response = client.request(DeleteGroupsRequest(groups_names=(group,)))
+            response = client.request(make(DeleteGroupsRequest, groups_names=(group,)))
             code: int = response.results[0].error_code
             return code
 
@@ -282,3 +281,51 @@ def test_kafka_share_groups_tool_lists_and_describes_members(korvet: KorvetProce
             "--bootstrap-server", korvet.bootstrap, "--describe", "--group", group, "--state"])
         row = next(line for line in state.stdout.splitlines() if group in line)
         assert row.split()[-2:] == ["Stable", "1"], state.stdout  # state, #members
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path, fresh_redis_url: str) -> Any:
+    brokers = [KorvetProcess(tmp_path / f"b{i}", extra_args=[
+        "--redis-url", fresh_redis_url, "--multi-broker", "--broker-id", str(i),
+        "--cluster-broker-ttl-ms", "1500"]) for i in (1, 2)]
+    for broker in brokers:
+        broker.start()
+    yield brokers
+    for broker in brokers:
+        broker.stop()
+
+
+def test_two_brokers_the_lease_holder_coordinates_and_one_lists(two_brokers: list[KorvetProcess],
+                                                                unique_name: str) -> None:
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    deadline = time.monotonic() + 15
+    while True:  # both brokers registered and each knows the other
+        with WireClient(two_brokers[0].bootstrap) as client:
+            found = client.request(make(MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                                        include_topic_authorized_operations=False))
+        if len(found.brokers) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    owners = set()
+    for broker in two_brokers:
+        with WireClient(broker.bootstrap) as client:
+            answer = client.request(make(FindCoordinatorRequest,
+                key_type=0, coordinator_keys=(group,))).coordinators[0]
+            assert answer.error_code == ErrorCode.NONE
+            owners.add(answer.node_id)
+    assert len(owners) == 1
+    owner = two_brokers[owners.pop() - 1]
+    other = next(b for b in two_brokers if b is not owner)
+    member = str(uuid.uuid4())
+    with WireClient(other.bootstrap) as client:
+        create_topic(client, topic, 2)
+        assert beat(client, group, member, 0, (topic,)).error_code == ErrorCode.NOT_COORDINATOR
+    with WireClient(owner.bootstrap) as client:
+        assert beat(client, group, member, 0, (topic,)).error_code == ErrorCode.NONE
+    listings = []
+    for broker in two_brokers:
+        with WireClient(broker.bootstrap) as client:
+            listings.append(listed(client, ("share",)))
+    # Kafka's AdminClient asks every broker and merges: the group is listed exactly once
+    assert [group in found for found in listings].count(True) == 1, listings
+    assert any(found.get(group) == ("share", "Stable", "share") for found in listings)

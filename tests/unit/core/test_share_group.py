@@ -82,7 +82,7 @@ def test_expiry_and_a_restart_keep_epochs_rising() -> None:
     assert gone == ("m1",) and list(group.members) == ["m2"] and group.group_epoch == 3
     restored = sg.restored("g", group.group_epoch)
     assert restored.state == sg.EMPTY
-    after, reply = sg.heartbeat(restored, sg.Heartbeat("g", "m2", 2), {"t": 1}, 130, CONFIG)
+    _, reply = sg.heartbeat(restored, sg.Heartbeat("g", "m2", 2), {"t": 1}, 130, CONFIG)
     assert reply.error == ErrorCode.UNKNOWN_MEMBER_ID
     assert _join(restored, "m2", ("t",), {"t": 1})[1].member_epoch == 4
 
@@ -104,7 +104,7 @@ class Step:
 steps = st.builds(
     Step, st.sampled_from(["join", "beat", "beat", "stale", "leave", "expire", "grow"]),
     st.sampled_from(MEMBERS),
-    st.lists(st.sampled_from(TOPICS + ("missing",)), min_size=1, max_size=3, unique=True).map(tuple),
+    st.lists(st.sampled_from((*TOPICS, "missing")), min_size=1, max_size=3, unique=True).map(tuple),
     st.integers(0, 60))
 
 
