@@ -281,6 +281,11 @@ def test_kafka_share_groups_tool_lists_and_describes_members(korvet: KorvetProce
             "--bootstrap-server", korvet.bootstrap, "--describe", "--group", group, "--state"])
         row = next(line for line in state.stdout.splitlines() if group in line)
         assert row.split()[-2:] == ["Stable", "1"], state.stdout  # state, #members
+        assert beat(client, group, member, -1).error_code == ErrorCode.NONE
+        deleted = tools.run(SHARE_GROUP_COMMAND, ["--bootstrap-server", korvet.bootstrap,
+                                                  "--delete", "--group", group])
+        assert "was successful" in deleted.stdout, deleted.stdout
+        assert group not in listed(client)
 
 
 @pytest.fixture
