@@ -9,12 +9,14 @@ ShareAcknowledge); nothing here needs them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
@@ -32,8 +34,10 @@ from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
 from korvet.core.errors import ErrorCode
+from korvet.core.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.protocol.kbuild import make
+from korvet.storage.security import AclStore
 from tests.conftest import KorvetProcess
 from tests.support.wire import WireClient
 
@@ -334,3 +338,37 @@ def test_two_brokers_the_lease_holder_coordinates_and_one_lists(two_brokers: lis
     # Kafka's AdminClient asks every broker and merges: the group is listed exactly once
     assert [group in found for found in listings].count(True) == 1, listings
     assert any(found.get(group) == ("share", "Stable", "share") for found in listings)
+
+
+def _grant(redis_url: str, *bindings: tuple[ResourceType, str, Operation]) -> None:
+    async def add() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            await AclStore(client, "korvet").add(AclBinding(
+                kind, name, PatternType.LITERAL, "User:ANONYMOUS", "*", operation,
+                Permission.ALLOW) for kind, name, operation in bindings)
+        finally:
+            await client.aclose()
+    asyncio.run(add())
+    time.sleep(1)  # the brokers reload their ACLs on the change's message
+
+
+def test_acls_read_to_heartbeat_describe_to_describe(tmp_path: Path, unique_name: str) -> None:
+    group, other, topic = f"share-{unique_name}", f"other-{unique_name}", f"t-{unique_name}"
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--authorizer-enabled"]).start()
+    try:
+        _grant(broker.redis_url, (ResourceType.TOPIC, topic, Operation.ALL),
+               (ResourceType.GROUP, group, Operation.DESCRIBE))
+        member = str(uuid.uuid4())
+        with WireClient(broker.bootstrap) as client:
+            create_topic(client, topic, 1)
+            assert beat(client, group, member, 0, (topic,)).error_code == \
+                ErrorCode.GROUP_AUTHORIZATION_FAILED
+            assert describe(client, group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            assert describe(client, other).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        _grant(broker.redis_url, (ResourceType.GROUP, group, Operation.READ))
+        with WireClient(broker.bootstrap) as client:
+            assert beat(client, group, member, 0, (topic,)).error_code == ErrorCode.NONE
+            assert [m.member_id for m in describe(client, group).members] == [member]
+    finally:
+        broker.stop()
