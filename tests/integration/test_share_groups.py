@@ -10,6 +10,7 @@ ShareAcknowledge); nothing here needs them.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -42,6 +43,7 @@ from tests.conftest import KorvetProcess
 from tests.support.wire import WireClient
 
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 SESSION_MS = 1500
 
 
@@ -372,3 +374,40 @@ def test_acls_read_to_heartbeat_describe_to_describe(tmp_path: Path, unique_name
             assert [m.member_id for m in describe(client, group).members] == [member]
     finally:
         broker.stop()
+
+
+def test_kafkas_console_share_consumer_joins(korvet: KorvetProcess, unique_name: str) -> None:
+    """Kafka's own share consumer (kafka-console-share-consumer, KafkaShareConsumer 4.3.1)
+    finds the coordinator, joins and is assigned the topic's partitions: it speaks this
+    broker's ShareGroupHeartbeat. It cannot read yet (ShareFetch is the partition side's)."""
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 3)
+    tools = KafkaJavaTools(korvet.bootstrap)
+    process = subprocess.Popen(
+        tools.command(CONSOLE_SHARE_CONSUMER, ["--bootstrap-server", korvet.bootstrap,
+                                               "--topic", topic, "--group", group]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        with WireClient(korvet.bootstrap) as client:
+            while time.monotonic() < deadline:
+                found = describe(client, group)
+                if found.error_code == ErrorCode.NONE and found.members:
+                    break
+                time.sleep(0.5)
+            assert found.members, f"no member joined; the consumer said:\n{_output(process)}"
+            (member,) = found.members
+            assert member.subscribed_topic_names == (topic,)
+            assert [(t.topic_name, t.partitions) for t in member.assignment.topic_partitions] \
+                == [(topic, (0, 1, 2))]
+            assert member.client_id  # the consumer's client.id, as Kafka describes it
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def _output(process: subprocess.Popen[str]) -> str:
+    process.kill()
+    out, _ = process.communicate(timeout=30)
+    return out[-3000:]
