@@ -306,7 +306,7 @@ def two_brokers(tmp_path: Path, fresh_redis_url: str) -> Any:
         broker.stop()
 
 
-def test_two_brokers_the_lease_holder_coordinates_and_one_lists(two_brokers: list[KorvetProcess],
+def test_two_brokers_the_lease_holder_coordinates_lists_once_and_hands_over(two_brokers: list[KorvetProcess],
                                                                 unique_name: str) -> None:
     group, topic = f"share-{unique_name}", f"t-{unique_name}"
     deadline = time.monotonic() + 15
@@ -340,6 +340,16 @@ def test_two_brokers_the_lease_holder_coordinates_and_one_lists(two_brokers: lis
     # Kafka's AdminClient asks every broker and merges: the group is listed exactly once
     assert [group in found for found in listings].count(True) == 1, listings
     assert any(found.get(group) == ("share", "Stable", "share") for found in listings)
+    with WireClient(owner.bootstrap) as client:
+        epoch = describe(client, group).group_epoch
+    owner.stop()  # a clean stop gives the lease back: the other broker takes the group over
+    with WireClient(other.bootstrap) as client:
+        answer = client.request(make(FindCoordinatorRequest, key_type=0,
+                                     coordinator_keys=(group,))).coordinators[0]
+        assert (answer.error_code, answer.node_id) == (ErrorCode.NONE, two_brokers.index(other) + 1)
+        assert describe(client, group).group_epoch == epoch  # from Redis, not from zero
+        assert beat(client, group, member, epoch).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert beat(client, group, member, 0, (topic,)).member_epoch == epoch + 1
 
 
 def _grant(redis_url: str, *bindings: tuple[ResourceType, str, Operation]) -> None:
