@@ -96,6 +96,10 @@ class ShareGroups:
         self._groups[group_id] = (group, token)
         return group
 
+    def known(self) -> list[str]:
+        """The share groups loaded in memory (those asked about since the start)."""
+        return sorted(self._groups)
+
     def subscribed(self, group_id: str) -> frozenset[str]:
         """The topics the group's members subscribe to, as far as this broker knows."""
         held = self._groups.get(group_id)

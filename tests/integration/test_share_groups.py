@@ -38,6 +38,7 @@ from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.protocol.kbuild import make
+from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage.security import AclStore
 from tests.conftest import KorvetProcess
 from tests.support.wire import WireClient
@@ -421,3 +422,26 @@ def _output(process: subprocess.Popen[str]) -> str:
     process.kill()
     out, _ = process.communicate(timeout=30)
     return out[-3000:]
+
+
+def test_while_redis_is_away_list_groups_still_lists_share_groups(tmp_path: Path,
+                                                                  unique_name: str) -> None:
+    """One broker lists its classic groups from memory when Redis does not answer; the share
+    groups it holds are listed with them, not turned into an error."""
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    server = EmbeddedRedis(tmp_path / "redis", appendfsync="off")
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=["--redis-url", server.start()])
+    broker.start()
+    try:
+        with WireClient(broker.bootstrap) as client:
+            create_topic(client, topic, 1)
+            assert beat(client, group, str(uuid.uuid4()), 0, (topic,)).error_code == \
+                ErrorCode.NONE
+            server.stop()
+            response = client.request(make(ListGroupsRequest, states_filter=(),
+                                           types_filter=()))
+            assert response.error_code == ErrorCode.NONE
+            assert [(g.group_id, g.group_type) for g in response.groups] == [(group, "share")]
+    finally:
+        broker.stop()
+        server.stop()

@@ -523,8 +523,14 @@ async def _share_groups_listed_here(services: Services, wanted: ListGroupsCall
     if types and "share" not in types:
         return []
     shares = services.part(ShareGroups)
-    ids = await shares.store.group_ids()
     coordinator, membership = services.groups, services.membership
+    try:
+        ids = await shares.store.group_ids()
+    except (RedisError, OSError):
+        if coordinator.ownership is not None:
+            raise
+        # one broker lists classic groups from memory while Redis is away: share groups too
+        ids = shares.known()
     leases = coordinator.leases
     if ids and coordinator.ownership is not None and leases is not None \
             and membership is not None:
