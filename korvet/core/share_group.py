@@ -19,8 +19,8 @@ The assignor is Kafka's ``simple`` one in spirit: every partition of a subscribe
 goes to at least one of the members subscribed to it, and every such member gets at least
 one partition when there are enough (``assign``). The machine reads no clock: deadlines
 are ``now_ms`` plus the session timeout, and ``expire`` removes the members whose
-deadline passed. The adapter is korvet/server/share_groups.py; docs/implementers/
-share-groups.md maps the rules to the code.
+deadline passed. The adapter is korvet/server/share_groups.py;
+docs/implementers/share-group-membership.md maps the rules to the code.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def _heartbeat_denied(response_cls: type[Any], request: Any, version: int,
 APIS = (
     Api(ApiKey.SHARE_GROUP_HEARTBEAT, range(1, 2), heartbeat,
         "share-group membership: join (epoch 0), heartbeat, leave (-1); the simple assignor "
-        "(docs/implementers/share-groups.md)",
+        "(docs/implementers/share-group-membership.md)",
         Shape((Whole(denials.group_id, _heartbeat_denied),))),
     Api(ApiKey.SHARE_GROUP_DESCRIBE, range(1, 2), describe,
         "share groups' state, epochs, members and assignments; authorized operations",
