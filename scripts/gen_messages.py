@@ -31,14 +31,14 @@ SERVED: dict[int, range] = {
     # the admin APIs operators' tools call (server/handlers/admin.py)
     21: range(0, 3), 35: range(1, 6), 61: range(0, 1), 75: range(0, 1), 43: range(0, 3),
     46: range(0, 1), 66: range(0, 3),
+    # share-group membership (server/handlers/share_groups.py)
+    76: range(1, 2), 77: range(1, 2),
     # the transaction APIs (server/handlers/transactions.py)
     24: range(0, 4), 25: range(0, 5), 26: range(0, 6), 27: range(1, 3), 28: range(0, 6),
     65: range(0, 1),
     # the security APIs (server/handlers/security.py)
     17: range(0, 2), 36: range(0, 3), 29: range(1, 4), 30: range(1, 4), 31: range(1, 4),
     50: range(0, 1), 51: range(0, 1), 48: range(0, 2),
-    # share-group membership (server/handlers/share_groups.py)
-    76: range(1, 2), 77: range(1, 2),
 }
 
 
