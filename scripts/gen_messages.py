@@ -31,6 +31,8 @@ SERVED: dict[int, range] = {
     # the admin APIs operators' tools call (server/handlers/admin.py)
     21: range(0, 3), 35: range(1, 6), 61: range(0, 1), 75: range(0, 1), 43: range(0, 3),
     46: range(0, 1), 66: range(0, 3),
+    # share-group membership (server/handlers/share_groups.py)
+    76: range(1, 2), 77: range(1, 2),
     # the transaction APIs (server/handlers/transactions.py)
     24: range(0, 4), 25: range(0, 5), 26: range(0, 6), 27: range(1, 3), 28: range(0, 6),
     65: range(0, 1),

@@ -423,6 +423,10 @@ if TYPE_CHECKING:
     import kio.schema.sasl_handshake.v0.response as sasl_handshake_v0_response
     import kio.schema.sasl_handshake.v1.request as sasl_handshake_v1_request
     import kio.schema.sasl_handshake.v1.response as sasl_handshake_v1_response
+    import kio.schema.share_group_describe.v1.request as share_group_describe_v1_request
+    import kio.schema.share_group_describe.v1.response as share_group_describe_v1_response
+    import kio.schema.share_group_heartbeat.v1.request as share_group_heartbeat_v1_request
+    import kio.schema.share_group_heartbeat.v1.response as share_group_heartbeat_v1_response
     import kio.schema.sync_group.v0.request as sync_group_v0_request
     import kio.schema.sync_group.v0.response as sync_group_v0_response
     import kio.schema.sync_group.v1.request as sync_group_v1_request
@@ -1169,6 +1173,22 @@ if TYPE_CHECKING:
     DescribeTopicPartitionsResponse: TypeAlias = (  # api key 75
         describe_topic_partitions_v0_response.DescribeTopicPartitionsResponse
     )
+
+    ShareGroupHeartbeatRequest: TypeAlias = (  # api key 76
+        share_group_heartbeat_v1_request.ShareGroupHeartbeatRequest
+    )
+
+    ShareGroupHeartbeatResponse: TypeAlias = (  # api key 76
+        share_group_heartbeat_v1_response.ShareGroupHeartbeatResponse
+    )
+
+    ShareGroupDescribeRequest: TypeAlias = (  # api key 77
+        share_group_describe_v1_request.ShareGroupDescribeRequest
+    )
+
+    ShareGroupDescribeResponse: TypeAlias = (  # api key 77
+        share_group_describe_v1_response.ShareGroupDescribeResponse
+    )
 else:  # at run time the names exist for imports; nothing checks them
     ProduceRequest = Any
     ProduceResponse = Any
@@ -1262,3 +1282,7 @@ else:  # at run time the names exist for imports; nothing checks them
     ListTransactionsResponse = Any
     DescribeTopicPartitionsRequest = Any
     DescribeTopicPartitionsResponse = Any
+    ShareGroupHeartbeatRequest = Any
+    ShareGroupHeartbeatResponse = Any
+    ShareGroupDescribeRequest = Any
+    ShareGroupDescribeResponse = Any

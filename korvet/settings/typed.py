@@ -113,6 +113,9 @@ class GroupsSection:
     min_session_timeout_ms: int
     max_session_timeout_ms: int
     max_size: int
+    share_session_timeout_ms: int
+    share_heartbeat_interval_ms: int
+    share_max_size: int
     retention_check_interval_ms: int
     offsets_retention_ms: int
     event_log: str
@@ -210,6 +213,9 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("group.min.session.timeout.ms", "groups.min-session-timeout-ms"),
     ("group.max.session.timeout.ms", "groups.max-session-timeout-ms"),
     ("group.max.size", "groups.max-size"),
+    ("group.share.session.timeout.ms", "groups.share-session-timeout-ms"),
+    ("group.share.heartbeat.interval.ms", "groups.share-heartbeat-interval-ms"),
+    ("group.share.max.size", "groups.share-max-size"),
     ("transaction.max.timeout.ms", "transactions.max-timeout-ms"),
     ("transactional.id.expiration.ms", "transactions.id-expiration-ms"),
 ))

@@ -50,7 +50,7 @@ def _validate_values(config: Config) -> None:
     hi = config.get_int("groups.max-session-timeout-ms")
     if not 0 < lo <= hi:
         raise ConfigError("groups.min-session-timeout-ms must be positive and <= the max")
-    _validate_group_retention(config)
+    _validate_group_settings(config)
     if config.get_bool("redis.cluster") and not config.get_str("redis.url"):
         raise ConfigError(
             f"redis.cluster is true ({config.source('redis.cluster')}) but no redis.url names a "
@@ -69,7 +69,11 @@ def _validate_topic_defaults(config: Config) -> None:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {chosen!r}")
 
 
-def _validate_group_retention(config: Config) -> None:
+def _validate_group_settings(config: Config) -> None:
+    for name in ("groups.share-session-timeout-ms", "groups.share-heartbeat-interval-ms",
+                 "groups.share-max-size"):
+        if config.get_int(name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
     if config.get_int("groups.retention-check-interval-ms") < 0:
         raise ConfigError("groups.retention-check-interval-ms must be at least 0 (0: never)")
     retention = config.get_int("groups.offsets-retention-ms")

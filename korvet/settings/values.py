@@ -209,6 +209,16 @@ SETTINGS: tuple[Setting, ...] = (
             "largest session timeout a member may ask"),
     Setting("groups.max-size", int, 2**31 - 1,
             "members a group may have; more joins answer GROUP_MAX_SIZE_REACHED"),
+    Setting("groups.share-session-timeout-ms", int, 45_000,
+            "a share-group member not heard from for this long leaves its group, as Kafka's "
+            "group.share.session.timeout.ms", unit="ms", also=("group.share.session.timeout.ms",)),
+    Setting("groups.share-heartbeat-interval-ms", int, 5_000,
+            "how often share-group members are told to heartbeat, as Kafka's "
+            "group.share.heartbeat.interval.ms", unit="ms",
+            also=("group.share.heartbeat.interval.ms",)),
+    Setting("groups.share-max-size", int, 200,
+            "members a share group may have; more joins answer GROUP_MAX_SIZE_REACHED (Kafka's "
+            "group.share.max.size)", also=("group.share.max.size",)),
     Setting("groups.retention-check-interval-ms", int, 600_000,
             "every this often, delete the empty groups that have no committed offsets, as "
             "Kafka's offsets.retention.check.interval.ms does (0: never); the same rounds "

@@ -128,11 +128,14 @@ class LeaseStore:
         return (fields.get("owner", ""), int(fields.get("token", "0")),
                 int(fields.get("expires", "0")))
 
-    async def every_lease(self) -> tuple[dict[str, lease.LeaseRecord], int]:
-        """Every stored group's lease (a never-leased group: the empty record) and Redis'
-        clock (ms): what ListGroups decides from, with several brokers."""
+    async def every_lease(self, of: list[str] | None = None
+                          ) -> tuple[dict[str, lease.LeaseRecord], int]:
+        """Every stored group's lease, or those of the groups ``of`` (a never-leased group:
+        the empty record) and Redis' clock (ms): what ListGroups decides from, with several
+        brokers."""
         ids = self.groups.group_ids_key
-        groups = sorted(_text(g) for g in await self.groups.redis.smembers(ids))
+        groups = (sorted(_text(g) for g in await self.groups.redis.smembers(ids))
+                  if of is None else of)
         seconds, micros = _time(await self.groups.redis.time())
         now_ms = seconds * 1000 + micros // 1000
         if not groups:

@@ -32,6 +32,7 @@ from korvet.protocol.decoders.groups import (
     GROUP_KEY,
     TRANSACTION_KEY,
     FetchedGroup,
+    ListGroupsCall,
     decode_describe_groups,
     decode_find_coordinator,
     decode_heartbeat,
@@ -88,6 +89,7 @@ from korvet.server.api import Api
 from korvet.server.coordinator import CoordinatorUnavailable, GroupCoordinator, NotCoordinator
 from korvet.server.handlers.metadata import live_brokers
 from korvet.server.services import Services
+from korvet.server.share_groups import ShareGroups
 from korvet.server.transactions import TransactionCoordinator
 from korvet.storage.leases import BrokerEntry
 
@@ -113,6 +115,18 @@ async def _ask(coordinator: GroupCoordinator,
 
 def _failure(reply: object) -> ErrorCode:
     return reply if isinstance(reply, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def _share_group(services: Services, group_id: str) -> bool:
+    """Whether the id is a share group's, which a classic group of that id would collide
+    with (Kafka keeps one group per id; an existing classic group cannot be one)."""
+    if group_id in services.groups.durable_view.groups:
+        return False
+    try:
+        return await services.part(ShareGroups).is_share(group_id)
+    except (RedisError, OSError) as exc:
+        log.warning("is group %r a share group: %s", group_id, exc)
+        return False
 
 
 def _owner_error(coordinator: GroupCoordinator, group_id: str) -> ErrorCode:
@@ -214,7 +228,10 @@ async def join_group(services: Services, ctx: RequestContext,
     event = decode_join_group(request, request_id=coordinator.next_request_id(),
                               client_id=ctx.client_id or "", client_host=ctx.client_host,
                               member_uuid=str(uuid.uuid4()))
-    reply = await _ask(coordinator, event)
+    # Kafka's classicGroupJoin answers a join to a share group's id with this
+    reply: core.Reply | ErrorCode = (ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+                                     if await _share_group(services, request.group_id)
+                                     else await _ask(coordinator, event))
     if not isinstance(reply, core.JoinGroupReply):
         return make(response_cls, throttle_time=0, error_code=_failure(reply),
                     generation_id=-1, protocol_type=None,
@@ -310,7 +327,11 @@ async def offset_commit(services: Services, ctx: RequestContext,
                 known.append(offset)
     errors: dict[tuple[str, int], ErrorCode] = {
         key: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for key in unknown}
-    if known or not unknown:
+    if await _share_group(services, request.group_id):  # Kafka: not a classic group
+        errors = {(t.name, o.partition): ErrorCode.GROUP_ID_NOT_FOUND
+                  for t in call.topics for o in t.offsets}
+        known = []
+    elif known or not unknown:
         reply = await _ask(coordinator, call.event(coordinator.next_request_id(), tuple(known)))
         if isinstance(reply, core.OffsetCommitReply):
             for result in reply.partitions:
@@ -446,7 +467,9 @@ async def describe_groups(services: Services, ctx: RequestContext,
         message = None
         if error == ErrorCode.GROUP_ID_NOT_FOUND:
             if call.unknown_group_is_error:
-                message = f"Group {group_id} not found."
+                message = (f"Group {group_id} is not a classic group."
+                           if await _share_group(services, group_id)
+                           else f"Group {group_id} not found.")
             else:
                 error = ErrorCode.NONE  # v0-v5 describe an unknown group as Dead
         groups.append(make(
@@ -474,14 +497,50 @@ async def list_groups(services: Services, ctx: RequestContext,
         return make(response_cls, throttle_time=0,
                     error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=())
     wanted = decode_list_groups(request)
-    listed = core.list_groups(view, wanted.states, wanted.types)
+    listed = [(g, "classic") for g in core.list_groups(view, wanted.states, wanted.types)]
+    try:
+        listed += [(g, "share") for g in await _share_groups_listed_here(services, wanted)]
+    except (RedisError, OSError) as exc:
+        log.warning("ListGroups (share groups): %s", exc)
+        return make(response_cls, throttle_time=0,
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=())
     access = ctx.access  # Kafka: DESCRIBE on the cluster lists every group, else the describable ones
     if not access.cluster_allowed(Operation.DESCRIBE):
-        listed = tuple(g for g in listed
-                       if access.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
+        listed = [(g, kind) for g, kind in listed
+                  if access.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE, groups=tuple(
         make(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-             group_type="classic") for g in listed))
+             group_type=kind) for g, kind in listed))
+
+
+async def _share_groups_listed_here(services: Services, wanted: ListGroupsCall
+                                    ) -> list[core.ListedGroup]:
+    """The share groups this broker's ListGroups lists, as ``_groups_listed_here`` picks
+    classic ones: all with one broker; with several, those whose lease it holds and those
+    nobody live coordinates that rendezvous hashing gives it. A group's state is its
+    coordinator's (Empty when no member came back to it since it took the group)."""
+    types = {t.lower() for t in wanted.types}
+    if types and "share" not in types:
+        return []
+    shares = services.part(ShareGroups)
+    coordinator, membership = services.groups, services.membership
+    try:
+        ids = await shares.store.group_ids()
+    except (RedisError, OSError):
+        if coordinator.ownership is not None:
+            raise
+        # one broker lists classic groups from memory while Redis is away: share groups too
+        ids = shares.known()
+    leases = coordinator.leases
+    if ids and coordinator.ownership is not None and leases is not None \
+            and membership is not None:
+        records, now_ms = await leases.every_lease(ids)
+        live = [b.node_id for b in membership.brokers()]
+        ids = [g for g in ids if coordinator.owns(g) or placement.lister(
+            live, g, records[g].owner, records[g].expires_ms, now_ms) == services.node_id]
+    states = {s.lower() for s in wanted.states}
+    return [core.ListedGroup(g.group_id, "share", g.state) for g in await shares.listed(ids)
+            if not states or g.state.lower() in states]
 
 
 async def _groups_listed_here(services: Services,
@@ -514,12 +573,17 @@ async def delete_groups(services: Services, ctx: RequestContext,
     coordinator = services.groups
     response_cls = response_type(type(request))
     result_cls = nested(response_cls, "DeletableGroupResult")
-    reply = await _ask(coordinator, core.DeleteGroups(
-        request_id=coordinator.next_request_id(), group_ids=tuple(request.groups_names)))
+    shares = services.part(ShareGroups)
+    results: dict[str, ErrorCode] = {str(g): await shares.delete(g)
+                                     for g in request.groups_names
+                                     if await _share_group(services, g)}
+    classic = tuple(g for g in request.groups_names if g not in results)
+    reply: core.Reply | ErrorCode = core.DeleteGroupsReply(0, ())
+    if classic:
+        reply = await _ask(coordinator, core.DeleteGroups(
+            request_id=coordinator.next_request_id(), group_ids=classic))
     if isinstance(reply, core.DeleteGroupsReply):
-        results = {r.group_id: _error(r.error) for r in reply.results}
-    else:
-        results = {}
+        results.update({r.group_id: _error(r.error) for r in reply.results})
     return make(response_cls, throttle_time=0, results=tuple(
         make(result_cls, group_id=g,
              error_code=results.get(g, _failure(reply)))

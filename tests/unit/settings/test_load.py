@@ -199,6 +199,9 @@ def test_kafkas_names_for_limits_work_in_yaml_environment_and_flags(tmp_path: Pa
     ({"KORVET_REDIS_STREAM_NODE_MAX_BYTES": "-1"}, "redis.stream-node-max-bytes must be within"),
     ({"KORVET_REDIS_STREAM_NODE_MAX_BYTES": str(2**31)},
      "redis.stream-node-max-bytes must be within"),
+    ({"KORVET_GROUP_SHARE_SESSION_TIMEOUT_MS": "0"},
+     "groups.share-session-timeout-ms must be at least 1"),
+    ({"KORVET_GROUPS_SHARE_MAX_SIZE": "0"}, "groups.share-max-size must be at least 1"),
 ])
 def test_bad_limits_are_clear_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(settings.ConfigError, match=message):
