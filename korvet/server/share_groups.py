@@ -24,13 +24,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from korvet.core import share_group as core
 from korvet.core.errors import ErrorCode
+from korvet.server.group_configs import GroupConfigs
 from korvet.storage.share_groups import ShareGroupStore
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class ShareGroups:
         self._start()
         if not self.owns(request.group_id):
             return core.HeartbeatReply(ErrorCode.NOT_COORDINATOR)
+        config = await self._config_of(request.group_id)
         async with self._lock:
             try:
                 before = await self._load(request.group_id)
@@ -119,13 +121,26 @@ class ShareGroups:
                 log.warning("loading share group %r: %s", request.group_id, exc)
                 return core.HeartbeatReply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             after, reply = core.heartbeat(
-                before, request, topics, self._services.now_ms(), self.config,
+                before, request, topics, self._services.now_ms(), config,
                 other_type=before is None and self.is_classic(request.group_id))
             if after is None:
                 return reply
             if not await self._persist(before, after):
                 return core.HeartbeatReply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return reply
+
+    async def _config_of(self, group_id: str) -> core.ShareConfig:
+        """The broker's share-group settings with the group's own configs over them
+        (share.session.timeout.ms, share.heartbeat.interval.ms: IncrementalAlterConfigs on
+        the group); the broker's alone while Redis cannot be read."""
+        try:
+            values = await self._services.part(GroupConfigs).values(group_id)
+        except (RedisError, OSError) as exc:
+            log.warning("reading the configs of share group %r: %s", group_id, exc)
+            return self.config
+        return replace(self.config,
+                       session_timeout_ms=int(values["share.session.timeout.ms"]),
+                       heartbeat_interval_ms=int(values["share.heartbeat.interval.ms"]))
 
     async def _persist(self, before: core.ShareGroup | None, after: core.ShareGroup) -> bool:
         """Keep ``after``, its epoch written first when it changed (or the group is new)."""

@@ -165,8 +165,33 @@ def test_fenced_and_invalid_heartbeats(korvet: KorvetProcess, unique_name: str) 
 
 def test_session_expiry_removes_a_silent_member(short_sessions: KorvetProcess,
                                                 unique_name: str) -> None:
+    assert_silent_member_expires(short_sessions.bootstrap, unique_name)
+
+
+def test_a_groups_own_session_timeout_expires_its_silent_member(korvet: KorvetProcess,
+                                                                unique_name: str) -> None:
+    """share.session.timeout.ms and share.heartbeat.interval.ms set on the group (Kafka's
+    group configs, IncrementalAlterConfigs) override the broker's 45 s and 5 s."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    resource = ConfigResource(ResourceType.GROUP, f"share-{unique_name}", incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (("share.session.timeout.ms", str(SESSION_MS)),
+                            ("share.heartbeat.interval.ms", "500"))])
+    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    assert_silent_member_expires(korvet.bootstrap, unique_name)
+
+
+def assert_silent_member_expires(bootstrap: str, unique_name: str) -> None:
     group, topic = f"share-{unique_name}", f"t-{unique_name}"
-    with WireClient(short_sessions.bootstrap) as client:
+    with WireClient(bootstrap) as client:
         topic_id = create_topic(client, topic, 2)
         quiet, alive = str(uuid.uuid4()), str(uuid.uuid4())
         first = beat(client, group, quiet, 0, (topic,))
