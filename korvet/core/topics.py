@@ -198,6 +198,12 @@ def records_deletable(config: TopicConfig) -> bool:
     return "delete" in policies or "compact" not in policies
 
 
+def compacted(config: TopicConfig) -> bool:
+    """Whether the log cleaner keeps only the latest record of each key: cleanup.policy has
+    compact (alone or with delete)."""
+    return "compact" in config.get("cleanup.policy").split(",")
+
+
 def retention_applies(config: TopicConfig) -> bool:
     """Whether retention.ms and retention.bytes (and korvet.retention.records) trim the
     topic: its cleanup.policy has delete, as in Kafka."""
