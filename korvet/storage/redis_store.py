@@ -14,6 +14,8 @@ script or transaction touches shares one Redis Cluster hash slot: the part in br
     {ks}:{topic:partition}:open       sorted set: producer ids with an open transaction
     {ks}:{topic:partition}:aborted    sorted set: the aborted index (append.lua)
     {ks}:{topic:partition}:waiting    present while a fetch waits for the stream (notifier)
+    {ks}:{topic:partition}:clean…     the log cleaner's pass, map, new key and lease
+                                      (storage/cleaner.py, clean.lua)
     {ks}:{topics}:topic:{name}        hash: id, name, partitions, created, config.<name>
     {ks}:{topics}:names               set of topic names
     {ks}:{topics}:ids                 hash: topic id -> name
@@ -56,6 +58,13 @@ from korvet.storage.pipe import LARGE_REPLIES, Life, RedisPipe
 
 def _lua(name: str) -> str:
     return (resources.files("korvet.storage") / "lua" / name).read_text()
+
+
+def cleaner_keys(stream_key: str) -> tuple[str, str, str, str]:
+    """The log cleaner's keys of a partition (clean.lua): its pass, its map, the new key it
+    copies into and its lease, all in the stream's hash slot."""
+    base = stream_key.removesuffix(":stream")
+    return f"{base}:clean", f"{base}:clean:map", f"{base}:clean:new", f"{base}:clean:lease"
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,9 +299,9 @@ class RedisStore:
             pipe = self.redis.pipeline(transaction=False)
             for partition in range(start, min(start + 500, partitions.stop)):
                 stream = self.stream_key(name, partition)
-                pipe.eval(script, 5, stream, self.meta_key(name, partition),
+                pipe.eval(script, 9, stream, self.meta_key(name, partition),
                           self.times_key(stream), self.open_key(stream),
-                          self.aborted_key(stream), *args)
+                          self.aborted_key(stream), *cleaner_keys(stream), *args)
             await pipe.execute()
 
     async def delete_topic(self, name: str) -> bool:

@@ -93,7 +93,8 @@ def test_a_compacted_topic_refuses_records_without_a_key(keyed: list[bool], poli
     """Kafka's LogValidator: a compacted topic's cleaner could not keep a keyless record, so
     the batch is refused whole (INVALID_RECORD), each keyless record named."""
     config = TopicConfig({"cleanup.policy": policy})
-    records = [(NOW, b"k" if k else None, b"v", []) for k in keyed]
+    records: list[tuple[int, bytes | None, bytes | None, list[Header]]] = [
+        (NOW, b"k" if k else None, b"v", []) for k in keyed]
     refusal = rules.check_batch(FakeBatch(100, False, False, records), config, NOW)
     keyless = [i for i, k in enumerate(keyed) if not k]
     if "compact" in policy and keyless:
