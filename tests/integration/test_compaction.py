@@ -84,7 +84,7 @@ def stream(topic: str) -> str:
     return f"korvet:{{{topic}:0}}:stream"
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

@@ -1,0 +1,187 @@
+"""The cleaner's script (korvet/storage/lua/clean.lua) driven call by call on a real broker's
+Redis, the broker's own cleaner off: what runs between two calls of a pass (appends, a dying
+cleaner, another broker) and how long one call holds Redis.
+
+spec/Compaction.tla's steps, in the order a test chooses: ``begin`` (Begin, under the lease),
+``step`` (MapChunk, CopyChunk, Swap) and a broker that stops calling (Abandon).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis import Redis
+
+from korvet.core.cleaner import CleanSettings
+from korvet.core.topics import TopicInfo
+from korvet.storage.cleaner import CleanerStore, StepResult, _lua
+from korvet.storage.redis_store import RedisStore
+from tests.conftest import KorvetProcess
+from tests.integration import clients
+from tests.integration.test_compaction import create, latest_per_key, read_all, stream, updates
+
+pytestmark = pytest.mark.clients
+
+CONFIGS = {"cleanup.policy": "compact", "max.compaction.lag.ms": "100"}
+
+
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
+    """A broker whose own cleaner does not run: the tests make every call themselves."""
+    broker = KorvetProcess(tmp_path_factory.mktemp("idle-cleaner"),
+                           extra_args=["--no-cleaner-enable"])
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+class Driver:
+    """clean.lua's calls for one partition, as one broker makes them."""
+
+    def __init__(self, broker: KorvetProcess, topic: str, me: str = "1",
+                 lease_ms: int = 30_000) -> None:
+        self.url, self.topic_name, self.me, self.lease_ms = broker.redis_url, topic, me, lease_ms
+
+    def _run(self, op: str, *args: Any) -> Any:
+        async def call() -> Any:
+            client = aioredis.Redis.from_url(self.url)
+            try:
+                store = RedisStore(client, "korvet")
+                topic = await store.get_topic(self.topic_name, {})
+                assert isinstance(topic, TopicInfo)
+                cleaner = CleanerStore(store, self.me, self.lease_ms)
+                settings = CleanSettings.of(topic.config)
+                now = int(time.time() * 1000)
+                if op == "begin":
+                    return await cleaner.begin(topic, 0, settings, now)
+                if op == "step":
+                    return await cleaner.step(topic, 0, args[0], now, args[1])
+                return await cleaner.status(topic, 0, settings, now)
+            finally:
+                await client.aclose()
+        return asyncio.run(call())
+
+    def begin(self) -> int | None:
+        result: int | None = self._run("begin")
+        return result
+
+    def step(self, token: int, chunk: int) -> StepResult:
+        result: StepResult = self._run("step", token, chunk)
+        return result
+
+
+def start_pass(driver: Driver) -> int:
+    """Begin (the first call only rolls the active segment: the partition was all of it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        token = driver.begin()
+        if token is not None:
+            return token
+        assert time.monotonic() < deadline, "no pass began"
+        time.sleep(0.15)
+
+
+def run_to_swap(driver: Driver, token: int, chunk: int) -> tuple[StepResult, int]:
+    calls = 0
+    while True:
+        calls += 1
+        step = driver.step(token, chunk)
+        if step.outcome not in ("MAP", "COPY"):
+            return step, calls
+
+
+def test_records_appended_during_a_pass_are_kept(idle: KorvetProcess) -> None:
+    """Appends between the copy's chunks go to the old stream; the copy goes on through them
+    and the swap takes the rest, so nothing written during the pass is lost, and what it
+    supersedes of the cleaned section is gone once the next pass runs."""
+    name = f"interleave-{uuid.uuid4().hex[:8]}"
+    create(idle, name, CONFIGS)
+    first = updates(300, 10, tag="first")
+    told = clients.confluent_produce(idle.bootstrap, name, first)
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    assert driver.step(token, 50).outcome == "MAP"
+    while driver.step(token, 50).outcome == "MAP":
+        pass
+    assert driver.step(token, 50).outcome == "COPY"
+    during = updates(120, 12, tag="during")
+    told += clients.confluent_produce(idle.bootstrap, name, during)
+    swapped, calls = run_to_swap(driver, token, 50)
+    assert swapped.outcome == "SWAPPED", swapped
+    assert calls >= 3  # the copy went on in chunks through what was appended
+    r = Redis.from_url(idle.redis_url)
+    assert r.xlen(stream(name)) == 10 + 120  # the head (written during the pass) untouched
+    got = read_all(idle, name)
+    assert {m.key(): (m.offset(), m.value()) for m in got} == latest_per_key(first + during, told)
+    swapped, _ = run_to_swap(driver, start_pass(driver), 50)
+    assert r.xlen(stream(name)) == 12
+
+
+def test_a_pass_abandoned_by_a_dying_cleaner_is_harmless(idle: KorvetProcess) -> None:
+    """Broker 1 begins a pass and stops mid-copy: readers see the whole log meanwhile; broker 2
+    is refused until the lease expires, then takes the partition over (the half-built key
+    deleted) and swaps; broker 1's later calls are refused and change nothing."""
+    name = f"abandoned-{uuid.uuid4().hex[:8]}"
+    create(idle, name, CONFIGS)
+    # the first records' keys are written once: the copy's first chunk keeps them
+    records = [*updates(3, 3, tag="once"), *updates(200, 5)]
+    records[:3] = [clients.Rec(0, b"once-%d" % i, r.value, (), r.timestamp)
+                   for i, r in enumerate(records[:3])]
+    told = clients.confluent_produce(idle.bootstrap, name, records)
+    one = Driver(idle, name, "1", lease_ms=1500)
+    two = Driver(idle, name, "2", lease_ms=1500)
+    token = start_pass(one)
+    while one.step(token, 40).outcome == "MAP":
+        pass
+    assert one.step(token, 40).outcome == "COPY"
+    r = Redis.from_url(idle.redis_url)
+    new_key = stream(name).removesuffix(":stream") + ":clean:new"
+    assert r.exists(new_key)
+    assert two.begin() is None  # broker 1's lease still runs
+    assert len(read_all(idle, name)) == len(records)  # nothing of the pass is visible before its swap
+    time.sleep(1.6)
+    taken = two.begin()
+    assert taken is not None and taken > token
+    assert not r.exists(new_key)  # broker 1's half-built copy is gone
+    assert one.step(token, 40).outcome == "LOST"
+    swapped, _ = run_to_swap(two, taken, 40)
+    assert swapped.outcome == "SWAPPED"
+    assert one.step(token, 1000).outcome == "LOST"
+    got = read_all(idle, name)
+    assert {m.key(): (m.offset(), m.value()) for m in got} == latest_per_key(records, told)
+
+
+def test_one_call_reads_at_most_a_chunk(idle: KorvetProcess) -> None:
+    """A pass over 50,000 records in chunks of 1,000: every call of the script, as Redis'
+    SLOWLOG times it, is one bounded step (the figures are printed: the longest call, the
+    stream's memory before and after)."""
+    name = f"bounded-{uuid.uuid4().hex[:8]}"
+    create(idle, name, CONFIGS)
+    clients.confluent_produce(idle.bootstrap, name, updates(50_000, 500))
+    r = Redis.from_url(idle.redis_url)
+    before = int(r.memory_usage(stream(name), samples=0) or 0)
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 1_000_000)  # the commands a script runs are logged too
+    r.slowlog_reset()
+    swapped, calls = run_to_swap(driver, token, 1000)
+    log: Any = r.slowlog_get(1_000_000)
+    r.config_set("slowlog-log-slower-than", 10_000)
+    sha = hashlib.sha1(_lua("clean.lua").encode()).hexdigest().encode()
+    scripts = [e["duration"] for e in log if e["command"].startswith(b"EVALSHA " + sha)]
+    after = int(r.memory_usage(stream(name), samples=0) or 0)
+    print(f"\n50,000 records, 500 keys, chunks of 1,000: {calls} calls, the longest "
+          f"{max(scripts) / 1000:.1f} ms, median {sorted(scripts)[len(scripts) // 2] / 1000:.1f} ms "
+          f"(Redis' SLOWLOG); stream memory {before:,} -> {after:,} bytes")
+    assert swapped.outcome == "SWAPPED" and swapped.removed == 49_500
+    assert r.xlen(stream(name)) == 500
+    # 50 map calls and 50 copy calls at most 1,000 entries each, the begin, the swap's tail
+    assert len(scripts) == calls and 100 <= calls <= 103
