@@ -97,6 +97,7 @@ def run_to_swap(driver: Driver, token: int, chunk: int) -> tuple[StepResult, int
             return step, calls
 
 
+@pytest.mark.spec("Compaction", "CopyChunk", "Rest", "Swap", "Begin")
 def test_records_appended_during_a_pass_are_kept(idle: KorvetProcess) -> None:
     """Appends between the copy's chunks go to the old stream; the copy goes on through them
     and the swap takes the rest, so nothing written during the pass is lost, and what it
@@ -124,6 +125,7 @@ def test_records_appended_during_a_pass_are_kept(idle: KorvetProcess) -> None:
     assert r.xlen(stream(name)) == 12
 
 
+@pytest.mark.spec("Compaction", "Abandon", "NoPass")
 def test_a_pass_abandoned_by_a_dying_cleaner_is_harmless(idle: KorvetProcess) -> None:
     """Broker 1 begins a pass and stops mid-copy: readers see the whole log meanwhile; broker 2
     is refused until the lease expires, then takes the partition over (the half-built key
@@ -158,6 +160,7 @@ def test_a_pass_abandoned_by_a_dying_cleaner_is_harmless(idle: KorvetProcess) ->
     assert {m.key(): (m.offset(), m.value()) for m in got} == latest_per_key(records, told)
 
 
+@pytest.mark.spec("Compaction", "Chunk", "MapChunk")
 def test_one_call_reads_at_most_a_chunk(idle: KorvetProcess) -> None:
     """A pass over 50,000 records in chunks of 1,000: every call of the script, as Redis'
     SLOWLOG times it, is one bounded step (the figures are printed: the longest call, the

@@ -35,6 +35,7 @@ def create(broker: KorvetProcess, name: str, configs: dict[str, str]) -> None:
     admin.create_topics([NewTopic(name, num_partitions=1, config=configs)])[name].result(30)
 
 
+@pytest.mark.spec("Compaction", "Produce", "KeyedOnly")
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
 def test_a_compacted_topic_refuses_records_without_a_key(korvet: KorvetProcess,
                                                          policy: str) -> None:
@@ -137,6 +138,8 @@ def updates(count: int, keys: int, stamp: int | None = None, tag: str = "v") -> 
             for i in range(count)]
 
 
+@pytest.mark.spec("Compaction", "Swap", "LatestPerKeyKept", "OffsetsStable", "FetchNextSurvivor",
+                  "LogStartMovesOnlyByRetention")
 @pytest.mark.parametrize("scheme", ["dense", "time"])
 def test_a_compacted_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess,
                                                     scheme: str) -> None:
@@ -170,6 +173,7 @@ def test_a_compacted_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess,
     assert f'korvet_cleaner_passes_total{{topic="{name}"}} 1.0'.encode() in metrics
 
 
+@pytest.mark.spec("Compaction", "CopyChunk", note="memory returns")
 def test_the_stream_memory_falls_with_the_records(cleaning: KorvetProcess) -> None:
     """What a Redis user sees: MEMORY USAGE of the partition's stream after a pass is a small
     part of what it was (figures printed for the report)."""
@@ -184,6 +188,7 @@ def test_the_stream_memory_falls_with_the_records(cleaning: KorvetProcess) -> No
     assert after * 20 < before
 
 
+@pytest.mark.spec("Compaction", "HeadUntouched", "Young", "MapChunk")
 def test_the_head_younger_than_min_compaction_lag_is_kept(cleaning: KorvetProcess) -> None:
     """min.compaction.lag.ms one hour: of 100 updates of one key stamped two hours ago and
     100 stamped now, a pass removes only old ones (their latest stays) and keeps every young
@@ -201,6 +206,7 @@ def test_the_head_younger_than_min_compaction_lag_is_kept(cleaning: KorvetProces
     assert [m.value() for m in got] == [old[-1].value] + [y.value for y in young]
 
 
+@pytest.mark.spec("Compaction", "Horizon", "ReaderSeesFinalState")
 def test_tombstones_vanish_after_delete_retention(cleaning: KorvetProcess) -> None:
     """A tombstone stays while its older values go, and for delete.retention.ms (2 s) after
     the pass that made it its key's visible latest; then it goes too. Writes to another key
@@ -229,6 +235,7 @@ def test_tombstones_vanish_after_delete_retention(cleaning: KorvetProcess) -> No
     assert gone_after >= 2.0, f"the tombstone went {gone_after:.1f} s after it was seen"
 
 
+@pytest.mark.spec("Compaction", "Roll", "EventuallyCompacted")
 def test_an_idempotent_producer_keeps_working_across_passes(cleaning: KorvetProcess) -> None:
     """One idempotent librdkafka producer writes on while passes swap the stream under it:
     every record is acknowledged once, at consecutive offsets, and the end state is each
