@@ -71,9 +71,8 @@ class PartitionDirt:
 
 def round_order(partitions: list[PartitionDirt]) -> list[PartitionDirt]:
     """The order a cleaner round visits the partitions in: the cleanable ones, filthiest
-    first (a forced one, past max.compaction.lag.ms, before the others), then the rest, whose
-    visit only rolls their active segment when it is due. Those another broker is cleaning
-    are left out."""
+    first (Kafka's order: the highest ratio, a partition forced by max.compaction.lag.ms
+    included), then the rest, whose visit only rolls their active segment when it is due.
+    Those another broker is cleaning are left out."""
     free = [p for p in partitions if not p.busy]
-    return sorted(free, key=lambda p: (not p.cleanable, not p.overdue, -p.ratio,
-                                       p.topic, p.partition))
+    return sorted(free, key=lambda p: (not p.cleanable, -p.ratio, p.topic, p.partition))
