@@ -64,7 +64,9 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["socket.request.max.bytes"] == ("2048", "korvet serve --broker-max-request-bytes")
     assert answered["broker.id"] == ("3", "korvet serve --broker-id")
     assert answered["transaction.max.timeout.ms"][0] == "900000"
-    assert len(answered) == 16
+    assert answered["log.cleaner.backoff.ms"] == ("15000", "korvet serve --cleaner-backoff-ms")
+    assert answered["log.cleaner.enable"][0] == "true"
+    assert len(answered) == 18
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------
