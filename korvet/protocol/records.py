@@ -419,3 +419,20 @@ def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinat
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))
     return bytes(batch)
+
+
+_INT32_MAX_DELTA = 2**31 - 1
+
+
+def empty_batch(base_offset: int, end_offset: int, leader_epoch: int = 0) -> bytes:
+    """A batch of no records covering the offsets ``base_offset`` .. ``end_offset`` - 1 (at
+    most 2^31 of them), as Kafka's cleaner keeps the last batch of a cleaned log empty: a
+    consumer takes its position past it. Korvet answers one when the records up to the end
+    were removed by the log cleaner, so that a reader from the start still reaches the end
+    (spec/Compaction.tla, Fetch)."""
+    delta = min(end_offset - 1 - base_offset, _INT32_MAX_DELTA)
+    header = bytearray(_BATCH_HEADER.pack(base_offset, 0, leader_epoch, 2, 0, 0, delta,
+                                          -1, -1, -1, -1, -1, 0))
+    struct.pack_into(">i", header, 8, len(header) - 12)
+    _CRC.pack_into(header, 17, crc32c(memoryview(header)[21:]))
+    return bytes(header)

@@ -584,6 +584,31 @@ class RedisStore:
         start, end = _bounds(codec, meta[0], meta[1])
         return _stable(codec, meta[2], start, end)
 
+    async def removed_up_to(self, topic: TopicInfo, partition: int, offset: int,
+                            committed: bool) -> int | None:
+        """The end (the high watermark, or the last stable offset for ``committed``) when no
+        record is left from ``offset`` up to it: the log cleaner removed them all (None when
+        one is there, or ``offset`` is not below the end). The bounds are read before the
+        entries, in one pipeline on the partition's connection: every record below them
+        existed when they were read, so one the XRANGE does not find was removed, not yet
+        written (spec/Compaction.tla, Fetch)."""
+        codec = topic.config.codec
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.meta_key(topic.name, partition), "last", "start", "lso")
+        pipe.xrange(self.stream_key(topic.name, partition), min=_first_id(codec, offset),
+                    max="+", count=1)
+        meta, first = await pipe.execute()
+        if meta[0] is None:
+            return None
+        start, end = _bounds(codec, meta[0], meta[1])
+        if committed:
+            end = _stable(codec, meta[2], start, end)
+        if offset >= end or offset < start:
+            return None
+        if first and _below(codec, first, end):
+            return None
+        return end
+
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
         codec = topic.config.codec

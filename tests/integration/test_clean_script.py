@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from redis import Redis
 
 from korvet.core.cleaner import CleanSettings
@@ -188,3 +189,37 @@ def test_one_call_reads_at_most_a_chunk(idle: KorvetProcess) -> None:
     assert r.xlen(stream(name)) == 500
     # 50 map calls and 50 copy calls at most 1,000 entries each, the begin, the swap's tail
     assert len(scripts) == calls and 100 <= calls <= 103
+
+
+@pytest.mark.spec("Compaction", "Fetch")
+@pytest.mark.parametrize("scheme", ["dense", "time"])
+def test_a_reader_reaches_the_end_past_removed_records(idle: KorvetProcess, scheme: str) -> None:
+    """The last records of a compacted partition removed (XDEL, as a cleaner removes a tail of
+    tombstones past their horizon): a fetch from them answers an empty batch up to the high
+    watermark, as Kafka keeps a cleaned log's last batch, and librdkafka's position reaches
+    the end (a Streams restore or a Connect worker waiting for the end would wait for ever)."""
+    name = f"tail-{scheme}-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.offset.scheme": scheme})
+    told = clients.confluent_produce(idle.bootstrap, name, updates(5, 5))
+    r = Redis.from_url(idle.redis_url)
+    ids = [entry_id for entry_id, _ in r.xrange(stream(name))]  # type: ignore[union-attr]
+    r.xdel(stream(name), *(entry_id for entry_id in ids[3:] if entry_id is not None))
+    # librdkafka tells the application it reached the end (enable.partition.eof) once its
+    # fetch position is the high watermark
+    consumer = Consumer({"bootstrap.servers": idle.bootstrap, "group.id": "assign-only",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(name, 0, told[3][1])])
+    reached = False
+    try:
+        deadline = time.monotonic() + 20
+        while not reached and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10, timeout=0.3):
+                error = msg.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    reached = True
+                    assert msg.offset() == told[4][1] + 1
+                    continue
+                raise AssertionError(f"unexpected: {error or msg.offset()}")
+    finally:
+        consumer.close()
+    assert reached, "the consumer never reached the end"
