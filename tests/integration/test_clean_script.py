@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from redis import Redis
 
 from korvet.core.cleaner import CleanSettings
@@ -223,3 +223,76 @@ def test_a_reader_reaches_the_end_past_removed_records(idle: KorvetProcess, sche
     finally:
         consumer.close()
     assert reached, "the consumer never reached the end"
+
+
+@pytest.mark.spec("Compaction", "LSO", "InMap", "AbortedData", "LatestPerKeyKept")
+def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetProcess) -> None:
+    """A key's committed value, then an update of it in a transaction still open when a pass
+    runs: the pass stops at the last stable offset, so the committed value stays; the
+    transaction aborts, and the next pass removes its data (not a value: the aborted index
+    says so) and keeps the committed value and the abort marker. A read_committed reader
+    ends with the committed value."""
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    create(idle, name, CONFIGS)
+    plain = [clients.Rec(0, b"k", b"committed", (), int(time.time() * 1000)),
+             *updates(4, 2, tag="other")]
+    clients.confluent_produce(idle.bootstrap, name, plain)
+    txn = transactional_producer(idle.bootstrap, f"cleaner-{name}")
+    txn.begin_transaction()
+    txn.produce(name, key=b"k", value=b"in the transaction", partition=0)
+    txn.flush(30)
+    driver = Driver(idle, name)
+    swapped, _ = run_to_swap(driver, start_pass(driver), 2)
+    assert swapped.outcome == "SWAPPED"
+    r = Redis.from_url(idle.redis_url)
+    assert b"committed" in values_in(r, name)
+    txn.abort_transaction(30)
+    clients.confluent_produce(idle.bootstrap, name, updates(2, 2, tag="later"))
+    swapped, _ = run_to_swap(driver, start_pass(driver), 2)
+    assert swapped.outcome == "SWAPPED"
+    held = values_in(r, name)
+    assert b"committed" in held and b"in the transaction" not in held
+    assert any(f.get(b"control") == b"ABORT" for _, f in entries_of(r, name))
+    got = dict(read_committed(idle.bootstrap, name))
+    assert got == {b"k": b"committed", b"key-0": updates(2, 2, tag="later")[0].value,
+                   b"key-1": updates(2, 2, tag="later")[1].value}
+
+
+def entries_of(r: Redis, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    found: Any = r.xrange(stream(topic))
+    return list(found)
+
+
+def values_in(r: Redis, topic: str) -> list[bytes]:
+    return [f.get(b"value", b"") for _, f in entries_of(r, topic)]
+
+
+def transactional_producer(bootstrap: str, transactional_id: str) -> Any:
+    made = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                     "linger.ms": 5})
+    made.init_transactions(30)
+    return made
+
+
+def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every record a read_committed consumer reads from the start, to the end
+    (partition EOF)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    found: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                break
+            assert error is None, error
+            found.append((msg.key() or b"", msg.value() or b""))
+    finally:
+        consumer.close()
+    return found
