@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from redis import Redis
 
 from korvet.core.cleaner import CleanSettings
@@ -296,3 +297,37 @@ def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
     finally:
         consumer.close()
     return found
+
+
+@pytest.mark.spec("Compaction", "DeleteRecords", "NothingBelowStart", "KeepFrom")
+def test_records_deleted_during_a_pass_stay_deleted(idle: KorvetProcess) -> None:
+    """cleanup.policy=compact,delete: DeleteRecords moves the log start while a pass has
+    already copied the records below it into its new key; the swap trims them, so nothing
+    below the log start comes back, and the start stays where DeleteRecords put it."""
+    name = f"deleted-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "cleanup.policy": "compact,delete", "retention.ms": "-1"})
+    now = int(time.time() * 1000)
+    once = [clients.Rec(0, b"once-%d" % i, b"kept", (), now) for i in range(10)]
+    told = clients.confluent_produce(idle.bootstrap, name, [*once, *updates(90, 5)])
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    while driver.step(token, 20).outcome == "MAP":
+        pass
+    assert driver.step(token, 20).outcome == "COPY"  # the ten kept ones are in the new key
+    cut = told[15][1]
+    admin = AdminClient({"bootstrap.servers": idle.bootstrap})
+    done = admin.delete_records([TopicPartition(name, 0, cut)])
+    for future in done.values():
+        future.result(30)
+    swapped, _ = run_to_swap(driver, token, 20)
+    assert swapped.outcome == "SWAPPED"
+    got = read_all(idle, name)
+    assert got and min(int(m.offset() or 0) for m in got) >= cut
+    # in Redis too: the ten copied before the cut are not back (the five latest updates are)
+    assert Redis.from_url(idle.redis_url).xlen(stream(name)) == 5
+    consumer = Consumer({"bootstrap.servers": idle.bootstrap, "group.id": "assign-only"})
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10)
+    finally:
+        consumer.close()
+    assert low == cut
