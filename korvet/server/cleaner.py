@@ -72,6 +72,8 @@ class LogCleaner:
     async def round(self) -> int:
         """One round over the compacted partitions; the number of passes that swapped."""
         topics = {t.name: t for t in await self.topics.all() if cleanable_topic(t.config)}
+        # a deleted topic's partitions leave the gauge with the round that no longer sees them
+        self.metrics.cleaner_dirty_ratio.clear()
         if not topics:
             return 0
         statuses: list[PartitionDirt] = []
