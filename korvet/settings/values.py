@@ -241,7 +241,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cleaner.backoff-ms", int, 15_000,
             "the log cleaner's pause between two rounds over the compacted partitions, as "
             "Kafka's log.cleaner.backoff.ms", unit="ms", also=("log.cleaner.backoff.ms",)),
-    Setting("cleaner.chunk-entries", int, 1000,
+    Setting("cleaner.chunk-entries", int, 250,
             "stream entries one call of the cleaner's script reads at most: a longer chunk "
             "makes a pass take fewer calls, each blocking Redis longer"),
     Setting("groups.offsets-retention-ms", int, 604_800_000,
