@@ -22,6 +22,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka.admin import KafkaAdminClient
 from redis import Redis
 
 from tests.conftest import KorvetProcess
@@ -175,17 +176,36 @@ def test_a_compacted_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess,
 
 @pytest.mark.spec("Compaction", "CopyChunk", note="memory returns")
 def test_the_stream_memory_falls_with_the_records(cleaning: KorvetProcess) -> None:
-    """What a Redis user sees: MEMORY USAGE of the partition's stream after a pass is a small
-    part of what it was (figures printed for the report)."""
+    """What a Redis user and Kafka's tools see: MEMORY USAGE of the partition's stream, the
+    partition's size DescribeLogDirs reports (kafka-python's describe_log_dirs, what
+    kafka-log-dirs asks) and the korvet_storage_entries metric fall to a small part of what
+    they were (the figures are printed)."""
     name = f"memory-{uuid.uuid4().hex[:8]}"
     create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"})
     r = redis(cleaning)
     clients.confluent_produce(cleaning.bootstrap, name, updates(20_000, 100))
     before = int(r.memory_usage(stream(name), samples=0) or 0)
+    dir_before = log_dir_size(cleaning, name)
     wait_for("the pass", lambda: r.xlen(stream(name)) <= 100)
     after = int(r.memory_usage(stream(name), samples=0) or 0)
-    print(f"stream memory: {before} bytes for 20,000 records, {after} for the 100 kept")
+    dir_after = log_dir_size(cleaning, name)
+    print(f"stream memory: {before} bytes for 20,000 records, {after} for the 100 kept; "
+          f"DescribeLogDirs {dir_before} -> {dir_after}")
     assert after * 20 < before
+    assert dir_after * 20 < dir_before
+    metrics = urlopen(f"http://127.0.0.1:{cleaning.http_port}/metrics", timeout=10).read()
+    assert f'korvet_storage_entries{{topic="{name}"}} 100.0'.encode() in metrics
+
+
+def log_dir_size(broker: KorvetProcess, topic: str) -> int:
+    """The partition's size as DescribeLogDirs answers it."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        answer: Any = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    return next(int(p["partition_size"]) for b in answer for d in b["log_dirs"]
+                for t in d["topics"] if t["name"] == topic for p in t["partitions"])
 
 
 @pytest.mark.spec("Compaction", "HeadUntouched", "Young", "MapChunk")
