@@ -20,6 +20,8 @@ and ``LogValidator``):
    ``max.message.bytes``: MESSAGE_TOO_LARGE. With CreateTime, a record timestamp more
    than ``message.timestamp.after.max.ms`` ahead of the broker clock or
    ``message.timestamp.before.max.ms`` behind it: INVALID_TIMESTAMP, naming each record.
+   A record without a key on a topic whose cleanup.policy has ``compact``: INVALID_RECORD,
+   naming each record (Kafka's LogValidator: the cleaner could not keep it).
 6. After the atomic append: the script's status (``AppendStatus``) becomes the error the
    client sees; DUP is a success carrying the original offsets.
 7. An idempotent producer's batch that the script refuses as OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -45,7 +47,7 @@ from enum import Enum
 from typing import Protocol, TypeVar
 
 from korvet.core.errors import ErrorCode
-from korvet.core.topics import TopicConfig, TopicInfo
+from korvet.core.topics import TopicConfig, TopicInfo, compacted
 
 VALID_ACKS = (0, 1, -1)
 MIN_TIMESTAMP = -(2**63)
@@ -120,6 +122,9 @@ class BatchFacts(Protocol):
     @property
     def timestamps(self) -> Sequence[int]: ...
 
+    @property
+    def keyless(self) -> Sequence[int]: ...
+
 
 DecodedBatch = TypeVar("DecodedBatch", bound=BatchFacts)
 
@@ -188,6 +193,11 @@ def check_batch(batch: BatchFacts, config: TopicConfig, now_ms: int,
     if batch.size > limit:
         return Refusal(ErrorCode.MESSAGE_TOO_LARGE,
                        f"record batch of {batch.size} bytes exceeds max.message.bytes {limit}")
+    if batch.keyless and compacted(config):
+        return Refusal(ErrorCode.INVALID_RECORD,
+                       "Compacted topic cannot accept message without key",
+                       tuple((index, "Compacted topic cannot accept message without key")
+                             for index in batch.keyless))
     if config.log_append_time:
         return None  # the broker stamps the records: their own timestamps do not matter
     after = config.get_int("message.timestamp.after.max.ms")

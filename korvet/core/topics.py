@@ -176,12 +176,10 @@ CLEANUP_POLICIES = ("compact", "delete")
 
 
 def _cleanup_policy(value: str) -> str:
-    """Kafka's list of compact and delete. Korvet acts on it as a Kafka broker whose log
-    cleaner never runs: with delete, retention.ms and retention.bytes trim old records;
-    without it (compact alone, or an empty list), they do not and every record is kept until
-    DeleteRecords or the topic's deletion. Records are never compacted: a reader from the
-    start sees every value of a key, the latest last, which is what Kafka promises of a
-    compacted log (the latest value of each key stays; older ones may)."""
+    """Kafka's list of compact and delete. With delete, retention.ms and retention.bytes trim
+    old records; with compact, the log cleaner (korvet/server/cleaner.py) keeps the latest
+    record of each key of a ``records`` topic, as Kafka's does; without either (an empty list)
+    every record is kept until DeleteRecords or the topic's deletion."""
     policies = _list_items(value)
     for policy in policies:
         if policy not in CLEANUP_POLICIES:
@@ -196,6 +194,12 @@ def records_deletable(config: TopicConfig) -> bool:
     (compact without delete: POLICY_VIOLATION), as in Kafka 4.3; an empty policy may."""
     policies = config.get("cleanup.policy").split(",")
     return "delete" in policies or "compact" not in policies
+
+
+def compacted(config: TopicConfig) -> bool:
+    """Whether the log cleaner keeps only the latest record of each key: cleanup.policy has
+    compact (alone or with delete)."""
+    return "compact" in config.get("cleanup.policy").split(",")
 
 
 def retention_applies(config: TopicConfig) -> bool:
@@ -227,8 +231,9 @@ class ConfigDef:
 
 CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", "delete", _cleanup_policy,
-              "delete: retention trims old records; compact (or empty): kept until "
-              "DeleteRecords, never compacted (as with Kafka's log cleaner off)", kind="list"),
+              "delete: retention trims old records; compact: the log cleaner keeps the latest "
+              "record of each key (records format; a batches topic is not cleaned yet); "
+              "empty: kept until DeleteRecords", kind="list"),
     ConfigDef("retention.ms", "604800000", _long(-1),
               "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all",
               kind="long"),
@@ -275,7 +280,8 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "the epoch, decimal text) to every record, as the original product does; the "
               "record's own timestamp is kept", kind="boolean"),
     # Kafka 4.3.1's other topic settings, read as Kafka reads them (type, range), accepted for
-    # the tools that set them; they have no effect here.
+    # the tools that set them; those marked effective=False have no effect here (the log
+    # cleaner's act on compacted topics: korvet/core/cleaner.py).
     ConfigDef("compression.gzip.level", "-1", _int(1, 9, also=-1),
               "the level a broker recompressing to gzip would use (Korvet does not recompress)",
               kind="int", effective=False),
@@ -285,17 +291,21 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("compression.zstd.level", "3", _int(-131072, 22),
               "the level a broker recompressing to zstd would use (Korvet does not recompress)",
               kind="int", effective=False),
-    ConfigDef("segment.ms", "604800000", _long(1), "no segments", kind="long", effective=False),
+    ConfigDef("segment.ms", "604800000", _long(1),
+              "a compacted topic's active segment (never cleaned) rolls once it is older than "
+              "min(segment.ms, max.compaction.lag.ms); no segment files", kind="long"),
     ConfigDef("segment.bytes", "1073741824", _int(1048576), "no segments", kind="int",
               effective=False),
     ConfigDef("min.insync.replicas", "1", _int(1), "Redis' persistence and replicas decide",
               kind="int", effective=False),
     ConfigDef("unclean.leader.election.enable", "false", _boolean, "no leader elections",
               kind="boolean", effective=False),
-    ConfigDef("min.cleanable.dirty.ratio", "0.5", _ratio, "no log compaction", kind="double",
-              effective=False),
-    ConfigDef("delete.retention.ms", "86400000", _long(0), "no log compaction", kind="long",
-              effective=False),
+    ConfigDef("min.cleanable.dirty.ratio", "0.5", _ratio,
+              "a compacted partition is cleaned once the records written since its last "
+              "cleaning are more than this part of it", kind="double"),
+    ConfigDef("delete.retention.ms", "86400000", _long(0),
+              "a tombstone of a compacted topic stays this long after the cleaning pass that "
+              "made it its key's latest record", kind="long"),
     ConfigDef("file.delete.delay.ms", "60000", _long(0), "no segment files", kind="long",
               effective=False),
     ConfigDef("flush.messages", "9223372036854775807", _long(1), "Redis' appendfsync decides",
@@ -325,10 +335,12 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "no replication", kind="list", effective=False),
     ConfigDef("leader.replication.throttled.replicas", "", _throttled_replicas,
               "no replication", kind="list", effective=False),
-    ConfigDef("max.compaction.lag.ms", "9223372036854775807", _long(1), "no log compaction",
-              kind="long", effective=False),
-    ConfigDef("min.compaction.lag.ms", "0", _long(0), "no log compaction", kind="long",
-              effective=False),
+    ConfigDef("max.compaction.lag.ms", "9223372036854775807", _long(1),
+              "a compacted partition holding a record this old that was never cleaned is "
+              "cleaned whatever its dirty ratio", kind="long"),
+    ConfigDef("min.compaction.lag.ms", "0", _long(0),
+              "records of a compacted topic younger than this (by timestamp) are never "
+              "cleaned", kind="long"),
 )
 
 CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in CONFIG_DEFS}

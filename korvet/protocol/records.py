@@ -100,6 +100,11 @@ class Batch:
         return _last_sequence(self.base_sequence, len(self.records))
 
     @property
+    def keyless(self) -> tuple[int, ...]:
+        """The indexes of the records without a key (a compacted topic refuses them)."""
+        return tuple(i for i, record in enumerate(self.records) if record[1] is None)
+
+    @property
     def timestamps(self) -> list[int]:
         return [record[0] for record in self.records]
 
@@ -129,6 +134,7 @@ class StoredBatch:
     compression: int
     timestamps: list[int]
     raw: bytes
+    keyless: tuple[int, ...] = ()  # the indexes of the records without a key
 
     @property
     def size(self) -> int:
@@ -233,12 +239,13 @@ def _measure_zstd(data: memoryview, max_bytes: int) -> None:
         return  # not zstd after all: the codec refuses it (CORRUPT_MESSAGE)
 
 
-def _walk(batch: DefaultRecordBatch, stamps: bool,
-          max_bytes: int = MAX_DECOMPRESSED) -> tuple[list[RecordTuple], list[int]]:
-    """The records (or only their timestamps), checking that offset deltas are 0..n-1 and
-    that the records' keys and values fit in ``max_bytes``."""
+def _walk(batch: DefaultRecordBatch, stamps: bool, max_bytes: int = MAX_DECOMPRESSED
+          ) -> tuple[list[RecordTuple], list[int], list[int]]:
+    """The records (or only their timestamps and the indexes of the keyless ones), checking
+    that offset deltas are 0..n-1 and that the records' keys and values fit in ``max_bytes``."""
     records: list[RecordTuple] = []
     timestamps: list[int] = []
+    keyless: list[int] = []
     held = 0
     bounded = batch.compression_type != 0  # uncompressed records fit in their request
     try:
@@ -254,6 +261,8 @@ def _walk(batch: DefaultRecordBatch, stamps: bool,
                     raise _too_large(max_bytes)
             if stamps:
                 timestamps.append(record.timestamp)
+                if record.key is None:
+                    keyless.append(index)
             else:
                 records.append((record.timestamp, record.key, record.value, record.headers))
     except RecordBatchError:
@@ -264,7 +273,7 @@ def _walk(batch: DefaultRecordBatch, stamps: bool,
         raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
     except Exception as exc:  # compression libraries raise their own error types
         raise RecordBatchError(CORRUPT_MESSAGE, f"record batch does not decode: {exc}") from exc
-    return records, timestamps
+    return records, timestamps, keyless
 
 
 def _check_count(raw: bytes, batch: DefaultRecordBatch, count: int) -> None:
@@ -292,7 +301,7 @@ def _scan_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> StoredBatch:
     _check_crc(raw)
     _check_size_first(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
-    _, stamps = _walk(batch, True, max_bytes)
+    _, stamps, keyless = _walk(batch, True, max_bytes)
     _check_count(raw, batch, len(stamps))
     attributes = batch.attributes
     return StoredBatch(
@@ -308,6 +317,7 @@ def _scan_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> StoredBatch:
         compression=batch.compression_type,
         timestamps=stamps,
         raw=raw,
+        keyless=tuple(keyless),
     )
 
 
@@ -315,7 +325,7 @@ def _decode_one(raw: bytes, max_bytes: int = MAX_DECOMPRESSED) -> Batch:
     _check_crc(raw)
     _check_size_first(raw, max_bytes)
     batch = DefaultRecordBatch(raw)
-    records, _ = _walk(batch, False, max_bytes)
+    records, _, _ = _walk(batch, False, max_bytes)
     _check_count(raw, batch, len(records))
     attributes = batch.attributes
     return Batch(
@@ -409,3 +419,20 @@ def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinat
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[21:]))
     return bytes(batch)
+
+
+_INT32_MAX_DELTA = 2**31 - 1
+
+
+def empty_batch(base_offset: int, end_offset: int, leader_epoch: int = 0) -> bytes:
+    """A batch of no records covering the offsets ``base_offset`` .. ``end_offset`` - 1 (at
+    most 2^31 of them), as Kafka's cleaner keeps the last batch of a cleaned log empty: a
+    consumer takes its position past it. Korvet answers one when the records up to the end
+    were removed by the log cleaner, so that a reader from the start still reaches the end
+    (spec/Compaction.tla, Fetch)."""
+    delta = min(end_offset - 1 - base_offset, _INT32_MAX_DELTA)
+    header = bytearray(_BATCH_HEADER.pack(base_offset, 0, leader_epoch, 2, 0, 0, delta,
+                                          -1, -1, -1, -1, -1, 0))
+    struct.pack_into(">i", header, 8, len(header) - 12)
+    _CRC.pack_into(header, 17, crc32c(memoryview(header)[21:]))
+    return bytes(header)

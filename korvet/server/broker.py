@@ -35,6 +35,7 @@ from korvet.protocol.registry import ApiRegistry, CloseConnection
 from korvet.server.api import Api, bind, declared_apis
 from korvet.server.authz import Guard
 from korvet.server.claim import BrokerClaim
+from korvet.server.cleaner import LogCleaner
 from korvet.server.connection import Connection
 from korvet.server.coordinator import GroupCoordinator
 from korvet.server.handlers.security import SecurityHandlers
@@ -108,6 +109,10 @@ class Tenant:
         self.services.security = broker.security
         self.services.on_authenticated = broker.bind_tenant
         self._guard = Guard(self.services) if broker.security.authorizer else None
+        self.cleaner = LogCleaner(store, cache, broker.metrics, broker=str(settings.broker.id),
+                                  backoff_ms=settings.cleaner.backoff_ms,
+                                  chunk=settings.cleaner.chunk_entries) \
+            if settings.cleaner.enable else None
         self.registry: ApiRegistry[Connection] = self.services.apis
         for api in declared_apis():
             self.register(api)
@@ -155,6 +160,8 @@ class Tenant:
         await self.coordinator.start()
         if self.coordinator.ownership is not None:
             self.coordinator.ownership.start()
+        if self.cleaner is not None:
+            self.cleaner.start()
         await self._create_declared_topics()
 
     async def _create_declared_topics(self) -> None:
@@ -176,6 +183,8 @@ class Tenant:
                             "not created", name, self.keyspace)
 
     async def close(self) -> None:
+        if self.cleaner is not None:
+            await self.cleaner.close()
         await self.services.close_parts()
         await self.coordinator.close()
         if self.coordinator.ownership is not None:

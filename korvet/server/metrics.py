@@ -256,6 +256,24 @@ class BrokerMetrics:
         self.rebalances = Counter(
             "korvet_group_rebalances", "Rebalances started (a group entering PreparingRebalance)",
             ["group"], registry=r)
+        # --- the log cleaner (server/cleaner.py) ------------------------------------------------
+        self.cleaner_passes = Counter(
+            "korvet_cleaner_passes", "Log cleaner passes that swapped a cleaned partition in, by "
+            "topic", ["topic"], registry=r)
+        self.cleaner_records_removed = Counter(
+            "korvet_cleaner_records_removed", "Records the log cleaner removed (superseded "
+            "values, tombstones past delete.retention.ms, aborted data), by topic", ["topic"],
+            registry=r)
+        self.cleaner_seconds = Counter(
+            "korvet_cleaner_seconds", "Time the log cleaner's passes took (wall time, from their "
+            "begin to their swap), by topic", ["topic"], registry=r)
+        self.cleaner_longest_call = Gauge(
+            "korvet_cleaner_longest_call_seconds", "The longest call of the cleaner's script "
+            "(one chunk: what blocked Redis longest), measured from the broker", registry=r)
+        self.cleaner_dirty_ratio = Gauge(
+            "korvet_cleaner_dirty_ratio", "Each compacted partition's dirty ratio at the "
+            "cleaner's last round (min.cleanable.dirty.ratio compares with it)",
+            ["topic", "partition"], registry=r)
         self._failure_children = {op: self.failures.labels(op)
                                   for op in ("produce", "fetch", "request", "connection")}
         self._apis: dict[int, _ApiSeries] = {}
@@ -329,6 +347,9 @@ class BrokerMetrics:
 
     async def forget_topic(self, name: str) -> None:
         """A deleted topic's series go with it (a topic_deleted hook)."""
+        for counter in (self.cleaner_passes, self.cleaner_records_removed, self.cleaner_seconds):
+            with contextlib.suppress(KeyError):
+                counter.remove(name)
         if self._topics.pop(name, None) is None:
             return
         for metric in (self.produce_records, self.produce_seconds, self.fetch_seconds,

@@ -133,6 +133,15 @@ class TransactionsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class CleanerSection:
+    """``cleaner.*``: the log cleaner of compacted topics (server/cleaner.py)."""
+
+    enable: bool
+    backoff_ms: int
+    chunk_entries: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchSection:
     """``fetch.*``: incremental fetch sessions."""
 
@@ -218,6 +227,8 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("group.share.max.size", "groups.share-max-size"),
     ("transaction.max.timeout.ms", "transactions.max-timeout-ms"),
     ("transactional.id.expiration.ms", "transactions.id-expiration-ms"),
+    ("log.cleaner.enable", "cleaner.enable"),
+    ("log.cleaner.backoff.ms", "cleaner.backoff-ms"),
 ))
 
 
@@ -230,6 +241,7 @@ class BrokerSettings:
     topics: TopicsSection
     groups: GroupsSection
     transactions: TransactionsSection
+    cleaner: CleanerSection
     fetch: FetchSection
     cluster: ClusterSection
     http: HttpSection
@@ -251,6 +263,7 @@ class BrokerSettings:
             topics=_section(TopicsSection, config, declarations=config.topics),
             groups=_section(GroupsSection, config),
             transactions=_section(TransactionsSection, config),
+            cleaner=_section(CleanerSection, config),
             fetch=_section(FetchSection, config),
             cluster=_section(ClusterSection, config),
             http=_section(HttpSection, config),
@@ -286,6 +299,7 @@ SETTING_OF: dict[tuple[str, str], Setting] = {(s.section, s.field_name): s for s
 SECTIONS: dict[type[Any], str] = {
     BrokerSection: "broker", RedisSection: "redis", TopicsSection: "topics",
     GroupsSection: "groups", TransactionsSection: "transactions", FetchSection: "fetch",
+    CleanerSection: "cleaner",
     ClusterSection: "cluster",
     HttpSection: "http", AuthorizerSection: "authorizer", DataSection: "data", LogSection: "log",
     ConfigSection: "config",

@@ -87,7 +87,8 @@ def _validate_limits(config: Config) -> None:
         raise ConfigError("broker.max-request-bytes (socket.request.max.bytes) must be at least 1024")
     for name in ("broker.max-connections", "broker.max-connections-per-ip",
                  "transactions.max-timeout-ms", "transactions.id-expiration-ms",
-                 "transactions.check-interval-ms"):
+                 "transactions.check-interval-ms", "cleaner.backoff-ms",
+                 "cleaner.chunk-entries"):
         if config.get_int(name) < 1:
             raise ConfigError(f"{name} must be at least 1")
     high = config.get_int("broker.max-pending-bytes")

@@ -244,6 +244,16 @@ SETTINGS: tuple[Setting, ...] = (
             "expire idle transactional ids, as Kafka's "
             "transaction.abort.timed.out.transaction.cleanup.interval.ms", unit="ms",
             also=("transaction.abort.timed.out.transaction.cleanup.interval.ms",)),
+    # -- the log cleaner of compacted topics (server/cleaner.py) --------------------------
+    Setting("cleaner.enable", bool, True,
+            "run the log cleaner: compacted topics (cleanup.policy compact) keep the latest "
+            "record of each key, as Kafka's log.cleaner.enable", also=("log.cleaner.enable",)),
+    Setting("cleaner.backoff-ms", int, 15_000,
+            "the log cleaner's pause between two rounds over the compacted partitions, as "
+            "Kafka's log.cleaner.backoff.ms", unit="ms", also=("log.cleaner.backoff.ms",)),
+    Setting("cleaner.chunk-entries", int, 250,
+            "stream entries one call of the cleaner's script reads at most: a longer chunk "
+            "makes a pass take fewer calls, each blocking Redis longer"),
     Setting("groups.offsets-retention-ms", int, 604_800_000,
             "committed offsets of a group that has been empty (no members) this long are "
             "deleted with the group at the next clean-up round, as Kafka's "

@@ -14,6 +14,8 @@ script or transaction touches shares one Redis Cluster hash slot: the part in br
     {ks}:{topic:partition}:open       sorted set: producer ids with an open transaction
     {ks}:{topic:partition}:aborted    sorted set: the aborted index (append.lua)
     {ks}:{topic:partition}:waiting    present while a fetch waits for the stream (notifier)
+    {ks}:{topic:partition}:clean…     the log cleaner's pass, map, new key and lease
+                                      (storage/cleaner.py, clean.lua)
     {ks}:{topics}:topic:{name}        hash: id, name, partitions, created, config.<name>
     {ks}:{topics}:names               set of topic names
     {ks}:{topics}:ids                 hash: topic id -> name
@@ -56,6 +58,13 @@ from korvet.storage.pipe import LARGE_REPLIES, Life, RedisPipe
 
 def _lua(name: str) -> str:
     return (resources.files("korvet.storage") / "lua" / name).read_text()
+
+
+def cleaner_keys(stream_key: str) -> tuple[str, str, str, str]:
+    """The log cleaner's keys of a partition (clean.lua): its pass, its map, the new key it
+    copies into and its lease, all in the stream's hash slot."""
+    base = stream_key.removesuffix(":stream")
+    return f"{base}:clean", f"{base}:clean:map", f"{base}:clean:new", f"{base}:clean:lease"
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,9 +299,9 @@ class RedisStore:
             pipe = self.redis.pipeline(transaction=False)
             for partition in range(start, min(start + 500, partitions.stop)):
                 stream = self.stream_key(name, partition)
-                pipe.eval(script, 5, stream, self.meta_key(name, partition),
+                pipe.eval(script, 9, stream, self.meta_key(name, partition),
                           self.times_key(stream), self.open_key(stream),
-                          self.aborted_key(stream), *args)
+                          self.aborted_key(stream), *cleaner_keys(stream), *args)
             await pipe.execute()
 
     async def delete_topic(self, name: str) -> bool:
@@ -574,6 +583,31 @@ class RedisStore:
             return (await self._bounds_without_meta(codec, topic, partition))[1]
         start, end = _bounds(codec, meta[0], meta[1])
         return _stable(codec, meta[2], start, end)
+
+    async def removed_up_to(self, topic: TopicInfo, partition: int, offset: int,
+                            committed: bool) -> int | None:
+        """The end (the high watermark, or the last stable offset for ``committed``) when no
+        record is left from ``offset`` up to it: the log cleaner removed them all (None when
+        one is there, or ``offset`` is not below the end). The bounds are read before the
+        entries, in one pipeline on the partition's connection: every record below them
+        existed when they were read, so one the XRANGE does not find was removed, not yet
+        written (spec/Compaction.tla, Fetch)."""
+        codec = topic.config.codec
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.meta_key(topic.name, partition), "last", "start", "lso")
+        pipe.xrange(self.stream_key(topic.name, partition), min=_first_id(codec, offset),
+                    max="+", count=1)
+        meta, first = await pipe.execute()
+        if meta[0] is None:
+            return None
+        start, end = _bounds(codec, meta[0], meta[1])
+        if committed:
+            end = _stable(codec, meta[2], start, end)
+        if offset >= end or offset < start:
+            return None
+        if first and _below(codec, first, end):
+            return None
+        return end
 
     async def offsets(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""

@@ -51,12 +51,13 @@ from korvet.core.epochs import FIXED, Epochs
 from korvet.core.errors import ErrorCode
 from korvet.core.security.access import Access
 from korvet.core.security.acl import Operation, ResourceType
-from korvet.core.topics import TopicInfo
+from korvet.core.topics import TopicInfo, compacted
 from korvet.protocol.decoders.fetch import decode_fetch, topic_id_of, topic_name_of
 from korvet.protocol.decoders.offsets import READ_COMMITTED
 from korvet.protocol.denials import Items, RefusedCount, Shape, empty, topic_answer
 from korvet.protocol.fetch_response import FetchAnswer, PartitionAnswer, RecordSet, TopicAnswer
 from korvet.protocol.messages import FetchRequest
+from korvet.protocol.records import empty_batch
 from korvet.server.api import Api, OnPart
 from korvet.server.batching import entries_to_batches, stored_batches
 from korvet.server.connection import Connection
@@ -65,6 +66,7 @@ from korvet.server.metrics import BrokerMetrics
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
 from korvet.server.services import Services
 from korvet.storage.groups import PartitionRef
+from korvet.storage.redis_store import PartitionRead
 
 log = logging.getLogger("korvet.fetch")
 _EPOCHS_KEPT = 100_000  # dense partitions whose caught-up epochs are remembered
@@ -320,6 +322,7 @@ class FetchHandler:
                                              result.high_watermark))
             if part.error is not ErrorCode.NONE or not result.raw:
                 part.records, part.taken = None, 0
+                used += await self._past_removed(part, result)
                 if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
                     notifier.note_caught_up(ticket, result.high_watermark,
                                             result.log_start_offset)
@@ -342,6 +345,25 @@ class FetchHandler:
             part.records, part.taken = (data or None), taken
             used += data.size
         return used
+
+    async def _past_removed(self, part: PartitionFetch, result: PartitionRead) -> int:
+        """A compacted partition with no record left from the fetch offset to its end (the log
+        cleaner removed a tail of tombstones past their horizon): an empty batch up to the end,
+        as Kafka keeps the last batch of a cleaned log, so the consumer's position reaches the
+        end (spec/Compaction.tla, Fetch). Its bytes."""
+        assert part.topic is not None
+        read_end = result.last_stable_offset if part.committed else result.high_watermark
+        if part.error is not ErrorCode.NONE or part.offset >= read_end \
+                or not compacted(part.topic.config):
+            return 0
+        end = await self.services.store.removed_up_to(part.topic, part.partition, part.offset,
+                                                      part.committed)
+        if end is None:
+            return 0
+        batch = empty_batch(part.offset, end, result.epochs.epoch_of(part.offset))
+        part.records, part.next_offset = RecordSet.of(batch), part.offset + (
+            min(end - part.offset, 2**31))
+        return len(batch)
 
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
                     limits: rules.FetchLimits) -> None:

@@ -27,6 +27,10 @@ class FakeBatch:
     def timestamps(self) -> list[int]:
         return [record[0] for record in self.records]
 
+    @property
+    def keyless(self) -> list[int]:
+        return [i for i, record in enumerate(self.records) if record[1] is None]
+
 
 def batch(stamps: list[int], size: int = 100, transactional: bool = False,
           control: bool = False) -> FakeBatch:
@@ -81,6 +85,23 @@ def test_timestamps_outside_the_topic_bounds_are_named_record_by_record(
     else:
         assert refusal is not None and refusal.code is ErrorCode.INVALID_TIMESTAMP
         assert [index for index, _ in refusal.record_errors] == bad
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=10),
+       st.sampled_from(["compact", "compact,delete", "delete", ""]))
+def test_a_compacted_topic_refuses_records_without_a_key(keyed: list[bool], policy: str) -> None:
+    """Kafka's LogValidator: a compacted topic's cleaner could not keep a keyless record, so
+    the batch is refused whole (INVALID_RECORD), each keyless record named."""
+    config = TopicConfig({"cleanup.policy": policy})
+    records: list[tuple[int, bytes | None, bytes | None, list[Header]]] = [
+        (NOW, b"k" if k else None, b"v", []) for k in keyed]
+    refusal = rules.check_batch(FakeBatch(100, False, False, records), config, NOW)
+    keyless = [i for i, k in enumerate(keyed) if not k]
+    if "compact" in policy and keyless:
+        assert refusal is not None and refusal.code is ErrorCode.INVALID_RECORD
+        assert [index for index, _ in refusal.record_errors] == keyless
+    else:
+        assert refusal is None
 
 
 @given(st.lists(offsets_ms, min_size=1, max_size=10))

@@ -65,7 +65,9 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["broker.id"] == ("3", "korvet serve --broker-id")
     assert answered["transaction.max.timeout.ms"][0] == "900000"
     assert answered["group.share.session.timeout.ms"][0] == "45000"  # Kafka's default
-    assert len(answered) == 19
+    assert answered["log.cleaner.backoff.ms"] == ("15000", "korvet serve --cleaner-backoff-ms")
+    assert answered["log.cleaner.enable"][0] == "true"
+    assert len(answered) == 21
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------
