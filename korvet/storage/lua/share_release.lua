@@ -1,0 +1,44 @@
+-- A share session closed (its connection, ShareFetch/ShareAcknowledge epoch -1, or the
+-- partition forgotten): release what its consumer holds on one partition.
+-- KEYS[1] partition stream  KEYS[2] partition meta hash
+-- ARGV[1] Redis group  ARGV[2] consumer  ARGV[3] lock duration ms  ARGV[4] delivery limit
+-- ARGV[5] the parking consumer's name
+--
+-- Kafka makes a closed session's acquired records AVAILABLE at once (ARCHIVED at the
+-- delivery limit). Each of the consumer's entries is parked (XCLAIM to the parking consumer,
+-- idle at the lock duration: the next fetch claims it), or XACKed at the limit or below the
+-- log start (SharePartitionRedis.tla's CloseSession and DropTrimmed). Deleting the consumer
+-- instead (XGROUP DELCONSUMER) would drop its entries from the PEL: records lost, the
+-- refinement's mutant -CloseDelConsumer.
+-- Returns {released, archived}.
+local stream, meta = KEYS[1], KEYS[2]
+local group, consumer = ARGV[1], ARGV[2]
+local lock, limit, park = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+if redis.call('EXISTS', stream) == 0 then
+  return {0, 0}
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local start = redis.call('HGET', meta, 'start')
+local start_ms, start_seq = 0, 0
+if start then start_ms, start_seq = parse(start) end
+
+local held = redis.pcall('XPENDING', stream, group, '-', '+', 1000000, consumer)
+if type(held) ~= 'table' or held.err then
+  return {0, 0}  -- no such group: nothing held
+end
+local released, archived = 0, 0
+for _, p in ipairs(held) do
+  local id, count = p[1], p[4]
+  local ms, seq = parse(id)
+  if count >= limit or ms < start_ms or (ms == start_ms and seq < start_seq) then
+    redis.call('XACK', stream, group, id)
+    archived = archived + 1
+  else
+    redis.call('XCLAIM', stream, group, park, 0, id, 'IDLE', lock, 'JUSTID')
+    released = released + 1
+  end
+end
+return {released, archived}
