@@ -64,7 +64,8 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["socket.request.max.bytes"] == ("2048", "korvet serve --broker-max-request-bytes")
     assert answered["broker.id"] == ("3", "korvet serve --broker-id")
     assert answered["transaction.max.timeout.ms"][0] == "900000"
-    assert len(answered) == 16
+    assert answered["group.share.record.lock.duration.ms"][0] == "30000"
+    assert len(answered) == 20
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------
