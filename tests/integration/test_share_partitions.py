@@ -122,6 +122,7 @@ def produced(broker: KorvetProcess, topic: str, count: int) -> uuid.UUID:
         return topic_id(client, topic)
 
 
+@pytest.mark.spec("SharePartition", "Acquire", "OneOwner")
 def test_two_sessions_acquire_disjoint_records(broker: KorvetProcess, unique_name: str) -> None:
     tid = produced(broker, unique_name, 4)
     with WireClient(broker.bootstrap) as a, WireClient(broker.bootstrap) as b:
@@ -142,6 +143,7 @@ def owners(broker: KorvetProcess, topic: str) -> list[tuple[bytes, bytes]]:
     return [(bytes(p["message_id"]), bytes(p["consumer"])) for p in pending]  # type: ignore[arg-type]
 
 
+@pytest.mark.spec("SharePartition", "Accept", "Release", "AckRefused")
 def test_accept_removes_and_release_redelivers_with_count_two(broker: KorvetProcess,
                                                               unique_name: str) -> None:
     tid = produced(broker, unique_name, 4)
@@ -159,6 +161,7 @@ def test_accept_removes_and_release_redelivers_with_count_two(broker: KorvetProc
         assert twice.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
 
 
+@pytest.mark.spec("SharePartition", "CloseSession", "Tick", "AckRefused")
 def test_a_closed_session_releases_at_once_and_an_abandoned_lock_runs_out(
         broker: KorvetProcess, unique_name: str) -> None:
     tid = produced(broker, unique_name, 3)
@@ -186,6 +189,7 @@ def test_a_closed_session_releases_at_once_and_an_abandoned_lock_runs_out(
         assert late.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
 
 
+@pytest.mark.spec("SharePartition", "CountWithinLimit", "Released")
 def test_a_record_at_the_delivery_limit_is_archived(broker: KorvetProcess,
                                                     unique_name: str) -> None:
     tid = produced(broker, unique_name, 1)
@@ -203,6 +207,7 @@ def test_a_record_at_the_delivery_limit_is_archived(broker: KorvetProcess,
     assert group["pending"] == 0  # archived: acknowledged in Redis
 
 
+@pytest.mark.spec("SharePartition", "InFlightBounded", "MaxInFlight")
 def test_the_in_flight_limit_counts_records(broker: KorvetProcess, unique_name: str) -> None:
     tid = produced(broker, unique_name, MAX_LOCKS + 3)
     with WireClient(broker.bootstrap) as a, WireClient(broker.bootstrap) as b:

@@ -144,6 +144,9 @@ def scripts() -> dict[str, str]:
     return {name: _lua(name) for name in SCRIPTS}
 
 
+@pytest.mark.spec("SharePartitionRedis", "Claim", "ReadNew", "Accept", "Reject", "Release", "Renew",
+                   "AckRefused", "Guard", "CloseSession", "ArchiveAtLimit", "DropTrimmed",
+                   "lastId", "pel", note="the Lua scripts on redis-server against the rules")
 def test_the_scripts_do_what_the_rules_say(redis_url: str) -> None:
     run_state_machine_as_test(machine(redis_url, scripts()), settings=_SETTINGS)
 

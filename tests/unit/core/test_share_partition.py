@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -44,6 +45,7 @@ CONSUMERS = ("m:a", "m:b", "m:c")
 
 # --- the rules, one by one ---------------------------------------------------------------
 
+@pytest.mark.spec("SharePartitionRedis", "Live", "Claimable", "ArchiveAtLimit", "DropTrimmed")
 def test_classify_follows_the_specs_predicates() -> None:
     live = Pending(5, "m:a", 99, 1)
     assert classify(live, 0, LIMITS) is EntryFate.LIVE
@@ -53,6 +55,7 @@ def test_classify_follows_the_specs_predicates() -> None:
     assert classify(live, 6, LIMITS) is EntryFate.DROP_TRIMMED
 
 
+@pytest.mark.spec("SharePartitionRedis", "Claim", "ReadNew", "NextNew")
 def test_a_fetch_claims_the_lowest_first_and_reads_new_only_when_none_is_left() -> None:
     pel = [Pending(9, PARK, 100, 1), Pending(3, "m:b", 100, 1), Pending(4, "m:b", 5, 1),
            Pending(7, "m:a", 100, 3)]
@@ -62,6 +65,7 @@ def test_a_fetch_claims_the_lowest_first_and_reads_new_only_when_none_is_left() 
     assert (plan.claim, plan.read_new) == ((3, 9), 1)
 
 
+@pytest.mark.spec("SharePartitionRedis", "RoomInFlight")
 def test_the_in_flight_limit_counts_live_locks_only() -> None:
     pel = [Pending(o, "m:a", 0, 1) for o in range(4)]
     assert plan_fetch(pel, 0, LIMITS, 10).read_new == 0
@@ -252,4 +256,8 @@ class RefinementMachine(RuleBasedStateMachine):
 
 RefinementMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
                                                deadline=None)
-TestRefinement = RefinementMachine.TestCase
+TestRefinement = pytest.mark.spec(
+    "SharePartitionRedis", "Refines", "KState", "Guard", "Accept", "Reject", "Release", "Renew",
+    "AckRefused", "CloseSession", "Tick", "XTrim", "PelConsistent",
+    note="the rules' model against SharePartition.tla transcribed, through the mapping")(
+    RefinementMachine.TestCase)
