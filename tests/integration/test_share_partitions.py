@@ -207,6 +207,22 @@ def test_a_record_at_the_delivery_limit_is_archived(broker: KorvetProcess,
     assert group["pending"] == 0  # archived: acknowledged in Redis
 
 
+@pytest.mark.spec("SharePartition", "Tick", "CountWithinLimit")
+def test_a_record_whose_last_lock_runs_out_is_archived(broker: KorvetProcess,
+                                                        unique_name: str) -> None:
+    tid = produced(broker, unique_name, 1)
+    with WireClient(broker.bootstrap) as a:
+        acks: Acks = []
+        for epoch in range(LIMIT):
+            assert acquired(share_fetch(a, "a", epoch, tid, acks=acks)) == [(0, 0, epoch + 1)]
+            acks = [(0, 0, RELEASE)]
+        # the last delivery is never acknowledged: when its lock runs out it is archived
+        started = time.monotonic()
+        assert acquired(share_fetch(a, "a", LIMIT, tid, max_wait_ms=2 * LOCK_MS)) == []
+        assert time.monotonic() - started >= 1.5 * LOCK_MS / 1000  # waited it out
+    assert owners(broker, unique_name) == []
+
+
 @pytest.mark.spec("SharePartition", "InFlightBounded", "MaxInFlight")
 def test_the_in_flight_limit_counts_records(broker: KorvetProcess, unique_name: str) -> None:
     tid = produced(broker, unique_name, MAX_LOCKS + 3)
@@ -262,3 +278,31 @@ def test_api_versions_lists_share_fetch_and_acknowledge(broker: KorvetProcess) -
         keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in client.request(
             make(cls, client_software_name="t", client_software_version="1")).api_keys}
     assert keys[78] == (1, 2) and keys[79] == (1, 2)
+
+
+def test_version_one_and_renew(broker: KorvetProcess, unique_name: str) -> None:
+    tid = produced(broker, unique_name, 2)
+    with WireClient(broker.bootstrap) as a:
+        assert acquired(share_fetch(a, "a", 0, tid, version=1)) == [(0, 1, 1)]
+        refused = share_ack(a, "a", 1, tid, [(0, 0, RENEW)])  # RENEW without IsRenewAck
+        assert refused.responses[0].partitions[0].error_code == ErrorCode.invalid_request
+        time.sleep(LOCK_MS / 2000)
+        renewed = share_ack(a, "a", 2, tid, [(0, 0, RENEW)], renew=True)
+        assert renewed.responses[0].partitions[0].error_code == ErrorCode.none
+        time.sleep(LOCK_MS / 1000 * 0.75)  # offset 1's lock ran out, the renewed one's not
+        late = share_ack(a, "a", 3, tid, [(1, 1, ACCEPT)])
+        assert late.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
+        assert share_ack(a, "a", 4, tid, [(0, 0, ACCEPT)]).responses[0].partitions[
+            0].error_code == ErrorCode.none
+
+
+def test_a_batches_topic_is_refused_with_a_message(broker: KorvetProcess,
+                                                   unique_name: str) -> None:
+    create_dense(broker.bootstrap, unique_name, "batches")
+    with WireClient(broker.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(2)}))
+        tid = topic_id(client, unique_name)
+        part = share_fetch(client, "a", 0, tid).responses[0].partitions[0]
+    assert part.error_code == ErrorCode.invalid_request
+    assert "records storage format" in part.error_message
+    assert not part.acquired_records
