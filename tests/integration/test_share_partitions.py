@@ -306,3 +306,41 @@ def test_a_batches_topic_is_refused_with_a_message(broker: KorvetProcess,
     assert part.error_code == ErrorCode.invalid_request
     assert "records storage format" in part.error_message
     assert not part.acquired_records
+
+
+def test_acls_topic_read_and_group_read(tmp_path: Path, unique_name: str) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    secured = KorvetProcess(tmp_path / "acl", extra_args=[
+        "--authorizer-enabled", "--authorizer-allow-everyone-if-no-acl-found",
+        "--share-auto-offset-reset", "earliest"]).start()
+    try:
+        tid = produced(secured, unique_name, 1)
+        admin = AdminClient({"bootstrap.servers": secured.bootstrap})
+        denials = [AclBinding(kind, name, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                              AclOperation.READ, AclPermissionType.DENY)
+                   for kind, name in ((ResourceType.TOPIC, unique_name),
+                                      (ResourceType.GROUP, "denied"))]
+        for future in admin.create_acls(denials).values():
+            future.result(30)
+        with WireClient(secured.bootstrap) as client:
+            deadline = time.monotonic() + 20  # the broker's ACL snapshot follows Redis
+            while True:
+                part = share_fetch(client, "a", 0, tid).responses[0].partitions[0]
+                if part.error_code == ErrorCode.topic_authorization_failed or (
+                        time.monotonic() > deadline):
+                    break
+                time.sleep(0.2)
+            assert part.error_code == ErrorCode.topic_authorization_failed
+            assert not part.acquired_records
+            group = share_fetch(client, "a", 0, tid, group="denied")
+            assert group.error_code == ErrorCode.group_authorization_failed
+    finally:
+        secured.stop()
