@@ -224,14 +224,17 @@ def _bad(message: str) -> ExpandedAcks:
     return ExpandedAcks((), ErrorCode.INVALID_REQUEST, message)
 
 
-def acquired_runs(acquired: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:
+def acquired_runs(acquired: Iterable[tuple[int, int]],
+                  batch_size: int = 0) -> list[tuple[int, int, int]]:
     """AcquiredRecords ``(first, last, delivery count)`` for (offset, count) pairs: runs of
-    consecutive offsets with one count. A range never spans an offset that was not
-    acquired: the Java share consumer expands each range offset by offset, and Korvet's
-    time-scheme offsets are sparse."""
+    consecutive offsets with one count, each at most ``batch_size`` records (ShareFetch's
+    BatchSize, the client's batches of acknowledgements; 0: no bound). A range never spans
+    an offset that was not acquired: the Java share consumer expands each range offset by
+    offset, and Korvet's time-scheme offsets are sparse."""
     runs: list[tuple[int, int, int]] = []
     for offset, count in sorted(acquired):
-        if runs and runs[-1][1] + 1 == offset and runs[-1][2] == count:
+        if (runs and runs[-1][1] + 1 == offset and runs[-1][2] == count
+                and (batch_size <= 0 or offset - runs[-1][0] < batch_size)):
             first, _, _ = runs[-1]
             runs[-1] = (first, offset, count)
         else:

@@ -62,7 +62,7 @@ Acks = list[tuple[int, int, int]]  # (first, last, type)
 
 def share_fetch(client: WireClient, member: str, epoch: int, tid: uuid.UUID, *,
                 acks: Acks | None = None, max_records: int = 100, max_wait_ms: int = 0,
-                group: str = "g", version: int = 2) -> Any:
+                group: str = "g", version: int = 2, batch_size: int = 0) -> Any:
     cls = load_request_schema(78, version)
     batches = tuple(make(nested(cls, "AcknowledgementBatch"), first_offset=f, last_offset=last,
                          acknowledge_types=(kind,)) for f, last, kind in acks or [])
@@ -70,7 +70,7 @@ def share_fetch(client: WireClient, member: str, epoch: int, tid: uuid.UUID, *,
                      acknowledgement_batches=batches)
     return client.request(make(
         cls, group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait_ms,
-        min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+        min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=batch_size or max_records,
         topics=(make(nested(cls, "FetchTopic"), topic_id=tid, partitions=(partition,)),),
         forgotten_topics_data=()))
 
@@ -126,8 +126,8 @@ def produced(broker: KorvetProcess, topic: str, count: int) -> uuid.UUID:
 def test_two_sessions_acquire_disjoint_records(broker: KorvetProcess, unique_name: str) -> None:
     tid = produced(broker, unique_name, 4)
     with WireClient(broker.bootstrap) as a, WireClient(broker.bootstrap) as b:
-        first = share_fetch(a, "a", 0, tid, max_records=2)
-        assert acquired(first) == [(0, 1, 1)]
+        first = share_fetch(a, "a", 0, tid, max_records=2, batch_size=1)
+        assert acquired(first) == [(0, 0, 1), (1, 1, 1)]  # BatchSize 1: one record a range
         assert record_count(first) == 2
         assert first.acquisition_lock_timeout.total_seconds() * 1000 == LOCK_MS
         assert acquired(share_fetch(b, "b", 0, tid, max_records=10)) == [(2, 3, 1)]

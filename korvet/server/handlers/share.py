@@ -162,7 +162,7 @@ class ShareHandler:
             for part in parts.values():
                 if part.usable:
                     part.error, part.raw, part.counts = ErrorCode.KAFKA_STORAGE_ERROR, [], []
-        return self._fetch_response(cls, list(parts.values()))
+        return self._fetch_response(cls, list(parts.values()), int(request.batch_size))
 
     async def _acquire_polling(self, key: sessions.SessionKey, wanted: list[_Part],
                                request: ShareFetchRequest, started: float) -> None:
@@ -198,7 +198,7 @@ class ShareHandler:
             taken += len(got.raw)
         return taken
 
-    def _fetch_response(self, cls: type[Any], parts: list[_Part]) -> Any:
+    def _fetch_response(self, cls: type[Any], parts: list[_Part], batch_size: int = 0) -> Any:
         topic_cls = nested(cls, "ShareFetchableTopicResponse")
         partition_cls = nested(cls, "PartitionData")
         leader_cls = nested(cls, "LeaderIdAndEpoch")
@@ -212,7 +212,7 @@ class ShareHandler:
                     log_append_time=part.log_append_time, epochs=part.epochs)
             runs = tuple(make(acquired_cls, first_offset=first, last_offset=last,
                               delivery_count=count)
-                         for first, last, count in acquired_runs(part.counts))
+                         for first, last, count in acquired_runs(part.counts, batch_size))
             by_topic.setdefault(part.topic_id, []).append(make(
                 partition_cls, partition_index=part.index, error_code=part.error,
                 error_message=part.message, acknowledge_error_code=int(part.ack_error),

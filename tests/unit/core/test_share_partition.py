@@ -88,13 +88,15 @@ def test_acknowledgement_batches_are_checked() -> None:
                            max_offsets=10).error is ErrorCode.INVALID_REQUEST
 
 
-@given(st.dictionaries(st.integers(0, 40), st.integers(1, 3)))
-def test_acquired_runs_are_exact_runs_of_offsets(counts: dict[int, int]) -> None:
-    runs = acquired_runs(counts.items())
+@given(st.dictionaries(st.integers(0, 40), st.integers(1, 3)), st.integers(0, 5))
+def test_acquired_runs_are_exact_runs_of_offsets(counts: dict[int, int], size: int) -> None:
+    runs = acquired_runs(counts.items(), size)
     covered = [(o, c) for first, last, c in runs for o in range(first, last + 1)]
     assert covered == sorted(counts.items())  # every offset once, none that was not acquired
-    for (_, last, c), (first, _, c2) in itertools.pairwise(runs):
-        assert last + 1 < first or c != c2  # maximal: no two runs could be one
+    assert all(size == 0 or last - first < size for first, last, _ in runs)  # BatchSize
+    for (f1, last, c), (first, _, c2) in itertools.pairwise(runs):
+        # maximal: no two runs could be one
+        assert last + 1 < first or c != c2 or (size and last - f1 + 1 == size)
 
 
 # --- Kafka's share partition, as spec/SharePartition.tla states it -------------------------
