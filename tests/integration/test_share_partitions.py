@@ -344,3 +344,26 @@ def test_acls_topic_read_and_group_read(tmp_path: Path, unique_name: str) -> Non
             assert group.error_code == ErrorCode.group_authorization_failed
     finally:
         secured.stop()
+
+
+def test_the_state_survives_a_killed_broker(tmp_path: Path, unique_name: str) -> None:
+    """The share partition lives in Redis: after the broker is killed (no session closes, no
+    release), accepted records stay accepted, the held ones come back once their locks run
+    out, with their delivery counts, and the new broker's sessions start afresh."""
+    process = KorvetProcess(tmp_path / "restart", extra_args=[
+        "--share-record-lock-duration-ms", str(LOCK_MS), "--share-auto-offset-reset",
+        "earliest"]).start()
+    try:
+        tid = produced(process, unique_name, 4)
+        a = WireClient(process.bootstrap)
+        assert acquired(share_fetch(a, "a", 0, tid)) == [(0, 3, 1)]
+        assert ack_error(share_fetch(a, "a", 1, tid, acks=[(0, 1, ACCEPT)])) == 0
+        process.kill()  # with a's connection open: nothing is released
+        a.close()
+        process.start()
+        with WireClient(process.bootstrap) as b:
+            assert share_fetch(b, "a", 2, tid).error_code == ErrorCode.share_session_not_found
+            back = share_fetch(b, "b", 0, tid, max_wait_ms=4 * LOCK_MS)
+            assert acquired(back) == [(2, 3, 2)]
+    finally:
+        process.stop()
