@@ -321,13 +321,13 @@ class RedisGroupModel:
 
     def release(self, consumer: str, limits: ShareLimits) -> tuple[RedisGroupModel, list[int]]:
         """share_release.lua (a session closed): the consumer's entries parked, those at the
-        limit or trimmed archived; returns the archived offsets."""
+        limit archived, trimmed ones left for a fetch to drop; returns the archived offsets."""
         pel = dict(self.pel)
         archived = []
         for o, entry in self.pel.items():
-            if entry.owner != consumer:
+            if entry.owner != consumer or o < self.log_start:
                 continue
-            if o < self.log_start or entry.count >= limits.delivery_limit:
+            if entry.count >= limits.delivery_limit:
                 del pel[o]
                 archived.append(o)
             else:

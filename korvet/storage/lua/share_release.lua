@@ -5,9 +5,10 @@
 -- ARGV[5] the parking consumer's name
 --
 -- Kafka makes a closed session's acquired records AVAILABLE at once (ARCHIVED at the
--- delivery limit). Each of the consumer's entries is parked (XCLAIM to the parking consumer,
--- idle at the lock duration: the next fetch claims it), or XACKed at the limit or below the
--- log start (SharePartitionRedis.tla's CloseSession and DropTrimmed). Deleting the consumer
+-- delivery limit). Each of the consumer's entries at or above the log start is parked (XCLAIM
+-- to the parking consumer, idle at the lock duration: the next fetch claims it), or XACKed at
+-- the limit (SharePartitionRedis.tla's CloseSession); a trimmed entry's reference is left for
+-- the fetch script to drop (DropTrimmed), so that one call is one step of the spec. Deleting the consumer
 -- instead (XGROUP DELCONSUMER) would drop its entries from the PEL: records lost, the
 -- refinement's mutant -CloseDelConsumer.
 -- Returns {released, archived}.
@@ -33,7 +34,9 @@ local released, archived = 0, 0
 for _, p in ipairs(held) do
   local id, count = p[1], p[4]
   local ms, seq = parse(id)
-  if count >= limit or ms < start_ms or (ms == start_ms and seq < start_seq) then
+  if ms < start_ms or (ms == start_ms and seq < start_seq) then
+    -- trimmed: already archived to Kafka's eyes; the next fetch drops the reference
+  elseif count >= limit then
     redis.call('XACK', stream, group, id)
     archived = archived + 1
   else
