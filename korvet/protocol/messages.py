@@ -423,6 +423,14 @@ if TYPE_CHECKING:
     import kio.schema.sasl_handshake.v0.response as sasl_handshake_v0_response
     import kio.schema.sasl_handshake.v1.request as sasl_handshake_v1_request
     import kio.schema.sasl_handshake.v1.response as sasl_handshake_v1_response
+    import kio.schema.share_acknowledge.v1.request as share_acknowledge_v1_request
+    import kio.schema.share_acknowledge.v1.response as share_acknowledge_v1_response
+    import kio.schema.share_acknowledge.v2.request as share_acknowledge_v2_request
+    import kio.schema.share_acknowledge.v2.response as share_acknowledge_v2_response
+    import kio.schema.share_fetch.v1.request as share_fetch_v1_request
+    import kio.schema.share_fetch.v1.response as share_fetch_v1_response
+    import kio.schema.share_fetch.v2.request as share_fetch_v2_request
+    import kio.schema.share_fetch.v2.response as share_fetch_v2_response
     import kio.schema.share_group_describe.v1.request as share_group_describe_v1_request
     import kio.schema.share_group_describe.v1.response as share_group_describe_v1_response
     import kio.schema.share_group_heartbeat.v1.request as share_group_heartbeat_v1_request
@@ -1189,6 +1197,26 @@ if TYPE_CHECKING:
     ShareGroupDescribeResponse: TypeAlias = (  # api key 77
         share_group_describe_v1_response.ShareGroupDescribeResponse
     )
+
+    ShareFetchRequest: TypeAlias = (  # api key 78
+        share_fetch_v1_request.ShareFetchRequest
+        | share_fetch_v2_request.ShareFetchRequest
+    )
+
+    ShareFetchResponse: TypeAlias = (  # api key 78
+        share_fetch_v1_response.ShareFetchResponse
+        | share_fetch_v2_response.ShareFetchResponse
+    )
+
+    ShareAcknowledgeRequest: TypeAlias = (  # api key 79
+        share_acknowledge_v1_request.ShareAcknowledgeRequest
+        | share_acknowledge_v2_request.ShareAcknowledgeRequest
+    )
+
+    ShareAcknowledgeResponse: TypeAlias = (  # api key 79
+        share_acknowledge_v1_response.ShareAcknowledgeResponse
+        | share_acknowledge_v2_response.ShareAcknowledgeResponse
+    )
 else:  # at run time the names exist for imports; nothing checks them
     ProduceRequest = Any
     ProduceResponse = Any
@@ -1286,3 +1314,7 @@ else:  # at run time the names exist for imports; nothing checks them
     ShareGroupHeartbeatResponse = Any
     ShareGroupDescribeRequest = Any
     ShareGroupDescribeResponse = Any
+    ShareFetchRequest = Any
+    ShareFetchResponse = Any
+    ShareAcknowledgeRequest = Any
+    ShareAcknowledgeResponse = Any

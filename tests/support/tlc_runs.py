@@ -44,6 +44,7 @@ DUMPED = frozenset({
     "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
     "Transactions-replay",  # same
     "Transactions-replay-takeover",  # same
+    "SharePartitionRedis",  # tests/spec/SharePartitionRedis/test_share_replay.py
 })
 
 

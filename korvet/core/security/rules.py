@@ -149,6 +149,10 @@ _ROWS = (
                                               "READ on each topic"),
     ApiRule(ApiKey.DESCRIBE_TRANSACTIONS, custom="DESCRIBE on each transactional id"),
     ApiRule(ApiKey.DESCRIBE_TOPIC_PARTITIONS, custom="as Metadata: DESCRIBE on each topic"),
+    ApiRule(ApiKey.SHARE_FETCH, (_READ_GROUP,),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
+    ApiRule(ApiKey.SHARE_ACKNOWLEDGE, (_READ_GROUP,),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
 )
 
 RULES: Mapping[ApiKey, ApiRule] = {rule.key: rule for rule in _ROWS}
