@@ -63,10 +63,12 @@ class ShareStore:
         return [self._stream_key(topic.name, partition), self._meta_key(topic.name, partition)]
 
     async def acquire(self, topic: TopicInfo, partition: int, group: str, member: str,
-                      limits: ShareLimits, max_records: int, *, earliest: bool) -> Acquired:
+                      limits: ShareLimits, max_records: int, *, start: str) -> Acquired:
+        """``start``: where the group starts on the partition if it has no Redis consumer
+        group there yet (XGROUP CREATE's id: '0' earliest, '$' latest, or an entry id)."""
         reply = await self._fetch(keys=self._keys(topic, partition), args=[
             redis_group_of(group), consumer_of(member), limits.lock_ms, limits.delivery_limit,
-            limits.max_locks, max_records, "0" if earliest else "$", PARK])
+            limits.max_locks, max_records, start, PARK])
         epochs_text, archived, entries = reply
         codec = topic.config.codec
         raw: list[Any] = []

@@ -41,6 +41,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from korvet.core import group_configs as group_rules
 from korvet.core import share_session as sessions
 from korvet.core.api_keys import ApiKey
 from korvet.core.epochs import FIXED, Epochs
@@ -59,6 +60,7 @@ from korvet.protocol.messages import ShareAcknowledgeRequest, ShareFetchRequest
 from korvet.server.api import Api, OnPart
 from korvet.server.batching import entries_to_batches
 from korvet.server.connection import Connection
+from korvet.server.group_configs import GroupConfigs
 from korvet.server.services import Services
 from korvet.storage.shares import ShareStore
 
@@ -107,7 +109,9 @@ class ShareHandler:
         self.limits = ShareLimits(settings.record_lock_duration_ms,
                                   settings.delivery_count_limit,
                                   settings.partition_max_record_locks)
-        self.earliest = settings.auto_offset_reset == "earliest"
+        self.reset = settings.auto_offset_reset  # a group's share.auto.offset.reset overrides it
+        # (group, topic id, partition): the group's Redis consumer group is known to be there
+        self._started: set[tuple[str, str, int]] = set()
         self.slots = settings.max_sessions
         store = services.store
         self.store = ShareStore(store.redis, store.stream_key, store.meta_key)
@@ -129,6 +133,7 @@ class ShareHandler:
         key = (str(request.group_id or ""), str(request.member_id or ""))
         if not key[0] or not key[1]:
             return self._whole(cls, ErrorCode.INVALID_REQUEST, "a group id and a member id")
+        limits, reset = await self._settings(key[0])
         named = [(t.topic_id, p) for t in request.topics for p in t.partitions]
         forgotten = [(str(t.topic_id), p) for t in request.forgotten_topics_data
                      for p in t.partitions]
@@ -138,7 +143,7 @@ class ShareHandler:
             [(str(tid), p.partition_index) for tid, p in named], forgotten,
             acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots)
         if not verdict.ok:
-            return self._whole(cls, verdict.error, None)
+            return self._whole(cls, verdict.error, None, limits)
         parts: dict[sessions.SharePartitionKey, _Part] = {}
         for tid, p in named:
             part = await self._part(ctx, tid, p.partition_index, parts)
@@ -147,31 +152,69 @@ class ShareHandler:
                              for b in p.acknowledgement_batches)
         renew = bool(getattr(request, "is_renew_ack", False))
         try:
-            await self._acknowledge_all(key, list(parts.values()), renew)
+            await self._acknowledge_all(key, list(parts.values()), renew, limits)
             self._apply(ctx, verdict)
             if verdict.closing:
                 await self._release_session(verdict.drop)
-                return self._fetch_response(cls, list(parts.values()))
+                return self._fetch_response(cls, list(parts.values()), limits)
             for pkey in verdict.fetch:
                 if pkey not in parts:
                     await self._part(ctx, uuid.UUID(pkey[0]), pkey[1], parts)
             wanted = [parts[p] for p in verdict.fetch]
-            await self._acquire_polling(key, wanted, request, started)
+            await self._acquire_polling(key, wanted, request, started, limits, reset)
         except (RedisError, OSError) as exc:
             log.warning("share fetch failed: %s", exc)
             for part in parts.values():
                 if part.usable:
                     part.error, part.raw, part.counts = ErrorCode.KAFKA_STORAGE_ERROR, [], []
-        return self._fetch_response(cls, list(parts.values()), int(request.batch_size))
+        return self._fetch_response(cls, list(parts.values()), limits, int(request.batch_size))
+
+    async def _settings(self, group: str) -> tuple[ShareLimits, str]:
+        """The group's limits and where it starts: its own configs (IncrementalAlterConfigs on
+        the group: share.record.lock.duration.ms, share.delivery.count.limit,
+        share.partition.max.record.locks, share.auto.offset.reset) over the broker's
+        settings; the broker's alone while Redis cannot be read."""
+        configs = self.services.part(GroupConfigs)
+        try:
+            own = await configs.own(group)
+        except (RedisError, OSError) as exc:
+            log.warning("reading the configs of share group %r: %s", group, exc)
+            return self.limits, self.reset
+        values = group_rules.effective(own, configs.broker())
+        limits = ShareLimits(int(values["share.record.lock.duration.ms"]),
+                             int(values["share.delivery.count.limit"]),
+                             int(values["share.partition.max.record.locks"]))
+        return limits, own.get("share.auto.offset.reset", self.reset)
+
+    async def _start(self, group: str, part: _Part, reset: str) -> str:
+        """Where ``group`` starts on a partition it has never read (XGROUP CREATE's id): the
+        first record (earliest), the end (latest), or the first record at or after now less
+        the duration (by_duration: the time index of a dense topic, the ids' milliseconds of
+        a time-scheme one)."""
+        if reset == "earliest":
+            return "0"
+        if not reset.startswith("by_duration:") or part.topic is None:
+            return "$"
+        if (group, str(part.topic_id), part.index) in self._started:
+            return "$"  # the group exists there: the id is not read
+        since = self.services.now_ms() - (group_rules.duration_ms(reset.split(":", 1)[1]) or 0)
+        if not part.topic.config.dense:
+            return f"{max(since - 1, 0)}-{2**64 - 1}" if since > 0 else "0"
+        first = await self.services.store.time_search(part.topic, part.index, since)
+        if first is None:
+            return "$"
+        return f"{first}-0" if first > 0 else "0"  # offset o is the entry o-1: below it, o-0
 
     async def _acquire_polling(self, key: sessions.SessionKey, wanted: list[_Part],
-                               request: ShareFetchRequest, started: float) -> None:
+                               request: ShareFetchRequest, started: float, limits: ShareLimits,
+                               reset: str) -> None:
         max_wait = millis(request.max_wait) / 1000
         streams = [self.services.store.stream_key(p.topic.name, p.index)
                    for p in wanted if p.usable and p.topic is not None]
         notifier = self.services.notifier
         while True:
-            if await self._acquire(key, wanted, max(int(request.max_records), 1)) > 0:
+            if await self._acquire(key, wanted, max(int(request.max_records), 1), limits,
+                                   reset) > 0:
                 return
             remaining = max_wait - (time.monotonic() - started)
             if not streams or remaining <= 0 or int(request.min_bytes) <= 0:
@@ -180,15 +223,18 @@ class ShareHandler:
                 continue  # an append between the try and the mark went unannounced: try again
             await notifier.wait(streams, min(remaining, _RECHECK_S))
 
-    async def _acquire(self, key: sessions.SessionKey, wanted: list[_Part], budget: int) -> int:
+    async def _acquire(self, key: sessions.SessionKey, wanted: list[_Part], budget: int,
+                       limits: ShareLimits, reset: str) -> int:
         taken = 0
         for part in wanted:
             if taken >= budget:
                 break
             if not part.usable or part.topic is None:
                 continue
-            got = await self.store.acquire(part.topic, part.index, key[0], key[1], self.limits,
-                                           budget - taken, earliest=self.earliest)
+            start = await self._start(key[0], part, reset)
+            got = await self.store.acquire(part.topic, part.index, key[0], key[1], limits,
+                                           budget - taken, start=start)
+            self._started.add((key[0], str(part.topic_id), part.index))
             part.raw, part.counts = part.raw + got.raw, part.counts + got.counts
             part.epochs = got.epochs
             part.epoch = got.epochs.current if part.topic.config.dense else 0
@@ -198,7 +244,8 @@ class ShareHandler:
             taken += len(got.raw)
         return taken
 
-    def _fetch_response(self, cls: type[Any], parts: list[_Part], batch_size: int = 0) -> Any:
+    def _fetch_response(self, cls: type[Any], parts: list[_Part], limits: ShareLimits,
+                        batch_size: int = 0) -> Any:
         topic_cls = nested(cls, "ShareFetchableTopicResponse")
         partition_cls = nested(cls, "PartitionData")
         leader_cls = nested(cls, "LeaderIdAndEpoch")
@@ -221,7 +268,7 @@ class ShareHandler:
                                     leader_epoch=part.epoch),
                 records=records, acquired_records=runs))
         return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
-                    acquisition_lock_timeout=self.limits.lock_ms,
+                    acquisition_lock_timeout=limits.lock_ms,
                     responses=tuple(make(topic_cls, topic_id=tid, partitions=tuple(ps))
                                     for tid, ps in by_topic.items()),
                     node_endpoints=())
@@ -233,9 +280,10 @@ class ShareHandler:
         key = (str(request.group_id or ""), str(request.member_id or ""))
         if not key[0] or not key[1]:
             return self._whole(cls, ErrorCode.INVALID_REQUEST, "a group id and a member id")
+        limits, _ = await self._settings(key[0])
         verdict = sessions.on_acknowledge(self.sessions, key, int(request.share_session_epoch))
         if not verdict.ok:
-            return self._whole(cls, verdict.error, None)
+            return self._whole(cls, verdict.error, None, limits)
         parts: dict[sessions.SharePartitionKey, _Part] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -245,7 +293,7 @@ class ShareHandler:
                                  for b in p.acknowledgement_batches)
         try:
             await self._acknowledge_all(key, list(parts.values()),
-                                        bool(getattr(request, "is_renew_ack", False)))
+                                        bool(getattr(request, "is_renew_ack", False)), limits)
             self._apply(ctx, verdict)
             if verdict.closing:
                 await self._release_session(verdict.drop)
@@ -266,17 +314,18 @@ class ShareHandler:
                 current_leader=make(leader_cls, leader_id=self.services.node_id,
                                     leader_epoch=part.epoch)))
         return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
-                    acquisition_lock_timeout=self.limits.lock_ms,
+                    acquisition_lock_timeout=limits.lock_ms,
                     responses=tuple(make(topic_cls, topic_id=tid, partitions=tuple(ps))
                                     for tid, ps in by_topic.items()),
                     node_endpoints=())
 
     # --- shared steps ----------------------------------------------------------------------
 
-    def _whole(self, cls: type[Any], code: ErrorCode, needs: str | None) -> Any:
+    def _whole(self, cls: type[Any], code: ErrorCode, needs: str | None,
+               limits: ShareLimits | None = None) -> Any:
         message = f"the request needs {needs}" if needs else None
         return make(cls, throttle_time=0, error_code=code, error_message=message,
-                    acquisition_lock_timeout=self.limits.lock_ms, responses=(),
+                    acquisition_lock_timeout=(limits or self.limits).lock_ms, responses=(),
                     node_endpoints=())
 
     async def _part(self, ctx: Connection, topic_id: uuid.UUID | None, index: int,
@@ -303,7 +352,7 @@ class ShareHandler:
         return part
 
     async def _acknowledge_all(self, key: sessions.SessionKey, parts: list[_Part],
-                               renew: bool) -> None:
+                               renew: bool, limits: ShareLimits) -> None:
         for part in parts:
             if not part.acks:
                 continue
@@ -311,12 +360,12 @@ class ShareHandler:
                 part.ack_error, part.ack_message = part.error, part.message
                 continue
             expanded = expand_acks(part.acks, renew_allowed=renew,
-                                   max_offsets=self.limits.max_locks)
+                                   max_offsets=limits.max_locks)
             if expanded.error is not ErrorCode.NONE:
                 part.ack_error, part.ack_message = expanded.error, expanded.message
                 continue
             outcome = await self.store.acknowledge(part.topic, part.index, key[0], key[1],
-                                                   self.limits, expanded.acks)
+                                                   limits, expanded.acks)
             if outcome.refused is not None:
                 part.ack_error = ErrorCode.INVALID_RECORD_STATE
                 part.ack_message = _RECORD_STATE_MESSAGE.format(outcome.refused)
@@ -350,12 +399,12 @@ class ShareHandler:
         if session is None:
             return
         group, member = session.key
+        limits, _ = await self._settings(group)
         for topic_id, index in session.partitions:
             topic = await self.services.topics.by_id(topic_id)
             if topic is None or topic.config.stores_batches or index >= topic.partitions:
                 continue
-            released, archived = await self.store.release(topic, index, group, member,
-                                                          self.limits)
+            released, archived = await self.store.release(topic, index, group, member, limits)
             if released or archived:
                 log.debug("share session %s closed: %d records of %s-%d released, %d archived",
                           session.key, released, topic.name, index, archived)

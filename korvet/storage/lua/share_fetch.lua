@@ -2,7 +2,8 @@
 -- KEYS[1] partition stream  KEYS[2] partition meta hash
 -- ARGV[1] Redis group (share:<group id>)  ARGV[2] consumer (m:<member id>)
 -- ARGV[3] lock duration ms  ARGV[4] delivery count limit  ARGV[5] in-flight limit (records)
--- ARGV[6] records wanted  ARGV[7] where a new group starts: '0' (earliest) or '$' (latest)
+-- ARGV[6] records wanted  ARGV[7] where a new group starts: '0' (earliest), '$' (latest) or
+--   the id of the last entry before it (by_duration)
 -- ARGV[8] the parking consumer's name
 --
 -- One share group on one partition is one Redis consumer group on the partition's stream,
