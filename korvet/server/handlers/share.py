@@ -61,6 +61,7 @@ from korvet.server.api import Api, OnPart
 from korvet.server.batching import entries_to_batches
 from korvet.server.connection import Connection
 from korvet.server.group_configs import GroupConfigs
+from korvet.server.handlers.offsets import offset_by_timestamp
 from korvet.server.services import Services
 from korvet.storage.shares import ShareStore
 
@@ -189,8 +190,7 @@ class ShareHandler:
     async def _start(self, group: str, part: _Part, reset: str) -> str:
         """Where ``group`` starts on a partition it has never read (XGROUP CREATE's id): the
         first record (earliest), the end (latest), or the first record at or after now less
-        the duration (by_duration: the time index of a dense topic, the ids' milliseconds of
-        a time-scheme one)."""
+        the duration (by_duration: as ListOffsets finds the first record at a time)."""
         if reset == "earliest":
             return "0"
         if not reset.startswith("by_duration:") or part.topic is None:
@@ -198,12 +198,13 @@ class ShareHandler:
         if (group, str(part.topic_id), part.index) in self._started:
             return "$"  # the group exists there: the id is not read
         since = self.services.now_ms() - (group_rules.duration_ms(reset.split(":", 1)[1]) or 0)
-        if not part.topic.config.dense:
-            return f"{max(since - 1, 0)}-{2**64 - 1}" if since > 0 else "0"
-        first = await self.services.store.time_search(part.topic, part.index, since)
-        if first is None:
-            return "$"
-        return f"{first}-0" if first > 0 else "0"  # offset o is the entry o-1: below it, o-0
+        first, _ = await offset_by_timestamp(self.services, part.topic, part.index, since)
+        if first < 0:
+            return "$"  # no record that recent: from the end
+        entry = part.topic.config.codec.decode(first)  # XGROUP CREATE takes the id before it
+        if entry.seq > 0:
+            return f"{entry.ms}-{entry.seq - 1}"
+        return f"{entry.ms - 1}-{2**64 - 1}" if entry.ms > 0 else "0"
 
     async def _acquire_polling(self, key: sessions.SessionKey, wanted: list[_Part],
                                request: ShareFetchRequest, started: float, limits: ShareLimits,
