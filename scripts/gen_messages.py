@@ -41,6 +41,8 @@ SERVED: dict[int, range] = {
     50: range(0, 1), 51: range(0, 1), 48: range(0, 2),
     # share groups' partitions (server/handlers/share.py)
     78: range(1, 3), 79: range(1, 3),
+    # share groups' offsets (server/handlers/share_offsets.py)
+    90: range(0, 2), 91: range(0, 1), 92: range(0, 1),
 }
 
 

@@ -40,6 +40,16 @@ class Acquired:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareState:
+    """A share group's Redis consumer group on one partition, as XINFO GROUPS shows it."""
+
+    last_delivered: EntryId  # 0-0: nothing delivered yet
+    pending: int  # entries acquired or released and not yet acknowledged (the PEL)
+    lowest_pending: EntryId | None
+    lag: int  # entries not delivered yet; -1 when Redis cannot say
+
+
+@dataclass(frozen=True, slots=True)
 class AckOutcome:
     """``refused``: the offset the guard refused (nothing applied), else None."""
 
@@ -57,6 +67,7 @@ class ShareStore:
         self._fetch = client.register_script(_lua("share_fetch.lua"))
         self._ack = client.register_script(_lua("share_ack.lua"))
         self._release = client.register_script(_lua("share_release.lua"))
+        self._state = client.register_script(_lua("share_state.lua"))
         self._stream_key, self._meta_key = stream_key, meta_key
 
     def _keys(self, topic: TopicInfo, partition: int) -> list[str]:
@@ -99,3 +110,26 @@ class ShareStore:
             redis_group_of(group), consumer_of(member), limits.lock_ms, limits.delivery_limit,
             PARK])
         return int(reply[0]), int(reply[1])
+
+    async def state(self, topic: TopicInfo, partition: int, group: str) -> ShareState | None:
+        """The group's state on the partition; None when it never read there."""
+        reply = await self._state(keys=self._keys(topic, partition)[:1],
+                                  args=[redis_group_of(group), "state"])
+        if not reply:
+            return None
+        lowest = _text(reply[2])
+        return ShareState(EntryId.parse(_text(reply[0])), int(reply[1]),
+                          EntryId.parse(lowest) if lowest else None, int(reply[3]))
+
+    async def reset(self, topic: TopicInfo, partition: int, group: str, after: str) -> bool:
+        """The group restarts on the partition after the entry id ``after`` ('0': from the
+        first record), what it had in flight dropped; False when the partition has no stream."""
+        reply = await self._state(keys=self._keys(topic, partition)[:1],
+                                  args=[redis_group_of(group), "reset", after])
+        return bool(reply)
+
+    async def delete(self, topic: TopicInfo, partition: int, group: str) -> bool:
+        """The group's state on the partition removed; False when there was none."""
+        reply = await self._state(keys=self._keys(topic, partition)[:1],
+                                  args=[redis_group_of(group), "delete"])
+        return bool(reply)
