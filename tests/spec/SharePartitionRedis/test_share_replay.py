@@ -26,7 +26,8 @@ diverges (``test_a_broken_script_diverges``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -48,6 +49,42 @@ ACK_LABELS = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 SCRIPT_LABELS = frozenset({*ACK_LABELS.values(), "AckRefused", "CloseSession", "Claim",
                            "ReadNew"})
 RedisView = tuple[int, int, int, tuple[tuple[int, str, int, int], ...]]
+
+# A TLC state in Redis, in one call: the stream's entries 0..end-1 (ids o-1), the log start
+# in the meta hash, the group at its last-delivered id, each PEL entry with its owner, idle
+# time and delivery counter (XCLAIM ... IDLE RETRYCOUNT FORCE JUSTID), then the XTRIM.
+# ARGV: end, log start, last delivered (-1: none), group, n, then n x (offset, owner, idle
+# ms, counter).
+REBUILD = """
+redis.call('DEL', KEYS[1], KEYS[2])
+local e, start = tonumber(ARGV[1]), ARGV[2]
+for o = 0, e - 1 do redis.call('XADD', KEYS[1], o .. '-1', 'v', tostring(o)) end
+redis.call('HSET', KEYS[2], 'start', start .. '-1')
+if e > 0 then
+  local last = tonumber(ARGV[3])
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[4], last >= 0 and (last .. '-1') or '0')
+  for i = 0, tonumber(ARGV[5]) - 1 do
+    local b = 6 + i * 4
+    redis.call('XCLAIM', KEYS[1], ARGV[4], ARGV[b + 1], 0, ARGV[b] .. '-1', 'IDLE', ARGV[b + 2],
+               'RETRYCOUNT', ARGV[b + 3], 'FORCE', 'JUSTID')
+  end
+  redis.call('XTRIM', KEYS[1], 'MINID', start .. '-1')
+end
+return 1
+"""
+# What the scripts may have changed: the group's last-delivered id and its PEL entries
+# (id, owner, idle ms, counter); {'0-0', {}} when there is no stream.
+READ_BACK = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'0-0', {}} end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if f['name'] == ARGV[1] then
+    return {f['last-delivered-id'], redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 100)}
+  end
+end
+return {'0-0', {}}
+"""
 
 
 def _owner(value: object) -> str:
@@ -78,64 +115,70 @@ class Replayer:
         self.fetch = self.client.register_script(script_text("share_fetch.lua"))
         self.ack = self.client.register_script(ack_text)
         self.release = self.client.register_script(script_text("share_release.lua"))
+        self.rebuild = self.client.register_script(REBUILD)
+        self.read_back = self.client.register_script(READ_BACK)
         self.calls = 0
 
-    def build(self, state: dict[str, TlaValue]) -> None:
-        end, start, last, entries = _view_of_state(state)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.flushdb()
-        for o in range(end):
-            pipe.xadd(STREAM, {"v": str(o)}, id=f"{o}-1")
-        pipe.hset(META, "start", f"{start}-1")
-        if end:
-            pipe.xgroup_create(STREAM, GROUP, id=f"{last}-1" if last >= 0 else "0")
-        for o, owner, idle, count in entries:
-            pipe.xclaim(STREAM, GROUP, owner, 0, [f"{o}-1"], idle=idle * TICK_MS,
-                        retrycount=count, force=True, justid=True)
-        if end:
-            pipe.xtrim(STREAM, minid=f"{start}-1", approximate=False)
-        pipe.execute()
-
-    def view(self, state: dict[str, TlaValue]) -> RedisView:
-        end, start, _, _ = _view_of_state(state)  # the scripts never change these
-        if not end:
-            return end, start, -1, ()
-        pending: Any = self.client.xpending_range(STREAM, GROUP, "-", "+", 100)
-        entries = tuple(sorted(
-            (int(p["message_id"].split(b"-")[0]), p["consumer"].decode(),
-             min(int(p["time_since_delivered"]) // TICK_MS, LOCK_TICKS), int(p["times_delivered"]))
-            for p in pending))
-        group: Any = next(g for g in self.client.xinfo_groups(STREAM) if g["name"] == GROUP.encode())
-        last = group["last-delivered-id"].split(b"-")
-        return end, start, (int(last[0]) if last != [b"0", b"0"] else -1), entries
-
     def steps(self, state: dict[str, TlaValue]) -> Iterator[tuple[str, RedisView]]:
-        """Every (label, Redis after it) the scripts take from ``state``."""
+        """Every (label, Redis after it) the scripts take from ``state``: for each call,
+        ``state`` rebuilt, the call, and Redis read back, all of one state's calls in one
+        round trip."""
+        end, start, last, entries = _view_of_state(state)  # the scripts never change end, start
+        calls: list[tuple[Any, list[Any], Callable[[Any], str | None]]] = []
         hold: Any = state["hold"]
-        consumers = sorted(hold, key=str)
-        for c in consumers:
+        for c in sorted(hold, key=str):
             for o, left in hold[c].items():
                 if int(left) < 0:
                     continue
                 for kind, label in ACK_LABELS.items():
-                    self.build(state)
-                    reply: Any = self.ack(keys=[STREAM, META], args=[
-                        GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT, PARK, f"{o}-1", kind])
-                    self.calls += 1
-                    yield ("AckRefused" if reply[0] == b"INVALID" else label), self.view(state)
+                    calls.append((self.ack, [GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT, PARK,
+                                             f"{o}-1", kind],
+                                  functools.partial(_acked, label)))
             if int(state["closes"]) < MAX_CLOSES:  # type: ignore[arg-type]
-                self.build(state)
-                self.release(keys=[STREAM, META], args=[
-                    GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT, PARK])
-                self.calls += 1
-                yield "CloseSession", self.view(state)
+                calls.append((self.release, [GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT, PARK],
+                              _closed))
             if not _archives_first(state):
-                self.build(state)
-                _, _, entries = self.fetch(keys=[STREAM, META], args=[
-                    GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT, MAX_IN_FLIGHT, 1, "0", PARK])
-                self.calls += 1
-                if entries:
-                    yield ("Claim" if int(entries[0][1]) > 1 else "ReadNew"), self.view(state)
+                calls.append((self.fetch, [GROUP, _owner(c), LOCK_TICKS * TICK_MS, LIMIT,
+                                           MAX_IN_FLIGHT, 1, "0", PARK], _fetched))
+        rebuilt = [end, start, last, GROUP, len(entries),
+                   *(x for o, owner, idle, count in entries for x in (o, owner, idle * TICK_MS, count))]
+        pipe = self.client.pipeline(transaction=False)
+        for script, args, _ in calls:
+            self.rebuild(keys=[STREAM, META], args=rebuilt, client=pipe)
+            script(keys=[STREAM, META], args=args, client=pipe)
+            self.read_back(keys=[STREAM], args=[GROUP], client=pipe)
+        results = pipe.execute()
+        self.calls += len(calls)
+        for i, (_, _, labelled) in enumerate(calls):
+            reply, (delivered, pending) = results[3 * i + 1], results[3 * i + 2]
+            found = labelled(reply)
+            if found is None:
+                continue
+            if not end:
+                yield found, (end, start, -1, ())
+                continue
+            seen = tuple(sorted((int(i.split(b"-")[0]), owner.decode(),
+                                 min(int(idle) // TICK_MS, LOCK_TICKS), int(count))
+                                for i, owner, idle, count in pending))
+            last_id = delivered.split(b"-")
+            yield found, (end, start, int(last_id[0]) if last_id != [b"0", b"0"] else -1, seen)
+
+
+def _acked(label: str, reply: Any) -> str | None:
+    return "AckRefused" if reply[0] == b"INVALID" else label
+
+
+def _closed(reply: Any) -> str | None:
+    return "CloseSession"
+
+
+def _fetched(reply: Any) -> str | None:
+    """A one-record fetch: Claim when it claimed a PEL entry, ReadNew when it read a new one,
+    no step when it acquired nothing."""
+    _, _, entries = reply
+    if not entries:
+        return None
+    return "Claim" if int(entries[0][1]) > 1 else "ReadNew"
 
 
 def _archives_first(state: dict[str, TlaValue]) -> bool:
