@@ -44,6 +44,8 @@ DUMPED = frozenset({
     "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
     "Transactions-replay",  # same
     "Transactions-replay-takeover",  # same
+    "Compaction-replay",  # tests/spec/Compaction/test_compaction_replay.py
+    "Compaction-replay-delete",  # same
 })
 
 
