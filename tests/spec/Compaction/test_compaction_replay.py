@@ -547,7 +547,7 @@ def walked(redis_url: str) -> Callable[[str], WalkReport]:
 @pytest.mark.spec("Compaction", "Spec", "Format", "Policy", "Keys", "MaxAppends", "AppendBy",
                   "MaxClock", "MinLag", "MaxLag", "SegMs", "SegRecords", "MinDirty",
                   "DeleteRetention", "Chunk", "hist", "stream", "start", "seg", "cleanedTo",
-                  "lastSwap", "cl", "new", "hz", "clock")
+                  "lastSwap", "cl", "new", "hz")
 @pytest.mark.parametrize("name", [*CI_MODELS, *(pytest.param(name, marks=pytest.mark.skipif(
     not DEEP, reason="a deep model: KORVET_REPLAY_DEEP=1 walks it")) for name in DEEP_MODELS)])
 def test_every_transition_replays_through_the_scripts(walked: Callable[[str], WalkReport],
