@@ -6,7 +6,7 @@ back; a consumer killed with records acquired has them redelivered to another on
 lock runs out; a record released at every delivery is archived at the group's delivery
 limit; a classic group on the same topic reads everything besides. The group's start and
 limits are set as a user sets them on Kafka: group configs through the Admin client
-(IncrementalAlterConfigs on the GROUP resource)."""
+(IncrementalAlterConfigs on the GROUP resource). confluent-kafka's ShareConsumer too."""
 
 from __future__ import annotations
 
@@ -252,3 +252,34 @@ def test_kafka_share_groups_describes_resets_and_deletes_a_groups_offsets(
     finally:
         streams.close()
     assert f"share:{group}" not in names, names
+
+
+def test_confluent_kafkas_share_consumer_releases_then_accepts(korvet: KorvetProcess,
+                                                               unique_name: str) -> None:
+    """confluent-kafka's ShareConsumer (librdkafka 2.16), explicit acknowledgement: each
+    record released at its first delivery comes back with delivery count 2 and is accepted
+    (the same 40 deliveries on Apache Kafka 4.3.1)."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    bootstrap, topic, group = korvet.bootstrap, unique_name, f"{unique_name}-group"
+    create_and_fill(bootstrap, topic)
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    seen: list[tuple[str, int]] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(n == 2 for _, n in seen) < len(KEYS):
+            messages = consumer.poll(1.0)
+            for message in messages:
+                assert message.error() is None, message.error()
+                count = int(message.delivery_count() or 0)
+                consumer.acknowledge(message, AcknowledgeType.RELEASE if count < 2
+                                     else AcknowledgeType.ACCEPT)
+                seen.append((bytes(message.key() or b"").decode(), count))
+            if messages:
+                consumer.commit_sync()
+    finally:
+        consumer.close()
+    assert Counter(seen) == Counter({**{(k, 1): 1 for k in KEYS}, **{(k, 2): 1 for k in KEYS}})
