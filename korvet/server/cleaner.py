@@ -26,6 +26,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from korvet.core.cleaner import CleanSettings, PartitionDirt, cleanable_topic, round_order
 from korvet.core.topics import TopicInfo
+from korvet.server.clean_batches import batches_step
 from korvet.server.metrics import BrokerMetrics
 from korvet.storage.cleaner import CleanerStore
 from korvet.storage.redis_store import RedisStore
@@ -102,8 +103,10 @@ class LogCleaner:
             return False
         try:
             while True:
-                step = await self._timed(self.calls.step(topic, partition, token, _now_ms(),
-                                                         self.chunk))
+                step = await self._timed(
+                    batches_step(self.calls, topic, partition, token, _now_ms(), self.chunk)
+                    if topic.config.stores_batches else
+                    self.calls.step(topic, partition, token, _now_ms(), self.chunk))
                 if step.outcome in ("MAP", "COPY"):
                     continue
                 if step.outcome == "SWAPPED":

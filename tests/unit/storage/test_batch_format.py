@@ -158,5 +158,5 @@ def test_log_append_time_stamp_keeps_the_crc(recs: list[Any], compression: int, 
     batch = PyBatch(stamped)
     assert batch.validate_crc()
     assert batch.timestamp_type == 1
-    assert stored_timestamps(stamped) == [now] * len(recs)
+    assert stored_timestamps(stamped) == [(i, now) for i in range(len(recs))]
     assert scan_batches(stamped)[0].count == len(recs)
