@@ -69,6 +69,10 @@ class LogCleaner:
                 # Redis unreachable or refusing (full): the next round tries again; a pass
                 # left half done is harmless and the next begin removes it
                 log.warning("log cleaner round failed: %s", exc)
+            except Exception:
+                # a bug must not end the task for good (a batch the codec cannot rebuild):
+                # said loudly, and the next round tries again
+                log.exception("log cleaner round failed")
 
     async def round(self) -> int:
         """One round over the compacted partitions; the number of passes that swapped."""

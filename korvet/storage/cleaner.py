@@ -133,8 +133,7 @@ class BatchReads:
                       count: int) -> list[tuple[str, list[bytes]]]:
         stream = self.calls.store.stream_key(topic.name, partition)
         reply: Any = await self.redis.xrange(stream, low, high, count)
-        return [(_text(entry), [x for pair in fields.items() for x in pair])
-                for entry, fields in reply]
+        return [(_text(entry), list(fields)) for entry, fields in reply]
 
     async def aborted(self, topic: TopicInfo, partition: int, from_ms: int) -> list[str]:
         key = self.calls.store.aborted_key(self.calls.store.stream_key(topic.name, partition))
