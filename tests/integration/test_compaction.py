@@ -6,6 +6,7 @@ its original offset.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -130,6 +131,17 @@ def keys_in(r: Redis, topic: str) -> list[bytes | None]:
         else:
             keys.append(fields.get(b"key"))
     return keys
+
+
+def scattered_updates(count: int, keys: int) -> list[clients.Rec]:
+    """``updates`` with the keys in a fixed random order, so that each key's latest record
+    sits anywhere in the last batches: a cleaned batch then loses records at its start, in its
+    middle and at its end."""
+    order = [i % keys for i in range(count)]
+    random.Random(34).shuffle(order)
+    now = int(time.time() * 1000)
+    return [clients.Rec(0, b"key-%d" % k, f"v-{i}".encode() * 8, (), now)
+            for i, k in enumerate(order)]
 
 
 def records_in(r: Redis, topic: str) -> int:
@@ -319,17 +331,17 @@ def test_an_idempotent_producer_keeps_working_across_passes(cleaning: KorvetProc
                                                      ("dense", "zstd"), ("time", "lz4")])
 def test_a_batches_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess, scheme: str,
                                                   compression: str) -> None:
-    """3,000 updates of 30 keys in librdkafka's batches (compressed or not), stored whole:
-    once the active segment has rolled, a pass leaves 30 records in a few rewritten batches
-    (the stream's entries and memory fall); a consumer from the beginning sees each key's
+    """3,000 updates of 30 keys in random order, in librdkafka's batches of 50 (compressed or
+    not), stored whole: once the active segment has rolled, a pass leaves 30 records in a few
+    rewritten batches with gaps in their offset deltas (the stream's entries and memory fall); a consumer from the beginning sees each key's
     latest value at the offset it was written at, and a fetch from a removed offset starts at
     the next survivor; the batches keep their compression."""
     name = f"batches-{scheme}-{compression}-{uuid.uuid4().hex[:8]}"
     create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
                             "korvet.offset.scheme": scheme, "korvet.storage.format": "batches"})
-    records = updates(3000, 30)
+    records = scattered_updates(3000, 30)
     told = clients.confluent_produce(cleaning.bootstrap, name, records, extra={
-        "compression.type": compression, "linger.ms": 20, "batch.num.messages": 200})
+        "compression.type": compression, "linger.ms": 20, "batch.num.messages": 50})
     r = redis(cleaning)
     entries_before = int(r.xlen(stream(name)))
     memory_before = int(r.memory_usage(stream(name), samples=0) or 0)
