@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka.admin import KafkaAdminClient
 from redis import Redis
 
+from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.protocol.records import stored_records
 from tests.conftest import KorvetProcess
 from tests.integration import clients
@@ -333,9 +334,10 @@ def test_a_batches_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess, schem
                                                   compression: str) -> None:
     """3,000 updates of 30 keys in random order, in librdkafka's batches of 50 (compressed or
     not), stored whole: once the active segment has rolled, a pass leaves 30 records in a few
-    rewritten batches with gaps in their offset deltas (the stream's entries and memory fall); a consumer from the beginning sees each key's
-    latest value at the offset it was written at, and a fetch from a removed offset starts at
-    the next survivor; the batches keep their compression."""
+    rewritten batches with gaps in their offset deltas (the stream's entries and memory
+    fall); a consumer from the beginning sees each key's latest value at the offset it was
+    written at, and a fetch from a removed offset starts at the next survivor; the batches
+    keep their compression."""
     name = f"batches-{scheme}-{compression}-{uuid.uuid4().hex[:8]}"
     create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
                             "korvet.offset.scheme": scheme, "korvet.storage.format": "batches"})
@@ -365,3 +367,22 @@ def test_a_batches_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess, schem
         o for o, _ in latest.values() if o > removed)
     metrics = urlopen(f"http://127.0.0.1:{cleaning.http_port}/metrics", timeout=10).read()
     assert f'korvet_cleaner_records_removed_total{{topic="{name}"}} 2970.0'.encode() in metrics
+
+
+def test_kafkas_console_consumer_reads_a_cleaned_batches_topic(cleaning: KorvetProcess) -> None:
+    """The Java client (Kafka's kafka-console-consumer) reads a cleaned, zstd-compressed
+    batches topic from the beginning: each key's latest value, at its offset, and no more."""
+    name = f"batches-java-{uuid.uuid4().hex[:8]}"
+    create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
+                            "korvet.storage.format": "batches"})
+    records = scattered_updates(600, 12)
+    told = clients.confluent_produce(cleaning.bootstrap, name, records, extra={
+        "compression.type": "zstd", "linger.ms": 20, "batch.num.messages": 25})
+    r = redis(cleaning)
+    wait_for("the pass", lambda: records_in(r, name) == 12)
+    tools = KafkaJavaTools(cleaning.bootstrap, timeout=180)
+    result = tools.console_consume(name, max_messages=12)  # more would show in these 12
+    latest = latest_per_key(records, told)
+    assert [(rec.offset, (rec.key or "").encode(), (rec.value or "").encode())
+            for rec in result.records] == sorted(
+        ((o, k or b"", v or b"") for k, (o, v) in latest.items()))
