@@ -17,12 +17,15 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiokafka.record._crecords import DefaultRecordBatch
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from redis import Redis
 
 from korvet.core.cleaner import CleanSettings
 from korvet.core.topics import TopicInfo
+from korvet.protocol.records import CONTROL_FLAG
+from korvet.server.clean_batches import batches_step
 from korvet.storage.cleaner import CleanerStore, StepResult, _lua
 from korvet.storage.redis_store import RedisStore
 from tests.conftest import KorvetProcess
@@ -63,6 +66,8 @@ class Driver:
                 now = int(time.time() * 1000)
                 if op == "begin":
                     return await cleaner.begin(topic, 0, settings, now)
+                if op == "step" and topic.config.stores_batches:  # as the broker's task does
+                    return await batches_step(cleaner, topic, 0, args[0], now, args[1])
                 if op == "step":
                     return await cleaner.step(topic, 0, args[0], now, args[1])
                 return await cleaner.status(topic, 0, settings, now)
@@ -227,14 +232,17 @@ def test_a_reader_reaches_the_end_past_removed_records(idle: KorvetProcess, sche
 
 
 @pytest.mark.spec("Compaction", "LSO", "InMap", "AbortedData", "LatestPerKeyKept")
-def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetProcess) -> None:
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetProcess,
+                                                                   storage: str) -> None:
     """A key's committed value, then an update of it in a transaction still open when a pass
     runs: the pass stops at the last stable offset, so the committed value stays; the
     transaction aborts, and the next pass removes its data (not a value: the aborted index
     says so) and keeps the committed value and the abort marker. A read_committed reader
-    ends with the committed value."""
-    name = f"txn-{uuid.uuid4().hex[:8]}"
-    create(idle, name, CONFIGS)
+    ends with the committed value. Both storage formats (a batches topic's transactional
+    batch and marker batch are whole entries)."""
+    name = f"txn-{storage}-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": storage})
     plain = [clients.Rec(0, b"k", b"committed", (), int(time.time() * 1000)),
              *updates(4, 2, tag="other")]
     clients.confluent_produce(idle.bootstrap, name, plain)
@@ -253,7 +261,7 @@ def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetP
     assert swapped.outcome == "SWAPPED"
     held = values_in(r, name)
     assert b"committed" in held and b"in the transaction" not in held
-    assert any(f.get(b"control") == b"ABORT" for _, f in entries_of(r, name))
+    assert any(f.get(b"control") == b"ABORT" or is_abort_batch(f) for _, f in entries_of(r, name))
     got = dict(read_committed(idle.bootstrap, name))
     assert got == {b"k": b"committed", b"key-0": updates(2, 2, tag="later")[0].value,
                    b"key-1": updates(2, 2, tag="later")[1].value}
@@ -265,7 +273,23 @@ def entries_of(r: Redis, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
 
 
 def values_in(r: Redis, topic: str) -> list[bytes]:
-    return [f.get(b"value", b"") for _, f in entries_of(r, topic)]
+    """The values of the partition's data records (a batches entry's decoded)."""
+    values: list[bytes] = []
+    for _, f in entries_of(r, topic):
+        if b"batch" not in f:
+            values.append(f.get(b"value", b""))
+        elif not DefaultRecordBatch(f[b"batch"]).attributes & CONTROL_FLAG:
+            values += [rec.value or b"" for rec in DefaultRecordBatch(f[b"batch"])]
+    return values
+
+
+def is_abort_batch(fields: dict[bytes, bytes]) -> bool:
+    """A batches entry holding an ABORT marker (a control record whose key's type is 0)."""
+    if b"batch" not in fields:
+        return False
+    batch = DefaultRecordBatch(fields[b"batch"])
+    return bool(batch.attributes & CONTROL_FLAG) and all(
+        (rec.key or b"")[2:4] == b"\x00\x00" for rec in batch)
 
 
 def transactional_producer(bootstrap: str, transactional_id: str) -> Any:
