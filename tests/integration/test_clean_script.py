@@ -25,8 +25,8 @@ from redis import Redis
 from korvet.core.cleaner import CleanSettings
 from korvet.core.topics import TopicInfo
 from korvet.protocol.records import CONTROL_FLAG
-from korvet.server.clean_batches import batches_step
-from korvet.storage.cleaner import CleanerStore, StepResult, _lua
+from korvet.server.clean_batches import _copy_plan, batches_step
+from korvet.storage.cleaner import BatchReads, CleanerStore, StepResult, _lua
 from korvet.storage.redis_store import RedisStore
 from tests.conftest import KorvetProcess
 from tests.integration import clients
@@ -355,3 +355,51 @@ def test_records_deleted_during_a_pass_stay_deleted(idle: KorvetProcess) -> None
     finally:
         consumer.close()
     assert low == cut
+
+
+@pytest.mark.spec("Compaction", "CopyChunk", "DeleteRecords", "KeepFrom",
+                  note="Format batches: the call stops before an entry the broker did not read")
+def test_a_batches_copy_decided_before_delete_records_stays_correct(idle: KorvetProcess) -> None:
+    """A batches topic: the broker decides a copy chunk (4 batches), then DeleteRecords removes
+    the first two before the call is made, so the call's own chunk reaches batches the broker
+    never judged: the call copies the two it did judge and stops there (no swap), the next
+    steps go on, and the end is each key's latest from the log start on."""
+    name = f"batches-deleted-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "cleanup.policy": "compact,delete", "retention.ms": "-1",
+                        "korvet.storage.format": "batches"})
+    records = updates(100, 5)
+    told = clients.confluent_produce(idle.bootstrap, name, records, extra={
+        "linger.ms": 50, "batch.num.messages": 10})
+    r = Redis.from_url(idle.redis_url)
+    assert r.xlen(stream(name)) == 10
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    while driver.step(token, 4).outcome == "MAP":
+        pass
+    cut = told[20][1]  # the third batch's first offset
+
+    async def decide_then_call() -> StepResult:
+        client = aioredis.Redis.from_url(idle.redis_url)
+        try:
+            store = RedisStore(client, "korvet")
+            topic = await store.get_topic(name, {})
+            assert isinstance(topic, TopicInfo)
+            cleaner = CleanerStore(store, driver.me, driver.lease_ms)
+            reads = BatchReads(cleaner)
+            view = await reads.view(topic, 0, token)
+            assert view is not None and view.phase == "copy"
+            plan = await _copy_plan(reads, topic, 0, view, int(time.time() * 1000), 4)
+            admin = AdminClient({"bootstrap.servers": idle.bootstrap})
+            for future in admin.delete_records([TopicPartition(name, 0, cut)]).values():
+                future.result(30)
+            return await cleaner.step(topic, 0, token, int(time.time() * 1000), 4, plan)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(decide_then_call()).outcome == "COPY"
+    swapped, _ = run_to_swap(driver, token, 4)
+    assert swapped.outcome == "SWAPPED"
+    got = read_all(idle, name)
+    assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
+        ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])
+    assert min(m.offset() or 0 for m in got) >= cut
