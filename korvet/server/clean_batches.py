@@ -35,6 +35,11 @@ from korvet.storage import entries
 from korvet.storage.cleaner import BatchReads, CleanerStore, PassView, StepResult
 
 _NO_BATCH_TIMESTAMP = -1  # an entry that is no batch (written by something else): never young
+# A copy call's bytes: a chunk of batch entries can be a chunk of megabyte batches, so a copy
+# step reads in pages and its call takes only the entries that fit (at least one), the call's
+# own read then bounded by that count too.
+CALL_BYTES = 4 << 20
+_PAGE = 32
 
 
 def _facts(at: str, fields: list[bytes]) -> BatchFacts | None:
@@ -63,8 +68,31 @@ async def batches_step(calls: CleanerStore, topic: TopicInfo, partition: int, to
     if view.phase == "map":
         plan = await _map_plan(reads, topic, partition, view, chunk)
     else:
-        plan = await _copy_plan(reads, topic, partition, view, now_ms, chunk)
+        got = await _copy_chunk(reads, topic, partition, view.cursor, chunk)
+        chunk = min(chunk, len(got)) or chunk  # what fits in CALL_BYTES: the call reads as many
+        plan = await _copy_plan(reads, topic, partition, view, now_ms, got)
     return await calls.step(topic, partition, token, now_ms, chunk, plan)
+
+
+async def _copy_chunk(reads: BatchReads, topic: TopicInfo, partition: int, cursor: str,
+                      chunk: int) -> list[tuple[str, list[bytes]]]:
+    """The entries a copy call will work on: up to ``chunk``, in pages, as many as fit in
+    CALL_BYTES (at least one)."""
+    got: list[tuple[str, list[bytes]]] = []
+    size = 0
+    low = cursor
+    while len(got) < chunk:
+        want = min(_PAGE, chunk - len(got))
+        page = await reads.entries(topic, partition, low, "+", want)
+        for entry in page:
+            size += sum(len(field) for field in entry[1])
+            if got and size > CALL_BYTES:
+                return got
+            got.append(entry)
+        if len(page) < want:
+            break
+        low = "(" + page[-1][0]
+    return got
 
 
 async def _map_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: PassView,
@@ -85,10 +113,9 @@ async def _map_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: P
 
 
 async def _copy_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: PassView,
-                     now_ms: int, chunk: int) -> list[Any]:
-    got = await reads.entries(topic, partition, view.cursor, "+", chunk + 1)
+                     now_ms: int, got: list[tuple[str, list[bytes]]]) -> list[Any]:
     upto = entry_id(view.upto)
-    below = [(at, fields) for at, fields in got[:chunk] if entry_id(at) < upto]
+    below = [(at, fields) for at, fields in got if entry_id(at) < upto]
     facts = [_facts(at, fields) for at, fields in below]
     keys = sorted({key for f in facts if f is not None and not f.control
                    for _, key, _ in f.records if key is not None})

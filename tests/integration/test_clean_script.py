@@ -25,7 +25,8 @@ from redis import Redis
 from korvet.core.cleaner import CleanSettings
 from korvet.core.topics import TopicInfo
 from korvet.protocol.records import CONTROL_FLAG
-from korvet.server.clean_batches import _copy_plan, batches_step
+from korvet.server import clean_batches
+from korvet.server.clean_batches import _copy_chunk, _copy_plan, batches_step
 from korvet.storage.cleaner import BatchReads, CleanerStore, StepResult, _lua
 from korvet.storage.redis_store import RedisStore
 from tests.conftest import KorvetProcess
@@ -388,7 +389,8 @@ def test_a_batches_copy_decided_before_delete_records_stays_correct(idle: Korvet
             reads = BatchReads(cleaner)
             view = await reads.view(topic, 0, token)
             assert view is not None and view.phase == "copy"
-            plan = await _copy_plan(reads, topic, 0, view, int(time.time() * 1000), 4)
+            got = await _copy_chunk(reads, topic, 0, view.cursor, 4)
+            plan = await _copy_plan(reads, topic, 0, view, int(time.time() * 1000), got)
             admin = AdminClient({"bootstrap.servers": idle.bootstrap})
             for future in admin.delete_records([TopicPartition(name, 0, cut)]).values():
                 future.result(30)
@@ -403,3 +405,26 @@ def test_a_batches_copy_decided_before_delete_records_stays_correct(idle: Korvet
     assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
         ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])
     assert min(m.offset() or 0 for m in got) >= cut
+
+
+@pytest.mark.spec("Compaction", "Chunk", note="Format batches: a copy call's bytes bounded too")
+def test_a_batches_copy_call_takes_only_the_batches_that_fit(
+        idle: KorvetProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk of batch entries may be a chunk of large batches: a copy call takes only as many
+    as fit in ``CALL_BYTES`` (at least one). With the bound below one batch, a pass over 10
+    batches makes a copy call per batch, and the end is the same."""
+    monkeypatch.setattr(clean_batches, "CALL_BYTES", 1)
+    name = f"batches-bytes-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": "batches"})
+    records = updates(100, 5)
+    told = clients.confluent_produce(idle.bootstrap, name, records, extra={
+        "linger.ms": 50, "batch.num.messages": 10})
+    assert Redis.from_url(idle.redis_url).xlen(stream(name)) == 10
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    assert driver.step(token, 250).outcome == "COPY"  # the whole map in one call
+    swapped, calls = run_to_swap(driver, token, 250)
+    assert swapped.outcome == "SWAPPED" and calls >= 10, calls
+    got = read_all(idle, name)
+    assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
+        ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])
