@@ -19,6 +19,7 @@ the producer's bytes, and the cost falls on the cleaner, off the produce path.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from korvet.core.cleaner import (
@@ -40,6 +41,7 @@ _NO_BATCH_TIMESTAMP = -1  # an entry that is no batch (written by something else
 # own read then bounded by that count too.
 CALL_BYTES = 4 << 20
 _PAGE = 32
+_YIELD_EVERY = 8  # batches decoded or judged between two turns of the event loop
 
 
 def _facts(at: str, fields: list[bytes]) -> BatchFacts | None:
@@ -56,6 +58,17 @@ def _facts(at: str, fields: list[bytes]) -> BatchFacts | None:
     horizon = fields[7].decode() if len(fields) == 8 else None
     return BatchFacts(entry_id(at), most, batch.producer_id, batch.transactional,
                       batch.control, batch.records, horizon)
+
+
+async def _decoded(got: list[tuple[str, list[bytes]]]) -> list[BatchFacts | None]:
+    """Each entry's facts, the event loop served every few batches: a chunk can hold tens of
+    thousands of records to decode, and the broker's clients wait meanwhile."""
+    facts: list[BatchFacts | None] = []
+    for index, (at, fields) in enumerate(got):
+        if index % _YIELD_EVERY == _YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+        facts.append(_facts(at, fields))
+    return facts
 
 
 async def batches_step(calls: CleanerStore, topic: TopicInfo, partition: int, token: int,
@@ -98,8 +111,8 @@ async def _copy_chunk(reads: BatchReads, topic: TopicInfo, partition: int, curso
 async def _map_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: PassView,
                     chunk: int) -> list[Any]:
     got = await reads.entries(topic, partition, view.cursor, "(" + view.upto, chunk)
-    facts = [_facts(at, fields) or BatchFacts(entry_id(at), _NO_BATCH_TIMESTAMP, -1, False,
-                                              True, []) for at, fields in got]
+    facts = [fact or BatchFacts(entry_id(at), _NO_BATCH_TIMESTAMP, -1, False, True, [])
+             for (at, _), fact in zip(got, await _decoded(got), strict=True)]
     aborted = aborted_ranges(await reads.aborted(topic, partition, facts[0].at[0])
                              if facts else [])
     mapped = map_batches(facts, view.young, aborted)
@@ -116,7 +129,7 @@ async def _copy_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: 
                      now_ms: int, got: list[tuple[str, list[bytes]]]) -> list[Any]:
     upto = entry_id(view.upto)
     below = [(at, fields) for at, fields in got if entry_id(at) < upto]
-    facts = [_facts(at, fields) for at, fields in below]
+    facts = await _decoded(below)
     keys = sorted({key for f in facts if f is not None and not f.control
                    for _, key, _ in f.records if key is not None})
     latest: dict[bytes, tuple[EntryId, int]] = {}
@@ -128,7 +141,9 @@ async def _copy_plan(reads: BatchReads, topic: TopicInfo, partition: int, view: 
                              if below else [])
     dense = topic.config.dense
     plan: list[Any] = ["batches", view.cursor]
-    for (at, fields), batch in zip(below, facts, strict=True):
+    for index, ((at, fields), batch) in enumerate(zip(below, facts, strict=True)):
+        if index % _YIELD_EVERY == _YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         if batch is None:
             plan += [at, 0, 1, -1]
             continue
