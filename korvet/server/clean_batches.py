@@ -20,6 +20,7 @@ the producer's bytes, and the cost falls on the cleaner, off the produce path.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from korvet.core.cleaner import (
@@ -71,20 +72,28 @@ async def _decoded(got: list[tuple[str, list[bytes]]]) -> list[BatchFacts | None
     return facts
 
 
+async def _untimed(call: Awaitable[StepResult]) -> StepResult:
+    return await call
+
+
 async def batches_step(calls: CleanerStore, topic: TopicInfo, partition: int, token: int,
-                       now_ms: int, chunk: int) -> StepResult:
-    """One step of a pass on a batches topic: a map chunk, a copy chunk or the swap."""
+                       now_ms: int, chunk: int,
+                       timed: Callable[[Awaitable[StepResult]], Awaitable[StepResult]] = _untimed
+                       ) -> StepResult:
+    """One step of a pass on a batches topic: a map chunk, a copy chunk or the swap. ``timed``
+    wraps the script's call alone (the cleaner's longest-call metric: how long Redis was held,
+    not the broker's decoding)."""
     reads = BatchReads(calls)
     view = await reads.view(topic, partition, token)
     if view is None:  # not this pass's any more: the call says so (LOST)
-        return await calls.step(topic, partition, token, now_ms, chunk)
+        return await timed(calls.step(topic, partition, token, now_ms, chunk))
     if view.phase == "map":
         plan = await _map_plan(reads, topic, partition, view, chunk)
     else:
         got = await _copy_chunk(reads, topic, partition, view.cursor, chunk)
         chunk = min(chunk, len(got)) or chunk  # what fits in CALL_BYTES: the call reads as many
         plan = await _copy_plan(reads, topic, partition, view, now_ms, got)
-    return await calls.step(topic, partition, token, now_ms, chunk, plan)
+    return await timed(calls.step(topic, partition, token, now_ms, chunk, plan))
 
 
 async def _copy_chunk(reads: BatchReads, topic: TopicInfo, partition: int, cursor: str,

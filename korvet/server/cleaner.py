@@ -107,10 +107,12 @@ class LogCleaner:
             return False
         try:
             while True:
-                step = await self._timed(
-                    batches_step(self.calls, topic, partition, token, _now_ms(), self.chunk)
-                    if topic.config.stores_batches else
-                    self.calls.step(topic, partition, token, _now_ms(), self.chunk))
+                if topic.config.stores_batches:  # the broker decodes between the calls
+                    step = await batches_step(self.calls, topic, partition, token, _now_ms(),
+                                              self.chunk, timed=self._timed)
+                else:
+                    step = await self._timed(self.calls.step(topic, partition, token,
+                                                             _now_ms(), self.chunk))
                 if step.outcome in ("MAP", "COPY"):
                     continue
                 if step.outcome == "SWAPPED":
