@@ -39,6 +39,10 @@ SERVED: dict[int, range] = {
     # the security APIs (server/handlers/security.py)
     17: range(0, 2), 36: range(0, 3), 29: range(1, 4), 30: range(1, 4), 31: range(1, 4),
     50: range(0, 1), 51: range(0, 1), 48: range(0, 2),
+    # share groups' partitions (server/handlers/share.py)
+    78: range(1, 3), 79: range(1, 3),
+    # share groups' offsets (server/handlers/share_offsets.py)
+    90: range(0, 2), 91: range(0, 1), 92: range(0, 1),
 }
 
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v1.response as alter_configs_v1_response
     import kio.schema.alter_configs.v2.request as alter_configs_v2_request
     import kio.schema.alter_configs.v2.response as alter_configs_v2_response
+    import kio.schema.alter_share_group_offsets.v0.request as alter_share_group_offsets_v0_request
+    import kio.schema.alter_share_group_offsets.v0.response as alter_share_group_offsets_v0_response
     import kio.schema.alter_user_scram_credentials.v0.request as alter_user_scram_credentials_v0_request
     import kio.schema.alter_user_scram_credentials.v0.response as alter_user_scram_credentials_v0_response
     import kio.schema.api_versions.v0.request as api_versions_v0_request
@@ -89,6 +91,8 @@ if TYPE_CHECKING:
     import kio.schema.delete_records.v1.response as delete_records_v1_response
     import kio.schema.delete_records.v2.request as delete_records_v2_request
     import kio.schema.delete_records.v2.response as delete_records_v2_response
+    import kio.schema.delete_share_group_offsets.v0.request as delete_share_group_offsets_v0_request
+    import kio.schema.delete_share_group_offsets.v0.response as delete_share_group_offsets_v0_response
     import kio.schema.delete_topics.v1.request as delete_topics_v1_request
     import kio.schema.delete_topics.v1.response as delete_topics_v1_response
     import kio.schema.delete_topics.v2.request as delete_topics_v2_request
@@ -151,6 +155,10 @@ if TYPE_CHECKING:
     import kio.schema.describe_log_dirs.v5.response as describe_log_dirs_v5_response
     import kio.schema.describe_producers.v0.request as describe_producers_v0_request
     import kio.schema.describe_producers.v0.response as describe_producers_v0_response
+    import kio.schema.describe_share_group_offsets.v0.request as describe_share_group_offsets_v0_request
+    import kio.schema.describe_share_group_offsets.v0.response as describe_share_group_offsets_v0_response
+    import kio.schema.describe_share_group_offsets.v1.request as describe_share_group_offsets_v1_request
+    import kio.schema.describe_share_group_offsets.v1.response as describe_share_group_offsets_v1_response
     import kio.schema.describe_topic_partitions.v0.request as describe_topic_partitions_v0_request
     import kio.schema.describe_topic_partitions.v0.response as describe_topic_partitions_v0_response
     import kio.schema.describe_transactions.v0.request as describe_transactions_v0_request
@@ -423,6 +431,14 @@ if TYPE_CHECKING:
     import kio.schema.sasl_handshake.v0.response as sasl_handshake_v0_response
     import kio.schema.sasl_handshake.v1.request as sasl_handshake_v1_request
     import kio.schema.sasl_handshake.v1.response as sasl_handshake_v1_response
+    import kio.schema.share_acknowledge.v1.request as share_acknowledge_v1_request
+    import kio.schema.share_acknowledge.v1.response as share_acknowledge_v1_response
+    import kio.schema.share_acknowledge.v2.request as share_acknowledge_v2_request
+    import kio.schema.share_acknowledge.v2.response as share_acknowledge_v2_response
+    import kio.schema.share_fetch.v1.request as share_fetch_v1_request
+    import kio.schema.share_fetch.v1.response as share_fetch_v1_response
+    import kio.schema.share_fetch.v2.request as share_fetch_v2_request
+    import kio.schema.share_fetch.v2.response as share_fetch_v2_response
     import kio.schema.share_group_describe.v1.request as share_group_describe_v1_request
     import kio.schema.share_group_describe.v1.response as share_group_describe_v1_response
     import kio.schema.share_group_heartbeat.v1.request as share_group_heartbeat_v1_request
@@ -1189,6 +1205,52 @@ if TYPE_CHECKING:
     ShareGroupDescribeResponse: TypeAlias = (  # api key 77
         share_group_describe_v1_response.ShareGroupDescribeResponse
     )
+
+    ShareFetchRequest: TypeAlias = (  # api key 78
+        share_fetch_v1_request.ShareFetchRequest
+        | share_fetch_v2_request.ShareFetchRequest
+    )
+
+    ShareFetchResponse: TypeAlias = (  # api key 78
+        share_fetch_v1_response.ShareFetchResponse
+        | share_fetch_v2_response.ShareFetchResponse
+    )
+
+    ShareAcknowledgeRequest: TypeAlias = (  # api key 79
+        share_acknowledge_v1_request.ShareAcknowledgeRequest
+        | share_acknowledge_v2_request.ShareAcknowledgeRequest
+    )
+
+    ShareAcknowledgeResponse: TypeAlias = (  # api key 79
+        share_acknowledge_v1_response.ShareAcknowledgeResponse
+        | share_acknowledge_v2_response.ShareAcknowledgeResponse
+    )
+
+    DescribeShareGroupOffsetsRequest: TypeAlias = (  # api key 90
+        describe_share_group_offsets_v0_request.DescribeShareGroupOffsetsRequest
+        | describe_share_group_offsets_v1_request.DescribeShareGroupOffsetsRequest
+    )
+
+    DescribeShareGroupOffsetsResponse: TypeAlias = (  # api key 90
+        describe_share_group_offsets_v0_response.DescribeShareGroupOffsetsResponse
+        | describe_share_group_offsets_v1_response.DescribeShareGroupOffsetsResponse
+    )
+
+    AlterShareGroupOffsetsRequest: TypeAlias = (  # api key 91
+        alter_share_group_offsets_v0_request.AlterShareGroupOffsetsRequest
+    )
+
+    AlterShareGroupOffsetsResponse: TypeAlias = (  # api key 91
+        alter_share_group_offsets_v0_response.AlterShareGroupOffsetsResponse
+    )
+
+    DeleteShareGroupOffsetsRequest: TypeAlias = (  # api key 92
+        delete_share_group_offsets_v0_request.DeleteShareGroupOffsetsRequest
+    )
+
+    DeleteShareGroupOffsetsResponse: TypeAlias = (  # api key 92
+        delete_share_group_offsets_v0_response.DeleteShareGroupOffsetsResponse
+    )
 else:  # at run time the names exist for imports; nothing checks them
     ProduceRequest = Any
     ProduceResponse = Any
@@ -1286,3 +1348,13 @@ else:  # at run time the names exist for imports; nothing checks them
     ShareGroupHeartbeatResponse = Any
     ShareGroupDescribeRequest = Any
     ShareGroupDescribeResponse = Any
+    ShareFetchRequest = Any
+    ShareFetchResponse = Any
+    ShareAcknowledgeRequest = Any
+    ShareAcknowledgeResponse = Any
+    DescribeShareGroupOffsetsRequest = Any
+    DescribeShareGroupOffsetsResponse = Any
+    AlterShareGroupOffsetsRequest = Any
+    AlterShareGroupOffsetsResponse = Any
+    DeleteShareGroupOffsetsRequest = Any
+    DeleteShareGroupOffsetsResponse = Any

@@ -14,6 +14,7 @@ principal may do for the request being handled, from the broker's current ACL sn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,9 +34,14 @@ class ConnectionState:
     read_ahead: ReadAhead[PreparedFetch] = field(default_factory=ReadAhead)
     auth: sasl.Session = field(default_factory=lambda: sasl.open_session(ANONYMOUS))
     closing: str | None = None  # set by a handler: close after this response (the reason)
+    # called once the connection is closed (share sessions release what their member holds)
+    on_close: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
         self.read_ahead.close()
+        for hook in self.on_close:
+            hook()
+        self.on_close.clear()
 
 
 @dataclass(slots=True)

@@ -34,14 +34,17 @@ class GroupConfigs:
         self._cache[group] = (time.monotonic(), found)
         return found
 
+    async def own(self, group: str) -> dict[str, str]:
+        """The group's own configs, read from Redis at most once every CACHE_SECONDS."""
+        cached = self._cache.get(group)
+        if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS:
+            return await self.explicit(group)
+        return cached[1]
+
     async def values(self, group: str) -> dict[str, str]:
         """Every group config's value for ``group`` (its own over the broker's), read from
         Redis at most once every CACHE_SECONDS."""
-        cached = self._cache.get(group)
-        if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS:
-            await self.explicit(group)
-            cached = self._cache[group]
-        return rules.effective(cached[1], self.broker())
+        return rules.effective(await self.own(group), self.broker())
 
     async def put(self, group: str, configs: dict[str, str]) -> None:
         await self.store.put(group, configs)

@@ -33,6 +33,7 @@ from korvet.core import share_group as core
 from korvet.core.errors import ErrorCode
 from korvet.server.group_configs import GroupConfigs
 from korvet.storage.share_groups import ShareGroupStore
+from korvet.storage.shares import ShareStore
 
 if TYPE_CHECKING:
     from korvet.server.services import Services
@@ -175,12 +176,22 @@ class ShareGroups:
                     return ErrorCode.GROUP_ID_NOT_FOUND
                 if group.members:
                     return ErrorCode.NON_EMPTY_GROUP
+                await self._drop_partition_state(group_id)
                 await self.store.delete(group_id)
             except (RedisError, OSError) as exc:
                 log.warning("deleting share group %r: %s", group_id, exc)
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             self._groups.pop(group_id, None)
             return ErrorCode.NONE
+
+    async def _drop_partition_state(self, group_id: str) -> None:
+        """A deleted group's state on every partition (its Redis consumer groups) goes with
+        it, as Kafka deletes a share group's state: a new group of that id starts afresh."""
+        store = self._services.store
+        shares = ShareStore(store.redis, store.stream_key, store.meta_key)
+        for topic in await self._services.topics.all():
+            for index in range(topic.partitions):
+                await shares.delete(topic, index, group_id)
 
     async def listed(self, group_ids: list[str]) -> list[Listed]:
         """The state of each of ``group_ids`` as this broker knows it: the members it

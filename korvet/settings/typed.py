@@ -149,6 +149,17 @@ class FetchSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareSection:
+    """``share.*``: share groups' partitions (KIP-932, server/handlers/share.py)."""
+
+    record_lock_duration_ms: int
+    delivery_count_limit: int
+    partition_max_record_locks: int
+    auto_offset_reset: str
+    max_sessions: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSection:
     """``cluster.*``: several brokers on one Redis (server/ownership.py)."""
 
@@ -218,6 +229,10 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("max.connections.per.ip", "broker.max-connections-per-ip"),
     ("connections.max.idle.ms", "broker.connections-max-idle-ms"),
     ("max.incremental.fetch.session.cache.slots", "fetch.max-sessions"),
+    ("group.share.record.lock.duration.ms", "share.record-lock-duration-ms"),
+    ("group.share.delivery.count.limit", "share.delivery-count-limit"),
+    ("group.share.partition.max.record.locks", "share.partition-max-record-locks"),
+    ("group.share.max.share.sessions", "share.max-sessions"),
     ("group.initial.rebalance.delay.ms", "groups.initial-rebalance-delay-ms"),
     ("group.min.session.timeout.ms", "groups.min-session-timeout-ms"),
     ("group.max.session.timeout.ms", "groups.max-session-timeout-ms"),
@@ -243,6 +258,7 @@ class BrokerSettings:
     transactions: TransactionsSection
     cleaner: CleanerSection
     fetch: FetchSection
+    share: ShareSection
     cluster: ClusterSection
     http: HttpSection
     authorizer: AuthorizerSection
@@ -265,6 +281,7 @@ class BrokerSettings:
             transactions=_section(TransactionsSection, config),
             cleaner=_section(CleanerSection, config),
             fetch=_section(FetchSection, config),
+            share=_section(ShareSection, config),
             cluster=_section(ClusterSection, config),
             http=_section(HttpSection, config),
             authorizer=_section(AuthorizerSection, config),
@@ -299,7 +316,7 @@ SETTING_OF: dict[tuple[str, str], Setting] = {(s.section, s.field_name): s for s
 SECTIONS: dict[type[Any], str] = {
     BrokerSection: "broker", RedisSection: "redis", TopicsSection: "topics",
     GroupsSection: "groups", TransactionsSection: "transactions", FetchSection: "fetch",
-    CleanerSection: "cleaner",
+    CleanerSection: "cleaner", ShareSection: "share",
     ClusterSection: "cluster",
     HttpSection: "http", AuthorizerSection: "authorizer", DataSection: "data", LogSection: "log",
     ConfigSection: "config",

@@ -103,4 +103,10 @@ def _validate_limits(config: Config) -> None:
         raise ConfigError("transactions.version must be 0, 1 or 2")
     if config.get_int("fetch.max-sessions") < 0:
         raise ConfigError("fetch.max-sessions must not be negative")
+    for name in ("share.record-lock-duration-ms", "share.delivery-count-limit",
+                 "share.partition-max-record-locks", "share.max-sessions"):
+        if config.get_int(name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    if config.get_str("share.auto-offset-reset") not in ("latest", "earliest"):
+        raise ConfigError("share.auto-offset-reset must be 'latest' or 'earliest'")
 

@@ -124,6 +124,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fetch.max-sessions", int, 1000,
             "incremental fetch sessions (KIP-227) the broker keeps; 0 turns sessions off",
             also=("max.incremental.fetch.session.cache.slots",)),
+    Setting("share.record-lock-duration-ms", int, 30_000,
+            "how long a share consumer holds the records a ShareFetch acquired before they are "
+            "offered again (Kafka's group.share.record.lock.duration.ms; Kafka allows 15 s..60 s, "
+            "Korvet any positive time, so tests need not wait 30 s)", unit="ms",
+            also=("group.share.record.lock.duration.ms",)),
+    Setting("share.delivery-count-limit", int, 5,
+            "deliveries of a record to a share group after which it is archived, never offered "
+            "again (Kafka's group.share.delivery.count.limit)",
+            also=("group.share.delivery.count.limit",)),
+    Setting("share.partition-max-record-locks", int, 2000,
+            "records of one share partition acquired at once; fetches acquire nothing more "
+            "until some are acknowledged or released (Kafka's "
+            "group.share.partition.max.record.locks; Korvet counts records, not offsets)",
+            also=("group.share.partition.max.record.locks",)),
+    Setting("share.auto-offset-reset", str, "latest",
+            "where a share group starts on a partition it never read: 'latest' or 'earliest' "
+            "(Kafka's share.auto.offset.reset group config)"),
+    Setting("share.max-sessions", int, 2000,
+            "share sessions the broker keeps (Kafka's group.share.max.share.sessions)",
+            also=("group.share.max.share.sessions",)),
     Setting("broker.port-file", str, "",
             "write the bound port to this file once listening (for scripts and tests)",
             ("--port-file",)),

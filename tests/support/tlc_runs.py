@@ -41,9 +41,12 @@ DUMPED = frozenset({
     "DenseLog",  # tests/spec/DenseLog/test_dense_log_replay.py
     "DenseLog-batches",  # same
     "DenseLog-consumer",  # same
+    "Compaction-replay",  # tests/spec/Compaction/test_compaction_replay.py
+    "Compaction-replay-delete",  # same
     "Transactions",  # tests/spec/Transactions/test_transactions_replay.py
     "Transactions-replay",  # same
     "Transactions-replay-takeover",  # same
+    "SharePartitionRedis",  # tests/spec/SharePartitionRedis/test_share_replay.py
 })
 
 

@@ -88,6 +88,25 @@ def invalid_acks(ctx: CheckContext) -> None:
     expect_eq(ops.offset_of(topic, 0, LATEST), before, "latest offset afterwards")
 
 
+@check("produce.compacted_topic.keyless_refused", api=API,
+       asserts="A batch with a record without a key, produced to a topic with cleanup.policy=compact, "
+               "answers INVALID_RECORD (87) naming that record (record_errors: its index) and "
+               "appends nothing, not even the batch's keyed records; on a delete topic the same "
+               "batch is stored.",
+       source="Kafka LogValidator (a compacted topic cannot accept a message without a key); "
+              "ProduceResponse.json RecordErrors")
+def compacted_keyless(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic = ops.create_topic(configs={"cleanup.policy": "compact"})
+    before = ops.offset_of(topic, 0, LATEST)
+    result = ops.produce(topic, 0, [Rec(b"keyed", key=b"k"), Rec(b"keyless")])
+    expect_error(result.error, ErrorCode.INVALID_RECORD, "Produce of a keyless record")
+    expect_eq([int(e.batch_index) for e in result.record_errors], [1], "record_errors' indexes")
+    expect_eq(ops.offset_of(topic, 0, LATEST), before, "latest offset afterwards")
+    plain = ops.create_topic()
+    ops.produce_ok(plain, 0, [Rec(b"keyed", key=b"k"), Rec(b"keyless")])
+
+
 @check("produce.offsets_increase_across_batches", api=API,
        asserts="Each produced batch gets a base offset greater than the last offset of the batch "
                "before it on the same partition.",

@@ -149,6 +149,17 @@ _ROWS = (
                                               "READ on each topic"),
     ApiRule(ApiKey.DESCRIBE_TRANSACTIONS, custom="DESCRIBE on each transactional id"),
     ApiRule(ApiKey.DESCRIBE_TOPIC_PARTITIONS, custom="as Metadata: DESCRIBE on each topic"),
+    ApiRule(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, (_GROUPS_DESCRIBE,),
+            custom="DESCRIBE on each topic (others left out, or TOPIC_AUTHORIZATION_FAILED "
+                   "when named)"),
+    ApiRule(ApiKey.ALTER_SHARE_GROUP_OFFSETS, (_READ_GROUP,),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
+    ApiRule(ApiKey.DELETE_SHARE_GROUP_OFFSETS, (Need(Scope.GROUP, Operation.DELETE, _GROUP_DENIED),),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per topic)"),
+    ApiRule(ApiKey.SHARE_FETCH, (_READ_GROUP,),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
+    ApiRule(ApiKey.SHARE_ACKNOWLEDGE, (_READ_GROUP,),
+            custom="READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)"),
 )
 
 RULES: Mapping[ApiKey, ApiRule] = {rule.key: rule for rule in _ROWS}

@@ -71,8 +71,10 @@ async def _stamps(services: Services, topic: TopicInfo, partition: int, start: i
                     yield entry_offset + delta, stamp
 
 
-async def _by_timestamp(services: Services, topic: TopicInfo, partition: int,
-                        timestamp: int) -> tuple[int, int]:
+async def offset_by_timestamp(services: Services, topic: TopicInfo, partition: int,
+                              timestamp: int) -> tuple[int, int]:
+    """The first record at or after ``timestamp`` (ListOffsets by time; share groups'
+    by_duration start): its offset and timestamp, or (-1, -1)."""
     first = await _search_from(services, topic, partition, timestamp)
     if first is None:
         return -1, -1
@@ -121,7 +123,7 @@ async def _read(services: Services, topic: TopicInfo, wanted: rules.ListOffsetsP
     if lookup is rules.Lookup.MAX_TIMESTAMP:
         return rules.answer(*await _max_timestamp(services, topic, index), epochs=epochs)
     if lookup is rules.Lookup.BY_TIMESTAMP:
-        return rules.answer(*await _by_timestamp(services, topic, index, wanted.timestamp),
+        return rules.answer(*await offset_by_timestamp(services, topic, index, wanted.timestamp),
                             epochs=epochs)
     return rules.answer(rules.NO_OFFSET)
 

@@ -67,7 +67,8 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["group.share.session.timeout.ms"][0] == "45000"  # Kafka's default
     assert answered["log.cleaner.backoff.ms"] == ("15000", "korvet serve --cleaner-backoff-ms")
     assert answered["log.cleaner.enable"][0] == "true"
-    assert len(answered) == 21
+    assert answered["group.share.record.lock.duration.ms"][0] == "30000"
+    assert len(answered) == 25
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------

@@ -1,0 +1,237 @@
+"""DescribeShareGroupOffsets (90), AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92):
+a share group's position on each partition, as `kafka-share-groups --describe`,
+`--reset-offsets` and `--delete-offsets` (and Admin.listShareGroupOffsets,
+alterShareGroupOffsets, deleteShareGroupOffsets) ask for it.
+
+A share group's state on a partition is its Redis consumer group there (korvet/storage/shares.py,
+korvet/core/share_offsets.py reads it as Kafka's start offset and lag). Describing reads it;
+altering restarts the group at the given offsets (what it had in flight dropped, as Kafka
+re-initialises the share partition); deleting removes it, so the group starts anew there per
+its `share.auto.offset.reset`. Altering and deleting need the group empty (NON_EMPTY_GROUP,
+as Kafka), so no consumer holds records the change would drop. The group's coordinator
+answers (NOT_COORDINATOR elsewhere), since only it knows the members.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from korvet.core import share_offsets as rules
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
+from korvet.core.security.acl import Operation, ResourceType
+from korvet.core.topics import TopicInfo
+from korvet.protocol.denials import Items, Shape, Whole, empty, group_id, whole_error
+from korvet.protocol.kbuild import make, nested, response_type
+from korvet.protocol.messages import (
+    AlterShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequest,
+)
+from korvet.protocol.registry import RequestContext
+from korvet.server.api import Api
+from korvet.server.services import Services
+from korvet.server.share_groups import ShareGroups
+from korvet.storage.shares import ShareStore
+
+log = logging.getLogger("korvet.share")
+
+UNINITIALIZED = -1  # a partition the group has no state on (Kafka's answer too)
+
+
+def _store(services: Services) -> ShareStore:
+    store = services.store
+    return ShareStore(store.redis, store.stream_key, store.meta_key)
+
+
+async def _group_error(services: Services, group: str, *, empty: bool) -> ErrorCode:
+    """Why the group cannot be answered here: not its coordinator, not a share group, or
+    (``empty``) still with members."""
+    shares = services.part(ShareGroups)
+    found = await shares.describe(group)
+    if isinstance(found, ErrorCode):
+        return found
+    if found is None:
+        return ErrorCode.GROUP_ID_NOT_FOUND
+    if empty and found.members:
+        return ErrorCode.NON_EMPTY_GROUP
+    return ErrorCode.NONE
+
+
+async def _describe_partition(services: Services, store: ShareStore, cls: type[Any],
+                              group: str, topic: TopicInfo, index: int, listed: bool) -> Any:
+    partition_cls = nested(cls, "DescribeShareGroupOffsetsResponsePartition")
+    state = await store.state(topic, index, group)
+    if state is None and not listed:
+        return None
+    epochs = await services.store.epochs(topic, index)
+    epoch = epochs.current if topic.config.dense else 0
+    if state is None:
+        return make(partition_cls, partition_index=index, start_offset=UNINITIALIZED,
+                    leader_epoch=epoch, lag=-1, error_code=ErrorCode.NONE, error_message=None)
+    log_start, end = await services.store.offsets(topic, index)
+    codec = topic.config.codec
+    start = rules.start_offset(codec, state.last_delivered, state.lowest_pending, log_start)
+    return make(partition_cls, partition_index=index, start_offset=start, leader_epoch=epoch,
+                lag=rules.lag(start, end, state.pending, state.lag), error_code=ErrorCode.NONE,
+                error_message=None)
+
+
+async def _describe_group(services: Services, ctx: RequestContext, cls: type[Any],
+                          wanted: Any) -> Any:
+    group_cls = nested(cls, "DescribeShareGroupOffsetsResponseGroup")
+    topic_cls = nested(cls, "DescribeShareGroupOffsetsResponseTopic")
+    partition_cls = nested(cls, "DescribeShareGroupOffsetsResponsePartition")
+    group = str(wanted.group_id)
+    error = await _group_error(services, group, empty=False)
+    if error is not ErrorCode.NONE:
+        return make(group_cls, group_id=group, topics=(), error_code=error, error_message=None)
+    store = _store(services)
+    asked: list[tuple[str, tuple[int, ...] | None]] = (
+        [(t.name, None) for t in await services.topics.all()] if wanted.topics is None
+        else [(str(t.topic_name), tuple(int(p) for p in t.partitions)) for t in wanted.topics])
+    topics = []
+    for name, indexes in asked:
+        topic = await services.topics.get(name)
+        allowed = ctx.access.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        if topic is None or not allowed:
+            if indexes is None:
+                continue  # all topics: those the client may not see are left out
+            code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if not allowed
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            topics.append(make(topic_cls, topic_name=name, topic_id=None, partitions=tuple(
+                make(partition_cls, partition_index=p, start_offset=UNINITIALIZED,
+                     leader_epoch=-1, lag=-1, error_code=code, error_message=None)
+                for p in indexes)))
+            continue
+        parts = []
+        for index in (indexes if indexes is not None else range(topic.partitions)):
+            if not 0 <= index < topic.partitions:
+                parts.append(make(partition_cls, partition_index=index,
+                                  start_offset=UNINITIALIZED, leader_epoch=-1, lag=-1,
+                                  error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  error_message=None))
+                continue
+            described = await _describe_partition(services, store, cls, group, topic, index,
+                                                  listed=indexes is not None)
+            if described is not None:
+                parts.append(described)
+        if parts or indexes is not None:
+            topics.append(make(topic_cls, topic_name=name, topic_id=uuid.UUID(topic.topic_id),
+                               partitions=tuple(parts)))
+    return make(group_cls, group_id=group, topics=tuple(topics), error_code=ErrorCode.NONE,
+                error_message=None)
+
+
+async def describe_share_group_offsets(services: Services, ctx: RequestContext,
+                                       request: DescribeShareGroupOffsetsRequest) -> Any:
+    cls = response_type(type(request))
+    groups = []
+    for wanted in request.groups:
+        try:
+            groups.append(await _describe_group(services, ctx, cls, wanted))
+        except (RedisError, OSError) as exc:
+            log.warning("describing share group %r's offsets: %s", wanted.group_id, exc)
+            groups.append(make(nested(cls, "DescribeShareGroupOffsetsResponseGroup"),
+                               group_id=wanted.group_id, topics=(),
+                               error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               error_message=None))
+    return make(cls, throttle_time=0, groups=tuple(groups))
+
+
+async def alter_share_group_offsets(services: Services, ctx: RequestContext,
+                                    request: AlterShareGroupOffsetsRequest) -> Any:
+    cls = response_type(type(request))
+    topic_cls = nested(cls, "AlterShareGroupOffsetsResponseTopic")
+    partition_cls = nested(cls, "AlterShareGroupOffsetsResponsePartition")
+    group = str(request.group_id)
+    try:
+        error = await _group_error(services, group, empty=True)
+        if error is not ErrorCode.NONE:
+            return make(cls, throttle_time=0, error_code=error, error_message=None, responses=())
+        store = _store(services)
+        responses = []
+        for wanted in request.topics:
+            name = str(wanted.topic_name)
+            topic = await services.topics.get(name)
+            allowed = ctx.access.allowed(Operation.READ, ResourceType.TOPIC, name)
+            parts = []
+            for p in wanted.partitions:
+                index, offset = int(p.partition_index), int(p.start_offset)
+                code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if not allowed
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        if topic is None or not 0 <= index < topic.partitions
+                        else ErrorCode.INVALID_REQUEST if offset < 0 else ErrorCode.NONE)
+                if code is ErrorCode.NONE and topic is not None:
+                    log_start, _ = await services.store.offsets(topic, index)
+                    after = rules.entry_before(topic.config.codec, max(offset, log_start))
+                    await store.reset(topic, index, group, after)
+                parts.append(make(partition_cls, partition_index=index, error_code=code,
+                                  error_message=None))
+            responses.append(make(topic_cls, topic_name=name,
+                                  topic_id=uuid.UUID(topic.topic_id) if topic is not None else None,
+                                  partitions=tuple(parts)))
+    except (RedisError, OSError) as exc:
+        log.warning("altering share group %r's offsets: %s", group, exc)
+        return make(cls, throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message=None, responses=())
+    return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
+                responses=tuple(responses))
+
+
+async def delete_share_group_offsets(services: Services, ctx: RequestContext,
+                                     request: DeleteShareGroupOffsetsRequest) -> Any:
+    cls = response_type(type(request))
+    topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
+    group = str(request.group_id)
+    try:
+        error = await _group_error(services, group, empty=True)
+        if error is not ErrorCode.NONE:
+            return make(cls, throttle_time=0, error_code=error, error_message=None, responses=())
+        store = _store(services)
+        responses = []
+        for wanted in request.topics:
+            name = str(wanted.topic_name)
+            topic = await services.topics.get(name)
+            code = ErrorCode.NONE
+            if not ctx.access.allowed(Operation.READ, ResourceType.TOPIC, name):
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                for index in range(topic.partitions):
+                    await store.delete(topic, index, group)
+            responses.append(make(topic_cls, topic_name=name,
+                                  topic_id=uuid.UUID(topic.topic_id) if topic is not None else None,
+                                  error_code=code, error_message=None))
+    except (RedisError, OSError) as exc:
+        log.warning("deleting share group %r's offsets: %s", group, exc)
+        return make(cls, throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message=None, responses=())
+    return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
+                responses=tuple(responses))
+
+
+def _describe_denied(response_cls: type[Any], item: Any, version: int, code: ErrorCode) -> Any:
+    return make(nested(response_cls, "DescribeShareGroupOffsetsResponseGroup"),
+                group_id=item.group_id, topics=(), error_code=code, error_message=None)
+
+
+APIS = (
+    Api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, range(0, 2), describe_share_group_offsets,
+        "a share group's start offset and lag per partition, read off its Redis consumer "
+        "group (the pending entries and the last delivered id)",
+        Shape((Items("groups", "groups", _describe_denied, name_of=lambda g: str(g.group_id),
+                     empty=empty(groups=())),))),
+    Api(ApiKey.ALTER_SHARE_GROUP_OFFSETS, range(0, 1), alter_share_group_offsets,
+        "an empty share group restarts at the given offsets (XGROUP DESTROY and CREATE at the "
+        "id before each)",
+        Shape((Whole(group_id, whole_error(error_message=None, responses=())),))),
+    Api(ApiKey.DELETE_SHARE_GROUP_OFFSETS, range(0, 1), delete_share_group_offsets,
+        "an empty share group's state on the topics' partitions removed (XGROUP DESTROY)",
+        Shape((Whole(group_id, whole_error(error_message=None, responses=())),))),
+)
