@@ -38,9 +38,8 @@ class CleanSettings:
 
 
 def cleanable_topic(config: TopicConfig) -> bool:
-    """Whether the cleaner runs on the topic: compacted, records format (a ``batches`` topic's
-    entries are whole producer batches, which the cleaner does not rewrite yet)."""
-    return compacted(config) and not config.stores_batches
+    """Whether the cleaner runs on the topic: compacted, in either storage format."""
+    return compacted(config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +75,122 @@ def round_order(partitions: list[PartitionDirt]) -> list[PartitionDirt]:
     Those another broker is cleaning are left out."""
     free = [p for p in partitions if not p.busy]
     return sorted(free, key=lambda p: (not p.cleanable, -p.ratio, p.topic, p.partition))
+
+
+# --- the batches storage format ---------------------------------------------------------
+# A `batches` entry is a whole producer batch, which Lua cannot decode (it may be compressed)
+# nor rebuild (its CRC-32C): the broker decodes each chunk between two calls of clean.lua and
+# decides here, from the spec's Keep and Mark, which records of each batch survive; the call
+# that follows writes the rewritten batches (korvet/server/clean_batches.py).
+
+EntryId = tuple[int, int]  # a stream entry id, (ms, seq): compares as Redis orders ids
+Aborted = dict[int, list[tuple[EntryId, EntryId]]]  # producer id -> [(first, marker)]
+PENDING = "pending"  # a tombstone's delete horizon before the pass after its first clean
+
+
+def entry_id(text: str) -> EntryId:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq)
+
+
+def aborted_ranges(members: list[str]) -> Aborted:
+    """The aborted index's members ("<producer> <first id> <marker id>", append.lua)."""
+    out: Aborted = {}
+    for member in members:
+        parts = member.split()
+        if len(parts) == 3:
+            out.setdefault(int(parts[0]), []).append((entry_id(parts[1]), entry_id(parts[2])))
+    return out
+
+
+def is_aborted(aborted: Aborted, producer: int, at: EntryId) -> bool:
+    return any(first <= at < marker for first, marker in aborted.get(producer, ()))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFacts:
+    """What the cleaner reads of a stored batch: its entry id, max timestamp, producer,
+    whether it is transactional or a marker, each record's (offset delta, key, has a value)
+    and its tombstones' delete horizon (None, PENDING, or a time in ms as text)."""
+
+    at: EntryId
+    max_timestamp: int
+    producer: int
+    transactional: bool
+    control: bool
+    records: list[tuple[int, bytes | None, bool]]
+    horizon: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MapChunk:
+    """A map chunk of a batches topic: each key's latest (entry id, delta) in the chunk, the
+    entries mapped, and the first entry of the head when one was found (spec Young)."""
+
+    latest: dict[bytes, tuple[EntryId, int]]
+    mapped: int
+    head: EntryId | None
+
+
+def map_batches(batches: list[BatchFacts], young: int, aborted: Aborted) -> MapChunk:
+    """The spec's MapChunk over batches: a committed or plain keyed record sets its key's
+    latest (aborted data and markers do not); the map stops at the first batch younger than
+    min.compaction.lag.ms (its max timestamp after ``young``), the head's first entry."""
+    latest: dict[bytes, tuple[EntryId, int]] = {}
+    for mapped, batch in enumerate(batches):
+        if batch.max_timestamp > young:
+            return MapChunk(latest, mapped, batch.at)
+        if batch.control or (batch.transactional
+                             and is_aborted(aborted, batch.producer, batch.at)):
+            continue
+        for delta, key, _ in batch.records:
+            if key is not None:
+                latest[key] = (batch.at, delta)
+    return MapChunk(latest, len(batches), None)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchVerdict:
+    """What the copy does with a batch below the head: the offset deltas it keeps (all of
+    them: the entry as it is, with ``horizon`` set), and its tombstones' delete horizon after
+    (None when none is left)."""
+
+    keep: frozenset[int]
+    horizon: str | None
+    removed: int
+
+
+def judge_batch(batch: BatchFacts, latest: dict[bytes, tuple[EntryId, int]], aborted: Aborted,
+                *, now: int, last_swap: int, retention_ms: int) -> BatchVerdict:
+    """The spec's Keep and Mark for each record of a batch below the head (clean.lua does the
+    same for the records format): markers and keyless records stay; aborted data goes; a
+    record goes when a later one of its key was mapped; a tombstone, its key's latest, stays
+    until its horizon (pending at its first clean, then the last swap's time plus
+    delete.retention.ms) has passed. A batch is cleaned whole in one pass (an id bound never
+    cuts it), so its tombstones share one horizon, as in a Kafka batch."""
+    every = frozenset(delta for delta, _, _ in batch.records)
+    if batch.control:
+        return BatchVerdict(every, batch.horizon, 0)
+    if batch.transactional and is_aborted(aborted, batch.producer, batch.at):
+        return BatchVerdict(frozenset(), None, len(every))
+    if batch.horizon is None:
+        horizon = PENDING
+    elif batch.horizon == PENDING:
+        horizon = str(last_swap + retention_ms)
+    else:
+        horizon = batch.horizon
+    expired = horizon != PENDING and now >= int(horizon)
+    kept: set[int] = set()
+    tombstones = False
+    for delta, key, has_value in batch.records:
+        if key is not None:
+            newer = latest.get(key)
+            if newer is not None and (batch.at, delta) < newer:
+                continue
+            if not has_value:
+                if expired:
+                    continue
+                tombstones = True
+        kept.add(delta)
+    return BatchVerdict(frozenset(kept), horizon if tombstones else None,
+                        len(every) - len(kept))

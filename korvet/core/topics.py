@@ -232,7 +232,7 @@ class ConfigDef:
 CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", "delete", _cleanup_policy,
               "delete: retention trims old records; compact: the log cleaner keeps the latest "
-              "record of each key (records format; a batches topic is not cleaned yet); "
+              "record of each key (both storage formats); "
               "empty: kept until DeleteRecords", kind="list"),
     ConfigDef("retention.ms", "604800000", _long(-1),
               "entries older than this are trimmed at write time (XTRIM MINID); -1 keeps all",

@@ -374,13 +374,62 @@ def stamp_log_append_time(raw: bytes, now_ms: int) -> bytes:
     return bytes(batch)
 
 
-def stored_timestamps(raw: bytes) -> list[int]:
-    """The timestamp of each record of a stored batch, as a client reads them: with
-    LogAppendTime, the batch's max timestamp for every record."""
+def stored_timestamps(raw: bytes) -> list[tuple[int, int]]:
+    """(offset delta, timestamp) of each record of a stored batch, as a client reads them:
+    with LogAppendTime, the batch's max timestamp for every record. A batch the log cleaner
+    rewrote has gaps in its deltas."""
     batch = DefaultRecordBatch(raw)
     if batch.timestamp_type == 1:
-        return [batch.max_timestamp] * (batch.last_offset_delta + 1)
-    return [record.timestamp for record in batch]
+        return [(record.offset, batch.max_timestamp) for record in batch]
+    return [(record.offset, record.timestamp) for record in batch]
+
+
+# --- the log cleaner's rewrite (batches format) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecords:
+    """A stored batch as the log cleaner reads it: its producer, whether it is a transaction's
+    data or a marker, and each record's offset delta, key and whether it has a value."""
+
+    producer_id: int
+    transactional: bool
+    control: bool
+    records: list[tuple[int, bytes | None, bool]]  # (offset delta, key, has a value)
+
+
+def stored_records(raw: bytes) -> StoredRecords:
+    """The records of a stored batch (decompressed when it is compressed)."""
+    batch = DefaultRecordBatch(raw)
+    attributes = batch.attributes
+    return StoredRecords(batch.producer_id, bool(attributes & TRANSACTIONAL_FLAG),
+                         bool(attributes & CONTROL_FLAG),
+                         [(record.offset, record.key, record.value is not None)
+                          for record in batch])
+
+
+def rewrite_batch(raw: bytes, keep: frozenset[int]) -> tuple[bytes, int, int]:
+    """The stored batch with only the records at the offset deltas ``keep``, as Kafka's cleaner
+    rewrites one: the same base offset (0 as stored), each record at its own delta (so the
+    deltas have gaps), the same producer id, epoch, base sequence, transactional flag and
+    compression, the CRC computed anew. With LogAppendTime the batch keeps its max timestamp
+    (its records' timestamp). Returns the batch, its span (last offset delta + 1: the
+    ``records`` field of its entry) and its max timestamp."""
+    batch = DefaultRecordBatch(raw)
+    transactional = 1 if batch.attributes & TRANSACTIONAL_FLAG else 0
+    builder = DefaultRecordBatchBuilder(2, batch.compression_type, transactional,
+                                        batch.producer_id, batch.producer_epoch,
+                                        batch.base_sequence, _INT32_MAX)
+    last, most = -1, -1
+    for record in batch:
+        if record.offset in keep:
+            builder.append(record.offset, record.timestamp, record.key, record.value,
+                           record.headers)
+            last, most = record.offset, max(most, record.timestamp)
+    built = bytes(builder.build())
+    if batch.timestamp_type == 1:
+        return stamp_log_append_time(built, batch.max_timestamp), last + 1, batch.max_timestamp
+    return built, last + 1, most
 
 
 # --- transaction markers -------------------------------------------------------------

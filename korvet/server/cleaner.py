@@ -26,6 +26,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from korvet.core.cleaner import CleanSettings, PartitionDirt, cleanable_topic, round_order
 from korvet.core.topics import TopicInfo
+from korvet.server.clean_batches import batches_step
 from korvet.server.metrics import BrokerMetrics
 from korvet.storage.cleaner import CleanerStore
 from korvet.storage.redis_store import RedisStore
@@ -68,6 +69,10 @@ class LogCleaner:
                 # Redis unreachable or refusing (full): the next round tries again; a pass
                 # left half done is harmless and the next begin removes it
                 log.warning("log cleaner round failed: %s", exc)
+            except Exception:
+                # a bug must not end the task for good (a batch the codec cannot rebuild):
+                # said loudly, and the next round tries again
+                log.exception("log cleaner round failed")
 
     async def round(self) -> int:
         """One round over the compacted partitions; the number of passes that swapped."""
@@ -102,8 +107,12 @@ class LogCleaner:
             return False
         try:
             while True:
-                step = await self._timed(self.calls.step(topic, partition, token, _now_ms(),
-                                                         self.chunk))
+                if topic.config.stores_batches:  # the broker decodes between the calls
+                    step = await batches_step(self.calls, topic, partition, token, _now_ms(),
+                                              self.chunk, timed=self._timed)
+                else:
+                    step = await self._timed(self.calls.step(topic, partition, token,
+                                                             _now_ms(), self.chunk))
                 if step.outcome in ("MAP", "COPY"):
                     continue
                 if step.outcome == "SWAPPED":

@@ -81,9 +81,12 @@ class CleanerStore:
         return int(reply[1]) if _text(reply[0]) == "STARTED" else None
 
     async def step(self, topic: TopicInfo, partition: int, token: int, now_ms: int,
-                   chunk: int) -> StepResult:
+                   chunk: int, plan: list[Any] | None = None) -> StepResult:
+        """A step; on a batches topic with the broker's ``plan`` for the chunk it read
+        (clean.lua's ARGV 7 on, from 'batches')."""
         reply: list[Any] = await self._script(
-            keys=self._keys(topic, partition), args=self._args("step", token, now_ms, chunk))
+            keys=self._keys(topic, partition),
+            args=self._args("step", token, now_ms, chunk) + (plan or []))
         outcome = _text(reply[0])
         if outcome == "SWAPPED":
             return StepResult(outcome, int(reply[1]), int(reply[2]), int(reply[3]))
@@ -92,3 +95,53 @@ class CleanerStore:
     async def abandon(self, topic: TopicInfo, partition: int, token: int) -> None:
         await self._script(keys=self._keys(topic, partition),
                            args=self._args("abandon", token, 0, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """A running pass as a batches topic's step reads it before deciding (clean.lua's pass
+    hash): only this pass's cleaner writes it, under the lease."""
+
+    phase: str
+    upto: str
+    cursor: str
+    young: int
+    last_swap: int
+    retention_ms: int
+
+
+class BatchReads:
+    """The reads a step of a batches topic makes before its call (the pass, the chunk, the
+    aborted index, the map). They are not atomic with the call, and need not be: below the
+    pass's bound the stream only loses entries (retention, DeleteRecords), which the call
+    notices, and the pass and the map are written by this pass alone."""
+
+    def __init__(self, calls: CleanerStore) -> None:
+        self.calls = calls
+        self.redis = calls.store.redis
+
+    async def view(self, topic: TopicInfo, partition: int, token: int) -> PassView | None:
+        keys = self.calls._keys(topic, partition)
+        got = await self.redis.hmget(keys[3], "token", "phase", "upto", "cur", "young",
+                                     "prev", "keep")
+        if got[0] is None or _text(got[0]) != str(token):
+            return None
+        phase, upto, cursor, young, prev, keep = (_text(v) for v in got[1:])
+        return PassView(phase, upto, cursor, int(young), int(prev), int(keep))
+
+    async def entries(self, topic: TopicInfo, partition: int, low: str, high: str,
+                      count: int) -> list[tuple[str, list[bytes]]]:
+        stream = self.calls.store.stream_key(topic.name, partition)
+        reply: Any = await self.redis.xrange(stream, low, high, count)
+        return [(_text(entry), list(fields)) for entry, fields in reply]
+
+    async def aborted(self, topic: TopicInfo, partition: int, from_ms: int) -> list[str]:
+        key = self.calls.store.aborted_key(self.calls.store.stream_key(topic.name, partition))
+        return [_text(m) for m in await self.redis.zrangebyscore(key, from_ms, "+inf")]
+
+    async def mapped(self, topic: TopicInfo, partition: int, keys: list[bytes]
+                     ) -> list[str | None]:
+        if not keys:
+            return []
+        got = await self.redis.hmget(self.calls._keys(topic, partition)[4], keys)
+        return [None if v is None else _text(v) for v in got]

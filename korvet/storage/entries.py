@@ -269,11 +269,16 @@ def pack_batch(count: int, max_timestamp: int, batch: bytes) -> PackedRecords:
     return PackedRecords(body, 8, len(batch))
 
 
+BATCH_HORIZON = b"delete-horizon"
+
+
 def batch_fields(fields: Sequence[bytes]) -> tuple[int, int, bytes] | None:
     """(record count, max timestamp, batch bytes) of a batch entry's fields; None for an entry
-    that is not one (written by something other than the broker)."""
-    if len(fields) != 6 or fields[0] != BATCH_COUNT or fields[2] != BATCH_MAX_TIMESTAMP \
-            or fields[4] != BATCH:
+    that is not one (written by something other than the broker). The count is the offsets
+    the batch spans (its last offset delta + 1): a batch the log cleaner rewrote holds fewer
+    records, and has a seventh field, its tombstones' ``delete-horizon``."""
+    if len(fields) not in (6, 8) or fields[0] != BATCH_COUNT or fields[2] != BATCH_MAX_TIMESTAMP \
+            or fields[4] != BATCH or (len(fields) == 8 and fields[6] != BATCH_HORIZON):
         return None
     try:
         return int(fields[1]), int(fields[3]), fields[5]

@@ -17,13 +17,17 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiokafka.record._crecords import DefaultRecordBatch
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from redis import Redis
 
 from korvet.core.cleaner import CleanSettings
 from korvet.core.topics import TopicInfo
-from korvet.storage.cleaner import CleanerStore, StepResult, _lua
+from korvet.protocol.records import CONTROL_FLAG
+from korvet.server import clean_batches
+from korvet.server.clean_batches import _copy_chunk, _copy_plan, batches_step
+from korvet.storage.cleaner import BatchReads, CleanerStore, StepResult, _lua
 from korvet.storage.redis_store import RedisStore
 from tests.conftest import KorvetProcess
 from tests.integration import clients
@@ -63,6 +67,8 @@ class Driver:
                 now = int(time.time() * 1000)
                 if op == "begin":
                     return await cleaner.begin(topic, 0, settings, now)
+                if op == "step" and topic.config.stores_batches:  # as the broker's task does
+                    return await batches_step(cleaner, topic, 0, args[0], now, args[1])
                 if op == "step":
                     return await cleaner.step(topic, 0, args[0], now, args[1])
                 return await cleaner.status(topic, 0, settings, now)
@@ -227,14 +233,17 @@ def test_a_reader_reaches_the_end_past_removed_records(idle: KorvetProcess, sche
 
 
 @pytest.mark.spec("Compaction", "LSO", "InMap", "AbortedData", "LatestPerKeyKept")
-def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetProcess) -> None:
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetProcess,
+                                                                   storage: str) -> None:
     """A key's committed value, then an update of it in a transaction still open when a pass
     runs: the pass stops at the last stable offset, so the committed value stays; the
     transaction aborts, and the next pass removes its data (not a value: the aborted index
     says so) and keeps the committed value and the abort marker. A read_committed reader
-    ends with the committed value."""
-    name = f"txn-{uuid.uuid4().hex[:8]}"
-    create(idle, name, CONFIGS)
+    ends with the committed value. Both storage formats (a batches topic's transactional
+    batch and marker batch are whole entries)."""
+    name = f"txn-{storage}-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": storage})
     plain = [clients.Rec(0, b"k", b"committed", (), int(time.time() * 1000)),
              *updates(4, 2, tag="other")]
     clients.confluent_produce(idle.bootstrap, name, plain)
@@ -253,7 +262,7 @@ def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetP
     assert swapped.outcome == "SWAPPED"
     held = values_in(r, name)
     assert b"committed" in held and b"in the transaction" not in held
-    assert any(f.get(b"control") == b"ABORT" for _, f in entries_of(r, name))
+    assert any(f.get(b"control") == b"ABORT" or is_abort_batch(f) for _, f in entries_of(r, name))
     got = dict(read_committed(idle.bootstrap, name))
     assert got == {b"k": b"committed", b"key-0": updates(2, 2, tag="later")[0].value,
                    b"key-1": updates(2, 2, tag="later")[1].value}
@@ -265,7 +274,23 @@ def entries_of(r: Redis, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
 
 
 def values_in(r: Redis, topic: str) -> list[bytes]:
-    return [f.get(b"value", b"") for _, f in entries_of(r, topic)]
+    """The values of the partition's data records (a batches entry's decoded)."""
+    values: list[bytes] = []
+    for _, f in entries_of(r, topic):
+        if b"batch" not in f:
+            values.append(f.get(b"value", b""))
+        elif not DefaultRecordBatch(f[b"batch"]).attributes & CONTROL_FLAG:
+            values += [rec.value or b"" for rec in DefaultRecordBatch(f[b"batch"])]
+    return values
+
+
+def is_abort_batch(fields: dict[bytes, bytes]) -> bool:
+    """A batches entry holding an ABORT marker (a control record whose key's type is 0)."""
+    if b"batch" not in fields:
+        return False
+    batch = DefaultRecordBatch(fields[b"batch"])
+    return bool(batch.attributes & CONTROL_FLAG) and all(
+        (rec.key or b"")[2:4] == b"\x00\x00" for rec in batch)
 
 
 def transactional_producer(bootstrap: str, transactional_id: str) -> Any:
@@ -331,3 +356,75 @@ def test_records_deleted_during_a_pass_stay_deleted(idle: KorvetProcess) -> None
     finally:
         consumer.close()
     assert low == cut
+
+
+@pytest.mark.spec("Compaction", "CopyChunk", "DeleteRecords", "KeepFrom",
+                  note="Format batches: the call stops before an entry the broker did not read")
+def test_a_batches_copy_decided_before_delete_records_stays_correct(idle: KorvetProcess) -> None:
+    """A batches topic: the broker decides a copy chunk (4 batches), then DeleteRecords removes
+    the first two before the call is made, so the call's own chunk reaches batches the broker
+    never judged: the call copies the two it did judge and stops there (no swap), the next
+    steps go on, and the end is each key's latest from the log start on."""
+    name = f"batches-deleted-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "cleanup.policy": "compact,delete", "retention.ms": "-1",
+                        "korvet.storage.format": "batches"})
+    records = updates(100, 5)
+    told = clients.confluent_produce(idle.bootstrap, name, records, extra={
+        "linger.ms": 50, "batch.num.messages": 10})
+    r = Redis.from_url(idle.redis_url)
+    assert r.xlen(stream(name)) == 10
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    while driver.step(token, 4).outcome == "MAP":
+        pass
+    cut = told[20][1]  # the third batch's first offset
+
+    async def decide_then_call() -> StepResult:
+        client = aioredis.Redis.from_url(idle.redis_url)
+        try:
+            store = RedisStore(client, "korvet")
+            topic = await store.get_topic(name, {})
+            assert isinstance(topic, TopicInfo)
+            cleaner = CleanerStore(store, driver.me, driver.lease_ms)
+            reads = BatchReads(cleaner)
+            view = await reads.view(topic, 0, token)
+            assert view is not None and view.phase == "copy"
+            got = await _copy_chunk(reads, topic, 0, view.cursor, 4)
+            plan = await _copy_plan(reads, topic, 0, view, int(time.time() * 1000), got)
+            admin = AdminClient({"bootstrap.servers": idle.bootstrap})
+            for future in admin.delete_records([TopicPartition(name, 0, cut)]).values():
+                future.result(30)
+            return await cleaner.step(topic, 0, token, int(time.time() * 1000), 4, plan)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(decide_then_call()).outcome == "COPY"
+    swapped, _ = run_to_swap(driver, token, 4)
+    assert swapped.outcome == "SWAPPED"
+    got = read_all(idle, name)
+    assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
+        ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])
+    assert min(m.offset() or 0 for m in got) >= cut
+
+
+@pytest.mark.spec("Compaction", "Chunk", note="Format batches: a copy call's bytes bounded too")
+def test_a_batches_copy_call_takes_only_the_batches_that_fit(
+        idle: KorvetProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk of batch entries may be a chunk of large batches: a copy call takes only as many
+    as fit in ``CALL_BYTES`` (at least one). With the bound below one batch, a pass over 10
+    batches makes a copy call per batch, and the end is the same."""
+    monkeypatch.setattr(clean_batches, "CALL_BYTES", 1)
+    name = f"batches-bytes-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": "batches"})
+    records = updates(100, 5)
+    told = clients.confluent_produce(idle.bootstrap, name, records, extra={
+        "linger.ms": 50, "batch.num.messages": 10})
+    assert Redis.from_url(idle.redis_url).xlen(stream(name)) == 10
+    driver = Driver(idle, name)
+    token = start_pass(driver)
+    assert driver.step(token, 250).outcome == "COPY"  # the whole map in one call
+    swapped, calls = run_to_swap(driver, token, 250)
+    assert swapped.outcome == "SWAPPED" and calls >= 10, calls
+    got = read_all(idle, name)
+    assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
+        ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])

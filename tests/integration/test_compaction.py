@@ -6,6 +6,7 @@ its original offset.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka.admin import KafkaAdminClient
 from redis import Redis
 
+from korvet.jvm.java_clients import KafkaJavaTools
+from korvet.protocol.records import stored_records
 from tests.conftest import KorvetProcess
 from tests.integration import clients
 
@@ -118,10 +121,33 @@ def read_all(broker: KorvetProcess, topic: str, offset: int = OFFSET_BEGINNING,
     return got
 
 
-def keys_in(r: Redis, topic: str) -> list[bytes]:
-    """The keys of the records in the partition's stream, as Redis holds them."""
+def keys_in(r: Redis, topic: str) -> list[bytes | None]:
+    """The keys of the records in the partition's stream, as Redis holds them (a batches
+    entry's records decoded from its batch)."""
     entries: Any = r.xrange(stream(topic))
-    return [fields.get(b"key") for _, fields in entries]
+    keys: list[bytes | None] = []
+    for _, fields in entries:
+        if b"batch" in fields:
+            keys += [key for _, key, _ in stored_records(fields[b"batch"]).records]
+        else:
+            keys.append(fields.get(b"key"))
+    return keys
+
+
+def scattered_updates(count: int, keys: int) -> list[clients.Rec]:
+    """``updates`` with the keys in a fixed random order, so that each key's latest record
+    sits anywhere in the last batches: a cleaned batch then loses records at its start, in its
+    middle and at its end."""
+    order = [i % keys for i in range(count)]
+    random.Random(34).shuffle(order)
+    now = int(time.time() * 1000)
+    return [clients.Rec(0, b"key-%d" % k, f"v-{i}".encode() * 8, (), now)
+            for i, k in enumerate(order)]
+
+
+def records_in(r: Redis, topic: str) -> int:
+    """The records the partition's stream holds: a batches entry's, decoded."""
+    return len(keys_in(r, topic))
 
 
 def latest_per_key(records: list[clients.Rec], told: list[tuple[int, int]]
@@ -227,20 +253,22 @@ def test_the_head_younger_than_min_compaction_lag_is_kept(cleaning: KorvetProces
 
 
 @pytest.mark.spec("Compaction", "Horizon", "ReaderSeesFinalState")
-def test_tombstones_vanish_after_delete_retention(cleaning: KorvetProcess) -> None:
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_tombstones_vanish_after_delete_retention(cleaning: KorvetProcess, storage: str) -> None:
     """A tombstone stays while its older values go, and for delete.retention.ms (2 s) after
     the pass that made it its key's visible latest; then it goes too. Writes to another key
-    keep the partition dirty so that passes go on."""
-    name = f"tombstones-{uuid.uuid4().hex[:8]}"
+    keep the partition dirty so that passes go on. Both storage formats (a batches topic's
+    tombstone sits in a rewritten batch, its horizon on the batch's entry)."""
+    name = f"tombstones-{storage}-{uuid.uuid4().hex[:8]}"
     create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
-                            "delete.retention.ms": "2000"})
+                            "delete.retention.ms": "2000", "korvet.storage.format": storage})
     now = int(time.time() * 1000)
     doomed = [clients.Rec(0, b"doomed", b"value-%d" % i, (), now) for i in range(5)]
     tombstone = clients.Rec(0, b"doomed", None, (), now)
     producer = Producer({"bootstrap.servers": cleaning.bootstrap, "enable.idempotence": True})
     clients.confluent_produce(cleaning.bootstrap, name, [*doomed, tombstone])
     r = redis(cleaning)
-    wait_for("the first pass", lambda: r.xlen(stream(name)) == 1)
+    wait_for("the first pass", lambda: records_in(r, name) == 1)
     # the swap that made the tombstone its key's visible latest (nothing is dirty until the
     # writes below, so no other pass runs before this is read)
     swapped = int(r.hget(f"korvet:{{{name}:0}}:partition", "swapped") or 0)
@@ -259,12 +287,16 @@ def test_tombstones_vanish_after_delete_retention(cleaning: KorvetProcess) -> No
     assert gone_at - swapped >= 2000, f"the tombstone went {gone_at - swapped} ms after the swap"
 
 
-def test_an_idempotent_producer_keeps_working_across_passes(cleaning: KorvetProcess) -> None:
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_an_idempotent_producer_keeps_working_across_passes(cleaning: KorvetProcess,
+                                                            storage: str) -> None:
     """One idempotent librdkafka producer writes on while passes swap the stream under it:
     every record is acknowledged once, at consecutive offsets, and the end state is each
-    key's last write."""
-    name = f"idempotent-{uuid.uuid4().hex[:8]}"
-    create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "200"})
+    key's last write. Both storage formats (a rewritten batch keeps its producer id, epoch
+    and base sequence; the producer's state is the meta hash's, which no pass touches)."""
+    name = f"idempotent-{storage}-{uuid.uuid4().hex[:8]}"
+    create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "200",
+                            "korvet.storage.format": storage})
     producer = Producer({"bootstrap.servers": cleaning.bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5})
     offsets: list[int] = []
@@ -283,10 +315,74 @@ def test_an_idempotent_producer_keeps_working_across_passes(cleaning: KorvetProc
                              on_delivery=done)
             producer.poll(0)
         producer.flush(30)
-        length = r.xlen(stream(name))
-        wait_for("a pass", lambda length=length: r.xlen(stream(name)) < length)  # type: ignore[misc]
+        length = records_in(r, name)
+        wait_for("a pass", lambda length=length: records_in(r, name) < length)  # type: ignore[misc]
     assert not errors, errors[:3]
     assert sorted(offsets) == list(range(offsets[0], offsets[0] + 3000))
     got = read_all(cleaning, name)
     assert {m.key(): m.value() for m in got} == {b"key-%d" % k: b"5-%d" % max(
         i for i in range(500) if i % 7 == k) for k in range(7)}
+
+
+# --- batches topics (korvet.storage.format=batches; korvet/server/clean_batches.py) ----------
+
+@pytest.mark.spec("Compaction", "Swap", "LatestPerKeyKept", "OffsetsStable", "FetchNextSurvivor",
+                  note="Format batches: Rewrite keeps each survivor at its offset delta")
+@pytest.mark.parametrize(("scheme", "compression"), [("dense", "none"), ("time", "none"),
+                                                     ("dense", "zstd"), ("time", "lz4")])
+def test_a_batches_topic_shrinks_to_its_live_keys(cleaning: KorvetProcess, scheme: str,
+                                                  compression: str) -> None:
+    """3,000 updates of 30 keys in random order, in librdkafka's batches of 50 (compressed or
+    not), stored whole: once the active segment has rolled, a pass leaves 30 records in a few
+    rewritten batches with gaps in their offset deltas (the stream's entries and memory
+    fall); a consumer from the beginning sees each key's latest value at the offset it was
+    written at, and a fetch from a removed offset starts at the next survivor; the batches
+    keep their compression."""
+    name = f"batches-{scheme}-{compression}-{uuid.uuid4().hex[:8]}"
+    create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
+                            "korvet.offset.scheme": scheme, "korvet.storage.format": "batches"})
+    records = scattered_updates(3000, 30)
+    told = clients.confluent_produce(cleaning.bootstrap, name, records, extra={
+        "compression.type": compression, "linger.ms": 20, "batch.num.messages": 50})
+    r = redis(cleaning)
+    entries_before = int(r.xlen(stream(name)))
+    memory_before = int(r.memory_usage(stream(name), samples=0) or 0)
+    wait_for("the pass", lambda: records_in(r, name) == 30)
+    entries_after = int(r.xlen(stream(name)))
+    memory_after = int(r.memory_usage(stream(name), samples=0) or 0)
+    print(f"{name}: {entries_before} batches, {memory_before} bytes -> {entries_after} "
+          f"batches, {memory_after} bytes")
+    assert entries_after < entries_before and memory_after * 3 < memory_before
+    codec = {"none": 0, "zstd": 4, "lz4": 3}[compression]
+    stored: Any = r.xrange(stream(name))
+    assert all(fields[b"batch"][22] & 0x07 == codec for _, fields in stored)
+    latest = latest_per_key(records, told)
+    got = read_all(cleaning, name)
+    assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
+        ((k, o, v) for k, (o, v) in latest.items()), key=lambda t: t[1])
+    removed = told[len(told) // 2][1]
+    assert removed not in {o for o, _ in latest.values()}
+    from_removed = read_all(cleaning, name, removed)
+    assert from_removed and from_removed[0].offset() == min(
+        o for o, _ in latest.values() if o > removed)
+    metrics = urlopen(f"http://127.0.0.1:{cleaning.http_port}/metrics", timeout=10).read()
+    assert f'korvet_cleaner_records_removed_total{{topic="{name}"}} 2970.0'.encode() in metrics
+
+
+def test_kafkas_console_consumer_reads_a_cleaned_batches_topic(cleaning: KorvetProcess) -> None:
+    """The Java client (Kafka's kafka-console-consumer) reads a cleaned, zstd-compressed
+    batches topic from the beginning: each key's latest value, at its offset, and no more."""
+    name = f"batches-java-{uuid.uuid4().hex[:8]}"
+    create(cleaning, name, {"cleanup.policy": "compact", "max.compaction.lag.ms": "300",
+                            "korvet.storage.format": "batches"})
+    records = scattered_updates(600, 12)
+    told = clients.confluent_produce(cleaning.bootstrap, name, records, extra={
+        "compression.type": "zstd", "linger.ms": 20, "batch.num.messages": 25})
+    r = redis(cleaning)
+    wait_for("the pass", lambda: records_in(r, name) == 12)
+    tools = KafkaJavaTools(cleaning.bootstrap, timeout=180)
+    result = tools.console_consume(name, max_messages=12)  # more would show in these 12
+    latest = latest_per_key(records, told)
+    assert [(rec.offset, (rec.key or "").encode(), (rec.value or "").encode())
+            for rec in result.records] == sorted(
+        ((o, k or b"", v or b"") for k, (o, v) in latest.items()))

@@ -66,9 +66,9 @@ async def _stamps(services: Services, topic: TopicInfo, partition: int, start: i
             offset = entry_offset + count
             if not wanted(max_timestamp):
                 continue
-            for index, stamp in enumerate(stored_timestamps(raw)):
-                if entry_offset + index >= start:  # DeleteRecords may start the log mid-batch
-                    yield entry_offset + index, stamp
+            for delta, stamp in stored_timestamps(raw):
+                if entry_offset + delta >= start:  # DeleteRecords may start the log mid-batch
+                    yield entry_offset + delta, stamp
 
 
 async def offset_by_timestamp(services: Services, topic: TopicInfo, partition: int,

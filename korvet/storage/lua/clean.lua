@@ -18,6 +18,15 @@
 --      7 min.compaction.lag.ms  8 max.compaction.lag.ms  9 segment.ms
 --     10 segment size in records (-1: none; a dense topic only)  11 delete.retention.ms
 --     12 min.cleanable.dirty.ratio  13 1 for a dense topic
+--   a step of a `batches` topic (its entries are whole producer batches, maybe compressed,
+--   which Lua can neither decode nor rebuild with their CRC): the broker read the chunk from
+--   the pass's cursor and decided (korvet/server/clean_batches.py, core/cleaner.py):
+--      7 'batches'  8 the cursor it read from (a moved cursor: the call does nothing)
+--      map:   9 the cursor after its chunk  10 the head's first id ('' if not found)
+--            11 the entries mapped  12 1 when the map is done  13.. key, "<id> <delta>" pairs
+--      copy:  9.. per entry below upto it read: id, records removed, kept (records on a
+--            dense topic, 1 on a time one), k, then the entry's 2k fields (k 0: the entry
+--            goes; k -1: it stays as it is)
 --
 -- Bounds are entry ids: an `upto` U is exclusive (the pass cleans the entries below it); the
 -- id after `last` (the meta hash's last id) is written "<ms>-<seq + 1>", which compares as
@@ -234,6 +243,30 @@ local function is_aborted(aborted, pid, id)
   return false
 end
 
+local batches = ARGV[7] == 'batches'
+if batches and ARGV[8] ~= cur then
+  return {phase == 'map' and 'MAP' or 'COPY'}  -- read before a call of its own that moved on
+end
+
+if phase == 'map' and batches then
+  for i = 13, #ARGV, 200 do
+    redis.call('HSET', KEYS[5], unpack(ARGV, i, math.min(i + 199, #ARGV)))
+  end
+  local dirty = tonumber(pass[11]) + tonumber(ARGV[11])
+  if ARGV[10] ~= '' then upto = ARGV[10] end
+  if ARGV[12] ~= '1' then
+    redis.call('HSET', KEYS[4], 'cur', ARGV[9], 'dirty', dirty)
+    return {'MAP'}
+  end
+  if dirty == 0 then
+    redis.call('DEL', KEYS[4], KEYS[5])
+    redis.call('HSET', KEYS[7], 'expires', 0)
+    return {'CLEAN'}
+  end
+  redis.call('HSET', KEYS[4], 'phase', 'copy', 'cur', '-', 'upto', upto, 'dirty', dirty)
+  return {'COPY'}
+end
+
 if phase == 'map' then
   local got = redis.call('XRANGE', KEYS[1], cur, '(' .. upto, 'COUNT', chunk)
   local young = tonumber(pass[5])
@@ -281,12 +314,45 @@ local swap = #got <= chunk
 local n = math.min(#got, chunk)
 local prev, keep_ms = tonumber(pass[6]), tonumber(pass[7])
 local removed, kept, lastdel = tonumber(pass[8]), tonumber(pass[9]), pass[10]
-local aborted = n > 0 and aborted_from(got[1][1]) or {}
+local plan = nil
+if batches then
+  plan = {}
+  local i = 9
+  while i <= #ARGV do
+    local k = tonumber(ARGV[i + 3])
+    local p = {removed = tonumber(ARGV[i + 1]), kept = tonumber(ARGV[i + 2]), k = k}
+    if k > 0 then p.fields = {unpack(ARGV, i + 4, i + 3 + 2 * k)} end
+    plan[ARGV[i]] = p
+    i = i + 4 + 2 * math.max(k, 0)
+  end
+  for j = 1, n do
+    if less(got[j][1], upto) and plan[got[j][1]] == nil then
+      -- an entry the broker did not read (retention removed some of its chunk since): this
+      -- call stops before it
+      n = j - 1
+      swap = false
+      break
+    end
+  end
+  if n == 0 and not swap then return {'COPY'} end
+end
+local aborted = (n > 0 and not plan) and aborted_from(got[1][1]) or {}
 local latest = {}
 for i = 1, n do
   local id, f = got[i][1], got[i][2]
   local keep = true
-  if less(id, upto) then
+  local gone = 1
+  if plan and less(id, upto) then
+    local p = plan[id]
+    removed = removed + p.removed
+    gone = 0
+    if p.k == 0 then
+      keep = false
+    else
+      kept = kept + p.kept
+      if p.k > 0 then f = p.fields end
+    end
+  elseif less(id, upto) then
     local r = facts(f)
     if r.control or r.key == nil then
       keep = true  -- markers, and keyless records written before they were refused, stay
@@ -327,7 +393,7 @@ for i = 1, n do
   if keep then
     redis.call('XADD', KEYS[6], id, unpack(f))
   else
-    removed = removed + 1
+    removed = removed + gone
     lastdel = id
   end
 end

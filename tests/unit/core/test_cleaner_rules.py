@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from korvet.core.cleaner import CleanSettings, PartitionDirt, cleanable_topic, round_order
+from korvet.core.cleaner import (
+    PENDING,
+    BatchFacts,
+    CleanSettings,
+    PartitionDirt,
+    aborted_ranges,
+    cleanable_topic,
+    judge_batch,
+    map_batches,
+    round_order,
+)
 from korvet.core.topics import TopicConfig
 
 dirt = st.builds(PartitionDirt, topic=st.sampled_from(["a", "b"]),
@@ -50,8 +60,56 @@ def test_kafkas_defaults_and_names() -> None:
     ({"cleanup.policy": "compact,delete"}, True),
     ({"cleanup.policy": "delete"}, False),
     ({"cleanup.policy": ""}, False),
-    ({"cleanup.policy": "compact", "korvet.storage.format": "batches"}, False),
+    ({"cleanup.policy": "compact", "korvet.storage.format": "batches"}, True),
+    ({"cleanup.policy": "delete", "korvet.storage.format": "batches"}, False),
 ])
-def test_the_cleaner_runs_on_compacted_records_topics(configs: dict[str, str],
+def test_the_cleaner_runs_on_compacted_topics(configs: dict[str, str],
                                                       cleaned: bool) -> None:
     assert cleanable_topic(TopicConfig(configs)) is cleaned
+
+
+# --- the batches format: a batch's records judged one by one (spec Keep, Mark) -------------
+
+def batch(at: tuple[int, int], records: list[tuple[int, bytes | None, bool]], *,
+          producer: int = -1, transactional: bool = False, control: bool = False,
+          horizon: str | None = None, max_timestamp: int = 0) -> BatchFacts:
+    return BatchFacts(at, max_timestamp, producer, transactional, control, records, horizon)
+
+
+@pytest.mark.spec("Compaction", "Keep", "Mark", note="Format batches")
+def test_a_batch_keeps_its_keys_latest_records_and_its_tombstones_until_their_horizon() -> None:
+    """Superseded records go, within the batch too; the keyless stay; a tombstone is marked
+    pending at its first clean, gets the last swap's time plus delete.retention.ms at the next,
+    and goes once that has passed."""
+    b = batch((10, 0), [(0, b"a", True), (1, b"b", True), (2, b"a", True), (3, None, True),
+                        (4, b"t", False)])
+    later = {b"a": ((10, 0), 2), b"b": ((20, 0), 0), b"t": ((10, 0), 4)}
+    first = judge_batch(b, later, {}, now=1000, last_swap=-1, retention_ms=50)
+    assert (first.keep, first.horizon, first.removed) == (frozenset({2, 3, 4}), PENDING, 2)
+    marked = batch((10, 0), b.records, horizon=PENDING)
+    second = judge_batch(marked, later, {}, now=1000, last_swap=990, retention_ms=50)
+    assert (second.keep, second.horizon) == (frozenset({2, 3, 4}), "1040")
+    due = batch((10, 0), b.records, horizon="1040")
+    assert judge_batch(due, later, {}, now=1040, last_swap=990, retention_ms=50).keep == \
+        frozenset({2, 3})
+
+
+@pytest.mark.spec("Compaction", "AbortedData", "InMap", note="Format batches")
+def test_aborted_batches_go_and_markers_stay_and_neither_is_mapped() -> None:
+    aborted = aborted_ranges(["7 5-0 9-0", "bad member"])
+    data = batch((6, 0), [(0, b"k", True)], producer=7, transactional=True)
+    committed = batch((12, 0), [(0, b"k", True)], producer=7, transactional=True)
+    marker = batch((9, 0), [(0, None, True)], producer=7, transactional=True, control=True)
+    assert judge_batch(data, {}, aborted, now=0, last_swap=0, retention_ms=0).keep == frozenset()
+    assert judge_batch(marker, {}, aborted, now=0, last_swap=0, retention_ms=0).keep == \
+        frozenset({0})
+    mapped = map_batches([data, marker, committed], young=100, aborted=aborted)
+    assert mapped.latest == {b"k": ((12, 0), 0)} and mapped.mapped == 3
+
+
+@pytest.mark.spec("Compaction", "Young", note="Format batches")
+def test_the_map_stops_at_the_first_young_batch() -> None:
+    old = batch((1, 0), [(0, b"k", True)], max_timestamp=10)
+    young = batch((2, 0), [(0, b"k", True)], max_timestamp=11)
+    mapped = map_batches([old, young, old], young=10, aborted={})
+    assert (mapped.latest, mapped.mapped, mapped.head) == ({b"k": ((1, 0), 0)}, 1, (2, 0))

@@ -28,6 +28,7 @@ from korvet.protocol.records import (
     RecordBatchError,
     build_batch,
     decode_batches,
+    rewrite_batch,
     scan_batches,
     stamp_log_append_time,
     stored_timestamps,
@@ -158,5 +159,27 @@ def test_log_append_time_stamp_keeps_the_crc(recs: list[Any], compression: int, 
     batch = PyBatch(stamped)
     assert batch.validate_crc()
     assert batch.timestamp_type == 1
-    assert stored_timestamps(stamped) == [now] * len(recs)
+    assert stored_timestamps(stamped) == [(i, now) for i in range(len(recs))]
     assert scan_batches(stamped)[0].count == len(recs)
+
+
+@given(records.filter(bool), compressions, st.data())
+@settings(max_examples=examples(1))
+def test_a_rewritten_batch_keeps_each_survivor_at_its_offset(recs: list[Any], compression: int,
+                                                             data: st.DataObject) -> None:
+    """The log cleaner's rewrite (batches format): the records kept, each at its own offset
+    delta (gaps where records went), the producer and compression kept, a valid CRC, read so
+    by an independent decoder (kafka-python's)."""
+    raw = build_batch(recs, compression=compression, producer_id=9, producer_epoch=2,
+                      base_sequence=40)
+    keep = frozenset(data.draw(st.sets(st.integers(0, len(recs) - 1), min_size=1)))
+    new, span, most = rewrite_batch(raw, keep)
+    batch = PyBatch(new)
+    assert batch.validate_crc()
+    got = list(batch)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in got] == [
+        (i, recs[i][0], recs[i][1], recs[i][2]) for i in sorted(keep)]
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence,
+            batch.compression_type) == (9, 2, 40, compression)
+    assert span == max(keep) + 1 == batch.last_offset_delta + 1
+    assert most == max(recs[i][0] for i in keep)
