@@ -37,12 +37,14 @@ def next_after(codec: Codec, entry: EntryId) -> int:
         return codec.last_offset_of(entry) + 1
 
 
-def lag(start: int, end: int, pending: int, undelivered: int) -> int:
+def lag(start: int, end: int, pending: int, undelivered: int, *, dense: bool) -> int:
     """Records from the SPSO on not yet terminal: those in flight and those never delivered
-    (Redis' count when it has one, else every offset up to the end)."""
-    if undelivered < 0:
-        return max(end - start, 0)
-    return pending + undelivered
+    (Redis' count when it has one; else, on a dense topic, every offset up to the end, which
+    counts too many where records were removed; else -1, unknown: a time-scheme topic's
+    offsets are not a count)."""
+    if undelivered >= 0:
+        return pending + undelivered
+    return max(end - start, 0) if dense else -1
 
 
 def entry_before(codec: Codec, offset: int) -> str:

@@ -73,11 +73,17 @@ _GROUPS = """
 A group's own settings (KIP-848, KIP-932), set with IncrementalAlterConfigs on a group
 (`kafka-configs --entity-type groups --entity-name G --alter --add-config k=v`, or
 `Admin.incrementalAlterConfigs` with a GROUP `ConfigResource`) and read with DescribeConfigs,
-whether or not the group exists yet. Names, types, lower bounds and defaults are Apache Kafka
-4.3.1's; unknown names and bad values are INVALID_CONFIG, AlterConfigs (the legacy API) is
-INVALID_REQUEST for a group, as with Kafka. A config the group does not set reads as the
-broker's setting of the same meaning (Kafka's `group.<name>`), else the default below.
-Stored in Redis (`{ks}:group-configs`), so they outlive a restart and every broker reads them.
+whether or not the group exists yet. Names, types, defaults and the lower bounds of Kafka's
+GroupConfig are Apache Kafka 4.3.1's (Kafka's brokers also keep share groups' values within
+their own `group.share.min/max.*` settings, which Korvet does not); unknown names and bad
+values are INVALID_CONFIG, AlterConfigs (the legacy API) is INVALID_REQUEST for a group, as
+with Kafka. A config the group does not set reads as the broker's setting of the same
+meaning (Kafka's `group.<name>`), else the default below. Stored in Redis
+(`{ks}:group-configs`), so they outlive a restart and every broker reads them. Share groups
+act on `share.auto.offset.reset`, `share.record.lock.duration.ms`,
+`share.delivery.count.limit`, `share.partition.max.record.locks`, `share.session.timeout.ms`
+and `share.heartbeat.interval.ms`; the others are stored and described only (Korvet serves
+no consumer or streams groups of KIP-848/KIP-1071, and no read_committed share groups yet).
 
 | config | default | meaning |
 |---|---|---|

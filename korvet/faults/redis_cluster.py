@@ -9,6 +9,7 @@ node agrees on the new topology.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -148,14 +149,17 @@ class RedisCluster:
         operator would."""
         replica = self.replica_of(master)
         deadline = time.monotonic() + timeout
-        asked = 0.0
+        asked = -_MANUAL_FAILOVER_RETRY_S  # asked first at once
         while self.role(replica) != "master" or self.role(master) != "slave":
             now = time.monotonic()
             if now > deadline:
                 raise RuntimeError(f"failover of {master} to {replica} did not complete")
             if now - asked > _MANUAL_FAILOVER_RETRY_S and self.role(replica) != "master":
-                self.client(replica).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
                 asked = now
+                # it may have become master since the check, or see its master down: both
+                # refuse the command, and the next round looks again
+                with contextlib.suppress(redis.ResponseError):
+                    self.client(replica).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
             time.sleep(0.02)
         self.wait_settled(timeout)
         return replica

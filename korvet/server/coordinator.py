@@ -648,6 +648,12 @@ class GroupCoordinator:
                                                 self._offsets_retention_ms))
         removable = tuple(sorted(g for g in {*core.removable_groups(self.state), *expired}
                                  if self.owns(g)))
+        if removable:
+            try:
+                held = await self.store.with_open_transactions(removable)
+            except (RedisError, OSError):
+                held = set(removable)  # unknown: nothing is removed this round
+            removable = tuple(g for g in removable if g not in held)
         if not removable:
             item.done.set_result((None, expired))
             return

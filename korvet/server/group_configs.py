@@ -24,8 +24,12 @@ class GroupConfigs:
         self._cache: dict[str, tuple[float, dict[str, str]]] = {}
 
     def broker(self) -> dict[str, str]:
-        """The broker's settings under Kafka's names (group.share.record.lock.duration.ms ...)."""
-        return {config.name: config.value for config in self.services.settings.kafka_configs()}
+        """The broker's settings under Kafka's names (group.share.record.lock.duration.ms ...),
+        and where share groups start, which Kafka's brokers leave to the group config alone
+        and Korvet's setting `share.auto-offset-reset` sets for every group."""
+        found = {config.name: config.value for config in self.services.settings.kafka_configs()}
+        found["group.share.auto.offset.reset"] = self.services.settings.share.auto_offset_reset
+        return found
 
     async def explicit(self, group: str) -> dict[str, str]:
         """The group's own configs, read from Redis (no cache: for DescribeConfigs and

@@ -248,6 +248,15 @@ class GroupStore:
             destroyed += sum(1 for r in results if r == 1)
         return destroyed
 
+    async def with_open_transactions(self, groups: Sequence[str]) -> set[str]:
+        """Those of ``groups`` holding offsets of open transactions: the periodic clean-up
+        keeps them, as Kafka's keeps a group with pending transactional offsets."""
+        found = set()
+        for group in groups:
+            if await self.redis.exists(self.group_key(group, TXN_OFFSETS)):
+                found.add(group)
+        return found
+
     async def group_data(self, group: str) -> tuple[list[str], list[str]]:
         """What Redis keeps for a group besides its snapshot: the stream keys it has committed
         offsets on, and those it has a Redis consumer group on (committed or fetched from as

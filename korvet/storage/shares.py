@@ -113,7 +113,7 @@ class ShareStore:
 
     async def state(self, topic: TopicInfo, partition: int, group: str) -> ShareState | None:
         """The group's state on the partition; None when it never read there."""
-        reply = await self._state(keys=self._keys(topic, partition)[:1],
+        reply = await self._state(keys=self._keys(topic, partition),
                                   args=[redis_group_of(group), "state"])
         if not reply:
             return None
@@ -123,13 +123,14 @@ class ShareStore:
 
     async def reset(self, topic: TopicInfo, partition: int, group: str, after: str) -> bool:
         """The group restarts on the partition after the entry id ``after`` ('0': from the
-        first record), what it had in flight dropped; False when the partition has no stream."""
-        reply = await self._state(keys=self._keys(topic, partition)[:1],
+        first record), what it had in flight dropped (on a partition with no record yet, the
+        group is created there when it first fetches)."""
+        reply = await self._state(keys=self._keys(topic, partition),
                                   args=[redis_group_of(group), "reset", after])
         return bool(reply)
 
     async def delete(self, topic: TopicInfo, partition: int, group: str) -> bool:
         """The group's state on the partition removed; False when there was none."""
-        reply = await self._state(keys=self._keys(topic, partition)[:1],
+        reply = await self._state(keys=self._keys(topic, partition),
                                   args=[redis_group_of(group), "delete"])
         return bool(reply)

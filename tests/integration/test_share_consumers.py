@@ -247,10 +247,11 @@ def test_kafka_share_groups_describes_resets_and_deletes_a_groups_offsets(
     assert "was successful" in run("--delete", "--group", group)
     streams = redis.Redis.from_url(korvet.redis_url)
     try:
-        names = [info["name"].decode() for key in streams.scan_iter(f"*{topic}*:stream")
-                 for info in streams.xinfo_groups(key)]
+        keys = list(streams.scan_iter(f"*{topic}*:stream"))
+        names = [info["name"].decode() for key in keys for info in streams.xinfo_groups(key)]
     finally:
         streams.close()
+    assert keys, "the topic's stream was not found"
     assert f"share:{group}" not in names, names
 
 
@@ -283,3 +284,35 @@ def test_confluent_kafkas_share_consumer_releases_then_accepts(korvet: KorvetPro
     finally:
         consumer.close()
     assert Counter(seen) == Counter({**{(k, 1): 1 for k in KEYS}, **{(k, 2): 1 for k in KEYS}})
+
+
+def test_a_latest_group_that_fetched_an_empty_partition_gets_its_first_records(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """share.auto.offset.reset=latest (the default) on a partition with no record yet: the
+    group starts where the partition was at its first fetch, so the records produced after
+    the consumer came are all handed out (as on Kafka, where the start is the high
+    watermark, 0, at the first fetch), not only those after a later one."""
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    bootstrap, topic, group = korvet.bootstrap, unique_name, f"{unique_name}-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    streams = redis.Redis.from_url(korvet.redis_url)
+    try:
+        consumer.subscribe([topic])
+        # Until the group has fetched from the empty partition (its mark in the meta hash).
+        deadline = time.monotonic() + 60
+        meta = f"korvet:{{{topic}:0}}:partition"  # the partition's meta hash
+        while not streams.hexists(meta, f"share-start:share:{group}"):
+            assert time.monotonic() < deadline, "the share consumer never fetched"
+            assert not consumer.poll(0.5)
+        create_and_fill(bootstrap, topic, partitions=1)
+        keys: list[str] = []
+        while len(keys) < len(KEYS) and time.monotonic() < deadline:
+            keys += [bytes(m.key() or b"").decode() for m in consumer.poll(1.0)]
+        assert sorted(keys) == sorted(KEYS)
+    finally:
+        consumer.close()
+        streams.close()

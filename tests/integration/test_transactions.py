@@ -260,6 +260,38 @@ def test_deleting_a_group_drops_the_offsets_its_open_transactions_hold(
         consumer.close()
 
 
+def test_the_offsets_clean_up_keeps_a_group_an_open_transaction_sends_offsets_to(
+        tmp_path: Path, unique_name: str) -> None:
+    """offsets.retention (2 s here) does not delete an empty group while a transaction holds
+    offsets for it, as Kafka's clean-up keeps a group with pending transactional offsets:
+    the transaction's commit then leaves the group at its offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = KorvetProcess(tmp_path / "korvet", extra_args=[
+        "--groups-offsets-retention-ms", "2000", "--groups-retention-check-interval-ms", "300"])
+    broker.start()
+    try:
+        create(broker.bootstrap, unique_name)
+        group = f"group-{unique_name}"
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        made = producer(broker.bootstrap, f"tx-{unique_name}")
+        try:
+            consumer.commit(offsets=[TopicPartition(unique_name, 0, 3)], asynchronous=False)
+            made.begin_transaction()
+            made.produce(unique_name, value=b"x")
+            made.send_offsets_to_transaction([TopicPartition(unique_name, 0, 7)],
+                                             consumer.consumer_group_metadata(), 30)
+            time.sleep(4)  # two retention periods, a dozen clean-up rounds
+            made.commit_transaction(30)
+            found = consumer.committed([TopicPartition(unique_name, 0)], timeout=10)
+            assert found[0].offset == 7
+        finally:
+            consumer.close()
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
 def quick_checks(tmp_path: Path) -> Iterator[KorvetProcess]:
     """A broker whose transaction checks run every 300 ms."""

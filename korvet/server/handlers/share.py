@@ -47,6 +47,7 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.epochs import FIXED, Epochs
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import Operation, ResourceType
+from korvet.core.share_offsets import entry_before
 from korvet.core.share_partition import (
     AckBatch,
     ShareLimits,
@@ -111,8 +112,6 @@ class ShareHandler:
                                   settings.delivery_count_limit,
                                   settings.partition_max_record_locks)
         self.reset = settings.auto_offset_reset  # a group's share.auto.offset.reset overrides it
-        # (group, topic id, partition): the group's Redis consumer group is known to be there
-        self._started: set[tuple[str, str, int]] = set()
         self.slots = settings.max_sessions
         store = services.store
         self.store = ShareStore(store.redis, store.stream_key, store.meta_key)
@@ -185,26 +184,23 @@ class ShareHandler:
         limits = ShareLimits(int(values["share.record.lock.duration.ms"]),
                              int(values["share.delivery.count.limit"]),
                              int(values["share.partition.max.record.locks"]))
-        return limits, own.get("share.auto.offset.reset", self.reset)
+        return limits, values["share.auto.offset.reset"]
 
-    async def _start(self, group: str, part: _Part, reset: str) -> str:
-        """Where ``group`` starts on a partition it has never read (XGROUP CREATE's id): the
-        first record (earliest), the end (latest), or the first record at or after now less
-        the duration (by_duration: as ListOffsets finds the first record at a time)."""
+    async def _start(self, part: _Part, reset: str) -> str:
+        """Where a group starts on a partition it has never read (XGROUP CREATE's id, which
+        the fetch script ignores once the group is there): the first record (earliest), the
+        end (latest), or the first record at or after now less the duration (by_duration, as
+        ListOffsets finds the first record at a time: a look-up at every fetch of such a
+        group, bounded by the time index)."""
         if reset == "earliest":
             return "0"
         if not reset.startswith("by_duration:") or part.topic is None:
             return "$"
-        if (group, str(part.topic_id), part.index) in self._started:
-            return "$"  # the group exists there: the id is not read
         since = self.services.now_ms() - (group_rules.duration_ms(reset.split(":", 1)[1]) or 0)
         first, _ = await offset_by_timestamp(self.services, part.topic, part.index, since)
         if first < 0:
             return "$"  # no record that recent: from the end
-        entry = part.topic.config.codec.decode(first)  # XGROUP CREATE takes the id before it
-        if entry.seq > 0:
-            return f"{entry.ms}-{entry.seq - 1}"
-        return f"{entry.ms - 1}-{2**64 - 1}" if entry.ms > 0 else "0"
+        return entry_before(part.topic.config.codec, first)
 
     async def _acquire_polling(self, key: sessions.SessionKey, wanted: list[_Part],
                                request: ShareFetchRequest, started: float, limits: ShareLimits,
@@ -232,10 +228,9 @@ class ShareHandler:
                 break
             if not part.usable or part.topic is None:
                 continue
-            start = await self._start(key[0], part, reset)
+            start = await self._start(part, reset)
             got = await self.store.acquire(part.topic, part.index, key[0], key[1], limits,
                                            budget - taken, start=start)
-            self._started.add((key[0], str(part.topic_id), part.index))
             part.raw, part.counts = part.raw + got.raw, part.counts + got.counts
             part.epochs = got.epochs
             part.epoch = got.epochs.current if part.topic.config.dense else 0

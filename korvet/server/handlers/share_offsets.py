@@ -77,7 +77,8 @@ async def _describe_partition(services: Services, store: ShareStore, cls: type[A
     codec = topic.config.codec
     start = rules.start_offset(codec, state.last_delivered, state.lowest_pending, log_start)
     return make(partition_cls, partition_index=index, start_offset=start, leader_epoch=epoch,
-                lag=rules.lag(start, end, state.pending, state.lag), error_code=ErrorCode.NONE,
+                lag=rules.lag(start, end, state.pending, state.lag, dense=topic.config.dense),
+                error_code=ErrorCode.NONE,
                 error_message=None)
 
 

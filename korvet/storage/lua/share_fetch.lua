@@ -21,21 +21,29 @@
 -- expired lock, on Redis' own clock.
 -- A stream that does not exist yet has nothing to acquire, and the group is not created
 -- (XGROUP CREATE ... MKSTREAM would make an empty stream the broker's bounds take for a
--- foreign one): it is created by the first fetch that finds the stream, at '0' then for
--- 'latest' too, since every entry in it was appended after that first fetch.
+-- foreign one). The fetch leaves a mark in the meta hash instead, `share-start:<group>` =
+-- '0': every record the partition will have comes after this fetch, so the group starts at
+-- the first one whatever its reset ('latest' at an empty partition is its first record); an
+-- AlterShareGroupOffsets on the empty partition sets the mark to its id (share_state.lua).
+-- The first fetch that finds the stream creates the group at the mark, else at ARGV[7],
+-- and removes the mark.
 -- Returns {epochs, archived, {{id, delivery count, fields}, ...}} in id order.
 local stream, meta = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local lock, limit, max_locks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local wanted, park = tonumber(ARGV[6]), ARGV[8]
+local mark = 'share-start:' .. group
 
 if redis.call('EXISTS', stream) == 0 then
+  redis.call('HSETNX', meta, mark, '0')
   return {'', 0, {}}
 end
-local created = redis.pcall('XGROUP', 'CREATE', stream, group, ARGV[7])
+local start_at = redis.call('HGET', meta, mark)
+local created = redis.pcall('XGROUP', 'CREATE', stream, group, start_at or ARGV[7])
 if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP') then
   return redis.error_reply(created.err)
 end
+if start_at then redis.call('HDEL', meta, mark) end
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')

@@ -1,7 +1,7 @@
 -- A share group's state on one partition (DescribeShareGroupOffsets), or its reset
 -- (AlterShareGroupOffsets) or removal (DeleteShareGroupOffsets), on the partition's Redis
 -- consumer group (korvet/storage/shares.py).
--- KEYS[1] partition stream
+-- KEYS[1] partition stream  KEYS[2] partition meta hash
 -- ARGV[1] Redis group (share:<group id>)  ARGV[2] 'state', 'reset' or 'delete'
 -- ARGV[3] (reset) the id the group restarts after: every record above it is available again,
 --   every one at or below it terminal; what was in flight is dropped, as Kafka re-initialises
@@ -9,21 +9,27 @@
 --
 -- state: {} when the stream or the group is not there, else {last-delivered-id, pending
 --   entries, the lowest pending id or '', lag (entries not delivered yet; -1: Redis cannot say)}
--- reset: 1 when done, 0 when the partition has no stream yet (nothing to start above)
--- delete: 1 when a group was removed, else 0
-local stream, group, mode = KEYS[1], ARGV[1], ARGV[2]
-if redis.call('EXISTS', stream) == 0 then
-  if mode == 'state' then return {} end
-  return 0
-end
+-- reset: 1 (on a partition with no stream yet, the start is kept as share_fetch.lua's mark,
+--   `share-start:<group>` in the meta hash, for the group's creation)
+-- delete: 1 when a group (or a mark) was removed, else 0
+local stream, meta, group, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local mark = 'share-start:' .. group
 if mode == 'delete' then
-  return redis.call('XGROUP', 'DESTROY', stream, group)
+  local marked = redis.call('HDEL', meta, mark)
+  if redis.call('EXISTS', stream) == 0 then return marked end
+  return math.max(redis.call('XGROUP', 'DESTROY', stream, group), marked)
 end
 if mode == 'reset' then
+  redis.call('HDEL', meta, mark)
+  if redis.call('EXISTS', stream) == 0 then
+    redis.call('HSET', meta, mark, ARGV[3])
+    return 1
+  end
   redis.call('XGROUP', 'DESTROY', stream, group)
   redis.call('XGROUP', 'CREATE', stream, group, ARGV[3])
   return 1
 end
+if redis.call('EXISTS', stream) == 0 then return {} end
 local groups = redis.call('XINFO', 'GROUPS', stream)
 for _, info in ipairs(groups) do
   local fields = {}

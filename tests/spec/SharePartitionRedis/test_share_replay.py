@@ -73,7 +73,8 @@ end
 return 1
 """
 # What the scripts may have changed: the group's last-delivered id and its PEL entries
-# (id, owner, idle ms, counter); {'0-0', {}} when there is no stream.
+# (id, owner, idle ms, counter); {'0-0', {}} when there is no stream; an error when a stream
+# has lost its group (no script may remove it).
 READ_BACK = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'0-0', {}} end
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -83,7 +84,7 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
     return {f['last-delivered-id'], redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 100)}
   end
 end
-return {'0-0', {}}
+return redis.error_reply('the stream has no group ' .. ARGV[1])
 """
 
 

@@ -26,6 +26,7 @@ def test_a_group_set_before_an_offset_starts_at_it() -> None:
 
 
 def test_lag_counts_what_is_in_flight_and_what_was_never_delivered() -> None:
-    assert lag(start=4, end=20, pending=3, undelivered=10) == 13
-    assert lag(start=4, end=20, pending=3, undelivered=-1) == 16  # Redis cannot say: all of it
-    assert lag(start=20, end=20, pending=0, undelivered=0) == 0
+    assert lag(start=4, end=20, pending=3, undelivered=10, dense=True) == 13
+    assert lag(start=4, end=20, pending=3, undelivered=-1, dense=True) == 16  # Redis cannot say
+    assert lag(start=20, end=20, pending=0, undelivered=0, dense=True) == 0
+    assert lag(start=4 << 10, end=9 << 10, pending=3, undelivered=-1, dense=False) == -1
