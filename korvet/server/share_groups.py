@@ -49,6 +49,14 @@ class Listed:
     state: str
 
 
+def share_store(services: Services) -> ShareStore:
+    """The share partitions' scripts on the tenant's Redis, one per tenant
+    (``services.part(share_store)``): the fetch and acknowledge handlers, the offsets APIs
+    and a group's deletion use the same."""
+    store = services.store
+    return ShareStore(store.redis, store.stream_key, store.meta_key)
+
+
 class ShareGroups:
     def __init__(self, services: Services) -> None:
         self._services = services
@@ -187,8 +195,7 @@ class ShareGroups:
     async def _drop_partition_state(self, group_id: str) -> None:
         """A deleted group's state on every partition (its Redis consumer groups) goes with
         it, as Kafka deletes a share group's state: a new group of that id starts afresh."""
-        store = self._services.store
-        shares = ShareStore(store.redis, store.stream_key, store.meta_key)
+        shares = self._services.part(share_store)
         for topic in await self._services.topics.all():
             for index in range(topic.partitions):
                 await shares.delete(topic, index, group_id)

@@ -64,7 +64,7 @@ from korvet.server.connection import Connection
 from korvet.server.group_configs import GroupConfigs
 from korvet.server.handlers.offsets import offset_by_timestamp
 from korvet.server.services import Services
-from korvet.storage.shares import ShareStore
+from korvet.server.share_groups import share_store
 
 log = logging.getLogger("korvet.share")
 
@@ -113,8 +113,7 @@ class ShareHandler:
                                   settings.partition_max_record_locks)
         self.reset = settings.auto_offset_reset  # a group's share.auto.offset.reset overrides it
         self.slots = settings.max_sessions
-        store = services.store
-        self.store = ShareStore(store.redis, store.stream_key, store.meta_key)
+        self.store = services.part(share_store)
         self.sessions: dict[sessions.SessionKey, sessions.ShareSession] = {}
         self._hooked: set[str] = set()  # connections whose close releases their sessions
         self._background: set[asyncio.Task[None]] = set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -35,17 +36,12 @@ from korvet.protocol.messages import (
 from korvet.protocol.registry import RequestContext
 from korvet.server.api import Api
 from korvet.server.services import Services
-from korvet.server.share_groups import ShareGroups
+from korvet.server.share_groups import ShareGroups, share_store
 from korvet.storage.shares import ShareStore
 
 log = logging.getLogger("korvet.share")
 
 UNINITIALIZED = -1  # a partition the group has no state on (Kafka's answer too)
-
-
-def _store(services: Services) -> ShareStore:
-    store = services.store
-    return ShareStore(store.redis, store.stream_key, store.meta_key)
 
 
 async def _group_error(services: Services, group: str, *, empty: bool) -> ErrorCode:
@@ -91,7 +87,7 @@ async def _describe_group(services: Services, ctx: RequestContext, cls: type[Any
     error = await _group_error(services, group, empty=False)
     if error is not ErrorCode.NONE:
         return make(group_cls, group_id=group, topics=(), error_code=error, error_message=None)
-    store = _store(services)
+    store = services.part(share_store)
     asked: list[tuple[str, tuple[int, ...] | None]] = (
         [(t.name, None) for t in await services.topics.all()] if wanted.topics is None
         else [(str(t.topic_name), tuple(int(p) for p in t.partitions)) for t in wanted.topics])
@@ -144,17 +140,29 @@ async def describe_share_group_offsets(services: Services, ctx: RequestContext,
     return make(cls, throttle_time=0, groups=tuple(groups))
 
 
+async def _change_empty_group(services: Services, cls: type[Any], group: str, doing: str,
+                              change: Callable[[], Awaitable[list[Any]]]) -> Any:
+    """Alter and Delete: ``change`` (the per-topic answers) runs only on the coordinator of
+    an empty share group; Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
+    try:
+        error = await _group_error(services, group, empty=True)
+        responses = await change() if error is ErrorCode.NONE else []
+    except (RedisError, OSError) as exc:
+        log.warning("%s share group %r's offsets: %s", doing, group, exc)
+        error, responses = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+    return make(cls, throttle_time=0, error_code=error, error_message=None,
+                responses=tuple(responses))
+
+
 async def alter_share_group_offsets(services: Services, ctx: RequestContext,
                                     request: AlterShareGroupOffsetsRequest) -> Any:
     cls = response_type(type(request))
     topic_cls = nested(cls, "AlterShareGroupOffsetsResponseTopic")
     partition_cls = nested(cls, "AlterShareGroupOffsetsResponsePartition")
     group = str(request.group_id)
-    try:
-        error = await _group_error(services, group, empty=True)
-        if error is not ErrorCode.NONE:
-            return make(cls, throttle_time=0, error_code=error, error_message=None, responses=())
-        store = _store(services)
+    store = services.part(share_store)
+
+    async def alter() -> list[Any]:
         responses = []
         for wanted in request.topics:
             name = str(wanted.topic_name)
@@ -173,15 +181,11 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
                     await store.reset(topic, index, group, after)
                 parts.append(make(partition_cls, partition_index=index, error_code=code,
                                   error_message=None))
-            responses.append(make(topic_cls, topic_name=name,
-                                  topic_id=uuid.UUID(topic.topic_id) if topic is not None else None,
+            responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
                                   partitions=tuple(parts)))
-    except (RedisError, OSError) as exc:
-        log.warning("altering share group %r's offsets: %s", group, exc)
-        return make(cls, throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    error_message=None, responses=())
-    return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
-                responses=tuple(responses))
+        return responses
+
+    return await _change_empty_group(services, cls, group, "altering", alter)
 
 
 async def delete_share_group_offsets(services: Services, ctx: RequestContext,
@@ -189,11 +193,9 @@ async def delete_share_group_offsets(services: Services, ctx: RequestContext,
     cls = response_type(type(request))
     topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
     group = str(request.group_id)
-    try:
-        error = await _group_error(services, group, empty=True)
-        if error is not ErrorCode.NONE:
-            return make(cls, throttle_time=0, error_code=error, error_message=None, responses=())
-        store = _store(services)
+    store = services.part(share_store)
+
+    async def delete() -> list[Any]:
         responses = []
         for wanted in request.topics:
             name = str(wanted.topic_name)
@@ -206,15 +208,15 @@ async def delete_share_group_offsets(services: Services, ctx: RequestContext,
             else:
                 for index in range(topic.partitions):
                     await store.delete(topic, index, group)
-            responses.append(make(topic_cls, topic_name=name,
-                                  topic_id=uuid.UUID(topic.topic_id) if topic is not None else None,
+            responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
                                   error_code=code, error_message=None))
-    except (RedisError, OSError) as exc:
-        log.warning("deleting share group %r's offsets: %s", group, exc)
-        return make(cls, throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    error_message=None, responses=())
-    return make(cls, throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
-                responses=tuple(responses))
+        return responses
+
+    return await _change_empty_group(services, cls, group, "deleting", delete)
+
+
+def _topic_id(topic: TopicInfo | None) -> uuid.UUID | None:
+    return uuid.UUID(topic.topic_id) if topic is not None else None
 
 
 def _describe_denied(response_cls: type[Any], item: Any, version: int, code: ErrorCode) -> Any:
