@@ -13,6 +13,7 @@ import pytest
 
 from korvet.jvm.java_clients import KafkaJavaTools
 from tests.conftest import KorvetProcess
+from tests.support.group_configs import alter_group_configs
 
 pytestmark = pytest.mark.clients
 
@@ -28,18 +29,8 @@ def describe(admin: Any, group: str) -> dict[str, tuple[str, int]]:
     return {name: (entry.value, int(entry.source)) for name, entry in entries.items()}
 
 
-def alter(admin: Any, group: str, *entries: tuple[str, str | None]) -> None:
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    ops = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET if value is not None
-                       else AlterConfigOpType.DELETE) for name, value in entries]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=ops)
-    admin.incremental_alter_configs([resource])[resource].result(30)
+def alter(broker: KorvetProcess, group: str, *entries: tuple[str, str | None]) -> None:
+    alter_group_configs(broker.bootstrap, group, dict(entries))
 
 
 def test_a_groups_configs_are_set_read_back_refused_deleted_and_kept_across_a_restart(
@@ -53,20 +44,20 @@ def test_a_groups_configs_are_set_read_back_refused_deleted_and_kept_across_a_re
         before = describe(admin, "queue")  # a group nobody joined has configs too
         assert before["share.auto.offset.reset"] == ("latest", 4)  # the broker setting (default latest)
         assert before["share.record.lock.duration.ms"][0] == "30000"
-        alter(admin, "queue", ("share.auto.offset.reset", "earliest"),
+        alter(broker, "queue", ("share.auto.offset.reset", "earliest"),
               ("share.record.lock.duration.ms", "2000"))
         after = describe(admin, "queue")
         assert after["share.auto.offset.reset"] == ("earliest", 8)  # GROUP_CONFIG
         assert after["share.record.lock.duration.ms"] == ("2000", 8)
         assert describe(admin, "other")["share.auto.offset.reset"] == ("latest", 4)
         with pytest.raises(KafkaException, match="INVALID_CONFIG"):
-            alter(admin, "queue", ("share.delivery.count.limit", "1"))
+            alter(broker, "queue", ("share.delivery.count.limit", "1"))
         with pytest.raises(KafkaException, match="Unknown group config name"):
-            alter(admin, "queue", ("retention.ms", "1000"))
+            alter(broker, "queue", ("retention.ms", "1000"))
         broker.restart()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert describe(admin, "queue")["share.auto.offset.reset"] == ("earliest", 8)
-        alter(admin, "queue", ("share.record.lock.duration.ms", None))
+        alter(broker, "queue", ("share.record.lock.duration.ms", None))
         assert describe(admin, "queue")["share.record.lock.duration.ms"][0] == "30000"
     finally:
         broker.stop()

@@ -24,6 +24,7 @@ import redis
 from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.process import stop_process
 from tests.conftest import KorvetProcess
+from tests.support.group_configs import alter_group_configs
 
 pytestmark = pytest.mark.clients
 
@@ -104,19 +105,9 @@ def create_and_fill(bootstrap: str, topic: str, partitions: int = 2,
 
 
 def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in configs.items()])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    """share_record_lock_duration_ms="2000" sets share.record.lock.duration.ms."""
+    alter_group_configs(bootstrap, group, {name.replace("_", "."): value
+                                           for name, value in configs.items()})
 
 
 def classic_read_all(bootstrap: str, topic: str, group: str) -> list[str]:

@@ -41,6 +41,7 @@ from korvet.protocol.kbuild import make
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage.security import AclStore
 from tests.conftest import KorvetProcess
+from tests.support.group_configs import alter_group_configs
 from tests.support.wire import WireClient
 
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
@@ -172,20 +173,8 @@ def test_a_groups_own_session_timeout_expires_its_silent_member(korvet: KorvetPr
                                                                 unique_name: str) -> None:
     """share.session.timeout.ms and share.heartbeat.interval.ms set on the group (Kafka's
     group configs, IncrementalAlterConfigs) override the broker's 45 s and 5 s."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    resource = ConfigResource(ResourceType.GROUP, f"share-{unique_name}", incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in (("share.session.timeout.ms", str(SESSION_MS)),
-                            ("share.heartbeat.interval.ms", "500"))])
-    admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    alter_group_configs(korvet.bootstrap, f"share-{unique_name}", {
+        "share.session.timeout.ms": str(SESSION_MS), "share.heartbeat.interval.ms": "500"})
     assert_silent_member_expires(korvet.bootstrap, unique_name)
 
 

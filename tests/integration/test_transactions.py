@@ -230,26 +230,36 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_only(
         consumer.close()
 
 
+def open_transaction_with_offsets(bootstrap: str, topic: str, group: str) -> tuple[Any, Any]:
+    """A topic, a group (no member) with offset 3 committed on it, and a transaction left
+    open holding a record and offset 7 for the group: the group's consumer (to read its
+    offsets) and the transactional producer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    create(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    made = producer(bootstrap, f"tx-{topic}")
+    consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    made.begin_transaction()
+    made.produce(topic, value=b"x")
+    made.send_offsets_to_transaction([TopicPartition(topic, 0, 7)],
+                                     consumer.consumer_group_metadata(), 30)
+    return consumer, made
+
+
 def test_deleting_a_group_drops_the_offsets_its_open_transactions_hold(
         korvet: KorvetProcess, unique_name: str) -> None:
     """DeleteGroups while a transaction holds offsets for the group (no member: an
     exactly-once copier's group between runs): as in Kafka, the pending offsets go
     with the group, so the transaction's commit afterwards does not bring back offsets of a
     group that was deleted."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    create(korvet.bootstrap, unique_name)
     group = f"group-{unique_name}"
-    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-    made = producer(korvet.bootstrap, f"tx-{unique_name}")
+    consumer, made = open_transaction_with_offsets(korvet.bootstrap, unique_name, group)
     try:
-        consumer.commit(offsets=[TopicPartition(unique_name, 0, 3)], asynchronous=False)
-        made.begin_transaction()
-        made.produce(unique_name, value=b"x")
-        made.send_offsets_to_transaction([TopicPartition(unique_name, 0, 7)],
-                                         consumer.consumer_group_metadata(), 30)
         admin = AdminClient({"bootstrap.servers": korvet.bootstrap})
         admin.delete_consumer_groups([group], request_timeout=30)[group].result()
         made.commit_transaction(30)
@@ -265,23 +275,15 @@ def test_the_offsets_clean_up_keeps_a_group_an_open_transaction_sends_offsets_to
     """offsets.retention (2 s here) does not delete an empty group while a transaction holds
     offsets for it, as Kafka's clean-up keeps a group with pending transactional offsets:
     the transaction's commit then leaves the group at its offsets."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     broker = KorvetProcess(tmp_path / "korvet", extra_args=[
         "--groups-offsets-retention-ms", "2000", "--groups-retention-check-interval-ms", "300"])
     broker.start()
     try:
-        create(broker.bootstrap, unique_name)
-        group = f"group-{unique_name}"
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                             "enable.auto.commit": False})
-        made = producer(broker.bootstrap, f"tx-{unique_name}")
+        consumer, made = open_transaction_with_offsets(broker.bootstrap, unique_name,
+                                                       f"group-{unique_name}")
         try:
-            consumer.commit(offsets=[TopicPartition(unique_name, 0, 3)], asynchronous=False)
-            made.begin_transaction()
-            made.produce(unique_name, value=b"x")
-            made.send_offsets_to_transaction([TopicPartition(unique_name, 0, 7)],
-                                             consumer.consumer_group_metadata(), 30)
             time.sleep(4)  # two retention periods, a dozen clean-up rounds
             made.commit_transaction(30)
             found = consumer.committed([TopicPartition(unique_name, 0)], timeout=10)
