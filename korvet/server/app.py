@@ -224,15 +224,24 @@ async def _start_listeners(listeners: list[KafkaListener], security: SecuritySet
     return ports
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees either no file or all of it."""
+    aside = path.with_name(path.name + ".part")
+    aside.write_text(text)
+    aside.replace(path)
+
+
 def _announce(settings: BrokerSettings, ports: dict[str, int], url: str) -> None:
     """Write the port files and log where the broker listens."""
     security = settings.security
-    port_file = settings.broker.port_file
-    if port_file:
-        Path(port_file).write_text(f"{ports[security.listeners[0].name]}\n")
+    # The listeners file first, and each file whole (written aside, then renamed): whoever
+    # waits for the port file may read the listeners file as soon as it sees it.
     listeners_file = settings.broker.listeners_file
     if listeners_file:
-        Path(listeners_file).write_text(json.dumps(ports) + "\n")
+        _write_whole(Path(listeners_file), json.dumps(ports) + "\n")
+    port_file = settings.broker.port_file
+    if port_file:
+        _write_whole(Path(port_file), f"{ports[security.listeners[0].name]}\n")
     shown = ", ".join(
         f"{s.name}{'' if s.name == s.protocol.value else ' ' + s.protocol.value} "
         f"{s.host}:{ports[s.name]}" for s in security.listeners)
@@ -358,7 +367,7 @@ async def _start_http(settings: BrokerSettings, broker: Broker,
             "free port) or turn the endpoint off with --no-http-enabled") from exc
     port_file = settings.http.port_file
     if port_file:
-        Path(port_file).write_text(f"{port}\n")
+        _write_whole(Path(port_file), f"{port}\n")
     log.info("HTTP endpoint on http://%s:%d (/health/liveness, /health/readiness, /metrics)",
              host, port)
     return server
