@@ -577,10 +577,17 @@ def replay(g: Graph, nodes: Iterable[str] | None = None,
     by_core: dict[tuple[Canon, int], dict[Successor, set[Canon]]] = {}
     table = table or MachineTable(c)
 
-    def successors_of(state: Mapping[str, TlaValue]) -> dict[Successor, set[Canon]]:
-        key = core(state)
+    cores: dict[str, tuple[Canon, int]] = {}  # node -> core(its state): each once
+
+    def core_of(node: str) -> tuple[Canon, int]:
+        if node not in cores:
+            cores[node] = core(graph.states[node])
+        return cores[node]
+
+    def successors_of(node: str) -> dict[Successor, set[Canon]]:
+        key = core_of(node)
         if key not in by_core:
-            by_core[key] = python_successors(c, state["grp"], key[1], table)
+            by_core[key] = python_successors(c, graph.states[node]["grp"], key[1], table)
         return by_core[key]
 
     for node in graph.states if nodes is None else nodes:
@@ -588,8 +595,8 @@ def replay(g: Graph, nodes: Iterable[str] | None = None,
         if not within_constraint(c, state):
             continue
         report.states += 1
-        python = successors_of(state)
-        spec = {(action, core(graph.states[target]))
+        python = successors_of(node)
+        spec = {(action, core_of(target))
                 for action, target in graph.successors(node)
                 if within_constraint(c, graph.states[target])}
         report.transitions += len(spec)
@@ -605,7 +612,7 @@ def replay(g: Graph, nodes: Iterable[str] | None = None,
             out = state["out"]
             assert isinstance(out, frozenset)
             wanted = frozenset(canon(e) for e in out)
-            outs = successors_of(graph.states[source]).get((action, core(state)), set())
+            outs = successors_of(source).get((action, core_of(node)), set())
             report.outputs_checked += 1
             if wanted not in outs:
                 problem = f"{action} into state {node}: the spec's effects {out}, the machine's {outs}"
