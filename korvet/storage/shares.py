@@ -19,6 +19,7 @@ from korvet.core.epochs import FIXED, Epochs
 from korvet.core.offsets import EntryId
 from korvet.core.share_partition import PARK, AckType, ShareLimits, consumer_of, redis_group_of
 from korvet.core.topics import TopicInfo
+from korvet.storage.redis_store import RedisStore
 
 
 def _lua(name: str) -> str:
@@ -74,12 +75,18 @@ class ShareStore:
         return [self._stream_key(topic.name, partition), self._meta_key(topic.name, partition)]
 
     async def acquire(self, topic: TopicInfo, partition: int, group: str, member: str,
-                      limits: ShareLimits, max_records: int, *, start: str) -> Acquired:
+                      limits: ShareLimits, max_records: int, *, start: str,
+                      committed: bool = False) -> Acquired:
         """``start``: where the group starts on the partition if it has no Redis consumer
-        group there yet (XGROUP CREATE's id: '0' earliest, '$' latest, or an entry id)."""
-        reply = await self._fetch(keys=self._keys(topic, partition), args=[
-            redis_group_of(group), consumer_of(member), limits.lock_ms, limits.delivery_limit,
-            limits.max_locks, max_records, start, PARK])
+        group there yet (XGROUP CREATE's id: '0' earliest, '$' latest, or an entry id).
+        ``committed``: share.isolation.level=read_committed (records below the last stable
+        offset only; those of aborted transactions archived, never acquired)."""
+        stream = self._stream_key(topic.name, partition)
+        reply = await self._fetch(
+            keys=[stream, self._meta_key(topic.name, partition), RedisStore.aborted_key(stream)],
+            args=[redis_group_of(group), consumer_of(member), limits.lock_ms,
+                  limits.delivery_limit, limits.max_locks, max_records, start, PARK,
+                  "1" if committed else "0"])
         epochs_text, archived, entries = reply
         codec = topic.config.codec
         raw: list[Any] = []

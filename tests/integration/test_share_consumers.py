@@ -307,3 +307,70 @@ def test_a_latest_group_that_fetched_an_empty_partition_gets_its_first_records(
     finally:
         consumer.close()
         streams.close()
+
+
+def test_a_read_committed_group_gets_no_aborted_or_undecided_record(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """share.isolation.level=read_committed: a share group is given what a read_committed
+    consumer reads (records below the last stable offset, none of an aborted transaction);
+    a read_uncommitted group on the same topic gets every record. Once the open transaction
+    commits, the committed group gets the rest."""
+    from confluent_kafka import Producer, ShareConsumer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    bootstrap, topic = korvet.bootstrap, unique_name
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
+
+    def transactional(name: str) -> Producer:
+        producer = Producer({"bootstrap.servers": bootstrap,
+                             "transactional.id": f"{unique_name}-{name}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        return producer
+
+    aborting = transactional("aborting")
+    for key in ("aborted-1", "aborted-2"):
+        aborting.produce(topic, key=key, value=key)
+    assert aborting.flush(30) == 0  # written, then aborted (unsent records would be dropped)
+    aborting.abort_transaction(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, key="plain-1", value="plain-1")
+    assert plain.flush(30) == 0
+    committing = transactional("committing")
+    committing.produce(topic, key="committed-1", value="committed-1")
+    committing.commit_transaction(30)
+    staying_open = transactional("open")
+    staying_open.produce(topic, key="open-1", value="open-1")
+    assert staying_open.flush(30) == 0
+    plain.produce(topic, key="plain-2", value="plain-2")  # past the last stable offset
+    assert plain.flush(30) == 0
+
+    def consumer(level: str) -> ShareConsumer:
+        group = f"{unique_name}-{level}"
+        set_group_configs(bootstrap, group, share_auto_offset_reset="earliest",
+                          share_isolation_level=level)
+        found = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        found.subscribe([topic])
+        return found
+
+    def keys_until(share: ShareConsumer, wanted: int, seconds: float) -> list[str]:
+        keys: list[str] = []
+        deadline = time.monotonic() + seconds
+        while len(keys) < wanted and time.monotonic() < deadline:
+            keys += [bytes(m.key() or b"").decode() for m in share.poll(1.0)
+                     if m.error() is None]
+        return keys
+
+    committed, uncommitted = consumer("read_committed"), consumer("read_uncommitted")
+    try:
+        assert sorted(keys_until(uncommitted, 6, 60)) == [
+            "aborted-1", "aborted-2", "committed-1", "open-1", "plain-1", "plain-2"]
+        # what the committed group is given: no aborted record, nothing past the open
+        # transaction's first record (waiting 8 s for more shows nothing else comes)
+        assert sorted(keys_until(committed, 3, 8)) == ["committed-1", "plain-1"]
+        staying_open.commit_transaction(30)
+        assert sorted(keys_until(committed, 2, 60)) == ["open-1", "plain-2"]
+    finally:
+        committed.close()
+        uncommitted.close()

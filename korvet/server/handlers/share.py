@@ -74,6 +74,16 @@ _BATCHES_MESSAGE = ("share groups read topics in the records storage format only
 _RECORD_STATE_MESSAGE = "offset {} is not acquired by this member under a live lock"
 
 
+@dataclass(frozen=True, slots=True)
+class _GroupSettings:
+    """What a share group's fetches follow: its limits, where it starts on a partition it
+    never read (share.auto.offset.reset) and whether it reads committed records only."""
+
+    limits: ShareLimits
+    reset: str
+    committed: bool
+
+
 @dataclass(slots=True)
 class _Part:
     """One partition of a request, and what became of it."""
@@ -132,7 +142,8 @@ class ShareHandler:
         key = (str(request.group_id or ""), str(request.member_id or ""))
         if not key[0] or not key[1]:
             return self._whole(cls, ErrorCode.INVALID_REQUEST, "a group id and a member id")
-        limits, reset = await self._settings(key[0])
+        group = await self._settings(key[0])
+        limits = group.limits
         named = [(t.topic_id, p) for t in request.topics for p in t.partitions]
         forgotten = [(str(t.topic_id), p) for t in request.forgotten_topics_data
                      for p in t.partitions]
@@ -160,7 +171,7 @@ class ShareHandler:
                 if pkey not in parts:
                     await self._part(ctx, uuid.UUID(pkey[0]), pkey[1], parts)
             wanted = [parts[p] for p in verdict.fetch]
-            await self._acquire_polling(key, wanted, request, started, limits, reset)
+            await self._acquire_polling(key, wanted, request, started, group)
         except (RedisError, OSError) as exc:
             log.warning("share fetch failed: %s", exc)
             for part in parts.values():
@@ -168,22 +179,26 @@ class ShareHandler:
                     part.error, part.raw, part.counts = ErrorCode.KAFKA_STORAGE_ERROR, [], []
         return self._fetch_response(cls, list(parts.values()), limits, int(request.batch_size))
 
-    async def _settings(self, group: str) -> tuple[ShareLimits, str]:
-        """The group's limits and where it starts: its own configs (IncrementalAlterConfigs on
-        the group: share.record.lock.duration.ms, share.delivery.count.limit,
-        share.partition.max.record.locks, share.auto.offset.reset) over the broker's
-        settings; the broker's alone while Redis cannot be read."""
+    async def _settings(self, group: str) -> _GroupSettings:
+        """The group's limits, where it starts and what it reads: its own configs
+        (IncrementalAlterConfigs on the group: share.record.lock.duration.ms,
+        share.delivery.count.limit, share.partition.max.record.locks,
+        share.auto.offset.reset, share.isolation.level) over the broker's settings; the
+        broker's alone while Redis cannot be read."""
         configs = self.services.part(GroupConfigs)
         try:
             own = await configs.own(group)
         except (RedisError, OSError) as exc:
             log.warning("reading the configs of share group %r: %s", group, exc)
-            return self.limits, self.reset
+            # the broker's, but read_committed, which can only hold records back: a group set
+            # to it must not be given an aborted transaction's records for a Redis hiccup
+            return _GroupSettings(self.limits, self.reset, committed=True)
         values = group_rules.effective(own, configs.broker())
         limits = ShareLimits(int(values["share.record.lock.duration.ms"]),
                              int(values["share.delivery.count.limit"]),
                              int(values["share.partition.max.record.locks"]))
-        return limits, values["share.auto.offset.reset"]
+        return _GroupSettings(limits, values["share.auto.offset.reset"],
+                              values["share.isolation.level"] == "read_committed")
 
     async def _start(self, part: _Part, reset: str) -> str:
         """Where a group starts on a partition it has never read (XGROUP CREATE's id, which
@@ -202,15 +217,14 @@ class ShareHandler:
         return entry_before(part.topic.config.codec, first)
 
     async def _acquire_polling(self, key: sessions.SessionKey, wanted: list[_Part],
-                               request: ShareFetchRequest, started: float, limits: ShareLimits,
-                               reset: str) -> None:
+                               request: ShareFetchRequest, started: float,
+                               group: _GroupSettings) -> None:
         max_wait = millis(request.max_wait) / 1000
         streams = [self.services.store.stream_key(p.topic.name, p.index)
                    for p in wanted if p.usable and p.topic is not None]
         notifier = self.services.notifier
         while True:
-            if await self._acquire(key, wanted, max(int(request.max_records), 1), limits,
-                                   reset) > 0:
+            if await self._acquire(key, wanted, max(int(request.max_records), 1), group) > 0:
                 return
             remaining = max_wait - (time.monotonic() - started)
             if not streams or remaining <= 0 or int(request.min_bytes) <= 0:
@@ -220,16 +234,16 @@ class ShareHandler:
             await notifier.wait(streams, min(remaining, _RECHECK_S))
 
     async def _acquire(self, key: sessions.SessionKey, wanted: list[_Part], budget: int,
-                       limits: ShareLimits, reset: str) -> int:
+                       group: _GroupSettings) -> int:
         taken = 0
         for part in wanted:
             if taken >= budget:
                 break
             if not part.usable or part.topic is None:
                 continue
-            start = await self._start(part, reset)
-            got = await self.store.acquire(part.topic, part.index, key[0], key[1], limits,
-                                           budget - taken, start=start)
+            start = await self._start(part, group.reset)
+            got = await self.store.acquire(part.topic, part.index, key[0], key[1], group.limits,
+                                           budget - taken, start=start, committed=group.committed)
             part.raw, part.counts = part.raw + got.raw, part.counts + got.counts
             part.epochs = got.epochs
             part.epoch = got.epochs.current if part.topic.config.dense else 0
@@ -275,7 +289,7 @@ class ShareHandler:
         key = (str(request.group_id or ""), str(request.member_id or ""))
         if not key[0] or not key[1]:
             return self._whole(cls, ErrorCode.INVALID_REQUEST, "a group id and a member id")
-        limits, _ = await self._settings(key[0])
+        limits = (await self._settings(key[0])).limits
         verdict = sessions.on_acknowledge(self.sessions, key, int(request.share_session_epoch))
         if not verdict.ok:
             return self._whole(cls, verdict.error, None, limits)
@@ -394,7 +408,7 @@ class ShareHandler:
         if session is None:
             return
         group, member = session.key
-        limits, _ = await self._settings(group)
+        limits = (await self._settings(group)).limits
         for topic_id, index in session.partitions:
             topic = await self.services.topics.by_id(topic_id)
             if topic is None or topic.config.stores_batches or index >= topic.partitions:

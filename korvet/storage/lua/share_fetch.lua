@@ -5,6 +5,12 @@
 -- ARGV[6] records wanted  ARGV[7] where a new group starts: '0' (earliest), '$' (latest) or
 --   the id of the last entry before it (by_duration)
 -- ARGV[8] the parking consumer's name
+-- KEYS[3] the partition's aborted index (append.lua)  ARGV[9] '1': read_committed
+--   (share.isolation.level): new records are read only below the last stable offset (the
+--   meta hash's `lso`, the first id of the oldest open transaction), and a record of an
+--   aborted transaction is archived (XACK) as it is read or claimed, never delivered, as
+--   Kafka's share partition archives it at acquisition. Markers stay what they are under
+--   read_uncommitted too: acquired, a control batch the client acknowledges.
 --
 -- One share group on one partition is one Redis consumer group on the partition's stream,
 -- so its state is in the partition's slot. The rules are SharePartitionRedis.tla's (and
@@ -77,24 +83,84 @@ if summary[1] > 0 then
   end
 end
 
+-- read_committed: the aborted transactions (producer id -> {{first id, marker id}, ...})
+-- and the bound of new reads (the last stable offset's id; nil: the high watermark).
+local committed = ARGV[9] == '1'
+local aborted, stable = {}, nil
+if committed then
+  stable = redis.call('HGET', meta, 'lso') or nil
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], start_ms, '+inf')) do
+    local pid, first, marker = string.match(member, '^(%S+) (%S+) (%S+)$')
+    if pid then
+      aborted[pid] = aborted[pid] or {}
+      table.insert(aborted[pid], {first, marker})
+    end
+  end
+end
+local function less(a, b)
+  local a_ms, a_seq = parse(a)
+  local b_ms, b_seq = parse(b)
+  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
+end
+-- Whether the entry (id, its fields) is a record of an aborted transaction: its producer
+-- (entries.py puts it first) aborted a transaction whose records span this id.
+local function of_aborted(id, entry)
+  if not committed or entry[1] ~= 'producer' then return false end
+  local pid = string.match(entry[2], '^(%S+)')
+  for _, range in ipairs(aborted[pid] or {}) do
+    if not less(id, range[1]) and less(id, range[2]) then return true end
+  end
+  return false
+end
+
 local room = math.min(wanted, max_locks - live)
 local got = {}
-local claimed = 0
+local taken, looked = 0, 0  -- room used (an entry gone from the stream too), claimable seen
 for _, c in ipairs(claimable) do
-  if claimed >= room then break end
+  if taken >= room then break end
+  looked = looked + 1
   local reply = redis.call('XCLAIM', stream, group, consumer, lock, c[1])
-  if reply[1] then
-    got[#got + 1] = {reply[1][1], c[2] + 1, reply[1][2]}
+  if reply[1] and of_aborted(reply[1][1], reply[1][2]) then
+    redis.call('XACK', stream, group, reply[1][1])
+    archived = archived + 1
+  else
+    if reply[1] then got[#got + 1] = {reply[1][1], c[2] + 1, reply[1][2]} end
+    taken = taken + 1
   end
-  claimed = claimed + 1
 end
-if claimed == #claimable and claimed < room then
-  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', room - claimed,
-                           'STREAMS', stream, '>')
-  if reply then
-    for _, e in ipairs(reply[1][2]) do
-      got[#got + 1] = {e[1], 1, e[2]}
+local function read_new(count)
+  if stable then
+    -- only entries below the last stable offset: count those after the group's last
+    -- delivered id, then read exactly that many
+    local last = '0-0'
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+      local info = {}
+      for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+      if info['name'] == group then last = info['last-delivered-id'] end
     end
+    count = #redis.call('XRANGE', stream, '(' .. last, '(' .. stable, 'COUNT', count)
+    if count == 0 then return {} end
+  end
+  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count,
+                           'STREAMS', stream, '>')
+  return reply and reply[1][2] or {}
+end
+if looked == #claimable then
+  -- none left claimable: new entries while there is room, those of aborted transactions
+  -- archived and more read in their place
+  while taken < room do
+    local entries = read_new(room - taken)
+    local skipped = 0
+    for _, e in ipairs(entries) do
+      if of_aborted(e[1], e[2]) then
+        redis.call('XACK', stream, group, e[1])
+        archived, skipped = archived + 1, skipped + 1
+      else
+        got[#got + 1] = {e[1], 1, e[2]}
+        taken = taken + 1
+      end
+    end
+    if skipped == 0 then break end
   end
 end
 return {fields[2] or '', archived, got}
