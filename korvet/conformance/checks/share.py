@@ -1,0 +1,205 @@
+"""Share groups (KIP-932): ShareGroupHeartbeat (76), ShareFetch (78), ShareAcknowledge (79).
+
+Each check joins a share group as a share consumer does (ShareGroupHeartbeat with a client
+member id and epoch 0, on the group's coordinator), sets the group to start at the earliest
+record (IncrementalAlterConfigs on the GROUP resource, share.auto.offset.reset=earliest),
+then fetches and acknowledges with raw requests, session epochs counted as a client counts
+them (0 opens the session, then 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
+from korvet.conformance.harness.registry import check
+from korvet.conformance.kafka.ops import Ops, Topic
+from korvet.conformance.kafka.records import Rec
+from korvet.core.api_keys import ApiKey
+from korvet.core.errors import ErrorCode
+
+API = "ShareFetch (78) / ShareAcknowledge (79)"
+SOURCE = "KIP-932 (queues for Kafka); ShareFetchRequest.json / ShareAcknowledgeRequest.json"
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP
+
+
+@dataclass
+class ShareMember:
+    """One share consumer: its group, client-chosen member id and share session epoch."""
+
+    ops: Ops
+    group: str
+    member: str
+    session_epoch: int = 0
+
+    def topic_id(self, topic: Topic) -> uuid.UUID:
+        return topic.topic_id or self.ops.topic_id_of(topic.name)
+
+    def fetch(self, topic: Topic, *, acks: list[tuple[int, int, int]] | None = None,
+              max_records: int = 100, max_wait_ms: int = 500) -> Any:
+        response = self.ops.call(
+            ApiKey.SHARE_FETCH, self.ops.v(ApiKey.SHARE_FETCH, lo=1, hi=1),
+            group_id=self.group, member_id=self.member, share_session_epoch=self.session_epoch,
+            max_wait=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+            batch_size=max_records, topics=[{"topic_id": self.topic_id(topic), "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": _batches(acks or [])}]}],
+            forgotten_topics_data=[])
+        if int(response.error_code) == ErrorCode.NONE:
+            self.session_epoch += 1
+        return response
+
+    def acknowledge(self, topic: Topic, acks: list[tuple[int, int, int]]) -> Any:
+        response = self.ops.call(
+            ApiKey.SHARE_ACKNOWLEDGE, self.ops.v(ApiKey.SHARE_ACKNOWLEDGE, lo=1, hi=1),
+            group_id=self.group, member_id=self.member, share_session_epoch=self.session_epoch,
+            topics=[{"topic_id": self.topic_id(topic), "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": _batches(acks)}]}])
+        if int(response.error_code) == ErrorCode.NONE:
+            self.session_epoch += 1
+        return response
+
+    def acquire(self, topic: Topic, wanted: int, *, seconds: float = 20.0,
+                acks: list[tuple[int, int, int]] | None = None) -> list[tuple[int, int]]:
+        """ShareFetch until ``wanted`` records were acquired: (offset, delivery count) each,
+        in offset order. A share group's first fetches may come back empty, or with an error
+        on the partition, while the broker initializes the share partition (Apache Kafka
+        4.3.1 answers UNKNOWN_SERVER_ERROR while its share-group state topic is being made):
+        a share consumer fetches again, and so does this, until ``seconds`` have passed."""
+        found: list[tuple[int, int]] = []
+        errors: list[str] = []
+        deadline = time.monotonic() + seconds
+        pending = acks
+        while len(found) < wanted:
+            response = self.fetch(topic, acks=pending)
+            expect_error(response.error_code, ErrorCode.NONE, "ShareFetch")
+            for part in _partitions(response):
+                if int(part.error_code) != ErrorCode.NONE:
+                    errors.append(f"error {int(part.error_code)}")
+                    continue
+                pending = None  # the acknowledgements went with a fetch that was served
+                found += [(offset, int(run.delivery_count)) for run in part.acquired_records
+                          for offset in range(int(run.first_offset), int(run.last_offset) + 1)]
+            expect(time.monotonic() < deadline,
+                   f"ShareFetch acquired {found} within {seconds:.0f}s, {wanted} records wanted "
+                   f"(partition errors on the way: {errors[-3:]})")
+        return sorted(found)
+
+
+def _batches(acks: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    return [{"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}
+            for first, last, kind in acks]
+
+
+def _partitions(response: Any) -> list[Any]:
+    return [p for t in response.responses for p in t.partitions]
+
+
+def _ack_error(response: Any) -> int:
+    """The partition's acknowledgement error: ShareAcknowledge's error code, ShareFetch's
+    acknowledge error code."""
+    found = [int(getattr(p, "acknowledge_error_code", p.error_code)) for p in _partitions(response)]
+    expect(len(found) == 1, f"one partition in the answer, got {len(found)}")
+    return found[0]
+
+
+def join(ops: Ops, topic: Topic) -> ShareMember:
+    """A new share group, starting at the earliest record, and one member of it."""
+    group = f"share-{uuid.uuid4().hex[:12]}"
+    response = ops.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, None, validate_only=False, resources=[
+        {"resource_type": GROUP_RESOURCE, "resource_name": group,
+         "configs": [{"name": "share.auto.offset.reset", "config_operation": 0,
+                      "value": "earliest"}]}])
+    expect_error(response.responses[0].error_code, ErrorCode.NONE,
+                 "IncrementalAlterConfigs share.auto.offset.reset=earliest on the group")
+    host, port = ops.coordinator_address(group)
+    coordinator = Ops(ops.session, ops.session.client(host, port))
+    member = str(uuid.uuid4())
+    beat = coordinator.call(ApiKey.SHARE_GROUP_HEARTBEAT,
+                            coordinator.v(ApiKey.SHARE_GROUP_HEARTBEAT, lo=1, hi=1),
+                            group_id=group, member_id=member, member_epoch=0, rack_id=None,
+                            subscribed_topic_names=[topic.name])
+    expect_error(beat.error_code, ErrorCode.NONE, "ShareGroupHeartbeat joining the group")
+    expect(int(beat.member_epoch) > 0, f"member epoch {beat.member_epoch} after joining")
+    return ShareMember(ops, group, member)
+
+
+def _filled(ops: Ops, count: int) -> tuple[Topic, list[int]]:
+    topic = ops.create_topic()
+    base = ops.produce_ok(topic, 0, [Rec(f"r{i}".encode(), key=f"k{i}".encode())
+                                     for i in range(count)])
+    return topic, list(range(base, base + count))
+
+
+@check("share.fetch.acquires_then_accepts", api=API,
+       asserts="A share consumer's ShareFetch acquires the partition's records with delivery "
+               "count 1; after ShareAcknowledge ACCEPT of all of them, a second member of the "
+               "group acquires nothing of them.",
+       source=SOURCE)
+def acquires_then_accepts(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _filled(ops, 3)
+    first = join(ops, topic)
+    expect_eq(first.acquire(topic, 3), [(o, 1) for o in offsets], "acquired (offset, count)")
+    reply = first.acknowledge(topic, [(offsets[0], offsets[-1], ACCEPT)])
+    expect_error(reply.error_code, ErrorCode.NONE, "ShareAcknowledge")
+    expect_error(_ack_error(reply), ErrorCode.NONE, "ShareAcknowledge ACCEPT of the records")
+    second = ShareMember(ops, first.group, str(uuid.uuid4()))
+    response = second.fetch(topic, max_wait_ms=300)
+    taken = [r for p in _partitions(response) for r in p.acquired_records]
+    expect_eq(taken, [], "records a second member acquires after all were accepted")
+
+
+@check("share.fetch.release_redelivers", api=API,
+       asserts="A record released by ShareAcknowledge RELEASE is acquired again at once, with "
+               "delivery count 2.",
+       source=SOURCE)
+def release_redelivers(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _filled(ops, 2)
+    member = join(ops, topic)
+    expect_eq(member.acquire(topic, 2), [(o, 1) for o in offsets], "first acquisition")
+    again = member.acquire(topic, 1, acks=[(offsets[0], offsets[0], RELEASE),
+                                           (offsets[1], offsets[1], ACCEPT)])
+    expect_eq(again, [(offsets[0], 2)], "acquired after releasing the first, accepting the second")
+
+
+@check("share.acknowledge.other_members_record_refused", api=API,
+       asserts="ShareAcknowledge ACCEPT of a record another member of the group acquired answers "
+               "INVALID_RECORD_STATE (121) for the partition, and the record stays the owner's: "
+               "the owner's ACCEPT of it succeeds.",
+       source=f"{SOURCE}; SharePartition.acknowledge (only the acquiring member acknowledges)")
+def other_members_record(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _filled(ops, 1)
+    owner = join(ops, topic)
+    expect_eq(owner.acquire(topic, 1), [(offsets[0], 1)], "the owner's acquisition")
+    other = ShareMember(ops, owner.group, str(uuid.uuid4()))
+    other.fetch(topic, max_wait_ms=300)  # opens its session (epoch 0)
+    refused = other.acknowledge(topic, [(offsets[0], offsets[0], ACCEPT)])
+    expect_error(refused.error_code, ErrorCode.NONE, "ShareAcknowledge (top level)")
+    expect_error(_ack_error(refused), ErrorCode.INVALID_RECORD_STATE,
+                 "another member's ACCEPT of the owner's record")
+    accepted = owner.acknowledge(topic, [(offsets[0], offsets[0], ACCEPT)])
+    expect_error(_ack_error(accepted), ErrorCode.NONE, "the owner's ACCEPT")
+
+
+@check("share.fetch.wrong_session_epoch", api=API,
+       asserts="ShareFetch with a share session epoch the broker did not expect (5 on a session "
+               "at 1) answers INVALID_SHARE_SESSION_EPOCH (123); a member without a session that "
+               "sends epoch 1 gets SHARE_SESSION_NOT_FOUND (122).",
+       source=f"{SOURCE}; ShareSessionCache / SharePartitionManager.newContext")
+def wrong_session_epoch(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, _ = _filled(ops, 1)
+    member = join(ops, topic)
+    member.fetch(topic, max_wait_ms=0)
+    member.session_epoch = 5
+    expect_error(member.fetch(topic).error_code, ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                 "ShareFetch at epoch 5 on a session at 1")
+    stranger = ShareMember(ops, member.group, str(uuid.uuid4()), session_epoch=1)
+    expect_error(stranger.fetch(topic).error_code, ErrorCode.SHARE_SESSION_NOT_FOUND,
+                 "ShareFetch at epoch 1 without a session")
