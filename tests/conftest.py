@@ -48,39 +48,60 @@ _HEAVY_FIXTURES = {"korvet", "fresh_korvet", "redis_url", "fresh_redis_url", "ka
 # default order (most tests first) the longest files, which have few tests, started last and
 # ran alone. The TLC models stay in one file on one worker: spread over two workers, two TLC
 # runs fought for the two cores while the other work waited (a full run took 23 min instead of 16).
-_LONGEST_FIRST = (  # seconds per file in a full run on 1ce0f25 (765 s of pytest)
-    "tests/spec/test_spec_models.py",  # 261 s of TLC runs
-    "tests/integration/test_groups.py",  # 193 s: four real clients' rebalances
-    # 150-250 s (measured alone, the machine's load at 11; not yet in a full run)
-    "tests/spec/DenseLog/test_dense_log_replay.py",
-    "tests/integration/test_spark_pipeline.py",  # 135 s
-    "tests/conformance/test_kafka_conformance.py",  # 86 s
-    "tests/spec/GroupCoordinator/test_coordinator_replay.py",  # 73 s
-    "tests/integration/test_security.py",  # 64 s
-    "tests/integration/test_dense_differential.py",  # 83 s alone at load 13: Kafka's start, 50 sequences
-    "tests/integration/test_several_brokers.py",  # 47 s
-    "tests/integration/test_fault_runs_several_brokers.py",  # about 2 min (not in that run)
-    "tests/integration/test_fault_runs.py",  # about 1 min (not in that run)
-    "tests/integration/test_fault_runs_kafka.py",  # 80 s (not in that run)
-    "tests/integration/test_fault_runs_transactions.py",  # 119 s alone (not in that run)
-    "tests/integration/test_transactions.py",  # about 90 s alone (not in that run)
-    "tests/integration/test_kafka_connect.py",  # about 80 s alone (not in that run)
-    "tests/test_bench_smoke.py",  # 46 s
-    "tests/conformance/test_korvet_conformance.py",  # 40 s
-    "tests/conformance/test_kfake_conformance.py",  # 39 s
-    "tests/spec/PartitionLog/test_partition_log_replay.py",  # 34 s
-    "tests/integration/test_clients.py",  # 31 s
-    "tests/integration/test_kafka_streams.py",  # about 30 s alone (not in that run)
-    # 30 s (it came last, alone, in collection order)
-    "tests/spec/GroupCoordinatorTrace/test_spec_validate.py",
-    "tests/conformance/test_security_conformance.py",  # 30 s
-    "tests/integration/test_several_brokers_on_redis_cluster.py",  # 26 s
-    "tests/integration/test_redis_cluster.py",  # 25 s
-    "tests/integration/test_live.py",  # 25 s
-    "tests/integration/test_fetch_sessions.py",  # 23 s
-    "tests/integration/test_jvm_tools.py",  # 23 s
-    "tests/integration/test_limits.py",  # 21 s
-    "tests/integration/test_coordinator_durability.py",  # 20 s
+_LONGEST_FIRST = (  # seconds per file (call, set-up and tear-down) in the fresh-clone run at
+    # 11fafda: 31 min 27 s of pytest on 3 workers, every file of 20 s or more
+    "tests/spec/test_spec_models.py",  # 1412 s
+    "tests/integration/test_groups.py",  # 240 s
+    "tests/integration/test_spark_pipeline.py",  # 216 s
+    "tests/spec/GroupCoordinator/test_coordinator_replay.py",  # about 120 s since b743d4a (212 s in that run)
+    "tests/conformance/test_kafka_conformance.py",  # 183 s
+    "tests/integration/test_fault_runs_several_brokers.py",  # 171 s
+    "tests/test_bench_smoke.py",  # 166 s
+    "tests/spec/DenseLog/test_dense_log_replay.py",  # 151 s
+    "tests/integration/test_security.py",  # 144 s
+    "tests/spec/Transactions/test_transactions_replay.py",  # 113 s
+    "tests/spec/CoordinatorLease/test_lease_replay.py",  # 99 s
+    "tests/spec/PartitionLog/test_partition_log_replay.py",  # 91 s
+    "tests/integration/test_transactions.py",  # 88 s
+    "tests/integration/test_several_brokers.py",  # 84 s
+    "tests/integration/test_coordinator_durability.py",  # 83 s
+    "tests/spec/GroupCoordinatorTrace/test_spec_validate.py",  # 82 s
+    "tests/integration/test_kafka_connect.py",  # 81 s
+    "tests/integration/test_share_consumers.py",  # 80 s
+    "tests/integration/test_admin.py",  # 72 s
+    "tests/conformance/test_korvet_conformance.py",  # 69 s
+    "tests/integration/test_fault_runs.py",  # 68 s
+    "tests/integration/test_redis_cluster.py",  # 62 s
+    "tests/integration/test_safe_topology.py",  # 56 s
+    "tests/spec/Compaction/test_compaction_replay.py",  # 55 s
+    "tests/integration/test_fault_runs_kafka.py",  # 52 s
+    "tests/conformance/test_kfake_conformance.py",  # 50 s
+    "tests/integration/test_clients.py",  # 49 s
+    "tests/conformance/test_security_conformance.py",  # 46 s
+    "tests/integration/test_compaction.py",  # 45 s
+    "tests/integration/test_broker_behaviour.py",  # 44 s
+    "tests/integration/test_fault_runs_transactions.py",  # 40 s
+    "tests/integration/test_admin_tools.py",  # 40 s
+    "tests/integration/test_limits.py",  # 39 s
+    "tests/integration/test_jvm_tools.py",  # 38 s
+    "tests/integration/test_stop.py",  # 37 s
+    "tests/spec/SharePartitionRedis/test_share_replay.py",  # 36 s
+    "tests/integration/test_several_brokers_on_redis_cluster.py",  # 35 s
+    "tests/integration/test_live.py",  # 35 s
+    "tests/integration/test_several_brokers_stale_owner.py",  # 33 s
+    "tests/integration/test_share_groups.py",  # 31 s
+    "tests/integration/test_kafka_streams.py",  # 30 s
+    "tests/spec/GroupCoordinator/test_coordinator_stateful.py",  # 29 s
+    "tests/integration/test_dense_differential.py",  # 29 s
+    "tests/test_docs.py",  # 28 s
+    "tests/integration/test_clean_script.py",  # 27 s
+    "tests/integration/test_fetch_sessions.py",  # 25 s
+    "tests/integration/test_dense_offsets.py",  # 24 s
+    "tests/spec/ProducerState/test_producer_state_replay.py",  # 23 s
+    "tests/integration/test_share_partitions.py",  # 21 s
+    "tests/integration/test_redis_memory.py",  # 21 s
+    "tests/spec/OffsetCodec/test_offset_replay.py",  # 20 s
+    "tests/integration/test_redis_pipe.py",  # 20 s
 )
 
 
