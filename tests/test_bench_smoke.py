@@ -27,13 +27,14 @@ from korvet.bench.model import (
     LATENCY,
     LIBRDKAFKA,
     PRODUCE,
+    SHARE,
     SWEEP,
     BenchParams,
     Latency,
     Run,
     ceiling_client,
 )
-from korvet.bench.report import BEGIN_MARK, END_MARK, memory_rows
+from korvet.bench.report import BEGIN_MARK, END_MARK, memory_rows, share_rows
 from korvet.bench.runner import BenchResult
 from korvet.bench.summary import find, memory_verdicts, ratios, summarize, verdicts
 from korvet.bench.sweep import sweep_cells
@@ -55,6 +56,17 @@ def _assert_warmed_up(log: str, data: dict[str, Any], params: BenchParams, runs:
             assert len(warm) == 1 and warm[0]["records_per_sec"] > 0, warm
             measured = [r for r in runs if (r.target, r.client, r.mode) == (target, client, PRODUCE)]
             assert len(measured) == params.repeats  # the warm-up is not among them
+
+
+def _assert_shared_once(params: BenchParams, runs: list[Run]) -> None:
+    """Two share consumers of one share group read every record once on every target: each
+    delivery acknowledged, none repeated, nothing left behind."""
+    for target in params.targets:
+        shared = [r for r in runs if (r.target, r.mode) == (target, SHARE)]
+        assert [r.extra["consumers"] for r in shared] == [2], shared
+        for run in shared:
+            assert run.ok and run.records == params.records, run
+            assert (run.extra["redeliveries"], run.extra["unacknowledged"]) == (0, 0), run
 
 
 @pytest.mark.slow
@@ -110,6 +122,7 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
                 for mode in (PRODUCE, CONSUME):
                     ceiling = runs_of(target, ceiling_client(client), mode)
                     assert ceiling and all(r.ok for r in ceiling), ceiling
+    _assert_shared_once(params, runs)
     librdkafka_latency = runs_of(KORVET_EMBEDDED, LIBRDKAFKA, LATENCY)
     assert librdkafka_latency[0].latency and librdkafka_latency[0].latency.cdf
 
@@ -118,6 +131,7 @@ def test_bench_smoke_runs_every_target_and_writes_table_json_and_plots(tmp_path:
         assert image.startswith(PNG_MAGIC) and len(image) > 10_000, name
     assert "### Targets of the issue" in (out / "results.md").read_text()
     assert "### Redis memory per million records" in (out / "results.md").read_text()
+    assert "### Share consumers (KIP-932)" in (out / "results.md").read_text()
     assert "broker RSS < 300 MiB during every run" in (out / "results.md").read_text()
 
     # The doc's tables and plots come back from the JSON alone.
@@ -142,7 +156,7 @@ def test_batch_size_sweep_runs_each_format_and_kafka_and_plots_throughput_agains
     process = subprocess.run(
         [sys.executable, "-m", "korvet.cli", "bench", "--smoke", "--targets",
          f"{KORVET_EMBEDDED},{KAFKA}", "--clients", LIBRDKAFKA, "--batch-sizes", "1024,16384",
-         "--out", str(out)],
+         "--share-consumers", "", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     assert "produce throughput against the producers' batch.size" in process.stdout
@@ -295,3 +309,21 @@ def test_the_broker_rss_verdict_takes_the_largest_peak_of_each_korvet_target() -
     unmeasured = memory_verdicts([run(KORVET_EMBEDDED, PRODUCE, None)],
                                  BenchParams(targets=(KORVET_EMBEDDED,)))
     assert [(v.met, v.figure) for v in unmeasured] == [(None, "not measured")]
+
+
+def test_share_rows_are_medians_per_target_and_consumer_count_with_redeliveries() -> None:
+    def run(target: str, consumers: int, rate: float, redeliveries: int, repeat: int,
+            error: str | None = None) -> Run:
+        return Run(target, JAVA, SHARE, 100, repeat, records=1000, records_per_sec=rate,
+                   mb_per_sec=rate / 10_000, error=error,
+                   extra={"consumers": consumers, "redeliveries": redeliveries})
+
+    runs = [run(KAFKA, 4, 9000, 0, 0), run(KORVET_EMBEDDED, 4, 3000, 5, 0),
+            run(KORVET_EMBEDDED, 4, 1000, 0, 1), run(KORVET_EMBEDDED, 4, 2000, 1, 2),
+            run(KORVET_EMBEDDED, 1, 0, 0, 0, error="read 10 of 1000 records")]
+    result = BenchResult(BenchParams(share_consumers=(1, 4)), runs=runs)
+    assert share_rows(result) == [
+        [KORVET_EMBEDDED, "1", "100", "failed", "read 10 of 1000 records", "", "", "0 (+1 failed)"],
+        [KORVET_EMBEDDED, "4", "100", "2,000", "1,000–3,000", "0.2", "1, 5", "3"],
+        [KAFKA, "4", "100", "9,000", "9,000–9,000", "0.9", "0, 0", "1"],
+    ]

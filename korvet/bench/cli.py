@@ -16,7 +16,7 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Six latency runs (three targets, two clients) wait out their fixed rate: half a second
 # each, after a quarter second of warm-up, still gives the steady-state line and the CDF.
 SMOKE = {"records": 2_000, "repeats": 1, "record_sizes": (100,), "latency_rate": 2_000,
-         "latency_seconds": 0.5, "latency_warmup_seconds": 0.25}
+         "latency_seconds": 0.5, "latency_warmup_seconds": 0.25, "share_consumers": (2,)}
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -101,6 +101,11 @@ def add_parser(commands: Any) -> None:
                        help="records/s of the fixed-rate produce runs that measure latency")
     bench.add_argument("--latency-seconds", type=float, default=defaults.latency_seconds,
                        help="length of a latency run after its warm-up second")
+    bench.add_argument("--share-consumers", type=_int_list, default=defaults.share_consumers,
+                       metavar="N,N",
+                       help="share-consumer runs: for each N, N share consumers of one share "
+                            "group (Kafka's ShareConsumerPerformance) read --records records of "
+                            "the first record size; records/s and redeliveries")
     bench.add_argument("--out", type=Path, default=Path("bench-results"),
                        help="folder for results.json, results.md and the PNGs")
     bench.add_argument("--work-dir", type=Path, default=None,
@@ -135,12 +140,14 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,
         "smoke": args.smoke, "profile": args.profile,
         "batch_sizes": args.batch_sizes, "sweep_formats": args.sweep_formats,
-        "warmup_runs": args.warmup_runs,
+        "warmup_runs": args.warmup_runs, "share_consumers": args.share_consumers,
     }
     if args.smoke:
         values.update(SMOKE)
     if values["records"] < 1 or values["repeats"] < 1 or values["partitions"] < 1:
         raise ValueError("--records, --repeats and --partitions must be positive")
+    if any(n < 1 for n in values["share_consumers"]):
+        raise ValueError("--share-consumers takes positive counts")
     if values["warmup_runs"] < 0:
         raise ValueError("--warmup-runs must be 0 or more")
     if any("=" not in item or item.startswith("=") for item in values["topic_configs"]):

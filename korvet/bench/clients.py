@@ -151,6 +151,53 @@ def java_consume(tools: KafkaJavaTools, run: Run, topic: str, *, num_records: in
         run.error = f"read {result.records} of {num_records} records"
 
 
+def java_share_consume(tools: KafkaJavaTools, run: Run, topic: str, *, num_records: int,
+                       consumers: int) -> None:
+    """``consumers`` share consumers of a new share group, set to start at the earliest
+    record, read until ``num_records`` deliveries; then ``kafka-share-groups --describe``
+    says how many records were left unacknowledged. The redeliveries are the deliveries
+    beyond the records acknowledged: ``delivered - (num_records - unacknowledged)`` (the
+    tool acknowledges implicitly and commits before it closes its consumers)."""
+    group = f"{topic}-share"
+    try:
+        set_group_configs(tools.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        result = tools.share_consumer_performance(
+            topic, num_records=num_records, group=group, consumers=consumers,
+            timeout=_timeout(num_records))
+        unacknowledged = tools.share_group_lag(group, topic)
+    except JavaToolError as exc:
+        raise ClientError(str(exc).splitlines()[0]) from exc
+    run.records = result.records
+    run.seconds = result.fetch_time_ms / 1000
+    run.records_per_sec = result.records_per_sec
+    run.mb_per_sec = result.mb_per_sec * 1.048576  # the tool's MB is MiB
+    run.extra.update(consumers=consumers, unacknowledged=unacknowledged,
+                     redeliveries=max(0, result.records - (num_records - unacknowledged)))
+    if result.records < num_records:
+        run.error = f"read {result.records} of {num_records} records"
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource (what `kafka-configs --entity-type
+    groups --alter` sends), through confluent-kafka's AdminClient."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.incremental_alter_configs([resource])[resource].result(30)
+    except Exception as exc:  # confluent-kafka raises KafkaException (and others) here
+        raise ClientError(f"setting {sorted(configs)} on share group {group}: {exc}") from exc
+
+
 # -- librdkafka --------------------------------------------------------------------
 
 def _rdkafka(args: list[str], timeout: float) -> dict[str, Any]:

@@ -34,6 +34,7 @@ CEILING_PREFIX = "ceiling:"  # client name of a ceiling run: "ceiling:java" = in
 PRODUCE = "produce"
 CONSUME = "consume"
 LATENCY = "latency"  # produce at a fixed rate, for the latency percentiles
+SHARE = "share-consume"  # N share consumers of one share group (KIP-932) read a topic
 MODES = (PRODUCE, CONSUME, LATENCY)
 SWEEP = "batch-size sweep"  # produce at each --batch-sizes value (sweep.py), apart from MODES
 STORAGE_FORMATS = ("records", "batches")  # korvet.storage.format
@@ -78,6 +79,11 @@ class BenchParams:
     # its measured runs: Apache Kafka's JVM compiles its hot paths during its first runs
     # (its first 100 B produce ran at half the rate of its sixth, 2026-11-24).
     warmup_runs: int = 1
+    # Share-consumer runs (runner._share): for each count here, that many share consumers of
+    # one share group (Kafka's ShareConsumerPerformance, one thread each) read `records`
+    # records of the first record size from a topic of `partitions` partitions (empty: none).
+    # Results written before these runs existed read back with none (from_json).
+    share_consumers: tuple[int, ...] = (1, 4)
 
     @property
     def latency_records(self) -> int:
@@ -103,6 +109,7 @@ class BenchParams:
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in data.items() if k in names}
         values.setdefault("warmup_runs", 0)  # results written before warm-ups existed had none
+        values.setdefault("share_consumers", ())  # nor share-consumer runs
         return cls(**values)
 
 

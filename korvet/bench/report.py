@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import sweep
-from .model import CEILING_PREFIX, LATENCY, PRODUCE, TARGET_TITLES, BenchParams
+from .model import CEILING_PREFIX, LATENCY, PRODUCE, SHARE, TARGET_TITLES, TARGETS, BenchParams, Run
 from .runner import BenchResult
 from .summary import Cell, Ratio, Verdict, memory_verdicts, ratios, summarize, verdicts
 
@@ -94,6 +94,41 @@ def memory_rows(result: BenchResult) -> list[list[str]]:
             for (target, client, size), values in sorted(found.items())]
 
 
+SHARE_HEADERS = ["target", "share consumers", "record B", "rec/s (median)", "min–max", "MB/s",
+                 "redeliveries (median, max)", "runs"]
+
+
+def share_rows(result: BenchResult) -> list[list[str]]:
+    """The share-consumer runs (runner._share): per target and number of share consumers,
+    deliveries per second over all consumers and the redeliveries (deliveries beyond the
+    records acknowledged)."""
+    found: dict[tuple[str, int, int], list[Run]] = defaultdict(list)
+    for run in result.runs:
+        if run.mode == SHARE:
+            found[(run.target, int(run.extra.get("consumers", 0)), run.record_size)].append(run)
+    rows = []
+    for (target, consumers, size), members in sorted(
+            found.items(), key=lambda item: (_target_order(item[0][0]), item[0][1:])):
+        good = [r for r in members if r.ok]
+        runs = f"{len(good)}" + (f" (+{len(members) - len(good)} failed)"
+                                 if len(good) < len(members) else "")
+        if not good:
+            why = next((r.error for r in members if r.error), "failed") or "failed"
+            rows.append([target, str(consumers), f"{size:,}", "failed", why[:70], "", "", runs])
+            continue
+        rates = [r.records_per_sec for r in good]
+        again = [int(r.extra.get("redeliveries", 0)) for r in good]
+        rows.append([target, str(consumers), f"{size:,}", f"{statistics.median(rates):,.0f}",
+                     f"{min(rates):,.0f}–{max(rates):,.0f}",
+                     f"{statistics.median(r.mb_per_sec for r in good):.1f}",
+                     f"{statistics.median(again):,.0f}, {max(again):,}", runs])
+    return rows
+
+
+def _target_order(target: str) -> int:
+    return TARGETS.index(target) if target in TARGETS else len(TARGETS)
+
+
 def _verdict_text(verdict: Verdict) -> str:
     return "not measured" if verdict.met is None else ("met" if verdict.met else "NOT met")
 
@@ -133,6 +168,8 @@ def print_tables(result: BenchResult, console: Console) -> None:
     _print_rows(console, "ratios of medians", RATIO_HEADERS, [_ratio_row(r) for r in found])
     _print_rows(console, "Redis used_memory per million records (after a produce run less before "
                          "it)", MEMORY_HEADERS, memory_rows(result))
+    _print_rows(console, "share consumers (KIP-932): deliveries/s and redeliveries",
+                SHARE_HEADERS, share_rows(result))
     _print_rows(console, "produce throughput against the producers' batch.size", sweep.HEADERS,
                 sweep.rows(sweep.sweep_cells(result.runs)))
     verdict_table = Table(title="the issue's targets")
@@ -235,6 +272,18 @@ def render_markdown(result: BenchResult, image_prefix: str = "img/") -> str:  # 
                    "the records as the client sent them), per million records.")
         out.append("")
         out.append(_md_table(MEMORY_HEADERS, memory))
+        out.append("")
+    shares = share_rows(result)
+    if shares:
+        out.append("### Share consumers (KIP-932)")
+        out.append("")
+        out.append("N share consumers of one share group (Kafka's ShareConsumerPerformance, "
+                   "`--threads N`, implicit acknowledgement) read a topic the Java producer "
+                   "filled (`--records` records; the fill is not counted). rec/s counts "
+                   "deliveries over all consumers; redeliveries are the deliveries beyond the "
+                   "records acknowledged (`kafka-share-groups --describe`'s lag after the run).")
+        out.append("")
+        out.append(_md_table(SHARE_HEADERS, shares))
         out.append("")
     out.append(f"![throughput by record size]({image_prefix}bench-throughput.png)")
     out.append("")

@@ -57,6 +57,7 @@ from .model import (
     KORVET_TARGETS,
     LATENCY,
     PRODUCE,
+    SHARE,
     SWEEP,
     BenchParams,
     Run,
@@ -105,6 +106,7 @@ def _steps_of(params: BenchParams, target: str) -> int:
               * (len(params.sweep_formats) if target in KORVET_TARGETS else 1))
     if target in KORVET_TARGETS and params.profile:
         steps += len(params.record_sizes) * len(params.clients) * 2
+    steps += len(params.share_consumers) * params.repeats
     return steps
 
 
@@ -235,6 +237,7 @@ class BenchRunner:
                 self._latency(broker, target, client, repeat)
         if params.batch_sizes:
             self._sweep(broker, target)
+        self._shares(broker, target)
         if target in KORVET_TARGETS and params.profile:
             for size in params.record_sizes:
                 for client in params.clients:
@@ -351,6 +354,37 @@ class BenchRunner:
         self._drop(broker, topic)
         if target in KORVET_TARGETS:
             self._ceiling(broker, target, client, size, repeat, produce)
+
+    def _shares(self, broker: Broker, target: str) -> None:
+        for repeat in range(self.params.repeats):
+            for consumers in self.params.share_consumers:
+                self._share(broker, target, consumers, repeat)
+
+    def _share(self, broker: Broker, target: str, consumers: int, repeat: int) -> None:
+        """``consumers`` share consumers (Java) of one share group read a topic the Java
+        producer filled with ``records`` records of the first record size (the fill is not
+        recorded); records/s over all of them, and the redeliveries."""
+        params = self.params
+        size = params.record_sizes[0]
+        run = Run(target, JAVA, SHARE, size, repeat)
+        self._status(f"{target}: {consumers} share consumer(s) read {params.records:,} × "
+                     f"{size} B (#{repeat + 1})")
+        topic = self._topic(broker, JAVA, size)
+        if topic is None:
+            run.error = "topic not created"
+        else:
+            fill = self._produce(broker, Run(target, JAVA, PRODUCE, size, repeat), topic,
+                                 num_records=params.records)
+            if fill.error:
+                run.error = f"filling the topic failed: {fill.error}"
+            else:
+                tools = KafkaJavaTools(broker.bootstrap)
+                self._measure(broker, run, lambda: clients.java_share_consume(
+                    tools, run, topic, num_records=params.records, consumers=consumers))
+            self._drop(broker, topic)
+        run.extra.setdefault("consumers", consumers)
+        self._record(run)
+        self._advance()
 
     def _warm_up(self, broker: Broker, target: str, client: str, size: int, number: int) -> None:
         """A produce and a consume run like the measured ones, not recorded: logged, and kept

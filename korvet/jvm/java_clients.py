@@ -43,6 +43,8 @@ CONSUMER_GROUPS_MAIN = "org.apache.kafka.tools.consumer.group.ConsumerGroupComma
 PRODUCER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ConsumerPerformance"
 GET_OFFSETS_MAIN = "org.apache.kafka.tools.GetOffsetShell"
+SHARE_CONSUMER_PERFORMANCE_MAIN = "org.apache.kafka.tools.ShareConsumerPerformance"
+SHARE_GROUPS_MAIN = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 
 FIELD_SEPARATOR = "\x1d"  # between timestamp, partition, offset, headers, key and value
 HEADER_SEPARATOR = "\x1f"  # between two headers
@@ -135,6 +137,21 @@ class ConsumerPerformanceResult:
     fetch_time_ms: int
     fetch_mb_per_sec: float
     fetch_records_per_sec: float
+    process: subprocess.CompletedProcess[str] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConsumerPerformanceResult:
+    """The result row of ``kafka-share-consumer-perf-test`` (every share consumer together):
+    ``records`` counts deliveries, a record delivered twice twice."""
+
+    start_time: str
+    end_time: str
+    mb_consumed: float
+    mb_per_sec: float
+    records_per_sec: float
+    records: int
+    fetch_time_ms: int
     process: subprocess.CompletedProcess[str] = field(repr=False, compare=False)
 
 
@@ -455,6 +472,33 @@ class KafkaJavaTools:
         process = self.run(CONSUMER_PERFORMANCE_MAIN, args, timeout=timeout, benchmark=True)
         return parse_consumer_performance(process)
 
+    def share_consumer_performance(
+        self,
+        topic: str,
+        *,
+        num_records: int,
+        group: str,
+        consumers: int = 1,
+        idle_timeout_ms: int = 10_000,
+        timeout: float | None = None,
+    ) -> ShareConsumerPerformanceResult:
+        """``kafka-share-consumer-perf-test``: ``consumers`` share consumers of ``group`` (one
+        thread each, implicit acknowledgement) reading until ``num_records`` deliveries."""
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic, "--group", group,
+                "--num-records", str(num_records), "--threads", str(consumers),
+                "--timeout", str(idle_timeout_ms)]
+        process = self.run(SHARE_CONSUMER_PERFORMANCE_MAIN, args, timeout=timeout,
+                           benchmark=True)
+        return parse_share_consumer_performance(process)
+
+    def share_group_lag(self, group: str, topic: str, *,
+                        timeout: float | None = None) -> int:
+        """``kafka-share-groups --describe``: the group's records on ``topic`` not yet
+        acknowledged (the LAG column, summed over the partitions)."""
+        process = self.run(SHARE_GROUPS_MAIN, ["--bootstrap-server", self.bootstrap,
+                                               "--describe", "--group", group], timeout=timeout)
+        return parse_share_group_lag(process, group, topic)
+
 
 # -- parsers (pure; tested on the tools' real output) ---------------------
 
@@ -618,3 +662,43 @@ def parse_consumer_performance(process: subprocess.CompletedProcess[str]) -> Con
             break
     raise JavaToolError("no result row in the consumer performance output", process)
 
+
+_SHARE_CONSUMER_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, "
+                          "data.consumed.in.nMsg, fetch.time.ms")
+
+
+def parse_share_consumer_performance(
+        process: subprocess.CompletedProcess[str]) -> ShareConsumerPerformanceResult:
+    lines = [line.strip() for line in process.stdout.splitlines() if line.strip()]
+    for number, line in enumerate(lines[:-1]):
+        if line != _SHARE_CONSUMER_HEADER:
+            continue
+        # the group's row is the last line of seven values (progress lines name a consumer)
+        for row in reversed(lines[number + 1:]):
+            values = [v.strip() for v in row.split(",")]
+            if len(values) != 7:
+                continue
+            try:
+                return ShareConsumerPerformanceResult(
+                    start_time=values[0], end_time=values[1], mb_consumed=float(values[2]),
+                    mb_per_sec=float(values[3]), records_per_sec=float(values[4]),
+                    records=int(values[5]), fetch_time_ms=int(values[6]), process=process)
+            except ValueError:
+                continue
+    raise JavaToolError("no result row in the share consumer performance output", process)
+
+
+def parse_share_group_lag(process: subprocess.CompletedProcess[str], group: str,
+                          topic: str) -> int:
+    """The LAG column of ``kafka-share-groups --describe`` (GROUP TOPIC PARTITION
+    START-OFFSET LAG ...), summed over ``topic``'s partitions."""
+    rows = [line.split() for line in process.stdout.splitlines()]
+    found = [row for row in rows if row[:2] == [group, topic] and len(row) >= 5]
+    if not found:
+        raise JavaToolError(f"kafka-share-groups shows no partition of {topic} for {group}",
+                            process)
+    try:
+        return sum(int(row[4]) for row in found)
+    except ValueError as exc:
+        raise JavaToolError(f"kafka-share-groups' LAG column unreadable: {found}",
+                            process) from exc
