@@ -428,3 +428,37 @@ def test_a_batches_copy_call_takes_only_the_batches_that_fit(
     got = read_all(idle, name)
     assert [(m.key(), m.offset(), m.value()) for m in got] == sorted(
         ((k, o, v) for k, (o, v) in latest_per_key(records, told).items()), key=lambda t: t[1])
+
+
+@pytest.mark.spec("Compaction", "Swap")
+def test_a_share_groups_records_in_flight_survive_a_pass(idle: KorvetProcess) -> None:
+    """A share consumer holds records of a compacted topic while a pass swaps the stream: the
+    records the pass keeps stay acquired by the same member with the same delivery count (its
+    ACCEPT of them is taken, nothing is offered to another member), and those it removed are
+    gone from the group's pending entries."""
+    from tests.integration.test_share_partitions import acquired, share_ack, share_fetch, topic_id
+    from tests.support.group_configs import alter_group_configs
+    from tests.support.wire import WireClient
+
+    name, group = f"shared-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create(idle, name, CONFIGS)
+    records = updates(30, 10)
+    told = clients.confluent_produce(idle.bootstrap, name, records)
+    latest = sorted(offset for offset, _ in latest_per_key(records, told).values())
+    alter_group_configs(idle.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    with WireClient(idle.bootstrap) as wire:
+        tid = topic_id(wire, name)
+        runs = acquired(share_fetch(wire, "m-1", 0, tid, group=group, max_records=100))
+        assert runs == [(0, 29, 1)], runs
+        driver = Driver(idle, name)
+        swapped, _ = run_to_swap(driver, start_pass(driver), 50)
+        assert swapped.outcome == "SWAPPED", swapped
+        r = Redis.from_url(idle.redis_url)
+        pending: list[dict[str, Any]] = r.xpending_range(stream(name), f"share:{group}", "-",
+                                                         "+", 100)
+        assert [(int(p["message_id"].split(b"-")[0]), p["consumer"], p["times_delivered"])
+                for p in pending] == [(o, b"m:m-1", 1) for o in latest]
+        reply = share_ack(wire, "m-1", 1, tid, [(o, o, 1) for o in latest], group=group)
+        assert int(reply.responses[0].partitions[0].error_code) == 0, reply
+        assert r.xpending(stream(name), f"share:{group}")["pending"] == 0
+        assert acquired(share_fetch(wire, "m-2", 0, tid, group=group)) == []

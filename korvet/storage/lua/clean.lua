@@ -404,7 +404,8 @@ if not swap then
 end
 
 -- The swap: what retention or DeleteRecords removed meanwhile stays removed, the stream's last
--- id and counters carry over, the observability groups are re-created where they were, and
+-- id and counters carry over, the consumer groups (the observability groups, the share
+-- groups) are re-created where they were, a share group's records in flight with them, and
 -- the new key takes the stream's place.
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local s = {}
@@ -429,6 +430,16 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
                gi['entries-read'])
   else
     redis.call('XGROUP', 'CREATE', KEYS[6], gi['name'], gi['last-delivered-id'])
+  end
+  -- A share group's pending entries (its records in flight, storage/shares.py) carry over
+  -- with their owner, idle time and delivery count: XCLAIM ... FORCE makes the entry in the
+  -- new stream's group, and makes none for a record the pass removed (or retention trimmed),
+  -- which is gone from the partition as a record below the log start is.
+  if tonumber(gi['pending']) > 0 then
+    for _, p in ipairs(redis.call('XPENDING', KEYS[1], gi['name'], '-', '+', gi['pending'])) do
+      redis.call('XCLAIM', KEYS[6], gi['name'], p[2], 0, p[1], 'IDLE', p[3],
+                 'RETRYCOUNT', p[4], 'FORCE', 'JUSTID')
+    end
   end
 end
 redis.call('RENAME', KEYS[6], KEYS[1])
