@@ -165,7 +165,7 @@ def _release_keeps_lock(texts: dict[str, str]) -> None:
 
 def _claim_past_limit(texts: dict[str, str]) -> None:
     texts["share_fetch.lua"] = texts["share_fetch.lua"].replace(
-        "elseif count >= limit then", "elseif false then")
+        "if count >= limit then", "if false then")
 
 
 # One sequence of steps per broken guard: the intact scripts take each as the rules do

@@ -56,31 +56,38 @@ local function parse(id)
   return tonumber(ms), tonumber(seq)
 end
 local fields = redis.call('HMGET', meta, 'start', 'epochs')
-local start_ms, start_seq = 0, 0
-if fields[1] then start_ms, start_seq = parse(fields[1]) end
-local function trimmed(id)
-  local ms, seq = parse(id)
-  return ms < start_ms or (ms == start_ms and seq < start_seq)
-end
+local start_ms = 0
+if fields[1] then start_ms = parse(fields[1]) end
 
+-- Only the entries that are not live locks are read (XPENDING's IDLE filter): those below
+-- the log start, and those idle for the lock duration (a parked entry always is: it is
+-- parked with IDLE <lock>, SharePartitionRedis.tla's PelConsistent). The rest, the
+-- live locks, are counted, not read: a fetch costs what it can claim, not the whole PEL.
 local archived, live = 0, 0
 local claimable = {}
-local summary = redis.call('XPENDING', stream, group)
-if summary[1] > 0 then
-  for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', summary[1])) do
-    local id, owner, idle, count = p[1], p[2], p[3], p[4]
-    if trimmed(id) then
-      redis.call('XACK', stream, group, id)
-      archived = archived + 1
-    elseif owner ~= park and idle < lock then
-      live = live + 1
-    elseif count >= limit then
+local total = redis.call('XPENDING', stream, group)[1]
+if total > 0 then
+  local from, dropped = '-', 0
+  if fields[1] then
+    for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '(' .. fields[1], total)) do
+      redis.call('XACK', stream, group, p[1])
+      dropped = dropped + 1
+    end
+    from = fields[1]
+  end
+  archived = dropped
+  local free = 0
+  for _, p in ipairs(redis.call('XPENDING', stream, group, 'IDLE', lock, from, '+', total)) do
+    local id, count = p[1], p[4]
+    free = free + 1
+    if count >= limit then
       redis.call('XACK', stream, group, id)
       archived = archived + 1
     else
       claimable[#claimable + 1] = {id, count}
     end
   end
+  live = total - dropped - free
 end
 
 -- read_committed: the aborted transactions (producer id -> {{first id, marker id}, ...})
