@@ -15,7 +15,8 @@
 -- One share group on one partition is one Redis consumer group on the partition's stream,
 -- so its state is in the partition's slot. The rules are SharePartitionRedis.tla's (and
 -- korvet/core/share_partition.py's plan_fetch, which tests/unit/core/test_share_partition.py
--- checks against Kafka's): each PEL entry is looked at once, lowest id first:
+-- checks against Kafka's): each PEL entry falls in one of these, lowest id first (only the
+-- first and the last two are read, below):
 --   below the log start (a trimmed entry's reference)   XACK        (DropTrimmed)
 --   a session's, idle below the lock duration           live lock   (counts in flight)
 --   idle for the lock duration, or parked, at the limit  XACK        (ArchiveAtLimit)
