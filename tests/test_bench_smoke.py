@@ -156,11 +156,12 @@ def test_batch_size_sweep_runs_each_format_and_kafka_and_plots_throughput_agains
     process = subprocess.run(
         [sys.executable, "-m", "korvet.cli", "bench", "--smoke", "--targets",
          f"{KORVET_EMBEDDED},{KAFKA}", "--clients", LIBRDKAFKA, "--batch-sizes", "1024,16384",
-         "--share-consumers", "", "--out", str(out)],
+         "--share-consumers", "none", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     assert "produce throughput against the producers' batch.size" in process.stdout
     runs = [Run.from_json(r) for r in json.loads((out / "results.json").read_text())["runs"]]
+    assert not [r for r in runs if r.mode == SHARE]  # --share-consumers none
     swept = {(r.target, r.extra.get("storage_format"), r.extra["batch_size"]): r
              for r in runs if r.mode == SWEEP}
     assert set(swept) == {(KORVET_EMBEDDED, "records", 1024), (KORVET_EMBEDDED, "records", 16384),

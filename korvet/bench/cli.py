@@ -16,7 +16,8 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Six latency runs (three targets, two clients) wait out their fixed rate: half a second
 # each, after a quarter second of warm-up, still gives the steady-state line and the CDF.
 SMOKE = {"records": 2_000, "repeats": 1, "record_sizes": (100,), "latency_rate": 2_000,
-         "latency_seconds": 0.5, "latency_warmup_seconds": 0.25, "share_consumers": (2,)}
+         "latency_seconds": 0.5, "latency_warmup_seconds": 0.25}
+SMOKE_SHARE_CONSUMERS = (2,)  # unless --share-consumers says otherwise
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -27,6 +28,11 @@ def _int_list(text: str) -> tuple[int, ...]:
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError("expected positive integers")
     return values
+
+
+def _counts_or_none(text: str) -> tuple[int, ...]:
+    """Positive counts, or none at all ('none')."""
+    return () if text.strip().lower() == "none" else _int_list(text)
 
 
 def _choices(allowed: tuple[str, ...]) -> Any:
@@ -101,11 +107,14 @@ def add_parser(commands: Any) -> None:
                        help="records/s of the fixed-rate produce runs that measure latency")
     bench.add_argument("--latency-seconds", type=float, default=defaults.latency_seconds,
                        help="length of a latency run after its warm-up second")
-    bench.add_argument("--share-consumers", type=_int_list, default=defaults.share_consumers,
+    bench.add_argument("--share-consumers", type=_counts_or_none, default=None,
                        metavar="N,N",
                        help="share-consumer runs: for each N, N share consumers of one share "
                             "group (Kafka's ShareConsumerPerformance) read --records records of "
-                            "the first record size; records/s and redeliveries")
+                            "the first record size; records/s and redeliveries ('none': no "
+                            "share-consumer runs); default "
+                            f"{','.join(map(str, defaults.share_consumers))}, with --smoke "
+                            f"{','.join(map(str, SMOKE_SHARE_CONSUMERS))}")
     bench.add_argument("--out", type=Path, default=Path("bench-results"),
                        help="folder for results.json, results.md and the PNGs")
     bench.add_argument("--work-dir", type=Path, default=None,
@@ -140,10 +149,13 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,
         "smoke": args.smoke, "profile": args.profile,
         "batch_sizes": args.batch_sizes, "sweep_formats": args.sweep_formats,
-        "warmup_runs": args.warmup_runs, "share_consumers": args.share_consumers,
+        "warmup_runs": args.warmup_runs,
     }
     if args.smoke:
         values.update(SMOKE)
+    values["share_consumers"] = (
+        args.share_consumers if args.share_consumers is not None
+        else SMOKE_SHARE_CONSUMERS if args.smoke else BenchParams().share_consumers)
     if values["records"] < 1 or values["repeats"] < 1 or values["partitions"] < 1:
         raise ValueError("--records, --repeats and --partitions must be positive")
     if any(n < 1 for n in values["share_consumers"]):

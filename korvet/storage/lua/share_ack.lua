@@ -51,7 +51,7 @@ for i = 6, #ARGV, 2 do
 end
 
 -- Applied in as few calls as the kinds allow: one XACK, one XCLAIM to the caller (RENEW),
--- one to the parking consumer (RELEASE), each for up to a few thousand ids at a time.
+-- one to the parking consumer (RELEASE), each for up to 1,000 ids at a time.
 local acks, renews, parks = {}, {}, {}
 local accepted, archived = 0, 0
 for i = 6, #ARGV, 2 do

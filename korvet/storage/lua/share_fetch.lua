@@ -69,7 +69,7 @@ local claimable = {}
 local total = redis.call('XPENDING', stream, group)[1]
 if total > 0 then
   local from, dropped = '-', 0
-  if fields[1] then
+  if fields[1] and fields[1] ~= '0-0' then  -- nothing is below 0-0 (and '(0-0' is refused)
     for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '(' .. fields[1], total)) do
       redis.call('XACK', stream, group, p[1])
       dropped = dropped + 1
