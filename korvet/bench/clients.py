@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from korvet.jvm.java_clients import (
@@ -177,9 +178,10 @@ def java_share_consume(tools: KafkaJavaTools, run: Run, topic: str, *, num_recor
         run.error = f"read {result.records} of {num_records} records"
 
 
-def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    """IncrementalAlterConfigs SET on the GROUP resource (what `kafka-configs --entity-type
-    groups --alter` sends), through confluent-kafka's AdminClient."""
+def alter_group_configs(bootstrap: str, group: str, configs: Mapping[str, str | None]) -> None:
+    """IncrementalAlterConfigs on the GROUP resource (what `kafka-configs --entity-type groups
+    --alter` sends), through confluent-kafka's AdminClient: SET each config with a value,
+    DELETE each given None; raises the broker's refusal."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AdminClient,
         AlterConfigOpType,
@@ -189,11 +191,17 @@ def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> No
     )
 
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET
+                    if value is not None else AlterConfigOpType.DELETE)
         for name, value in configs.items()])
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """``alter_group_configs`` for a benchmark run: a refusal is the run's ClientError."""
     try:
-        admin.incremental_alter_configs([resource])[resource].result(30)
+        alter_group_configs(bootstrap, group, configs)
     except Exception as exc:  # confluent-kafka raises KafkaException (and others) here
         raise ClientError(f"setting {sorted(configs)} on share group {group}: {exc}") from exc
 

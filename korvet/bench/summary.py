@@ -51,8 +51,13 @@ class Cell:
     unsupported: bool = False  # every run was skipped: the broker lacks what the client needs
 
 
+def target_rank(target: str) -> int:
+    """Where a target's rows go: in TARGETS' order, unknown ones last."""
+    return TARGETS.index(target) if target in TARGETS else len(TARGETS)
+
+
 def _order(run_or_cell: Run | Cell) -> tuple[int, int, int, int, str]:
-    target = TARGETS.index(run_or_cell.target) if run_or_cell.target in TARGETS else len(TARGETS)
+    target = target_rank(run_or_cell.target)
     client = run_or_cell.client
     base = client.removeprefix(CEILING_PREFIX)
     client_rank = (CLIENTS.index(base) if base in CLIENTS else len(CLIENTS)) * 2 + (

@@ -436,8 +436,8 @@ def test_a_share_groups_records_in_flight_survive_a_pass(idle: KorvetProcess) ->
     records the pass keeps stay acquired by the same member with the same delivery count (its
     ACCEPT of them is taken, nothing is offered to another member), and those it removed are
     gone from the group's pending entries."""
+    from korvet.bench.clients import alter_group_configs
     from tests.integration.test_share_partitions import acquired, share_ack, share_fetch, topic_id
-    from tests.support.group_configs import alter_group_configs
     from tests.support.wire import WireClient
 
     name, group = f"shared-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"

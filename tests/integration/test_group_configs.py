@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from korvet.bench.clients import alter_group_configs
 from korvet.jvm.java_clients import KafkaJavaTools
 from tests.conftest import KorvetProcess
-from tests.support.group_configs import alter_group_configs
 
 pytestmark = pytest.mark.clients
 

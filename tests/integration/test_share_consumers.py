@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from korvet.bench.clients import alter_group_configs
 from korvet.jvm.java_clients import KafkaJavaTools
 from korvet.process import stop_process
 from tests.conftest import KorvetProcess
-from tests.support.group_configs import alter_group_configs
 
 pytestmark = pytest.mark.clients
 

@@ -34,6 +34,7 @@ from kio.schema.offset_commit.v8.request import (
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
+from korvet.bench.clients import alter_group_configs
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from korvet.jvm.java_clients import KafkaJavaTools
@@ -41,7 +42,6 @@ from korvet.protocol.kbuild import make
 from korvet.server.embedded_redis import EmbeddedRedis
 from korvet.storage.security import AclStore
 from tests.conftest import KorvetProcess
-from tests.support.group_configs import alter_group_configs
 from tests.support.wire import WireClient
 
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
