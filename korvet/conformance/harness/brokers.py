@@ -139,9 +139,12 @@ class ProcessBroker:
         self._log = self.log_path.open("ab")
         self._log.write(f"--- start {self.starts + 1}: {shlex.join(self.command)}\n".encode())
         self._log.flush()
-        self.process = subprocess.Popen(self.command, cwd=self.work_dir, stdin=subprocess.DEVNULL,
-                                        stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **self.env})
+        try:
+            self.process = subprocess.Popen(self.command, cwd=self.work_dir, stdin=subprocess.DEVNULL,
+                                            stdout=self._log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, **self.env})
+        except OSError as exc:  # no such program, not executable
+            raise BrokerError(f"cannot run {self.command[0]}: {exc.strerror or exc}") from exc
         self.starts += 1
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
@@ -270,6 +273,9 @@ def start_broker(spec: str, work_dir: Path) -> Broker:
         raise BrokerError("--start needs kfake, kafka or a command line")
     if spec != "kfake" and not any("{port}" in part for part in command):
         raise BrokerError("the --start command must contain {port} where the broker's port goes")
+    if "/" in command[0] and not Path(command[0]).is_absolute():
+        # the broker runs in its own work directory: a path relative to the caller's must not change meaning
+        command[0] = str(Path(command[0]).resolve())
     broker = ProcessBroker(command, work_dir, name="kfake" if spec == "kfake" else Path(command[0]).name)
     broker.start()
     return broker

@@ -322,6 +322,24 @@ def test_cli_exits_nonzero_when_a_check_fails(monkeypatch: pytest.MonkeyPatch, t
     assert main(["conformance", "--list", "--only", "produce.acks_*"]) == 0
 
 
+def test_a_start_command_that_cannot_run_is_named_and_a_relative_one_means_the_callers_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from korvet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["conformance", "--start", "./no-such-broker --port {port}", "--only", "produce.acks_*"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot run {tmp_path}/no-such-broker: No such file or directory" in err, err
+    # a script beside the caller, named relatively, runs (the broker's work directory is elsewhere):
+    # it exits at once, so the run stops with its output rather than a missing-file error
+    script = tmp_path / "broker.sh"
+    script.write_text("#!/bin/sh\necho started on port \"$2\"\nexit 3\n")
+    script.chmod(0o755)
+    assert main(["conformance", "--start", "./broker.sh --port {port}", "--only", "produce.acks_*"]) == 2
+    err = capsys.readouterr().err
+    assert "exited with code 3 while starting" in err and "started on port" in err, err
+
+
 def test_docs_catalogue_is_up_to_date() -> None:
     doc = (ROOT / "docs" / "conformance.md").read_text()
     body = doc.split(catalogue.CATALOGUE_BEGIN, 1)[1].split(catalogue.CATALOGUE_END, 1)[0].strip()
