@@ -7,6 +7,7 @@ fencing, the timeout abort, a broker killed with a transaction open, and Kafka's
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -606,3 +607,43 @@ def test_init_producer_id_with_half_a_producer_is_an_invalid_request(korvet: Kor
                 transaction_timeout=i32Timedelta.parse(datetime.timedelta(0))))
             assert int(answer.error_code) == 42  # INVALID_REQUEST
             assert int(answer.producer_id) == -1
+
+
+FENCED_PROBE = str(Path(__file__).resolve().parents[1] / "support" / "FencedTransactionProbe.java")
+
+# What Kafka 4.3.1's Java producer printed (tests/support/FencedTransactionProbe.java) against
+# Apache Kafka 4.3.1 from the pinned jars: one KRaft node (korvet.jvm.kafka_server.KafkaServer)
+# with transaction.abort.timed.out.transaction.cleanup.interval.ms=500, finalized
+# transaction.version 2, five runs alike. Under transactions v2 Kafka's timeout abort
+# bumps the epoch once (its fence's bump is the abort's): the late commit, one epoch
+# below, looks like a retry of the abort and gets INVALID_TXN_STATE, not PRODUCER_FENCED.
+# The zombie's commit is fenced because the new instance's InitProducerId bumped again
+# (epoch 2 after it, 3 after its own commit).
+KAFKA_FENCED_ANSWERS = {
+    "timeout": ["COMMIT InvalidTxnStateException", "ABORT KafkaException", "EPOCH 1"],
+    "zombie": ["COMMIT ProducerFencedException", "ABORT ProducerFencedException", "B OK",
+               "EPOCH 3"],
+}
+
+
+@pytest.mark.parametrize("mode", sorted(KAFKA_FENCED_ANSWERS))
+def test_a_java_producer_whose_transaction_was_aborted_under_it_is_fenced(
+        quick_checks: KorvetProcess, unique_name: str, mode: str) -> None:
+    """Kafka's Java producer whose open transaction the coordinator aborted, at its timeout
+    or because a new instance with its transactional id started, gets from its late
+    commitTransaction and abortTransaction the exceptions Kafka 4.3.1 gives it (the
+    difference between them decides whether an application may carry on), the
+    transactional id's epoch is Kafka's, and the aborted record is never read committed."""
+    from korvet.jvm.java_clients import KafkaJavaTools
+
+    bootstrap = quick_checks.bootstrap
+    create(bootstrap, unique_name)
+    command = KafkaJavaTools(bootstrap).command(
+        FENCED_PROBE, [bootstrap, unique_name, f"tx-{unique_name}", mode])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.splitlines() == KAFKA_FENCED_ANSWERS[mode], done.stderr[-4000:]
+    expected = [b"after"] if mode == "zombie" else []
+    assert [v for _, v in read_all(bootstrap, unique_name, "read_committed", idle=1)] == expected
+    assert b"fenced" in [v for _, v in read_all(bootstrap, unique_name, "read_uncommitted",
+                                                idle=1)]
