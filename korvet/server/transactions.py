@@ -297,7 +297,13 @@ class TransactionCoordinator:
                 if now - record.updated_ms >= self.check_interval_ms:
                     self._finish(record)
                 continue
-            await self.run(transactional_id, _timing_out(now))
+            timed_out = await self.run(transactional_id, _timing_out(now))
+            if timed_out.record is not None:
+                log.info("transactional id %r: transaction of producer %d open for %d ms, past "
+                         "its timeout of %d ms: fenced (now epoch %d) and aborted",
+                         transactional_id, timed_out.record.producer_id,
+                         now - record.started_ms, timed_out.record.timeout_ms,
+                         timed_out.record.producer_epoch)
             await self.run(transactional_id, _expiring(now, self.expiration_ms))
 
     async def close(self) -> None:

@@ -192,7 +192,18 @@ def test_connect_exactly_once_source_survives_a_killed_worker(tmp_path: Path) ->
                                       idle=2)]
         assert [v.decode() for v in got] == lines, (
             f"{len(got)} lines of {len(lines)}, {len(got) - len(set(got))} repeated\n"
-            f"{connect.tail()}")
+            f"{connect.tail()}\nthe broker's transaction log lines (fences, timeouts, refused "
+            f"EndTxn):\n{_transaction_lines(broker)}")
     finally:
         connect.stop()
         broker.stop()
+
+
+def _transaction_lines(broker: KorvetProcess) -> str:
+    """What the broker logged of transactions: why a producer was fenced or refused."""
+    if broker.log_path is None or not broker.log_path.is_file():
+        return "(no broker log)"
+    lines = [line for line in broker.log_path.read_text(errors="replace").splitlines()
+             if "korvet.transactions" in line or "korvet.server.handlers.transactions" in line]
+    return "\n".join(lines[-40:]) or "(none)"
+

@@ -80,6 +80,11 @@ async def init_transactional(services: Services, ctx: RequestContext, transactio
     step = await _step(services, transactional_id, lambda record, fresh: rules.init_producer_id(
         record, transactional_id, timeout_ms, max_timeout_ms=coordinator.max_timeout_ms,
         now_ms=now, expected_pid=producer_id, expected_epoch=producer_epoch, fresh_pid=fresh))
+    if step.error is ErrorCode.CONCURRENT_TRANSACTIONS and step.record is not None \
+            and step.record.state is TxnState.PREPARE_ABORT:
+        log.info("transactional id %r: InitProducerId fenced the open transaction of producer %d "
+                 "(now epoch %d) and aborts it", transactional_id, step.record.producer_id,
+                 step.record.producer_epoch)
     error = rules.fence_error(step.error, new_enough=ctx.api_version >= 4)
     if error is not ErrorCode.NONE:
         return answer(error)
@@ -159,10 +164,27 @@ async def end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
     error = rules.fence_error(step.error, new_enough=ctx.api_version >= 2)
     if error is ErrorCode.TRANSACTION_ABORTABLE and ctx.api_version < 4:
         error = ErrorCode.INVALID_TXN_STATE
+    if error in (ErrorCode.INVALID_TXN_STATE, ErrorCode.PRODUCER_FENCED,
+                 ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING):
+        # what the producer hears is fatal to it: say why on this side too
+        log.info("transactional id %r: EndTxn(%s) of producer %d epoch %d refused with %s "
+                 "(the transaction: %s)", transactional_id, "commit" if commit else "abort", pid,
+                 epoch, error.name, await _describe_record(services, transactional_id))
     ok = error is ErrorCode.NONE
     return make(response_cls, throttle_time=0, error_code=error,
                 producer_id=step.producer_id if ok else -1,
                 producer_epoch=step.producer_epoch if ok else -1)
+
+
+async def _describe_record(services: Services, transactional_id: str) -> str:
+    try:
+        record = await _coordinator(services).record(transactional_id)
+    except (RedisError, OSError) as exc:
+        return f"not read: {exc}"
+    if record is None:
+        return "none"
+    return (f"{record.state.value}, producer {record.producer_id} epoch {record.producer_epoch}, "
+            f"{len(record.partitions)} partition(s)")
 
 
 # --- TxnOffsetCommit -----------------------------------------------------------------------
