@@ -173,6 +173,22 @@ class ShareGroups:
                 log.warning("loading share group %r: %s", group_id, exc)
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
+    async def ensure(self, group_id: str) -> ErrorCode:
+        """AlterShareGroupOffsets of an id no group has: Kafka creates the share group
+        (empty, epoch 0) and sets its offsets. A classic group's id: GROUP_ID_NOT_FOUND."""
+        if not self.owns(group_id):
+            return ErrorCode.NOT_COORDINATOR
+        if self.is_classic(group_id):
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        async with self._lock:
+            try:
+                if await self._load(group_id) is None:
+                    await self.store.save_epoch(group_id, 0)
+            except (RedisError, OSError) as exc:
+                log.warning("creating share group %r: %s", group_id, exc)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
     async def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups of a share group: refused while it has members."""
         if not self.owns(group_id):

@@ -18,10 +18,20 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from kio.schema.alter_share_group_offsets.v0.request import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsRequestPartition,
+    AlterShareGroupOffsetsRequestTopic,
+)
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
 from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as DescribeGroupsV6
+from kio.schema.describe_share_group_offsets.v0.request import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequestGroup,
+    DescribeShareGroupOffsetsRequestTopic,
+)
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
@@ -31,6 +41,7 @@ from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
+from kio.schema.share_fetch.v1.request import ShareFetchRequest
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
@@ -459,3 +470,60 @@ def test_while_redis_is_away_list_groups_still_lists_share_groups(tmp_path: Path
     finally:
         broker.stop()
         server.stop()
+
+
+def test_unknown_groups_and_refusals_are_answered_as_kafka_answers_them(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """What the differential mode found against Kafka 4.3.1 (tests/conformance/
+    test_kafka_conformance.py): offsets of an id no group has are described as having no
+    state (no error); altering them creates the share group (empty, epoch 0); a described
+    unknown group has epochs 0; a refused heartbeat names no member; a refused ShareFetch
+    gives no lock duration."""
+    group, topic = f"share-{unique_name}", f"t-{unique_name}"
+    with WireClient(korvet.bootstrap) as client:
+        create_topic(client, topic, 2)
+
+        def offsets(topics: tuple[str, ...] | None) -> Any:
+            return client.request(make(DescribeShareGroupOffsetsRequest, groups=(make(
+                DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None if topics is None
+                else tuple(make(DescribeShareGroupOffsetsRequestTopic, topic_name=t,
+                                partitions=(0, 1)) for t in topics)),))).groups[0]
+
+        unknown = client.request(make(ShareGroupDescribeRequest, group_ids=(group,),
+                                      include_authorized_operations=False)).groups[0]
+        assert (unknown.error_code, unknown.group_epoch, unknown.assignment_epoch) == (
+            ErrorCode.GROUP_ID_NOT_FOUND, 0, 0)
+        everything = offsets(None)
+        assert (everything.error_code, everything.topics) == (ErrorCode.NONE, ())
+        (named,) = offsets((topic,)).topics
+        assert [(p.partition_index, p.start_offset, p.error_code) for p in named.partitions] == [
+            (0, -1, ErrorCode.NONE), (1, -1, ErrorCode.NONE)]
+
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": korvet.bootstrap})
+        for value in (b"a", b"b", b"c"):
+            producer.produce(topic, value=value, partition=1)
+        assert producer.flush(30) == 0
+        altered = client.request(make(AlterShareGroupOffsetsRequest, group_id=group, topics=(make(
+            AlterShareGroupOffsetsRequestTopic, topic_name=topic, partitions=(make(
+                AlterShareGroupOffsetsRequestPartition, partition_index=1, start_offset=1),)),)))
+        assert altered.error_code == ErrorCode.NONE
+        assert [p.error_code for t in altered.responses for p in t.partitions] == [ErrorCode.NONE]
+        created = describe(client, group)
+        assert (created.error_code, created.group_state, created.group_epoch) == (
+            ErrorCode.NONE, "Empty", 0)
+        (after,) = offsets((topic,)).topics
+        assert [(p.partition_index, p.start_offset) for p in after.partitions] == [(0, -1), (1, 1)]
+        assert listed(client, ("share",))[group][0] == "share"
+
+        refused = beat(client, group, "", 0, (topic,))  # a member id is the client's to make
+        assert refused.error_code == ErrorCode.INVALID_REQUEST
+        assert (refused.member_id, refused.member_epoch) == (None, 0)
+        fetched = client.request(make(ShareFetchRequest, group_id=group, member_id=None,
+                                      share_session_epoch=0, max_wait=0, min_bytes=0, max_bytes=0,
+                                      max_records=0, batch_size=0, topics=(),
+                                      forgotten_topics_data=()))
+        assert fetched.error_code == ErrorCode.INVALID_REQUEST
+        assert fetched.acquisition_lock_timeout.total_seconds() == 0
+

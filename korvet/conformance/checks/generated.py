@@ -34,7 +34,9 @@ SOURCE = ("Kafka's JSON message specs (clients/src/main/resources/common/message
 
 # APIs whose generated requests name a topic: they get one of their own.
 _WITH_TOPIC = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA,
-                         ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FOR_LEADER_EPOCH})
+                         ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                         ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+                         ApiKey.DELETE_SHARE_GROUP_OFFSETS})
 
 
 def _run(ctx: CheckContext, api_key: int) -> None:

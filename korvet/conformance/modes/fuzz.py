@@ -217,6 +217,27 @@ def _offset_for_leader_epoch(schema: JsonSchema, topic: str) -> JsonSchema:
     return _topic_names(schema, topic, "topics.*.topic")
 
 
+def _share_heartbeat(schema: JsonSchema, topic: str) -> JsonSchema:
+    # a member that joins stays until its session ends: only in a group of the suite's own
+    schema = narrow(schema, "group_id", FUZZ_GROUP)
+    return narrow(schema, "subscribed_topic_names", {"anyOf": [
+        {"type": "null"},
+        {"type": "array", "maxItems": 3,
+         "items": {"anyOf": [{"const": topic}, {"type": "string", "maxLength": 64}]}}]})
+
+
+def _share_session(schema: JsonSchema, topic: str) -> JsonSchema:
+    """ShareFetch, ShareAcknowledge: a group of the suite's own (acquisitions and
+    acknowledgements change its share partitions) and a bounded wait."""
+    schema = narrow(schema, "group_id", {"anyOf": [{"type": "null"}, FUZZ_GROUP]})
+    return narrow(schema, "max_wait", NO_WAIT)
+
+
+def _share_offsets(schema: JsonSchema, topic: str) -> JsonSchema:
+    schema = narrow(schema, "group_id", FUZZ_GROUP)
+    return _topic_names(schema, topic, "topics.*.topic_name")
+
+
 def _same(schema: JsonSchema, topic: str) -> JsonSchema:
     return schema
 
@@ -250,4 +271,11 @@ TARGETS: dict[int, tuple[Narrowing, Callable[[dict[str, Any]], bool] | None]] = 
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (validate_only, None),
     ApiKey.OFFSET_DELETE: (_fuzz_group, None),
     ApiKey.DESCRIBE_CLUSTER: (_same, None),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (_share_heartbeat, None),
+    ApiKey.SHARE_GROUP_DESCRIBE: (_same, None),
+    ApiKey.SHARE_FETCH: (_share_session, None),
+    ApiKey.SHARE_ACKNOWLEDGE: (_share_session, None),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (_same, None),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (_share_offsets, None),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (_share_offsets, None),
 }

@@ -153,7 +153,7 @@ class ShareHandler:
             [(str(tid), p.partition_index) for tid, p in named], forgotten,
             acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots)
         if not verdict.ok:
-            return self._whole(cls, verdict.error, None, limits)
+            return self._whole(cls, verdict.error, None)
         parts: dict[sessions.SharePartitionKey, _Part] = {}
         for tid, p in named:
             part = await self._part(ctx, tid, p.partition_index, parts)
@@ -292,7 +292,7 @@ class ShareHandler:
         limits = (await self._settings(key[0])).limits
         verdict = sessions.on_acknowledge(self.sessions, key, int(request.share_session_epoch))
         if not verdict.ok:
-            return self._whole(cls, verdict.error, None, limits)
+            return self._whole(cls, verdict.error, None)
         parts: dict[sessions.SharePartitionKey, _Part] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -330,12 +330,11 @@ class ShareHandler:
 
     # --- shared steps ----------------------------------------------------------------------
 
-    def _whole(self, cls: type[Any], code: ErrorCode, needs: str | None,
-               limits: ShareLimits | None = None) -> Any:
+    def _whole(self, cls: type[Any], code: ErrorCode, needs: str | None) -> Any:
+        """The request refused as a whole: no lock duration (0, as Kafka answers it)."""
         message = f"the request needs {needs}" if needs else None
         return make(cls, throttle_time=0, error_code=code, error_message=message,
-                    acquisition_lock_timeout=(limits or self.limits).lock_ms, responses=(),
-                    node_endpoints=())
+                    acquisition_lock_timeout=0, responses=(), node_endpoints=())
 
     async def _part(self, ctx: Connection, topic_id: uuid.UUID | None, index: int,
                     parts: dict[sessions.SharePartitionKey, _Part]) -> _Part:

@@ -62,6 +62,8 @@ async def heartbeat(services: Services, ctx: RequestContext,
         assignment = make(assignment_cls, topic_partitions=tuple(
             make(partitions_cls, topic_id=uuid.UUID(topics[name][1]), partitions=parts)
             for name, parts in reply.assignment if name in topics))
+    if reply.error is not ErrorCode.NONE:  # Kafka's refusal carries no member (id null)
+        return _heartbeat_refused(response_cls, reply.error, reply.message)
     return make(response_cls, throttle_time=0, error_code=reply.error,
                 error_message=reply.message, member_id=reply.member_id,
                 member_epoch=reply.member_epoch,
@@ -95,8 +97,8 @@ async def describe(services: Services, ctx: RequestContext,
 def _refused(response_cls: type[Any], group_id: str, error: ErrorCode,
              message: str | None) -> Any:
     return make(nested(response_cls, "DescribedGroup"), error_code=error,
-                error_message=message, group_id=group_id, group_state="", group_epoch=-1,
-                assignment_epoch=-1, assignor_name="", members=(),
+                error_message=message, group_id=group_id, group_state="", group_epoch=0,
+                assignment_epoch=0, assignor_name="", members=(),
                 authorized_operations=NOT_REQUESTED)
 
 
@@ -121,10 +123,14 @@ async def _described(services: Services, response_cls: type[Any], group: core.Sh
                 assignor_name=core.ASSIGNOR, members=members, authorized_operations=operations)
 
 
+def _heartbeat_refused(response_cls: type[Any], code: ErrorCode, message: str | None) -> Any:
+    return make(response_cls, throttle_time=0, error_code=code, error_message=message,
+                member_id=None, member_epoch=0, heartbeat_interval=0, assignment=None)
+
+
 def _heartbeat_denied(response_cls: type[Any], request: Any, version: int,
                       code: ErrorCode) -> Any:
-    return make(response_cls, throttle_time=0, error_code=code, error_message=None,
-                member_id=None, member_epoch=0, heartbeat_interval=0, assignment=None)
+    return _heartbeat_refused(response_cls, code, None)
 
 
 APIS = (
@@ -135,8 +141,8 @@ APIS = (
     Api(ApiKey.SHARE_GROUP_DESCRIBE, range(1, 2), describe,
         "share groups' state, epochs, members and assignments; authorized operations",
         Shape((Items("group_ids", "groups", flat_answer(
-            "DescribedGroup", "group_id", error_message=None, group_state="", group_epoch=-1,
-            assignment_epoch=-1, assignor_name="", members=(),
+            "DescribedGroup", "group_id", error_message=None, group_state="", group_epoch=0,
+            assignment_epoch=0, assignor_name="", members=(),
             authorized_operations=NOT_REQUESTED),
             name_of=str, empty=empty(groups=())),))),
 )

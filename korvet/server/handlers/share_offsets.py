@@ -8,7 +8,8 @@ korvet/core/share_offsets.py reads it as Kafka's start offset and lag). Describi
 altering restarts the group at the given offsets (what it had in flight dropped, as Kafka
 re-initialises the share partition); deleting removes it, so the group starts anew there per
 its `share.auto.offset.reset`. Altering and deleting need the group empty (NON_EMPTY_GROUP,
-as Kafka), so no consumer holds records the change would drop. The group's coordinator
+as Kafka), so no consumer holds records the change would drop. Ids no share group has are
+answered as Kafka answers them (docs/implementers/share-groups.md). The group's coordinator
 answers (NOT_COORDINATOR elsewhere), since only it knows the members.
 """
 
@@ -44,15 +45,16 @@ log = logging.getLogger("korvet.share")
 UNINITIALIZED = -1  # a partition the group has no state on (Kafka's answer too)
 
 
-async def _group_error(services: Services, group: str, *, empty: bool) -> ErrorCode:
-    """Why the group cannot be answered here: not its coordinator, not a share group, or
-    (``empty``) still with members."""
+async def _group_error(services: Services, group: str, *, empty: bool,
+                       absent: ErrorCode = ErrorCode.GROUP_ID_NOT_FOUND) -> ErrorCode:
+    """Why the group cannot be answered here: not its coordinator, a classic group's id,
+    no group (``absent``), or (``empty``) still with members."""
     shares = services.part(ShareGroups)
     found = await shares.describe(group)
     if isinstance(found, ErrorCode):
         return found
     if found is None:
-        return ErrorCode.GROUP_ID_NOT_FOUND
+        return ErrorCode.GROUP_ID_NOT_FOUND if shares.is_classic(group) else absent
     if empty and found.members:
         return ErrorCode.NON_EMPTY_GROUP
     return ErrorCode.NONE
@@ -84,9 +86,20 @@ async def _describe_group(services: Services, ctx: RequestContext, cls: type[Any
     topic_cls = nested(cls, "DescribeShareGroupOffsetsResponseTopic")
     partition_cls = nested(cls, "DescribeShareGroupOffsetsResponsePartition")
     group = str(wanted.group_id)
-    error = await _group_error(services, group, empty=False)
+    error = await _group_error(services, group, empty=False, absent=ErrorCode.NONE)
     if error is not ErrorCode.NONE:
         return make(group_cls, group_id=group, topics=(), error_code=error, error_message=None)
+    if not await services.part(ShareGroups).is_share(group):
+        # no group of that id: Kafka answers as for a group with no state anywhere (every
+        # partition named, known topic or not, uninitialized; none when all are asked for)
+        return make(group_cls, group_id=group, error_code=ErrorCode.NONE, error_message=None,
+                    topics=tuple(make(topic_cls, topic_name=str(t.topic_name), topic_id=None,
+                                      partitions=tuple(make(
+                                          partition_cls, partition_index=int(p),
+                                          start_offset=UNINITIALIZED, leader_epoch=-1, lag=-1,
+                                          error_code=ErrorCode.NONE, error_message=None)
+                                          for p in t.partitions))
+                                 for t in wanted.topics or ()))
     store = services.part(share_store)
     asked: list[tuple[str, tuple[int, ...] | None]] = (
         [(t.name, None) for t in await services.topics.all()] if wanted.topics is None
@@ -140,13 +153,27 @@ async def describe_share_group_offsets(services: Services, ctx: RequestContext,
     return make(cls, throttle_time=0, groups=tuple(groups))
 
 
+class _Refused(Exception):
+    """The whole request refused half-way (the group could not be created)."""
+
+    def __init__(self, error: ErrorCode) -> None:
+        super().__init__(error.name)
+        self.error = error
+
+
 async def _change_empty_group(services: Services, cls: type[Any], group: str, doing: str,
                               change: Callable[[], Awaitable[list[Any]]]) -> Any:
     """Alter and Delete: ``change`` (the per-topic answers) runs only on the coordinator of
-    an empty share group; Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
+    an empty share group (altering an id no group has creates the group once a topic is
+    named, as Kafka);
+    Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
     try:
-        error = await _group_error(services, group, empty=True)
+        error = await _group_error(services, group, empty=True,
+                                   absent=ErrorCode.NONE if doing == "altering"
+                                   else ErrorCode.GROUP_ID_NOT_FOUND)
         responses = await change() if error is ErrorCode.NONE else []
+    except _Refused as refused:
+        error, responses = refused.error, []
     except (RedisError, OSError) as exc:
         log.warning("%s share group %r's offsets: %s", doing, group, exc)
         error, responses = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
@@ -164,12 +191,19 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
 
     async def alter() -> list[Any]:
         responses = []
+        named: dict[str, list[Any]] = {}  # a topic named twice is answered once (Kafka)
         for wanted in request.topics:
-            name = str(wanted.topic_name)
+            named.setdefault(str(wanted.topic_name), []).extend(wanted.partitions)
+        for name, partitions in named.items():
             topic = await services.topics.get(name)
             allowed = ctx.access.allowed(Operation.READ, ResourceType.TOPIC, name)
+            if topic is not None and allowed:
+                # an id no group has becomes a share group once a topic of it is named
+                created = await services.part(ShareGroups).ensure(group)
+                if created is not ErrorCode.NONE:
+                    raise _Refused(created)
             parts = []
-            for p in wanted.partitions:
+            for p in partitions:
                 index, offset = int(p.partition_index), int(p.start_offset)
                 code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if not allowed
                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -181,8 +215,9 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
                     await store.reset(topic, index, group, after)
                 parts.append(make(partition_cls, partition_index=index, error_code=code,
                                   error_message=None))
-            responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
-                                  partitions=tuple(parts)))
+            if parts or topic is not None:  # an unknown one named with none: no answer (Kafka)
+                responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
+                                      partitions=tuple(parts)))
         return responses
 
     return await _change_empty_group(services, cls, group, "altering", alter)
@@ -206,8 +241,10 @@ async def delete_share_group_offsets(services: Services, ctx: RequestContext,
             elif topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                for index in range(topic.partitions):
-                    await store.delete(topic, index, group)
+                deleted = [await store.delete(topic, index, group)
+                           for index in range(topic.partitions)]
+                if not any(deleted):  # the group has no state there: as an unknown topic (Kafka)
+                    code, topic = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
                                   error_code=code, error_message=None))
         return responses
