@@ -5,8 +5,9 @@ A share session is keyed by (group id, member id), one per broker, and tied to t
 connection that opened it: when that connection closes, the broker releases every record the
 member acquired through it. The rules follow Kafka's SharePartitionManager (facts, not code):
 
-- ShareFetch with epoch 0 opens a session, replacing one the member had (acknowledgements
-  in it are INVALID_REQUEST: nothing was acquired in a session not yet open); its
+- ShareFetch with epoch 0 opens a session, replacing one the member had (whose acquired
+  records stay the member's: not released, as on Kafka); acknowledgements in it, or v2's
+  renew flag, are INVALID_REQUEST (nothing was acquired in a session not yet open); its
   partitions are the ones the request names.
 - Epoch -1 closes the session: acknowledgements in it are applied, nothing is fetched (a
   request that names partitions without acknowledging anything is INVALID_REQUEST), the
@@ -54,8 +55,10 @@ class ShareSession:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What a request may do: its error (the whole request's), the partitions to fetch, the
-    session to store (or None) and the one whose records to release (a closed or replaced
-    session, on its partitions)."""
+    session to store (or None) and the one it ends: a closed one (``closing``), whose records
+    the adapter releases, or one replaced by epoch 0, whose acquired records stay its member's
+    until their locks run out (Kafka 4.3.1: conformance check
+    share.fetch.new_session_keeps_the_members_records)."""
 
     error: ErrorCode = ErrorCode.NONE
     fetch: tuple[SharePartitionKey, ...] = ()
@@ -70,9 +73,11 @@ class Verdict:
 
 def on_fetch(table: Mapping[SessionKey, ShareSession], key: SessionKey, epoch: int,
              named: Sequence[SharePartitionKey], forgotten: Sequence[SharePartitionKey], *,
-             acknowledging: bool, connection_id: str, slots: int = DEFAULT_SLOTS) -> Verdict:
+             acknowledging: bool, connection_id: str, slots: int = DEFAULT_SLOTS,
+             renewing: bool = False) -> Verdict:
     """A ShareFetch's session step: ``named`` the partitions its topics list, ``acknowledging``
-    whether any of them carries acknowledgements."""
+    whether any of them carries acknowledgements, ``renewing`` whether it is a v2 request
+    that only renews acquisition locks (IsRenewAck)."""
     current = table.get(key)
     if epoch == FINAL_EPOCH:
         if current is None:
@@ -81,7 +86,7 @@ def on_fetch(table: Mapping[SessionKey, ShareSession], key: SessionKey, epoch: i
             return Verdict(ErrorCode.INVALID_REQUEST)
         return Verdict(drop=current, closing=True)
     if epoch == INITIAL_EPOCH:
-        if acknowledging:
+        if acknowledging or renewing:
             return Verdict(ErrorCode.INVALID_REQUEST)
         if current is None and len(table) >= slots:
             return Verdict(ErrorCode.SHARE_SESSION_LIMIT_REACHED)

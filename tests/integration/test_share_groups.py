@@ -506,15 +506,19 @@ def test_unknown_groups_and_refusals_are_answered_as_kafka_answers_them(
             producer.produce(topic, value=value, partition=1)
         assert producer.flush(30) == 0
         altered = client.request(make(AlterShareGroupOffsetsRequest, group_id=group, topics=(make(
-            AlterShareGroupOffsetsRequestTopic, topic_name=topic, partitions=(make(
-                AlterShareGroupOffsetsRequestPartition, partition_index=1, start_offset=1),)),)))
+            AlterShareGroupOffsetsRequestTopic, topic_name=topic, partitions=(
+                make(AlterShareGroupOffsetsRequestPartition, partition_index=0, start_offset=0),
+                make(AlterShareGroupOffsetsRequestPartition, partition_index=1, start_offset=1),
+            )),)))
         assert altered.error_code == ErrorCode.NONE
-        assert [p.error_code for t in altered.responses for p in t.partitions] == [ErrorCode.NONE]
+        assert [p.error_code for t in altered.responses for p in t.partitions] == [
+            ErrorCode.NONE, ErrorCode.NONE]
         created = describe(client, group)
         assert (created.error_code, created.group_state, created.group_epoch) == (
             ErrorCode.NONE, "Empty", 0)
         (after,) = offsets((topic,)).topics
-        assert [(p.partition_index, p.start_offset) for p in after.partitions] == [(0, -1), (1, 1)]
+        # partition 0 has no record yet: the offset set is kept for the group's first fetch
+        assert [(p.partition_index, p.start_offset) for p in after.partitions] == [(0, 0), (1, 1)]
         assert listed(client, ("share",))[group][0] == "share"
 
         refused = beat(client, group, "", 0, (topic,))  # a member id is the client's to make

@@ -203,3 +203,32 @@ def wrong_session_epoch(ctx: CheckContext) -> None:
     stranger = ShareMember(ops, member.group, str(uuid.uuid4()), session_epoch=1)
     expect_error(stranger.fetch(topic).error_code, ErrorCode.SHARE_SESSION_NOT_FOUND,
                  "ShareFetch at epoch 1 without a session")
+
+
+@check("share.fetch.new_session_keeps_the_members_records", api=API,
+       asserts="ShareFetch with share session epoch 0 from a member that has a session opens a "
+               "new one in its place (no error), and the records the member acquired in the old "
+               "one stay its own, locked: neither its new session nor another member acquires "
+               "them, and its ShareAcknowledge ACCEPT of them in the new session succeeds.",
+       source=f"{SOURCE}; SharePartitionManager.newContext (a full request replaces the "
+              "session; acquired records are released only when the session is closed, "
+              "epoch -1, or its connection ends)")
+def new_session_keeps_the_members_records(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _filled(ops, 2)
+    member = join(ops, topic)
+    expect_eq(member.acquire(topic, 2), [(o, 1) for o in offsets], "first acquisition")
+    member.session_epoch = 0
+    reopened = member.fetch(topic, max_wait_ms=500)
+    expect_error(reopened.error_code, ErrorCode.NONE, "ShareFetch at epoch 0 over an open session")
+    taken = [(int(r.first_offset), int(r.last_offset)) for p in _partitions(reopened)
+             for r in p.acquired_records]
+    expect_eq(taken, [], "records the new session acquires")
+    other = ShareMember(ops, member.group, str(uuid.uuid4()))
+    response = other.fetch(topic, max_wait_ms=500)
+    taken = [(int(r.first_offset), int(r.last_offset)) for p in _partitions(response)
+             for r in p.acquired_records]
+    expect_eq(taken, [], "records another member acquires")
+    accepted = member.acknowledge(topic, [(offsets[0], offsets[-1], ACCEPT)])
+    expect_error(accepted.error_code, ErrorCode.NONE, "ShareAcknowledge in the new session")
+    expect_error(_ack_error(accepted), ErrorCode.NONE, "ACCEPT of the records of the old session")

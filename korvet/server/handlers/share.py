@@ -151,7 +151,8 @@ class ShareHandler:
         verdict = sessions.on_fetch(
             self.sessions, key, int(request.share_session_epoch),
             [(str(tid), p.partition_index) for tid, p in named], forgotten,
-            acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots)
+            acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots,
+            renewing=bool(getattr(request, "is_renew_ack", False)))
         if not verdict.ok:
             return self._whole(cls, verdict.error, None)
         parts: dict[sessions.SharePartitionKey, _Part] = {}

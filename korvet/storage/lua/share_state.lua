@@ -8,7 +8,9 @@
 --   a share partition it alters
 --
 -- state: {} when the stream or the group is not there, else {last-delivered-id, pending
---   entries, the lowest pending id or '', lag (entries not delivered yet; -1: Redis cannot say)}
+--   entries, the lowest pending id or '', lag (entries not delivered yet; -1: Redis cannot say)};
+--   on a partition with no stream yet, a reset's mark reads as a group at that id
+--   (AlterShareGroupOffsets then DescribeShareGroupOffsets shows the offset set, as Kafka)
 -- reset: 1 (on a partition with no stream yet, the start is kept as share_fetch.lua's mark,
 --   `share-start:<group>` in the meta hash, for the group's creation)
 -- delete: 1 when a group (or a mark) was removed, else 0
@@ -29,7 +31,11 @@ if mode == 'reset' then
   redis.call('XGROUP', 'CREATE', stream, group, ARGV[3])
   return 1
 end
-if redis.call('EXISTS', stream) == 0 then return {} end
+if redis.call('EXISTS', stream) == 0 then
+  local marked = redis.call('HGET', meta, mark)
+  if marked then return {marked, 0, '', 0} end
+  return {}
+end
 local groups = redis.call('XINFO', 'GROUPS', stream)
 for _, info in ipairs(groups) do
   local fields = {}
