@@ -6,9 +6,9 @@ connection that opened it: when that connection closes, the broker releases ever
 member acquired through it. The rules follow Kafka's SharePartitionManager (facts, not code):
 
 - ShareFetch with epoch 0 opens a session, replacing one the member had (whose acquired
-  records stay the member's: not released, as on Kafka); acknowledgements in it, or v2's
-  renew flag, are INVALID_REQUEST (nothing was acquired in a session not yet open); its
-  partitions are the ones the request names.
+  records stay the member's: not released, as on Kafka); acknowledgements in it are
+  INVALID_REQUEST (nothing was acquired in a session not yet open); its partitions are the
+  ones the request names.
 - Epoch -1 closes the session: acknowledgements in it are applied, nothing is fetched (a
   request that names partitions without acknowledging anything is INVALID_REQUEST), the
   member's acquired records are released. SHARE_SESSION_NOT_FOUND when there is none.
@@ -73,11 +73,9 @@ class Verdict:
 
 def on_fetch(table: Mapping[SessionKey, ShareSession], key: SessionKey, epoch: int,
              named: Sequence[SharePartitionKey], forgotten: Sequence[SharePartitionKey], *,
-             acknowledging: bool, connection_id: str, slots: int = DEFAULT_SLOTS,
-             renewing: bool = False) -> Verdict:
+             acknowledging: bool, connection_id: str, slots: int = DEFAULT_SLOTS) -> Verdict:
     """A ShareFetch's session step: ``named`` the partitions its topics list, ``acknowledging``
-    whether any of them carries acknowledgements, ``renewing`` whether it is a v2 request
-    that only renews acquisition locks (IsRenewAck)."""
+    whether any of them carries acknowledgements."""
     current = table.get(key)
     if epoch == FINAL_EPOCH:
         if current is None:
@@ -86,7 +84,7 @@ def on_fetch(table: Mapping[SessionKey, ShareSession], key: SessionKey, epoch: i
             return Verdict(ErrorCode.INVALID_REQUEST)
         return Verdict(drop=current, closing=True)
     if epoch == INITIAL_EPOCH:
-        if acknowledging or renewing:
+        if acknowledging:
             return Verdict(ErrorCode.INVALID_REQUEST)
         if current is None and len(table) >= slots:
             return Verdict(ErrorCode.SHARE_SESSION_LIMIT_REACHED)

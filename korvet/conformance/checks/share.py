@@ -232,3 +232,53 @@ def new_session_keeps_the_members_records(ctx: CheckContext) -> None:
     accepted = member.acknowledge(topic, [(offsets[0], offsets[-1], ACCEPT)])
     expect_error(accepted.error_code, ErrorCode.NONE, "ShareAcknowledge in the new session")
     expect_error(_ack_error(accepted), ErrorCode.NONE, "ACCEPT of the records of the old session")
+
+
+RENEW = 4  # AcknowledgeType.RENEW (ShareFetch and ShareAcknowledge v2, KIP-1222)
+
+
+@check("share.fetch.renew_only_asks_for_nothing", api=API,
+       asserts="A ShareFetch v2 with IsRenewAck fetches nothing, so it must ask for nothing: "
+               "with MaxBytes (or MaxWait, MinBytes, MaxRecords) above 0 it answers "
+               "INVALID_REQUEST (42), before the session is looked at; with all of them 0 it "
+               "renews the locks it names (RENEW, error NONE) and acquires nothing, and a renew "
+               "request that names no partition answers none. A RENEW acknowledgement in a "
+               "request without IsRenewAck is refused for its partition (INVALID_REQUEST).",
+       source=f"{SOURCE}; KIP-1222 (renew acknowledgements); observed on Apache Kafka 4.3.1")
+def renew_only_asks_for_nothing(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    version = ops.v(ApiKey.SHARE_FETCH, lo=2)
+    topic, offsets = _filled(ops, 2)
+    member = join(ops, topic)
+    expect_eq(member.acquire(topic, 2), [(o, 1) for o in offsets], "first acquisition")
+    tid = member.topic_id(topic)
+    renew = [{"first_offset": offsets[0], "last_offset": offsets[0], "acknowledge_types": [RENEW]}]
+
+    def fetch(epoch: int, *, is_renew: bool, acks: list[dict[str, Any]] | None,
+              max_bytes: int = 0, member_id: str | None = None) -> Any:
+        return ops.call(ApiKey.SHARE_FETCH, version, group_id=member.group,
+                        member_id=member_id or member.member, share_session_epoch=epoch,
+                        max_wait=0, min_bytes=0, max_bytes=max_bytes, max_records=0, batch_size=0,
+                        is_renew_ack=is_renew, forgotten_topics_data=[], topics=[] if acks is None
+                        else [{"topic_id": tid, "partitions": [
+                            {"partition_index": 0, "acknowledgement_batches": acks}]}])
+
+    stranger = fetch(1, is_renew=True, acks=None, max_bytes=1 << 20, member_id=str(uuid.uuid4()))
+    expect_error(stranger.error_code, ErrorCode.INVALID_REQUEST,
+                 "IsRenewAck with MaxBytes 1 MiB, from a member without a session at epoch 1")
+    asking = fetch(member.session_epoch, is_renew=True, acks=renew, max_bytes=1 << 20)
+    expect_error(asking.error_code, ErrorCode.INVALID_REQUEST, "IsRenewAck with MaxBytes 1 MiB")
+    renewed = fetch(member.session_epoch, is_renew=True, acks=renew)
+    expect_error(renewed.error_code, ErrorCode.NONE, "IsRenewAck, all 0, renewing one record")
+    member.session_epoch += 1
+    expect_eq([(int(p.acknowledge_error_code), [r.first_offset for r in p.acquired_records])
+               for p in _partitions(renewed)], [(ErrorCode.NONE, [])],
+              "the partition's acknowledge error and acquired records after RENEW")
+    bare = fetch(member.session_epoch, is_renew=True, acks=None)
+    expect_error(bare.error_code, ErrorCode.NONE, "IsRenewAck, all 0, naming no partition")
+    member.session_epoch += 1
+    expect_eq(len(_partitions(bare)), 0, "partitions answered to a renew request naming none")
+    plain = member.fetch(topic, acks=[(offsets[1], offsets[1], RENEW)], max_wait_ms=0)
+    expect_error(plain.error_code, ErrorCode.NONE, "ShareFetch (top level) with a RENEW acknowledgement")
+    expect_error(_ack_error(plain), ErrorCode.INVALID_REQUEST,
+                 "a RENEW acknowledgement in a request without IsRenewAck")

@@ -112,6 +112,16 @@ class _Part:
         return self.topic is not None and self.error is ErrorCode.NONE
 
 
+def _renews_but_fetches(request: ShareFetchRequest) -> bool:
+    """A v2 request that only renews locks (IsRenewAck) fetches nothing, so it must ask for
+    nothing: Kafka 4.3.1 answers INVALID_REQUEST otherwise, before it looks at the session
+    (conformance check share.fetch.renew_only_asks_for_nothing)."""
+    if not getattr(request, "is_renew_ack", False):
+        return False
+    return bool(millis(request.max_wait) or request.min_bytes or request.max_bytes
+                or request.max_records or request.batch_size)
+
+
 class ShareHandler:
     """The broker's share sessions and the share partitions' scripts (one per tenant)."""
 
@@ -142,6 +152,10 @@ class ShareHandler:
         key = (str(request.group_id or ""), str(request.member_id or ""))
         if not key[0] or not key[1]:
             return self._whole(cls, ErrorCode.INVALID_REQUEST, "a group id and a member id")
+        if _renews_but_fetches(request):
+            return self._whole(cls, ErrorCode.INVALID_REQUEST,
+                               "max wait, min bytes, max bytes, max records and batch size "
+                               "of 0 with IsRenewAck")
         group = await self._settings(key[0])
         limits = group.limits
         named = [(t.topic_id, p) for t in request.topics for p in t.partitions]
@@ -151,8 +165,7 @@ class ShareHandler:
         verdict = sessions.on_fetch(
             self.sessions, key, int(request.share_session_epoch),
             [(str(tid), p.partition_index) for tid, p in named], forgotten,
-            acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots,
-            renewing=bool(getattr(request, "is_renew_ack", False)))
+            acknowledging=acknowledging, connection_id=ctx.connection_id, slots=self.slots)
         if not verdict.ok:
             return self._whole(cls, verdict.error, None)
         parts: dict[sessions.SharePartitionKey, _Part] = {}
@@ -167,6 +180,8 @@ class ShareHandler:
             self._apply(ctx, verdict)
             if verdict.closing:
                 await self._release_session(verdict.drop)
+                return self._fetch_response(cls, list(parts.values()), limits)
+            if renew:  # renews locks only: nothing acquired, the named partitions answered
                 return self._fetch_response(cls, list(parts.values()), limits)
             for pkey in verdict.fetch:
                 if pkey not in parts:

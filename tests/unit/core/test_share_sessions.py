@@ -25,10 +25,6 @@ def test_epoch_zero_opens_and_replaces_a_session() -> None:
 def test_epoch_zero_with_acknowledgements_is_an_invalid_request() -> None:
     verdict = ss.on_fetch({}, KEY, 0, [P1], [], acknowledging=True, connection_id="c1")
     assert verdict.error is ErrorCode.INVALID_REQUEST and verdict.store is None
-    # a v2 request that only renews locks cannot open a session either (Kafka: INVALID_REQUEST)
-    renewing = ss.on_fetch({}, KEY, 0, [P1], [], acknowledging=False, connection_id="c1",
-                           renewing=True)
-    assert (renewing.error, renewing.store) == (ErrorCode.INVALID_REQUEST, None)
 
 
 def test_the_next_epoch_adds_and_forgets_partitions() -> None:
