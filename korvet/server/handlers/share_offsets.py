@@ -165,8 +165,7 @@ async def _change_empty_group(services: Services, cls: type[Any], group: str, do
                               change: Callable[[], Awaitable[list[Any]]]) -> Any:
     """Alter and Delete: ``change`` (the per-topic answers) runs only on the coordinator of
     an empty share group (altering an id no group has creates the group once a topic is
-    named, as Kafka);
-    Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
+    named, as Kafka); Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
     try:
         error = await _group_error(services, group, empty=True,
                                    absent=ErrorCode.NONE if doing == "altering"
