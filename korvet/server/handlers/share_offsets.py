@@ -189,7 +189,9 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
     store = services.part(share_store)
 
     async def alter() -> list[Any]:
-        responses = []
+        # Kafka answers the topics it refuses (unknown, not authorized) before the others
+        refused: list[Any] = []
+        responses: list[Any] = []
         named: dict[str, list[Any]] = {}  # a topic named twice is answered once (Kafka)
         for wanted in request.topics:
             named.setdefault(str(wanted.topic_name), []).extend(wanted.partitions)
@@ -215,9 +217,10 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
                 parts.append(make(partition_cls, partition_index=index, error_code=code,
                                   error_message=None))
             if parts or topic is not None:  # an unknown one named with none: no answer (Kafka)
-                responses.append(make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
-                                      partitions=tuple(parts)))
-        return responses
+                answer = make(topic_cls, topic_name=name, topic_id=_topic_id(topic),
+                              partitions=tuple(parts))
+                (responses if topic is not None and allowed else refused).append(answer)
+        return refused + responses
 
     return await _change_empty_group(services, cls, group, "altering", alter)
 
