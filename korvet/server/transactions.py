@@ -302,7 +302,7 @@ class TransactionCoordinator:
                 log.info("transactional id %r: transaction of producer %d open for %d ms, past "
                          "its timeout of %d ms: fenced (now epoch %d) and aborted",
                          transactional_id, timed_out.record.producer_id,
-                         now - record.started_ms, timed_out.record.timeout_ms,
+                         now - timed_out.record.started_ms, timed_out.record.timeout_ms,
                          timed_out.record.producer_epoch)
             await self.run(transactional_id, _expiring(now, self.expiration_ms))
 

@@ -26,6 +26,7 @@ from korvet.core import share_offsets as rules
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.core.security.acl import Operation, ResourceType
+from korvet.core.share_group import ShareGroup
 from korvet.core.topics import TopicInfo
 from korvet.protocol.denials import Items, Shape, Whole, empty, group_id, whole_error
 from korvet.protocol.kbuild import make, nested, response_type
@@ -45,19 +46,14 @@ log = logging.getLogger("korvet.share")
 UNINITIALIZED = -1  # a partition the group has no state on (Kafka's answer too)
 
 
-async def _group_error(services: Services, group: str, *, empty: bool,
-                       absent: ErrorCode = ErrorCode.GROUP_ID_NOT_FOUND) -> ErrorCode:
-    """Why the group cannot be answered here: not its coordinator, a classic group's id,
-    no group (``absent``), or (``empty``) still with members."""
+async def _lookup(services: Services, group: str) -> ShareGroup | ErrorCode | None:
+    """The share group (None: no group has the id), or why it cannot be answered here: not
+    its coordinator, Redis unreachable, a classic group's id (GROUP_ID_NOT_FOUND)."""
     shares = services.part(ShareGroups)
     found = await shares.describe(group)
-    if isinstance(found, ErrorCode):
-        return found
-    if found is None:
-        return ErrorCode.GROUP_ID_NOT_FOUND if shares.is_classic(group) else absent
-    if empty and found.members:
-        return ErrorCode.NON_EMPTY_GROUP
-    return ErrorCode.NONE
+    if found is None and shares.is_classic(group):
+        return ErrorCode.GROUP_ID_NOT_FOUND
+    return found
 
 
 async def _describe_partition(services: Services, store: ShareStore, cls: type[Any],
@@ -86,10 +82,10 @@ async def _describe_group(services: Services, ctx: RequestContext, cls: type[Any
     topic_cls = nested(cls, "DescribeShareGroupOffsetsResponseTopic")
     partition_cls = nested(cls, "DescribeShareGroupOffsetsResponsePartition")
     group = str(wanted.group_id)
-    error = await _group_error(services, group, empty=False, absent=ErrorCode.NONE)
-    if error is not ErrorCode.NONE:
-        return make(group_cls, group_id=group, topics=(), error_code=error, error_message=None)
-    if not await services.part(ShareGroups).is_share(group):
+    found = await _lookup(services, group)
+    if isinstance(found, ErrorCode):
+        return make(group_cls, group_id=group, topics=(), error_code=found, error_message=None)
+    if found is None:
         # no group of that id: Kafka answers as for a group with no state anywhere (every
         # partition named, known topic or not, uninitialized; none when all are asked for)
         return make(group_cls, group_id=group, error_code=ErrorCode.NONE, error_message=None,
@@ -162,14 +158,16 @@ class _Refused(Exception):
 
 
 async def _change_empty_group(services: Services, cls: type[Any], group: str, doing: str,
-                              change: Callable[[], Awaitable[list[Any]]]) -> Any:
+                              change: Callable[[], Awaitable[list[Any]]], *,
+                              absent: ErrorCode) -> Any:
     """Alter and Delete: ``change`` (the per-topic answers) runs only on the coordinator of
-    an empty share group (altering an id no group has creates the group once a topic is
-    named, as Kafka); Redis unreachable is COORDINATOR_NOT_AVAILABLE for the request."""
+    an empty share group, or where no group has the id when ``absent`` is NONE (altering
+    creates the group once a topic is named, as Kafka); Redis unreachable is
+    COORDINATOR_NOT_AVAILABLE for the request."""
     try:
-        error = await _group_error(services, group, empty=True,
-                                   absent=ErrorCode.NONE if doing == "altering"
-                                   else ErrorCode.GROUP_ID_NOT_FOUND)
+        found = await _lookup(services, group)
+        error = (found if isinstance(found, ErrorCode) else absent if found is None
+                 else ErrorCode.NON_EMPTY_GROUP if found.members else ErrorCode.NONE)
         responses = await change() if error is ErrorCode.NONE else []
     except _Refused as refused:
         error, responses = refused.error, []
@@ -195,14 +193,16 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
         named: dict[str, list[Any]] = {}  # a topic named twice is answered once (Kafka)
         for wanted in request.topics:
             named.setdefault(str(wanted.topic_name), []).extend(wanted.partitions)
+        known = {name: (await services.topics.get(name),
+                        ctx.access.allowed(Operation.READ, ResourceType.TOPIC, name))
+                 for name in named}
+        if any(topic is not None and allowed for topic, allowed in known.values()):
+            # an id no group has becomes a share group once a topic of it is named
+            created = await services.part(ShareGroups).ensure(group)
+            if created is not ErrorCode.NONE:
+                raise _Refused(created)
         for name, partitions in named.items():
-            topic = await services.topics.get(name)
-            allowed = ctx.access.allowed(Operation.READ, ResourceType.TOPIC, name)
-            if topic is not None and allowed:
-                # an id no group has becomes a share group once a topic of it is named
-                created = await services.part(ShareGroups).ensure(group)
-                if created is not ErrorCode.NONE:
-                    raise _Refused(created)
+            topic, allowed = known[name]
             parts = []
             for p in partitions:
                 index, offset = int(p.partition_index), int(p.start_offset)
@@ -222,7 +222,8 @@ async def alter_share_group_offsets(services: Services, ctx: RequestContext,
                 (responses if topic is not None and allowed else refused).append(answer)
         return refused + responses
 
-    return await _change_empty_group(services, cls, group, "altering", alter)
+    return await _change_empty_group(services, cls, group, "altering", alter,
+                                     absent=ErrorCode.NONE)
 
 
 async def delete_share_group_offsets(services: Services, ctx: RequestContext,
@@ -251,7 +252,8 @@ async def delete_share_group_offsets(services: Services, ctx: RequestContext,
                                   error_code=code, error_message=None))
         return responses
 
-    return await _change_empty_group(services, cls, group, "deleting", delete)
+    return await _change_empty_group(services, cls, group, "deleting", delete,
+                                     absent=ErrorCode.GROUP_ID_NOT_FOUND)
 
 
 def _topic_id(topic: TopicInfo | None) -> uuid.UUID | None:
