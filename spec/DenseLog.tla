@@ -41,7 +41,11 @@
 (* partition's is fenced; the consumer then asks the end offset of its     *)
 (* epoch (OffsetForLeaderEpoch) and, if its position is past it, goes back *)
 (* to it.  `NoSilentSkip`: a consumer never moves past a record of the log *)
-(* without having read it.                                                 *)
+(* without having read it.  A consumer may also position at the end before *)
+(* reading (`ListLatest`), keeping the epoch ListOffsets gives, 0 on a     *)
+(* partition never written; `ValidationFindsAnEnd`: its validation always  *)
+(* gets an end offset, never the UNDEFINED that sends it to its reset      *)
+(* policy.                                                                 *)
 (*                                                                         *)
 (* Names: spec/README.md; explained in docs/spec/dense-offsets.md.         *)
 (***************************************************************************)
@@ -115,19 +119,26 @@ Holds(e, o) == e.base <= o /\ o <= Last(e)
 RecordAt(o) == LET i == CHOOSE i \in DOMAIN stream : Holds(stream[i], o)
                IN  stream[i].recs[o - stream[i].base + 1]
 Present(o) == LogStart <= o /\ o < HW
+\* The epochs the broker answers with: the history; before the partition's first write
+\* (or once Redis lost all of it) Kafka's first epoch, 0 from offset 0, which is what the
+\* broker's Metadata and ListOffsets then say (korvet/core/epochs.py NEVER_WRITTEN).
+Hist == IF meta.epochs = <<>> THEN <<<<0, 0>>>> ELSE meta.epochs
+CurEpoch == Hist[Len(Hist)][1]
 \* The epoch a record was written in: the last epoch starting at or before it.
-EpochOf(o) == LET k == MaxOf({j \in DOMAIN meta.epochs : meta.epochs[j][2] <= o})
-              IN  meta.epochs[k][1]
+EpochOf(o) == LET k == MaxOf({j \in DOMAIN Hist : Hist[j][2] <= o})
+              IN  Hist[k][1]
 \* OffsetForLeaderEpoch(e), as Kafka's LeaderEpochFileCache.endOffsetFor answers it: the
 \* high watermark for the current epoch; for an older one, the start of the first epoch
-\* after it (an epoch the log lost lies between two it has); -1 (UNDEFINED_EPOCH_OFFSET)
-\* for an epoch older than the log's first or newer than its current.
+\* after it (an epoch the log lost lies between two it has); for one older than the
+\* first the log has, the first's start (Kafka: "the requested epoch is smaller than any
+\* known epoch"); -1 (UNDEFINED_EPOCH_OFFSET) only for an epoch newer than the current.
 EndOffset(e) ==
-    IF meta.epochs = <<>> \/ e < meta.epochs[1][1] \/ e > meta.epoch THEN -1
-    ELSE IF e = meta.epoch THEN HW
-    ELSE LET later == {j \in DOMAIN meta.epochs : meta.epochs[j][1] > e}
+    IF e < 0 \/ e > CurEpoch THEN -1
+    ELSE IF e = CurEpoch THEN HW
+    ELSE IF e < Hist[1][1] THEN Hist[1][2]
+    ELSE LET later == {j \in DOMAIN Hist : Hist[j][1] > e}
              j == CHOOSE j \in later : \A i \in later : j <= i
-         IN  meta.epochs[j][2]
+         IN  Hist[j][2]
 
 \* Kafka's answer to ListOffsets for time t: the first record at or after the log start
 \* whose timestamp is at or after t; -1 when there is none.
@@ -250,8 +261,8 @@ CUNCHANGED == <<logVars, disk, life, clock, restartedAt, appends, restarts>>
 \* has read records validate its position before it fetches again (Kafka's consumer
 \* awaits validation when the leader epoch changes).
 Metadata ==
-    /\ Consumer /\ meta.epoch > known
-    /\ known' = meta.epoch
+    /\ Consumer /\ CurEpoch > known
+    /\ known' = CurEpoch
     /\ fenced' = (fenced \/ lastEpoch # -1)
     /\ UNCHANGED <<CUNCHANGED, pos, base, got, lastEpoch>>
 
@@ -259,7 +270,7 @@ Metadata ==
 \* newer one (FENCED_LEADER_EPOCH); OFFSET_OUT_OF_RANGE outside the log (reset to the
 \* log start); else up to FetchCount records, and the epoch of the last.
 Fetch ==
-    /\ ~fenced /\ meta.epoch # -1 /\ known = meta.epoch
+    /\ ~fenced /\ known = CurEpoch
     /\ IF pos < LogStart \/ pos > HW
          THEN /\ pos' = LogStart /\ base' = LogStart /\ got' = <<>> /\ lastEpoch' = -1
               /\ UNCHANGED fenced
@@ -272,7 +283,7 @@ Fetch ==
     /\ UNCHANGED <<CUNCHANGED, known>>
 
 FetchFenced ==
-    /\ ~fenced /\ meta.epoch # -1 /\ known < meta.epoch /\ known # -1
+    /\ ~fenced /\ known # -1 /\ known < CurEpoch
     /\ fenced' = TRUE
     /\ UNCHANGED <<CUNCHANGED, pos, base, got, lastEpoch, known>>
 
@@ -281,7 +292,7 @@ FetchFenced ==
 \* (Kafka's consumer with a reset policy: "Truncation detected ... resetting offset to
 \* the first offset known to diverge"); an epoch the log never had resets it.
 Validate ==
-    /\ fenced /\ known = meta.epoch
+    /\ fenced /\ known = CurEpoch
     /\ fenced' = FALSE
     /\ IF lastEpoch = -1 THEN UNCHANGED <<pos, base, got, lastEpoch>>
        ELSE LET end == EndOffset(lastEpoch)
@@ -293,9 +304,19 @@ Validate ==
                     ELSE UNCHANGED <<pos, base, got, lastEpoch>>
     /\ UNCHANGED <<CUNCHANGED, known>>
 
+\* The consumer positions itself at the end before reading (auto.offset.reset=latest with
+\* no committed offset, a reset to latest, seekToEnd): ListOffsets LATEST answers the high
+\* watermark and the epoch it lies in (0 on a partition never written), and the consumer
+\* keeps that epoch with its position (Kafka's FetchPosition.offsetEpoch) to validate it
+\* after the next epoch change, as it would the epoch of a record it read.
+ListLatest ==
+    /\ Consumer /\ ~fenced /\ known = CurEpoch /\ got = <<>> /\ lastEpoch = -1 /\ pos = base
+    /\ pos' = HW /\ base' = HW /\ lastEpoch' = EpochOf(HW)
+    /\ UNCHANGED <<CUNCHANGED, got, known, fenced>>
+
 Next ==
     \/ AppendBatch \/ DeleteRecords \/ Fsync \/ RedisRestart \/ Tick
-    \/ Metadata \/ Fetch \/ FetchFenced \/ Validate
+    \/ Metadata \/ Fetch \/ FetchFenced \/ Validate \/ ListLatest
 
 Spec == Init /\ [][Next]_vars
 
@@ -344,6 +365,14 @@ EpochsOrdered ==
          /\ meta.epochs[j - 1][1] < meta.epochs[j][1]
          /\ meta.epochs[j - 1][2] < meta.epochs[j][2]
     /\ meta.epochs # <<>> => meta.epochs[Len(meta.epochs)][1] = meta.epoch
+
+(* A consumer validating its position always learns where its epoch ends: never      *)
+(* UNDEFINED (-1), on which Kafka's consumer falls back to its reset policy, and with   *)
+(* `latest` skips every record written since its position. The epoch it validates is   *)
+(* that of a record it read or of the end it positioned at, 0 on a partition never       *)
+(* written, which the history does not hold once the first write started its epoch.     *)
+ValidationFindsAnEnd ==
+    (fenced /\ known = CurEpoch /\ lastEpoch # -1) => EndOffset(lastEpoch) # -1
 
 (* The consumer never moves past a record of the log without having read it: every   *)
 (* record still in the log between where it last positioned and its position is one  *)

@@ -8,10 +8,18 @@ pairs, the start being the epoch's first offset, epochs and starts growing
 - ``epoch_of(offset)``: the epoch a record was written in (a fetched batch carries it as its
   partition leader epoch, and a consumer validates its position with it);
 - ``end_offset(epoch, high_watermark)``: OffsetForLeaderEpoch's answer, as Kafka's leader
-  epoch cache gives it: the current epoch ends at the high watermark; an older one at the
-  start of the first epoch after it (an epoch the log lost lies between two it has, and ends
-  where the next begins), with the largest epoch at or below the one asked; an epoch older
-  than the first or newer than the current has none (-1, -1: the client resets);
+  epoch cache gives it (spec/DenseLog.tla `EndOffset`): the current epoch ends at the high
+  watermark; an older one at the start of the first epoch after it (an epoch the log lost
+  lies between two it has, and ends where the next begins), with the largest epoch at or
+  below the one asked; one older than the first the history holds, at the first's start,
+  with the epoch asked; only an epoch newer than the current has none (-1, -1: the client
+  falls back to its reset policy). A partition never written answers as Kafka's first
+  epoch, 0 from offset 0: a consumer that positioned at its end then holds epoch 0, older
+  than the first real epoch (seconds since 2024), and must be told its position is valid,
+  not sent to ``latest`` past the first records (ValidationFindsAnEnd);
+- ``diverging(last_fetched_epoch, offset, ...)``: Fetch v12's diverging epoch, where the
+  fetcher's log and the partition's part (KIP-595's check, which Kafka's leader makes for
+  any fetch naming the epoch it last fetched);
 - ``fence(requested)``: a request's current_leader_epoch against the partition's:
   FENCED_LEADER_EPOCH when older (the client refreshes its metadata and validates), and
   UNKNOWN_LEADER_EPOCH when newer (the broker is behind: retriable); -1 is not checked.
@@ -27,6 +35,7 @@ from korvet.core.errors import ErrorCode
 
 NO_EPOCH = -1
 _NO_LIMIT = 2**63
+_KAFKAS_FIRST = ((0, 0),)  # a partition never written: Kafka's epoch 0 from offset 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +70,38 @@ class Epochs:
 
     def end_offset(self, epoch: int, high_watermark: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers ``epoch``."""
-        if not self.history:
-            return (0, high_watermark) if epoch >= 0 else (NO_EPOCH, -1)
-        if epoch < self.history[0][0] or epoch > self.current:
+        history = self.history or _KAFKAS_FIRST
+        if epoch < 0 or epoch > history[-1][0]:
             return NO_EPOCH, -1
-        if epoch == self.current:
+        if epoch == history[-1][0]:
             return epoch, high_watermark
-        floor = self.history[0][0]
-        for known, start in self.history:
+        first_epoch, first_start = history[0]
+        if epoch < first_epoch:
+            return epoch, first_start
+        floor = first_epoch
+        for known, start in history:
             if known > epoch:
                 return floor, start
             floor = known
         return floor, high_watermark  # unreachable: epoch < current has a later epoch
+
+    def diverging(self, last_fetched_epoch: int, fetch_offset: int, log_start: int,
+                  high_watermark: int) -> tuple[ErrorCode, tuple[int, int] | None]:
+        """A fetch (v12+) that names the epoch of the last record it read: where the logs
+        diverge, as Kafka's leader answers it (Partition.readRecords), once the request's
+        current epoch passed ``fence``. The end of that epoch (``end_offset``) below the fetch
+        offset, or an earlier epoch answered, is the divergence: (epoch, end offset) sent as
+        ``diverging_epoch`` with no records; an epoch with no end, or a fetch offset below the
+        log start, is OFFSET_OUT_OF_RANGE; otherwise the fetch reads on (None). A negative
+        epoch is not given (clients' fetches send -1: only followers name one)."""
+        if last_fetched_epoch < 0:
+            return ErrorCode.NONE, None
+        epoch, end = self.end_offset(last_fetched_epoch, high_watermark)
+        if end < 0 or fetch_offset < log_start:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return ErrorCode.NONE, (epoch, end)
+        return ErrorCode.NONE, None
 
     def fence(self, requested: int) -> ErrorCode:
         if requested < 0:

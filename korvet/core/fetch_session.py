@@ -82,6 +82,7 @@ class PartitionRequest:
     fetch_offset: int
     max_bytes: int
     leader_epoch: int = -1
+    last_fetched_epoch: int = -1  # v12+: the epoch of the last record fetched (-1: none)
 
     @property
     def key(self) -> PartitionKey:

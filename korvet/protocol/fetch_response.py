@@ -70,6 +70,8 @@ class PartitionAnswer:
     records: RecordSet
     # read_committed: the aborted transactions the records may hold, (producer id, first offset)
     aborted: tuple[tuple[int, int], ...] | None = None
+    # v12+: (epoch, end offset) where the fetcher's log diverges (a tagged field; None: absent)
+    diverging: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -110,11 +112,27 @@ class FetchAnswer:
                      aborted_transactions=None if p.aborted is None else tuple(
                          make(aborted_cls, producer_id=pid, first_offset=first)
                          for pid, first in p.aborted),
-                     preferred_read_replica=-1, records=p.records.tobytes())
+                     preferred_read_replica=-1, records=p.records.tobytes(),
+                     **_diverging_kio(partition_cls, p.diverging))
                 for p in topic.partitions))
             for topic in self.topics)
         return make(response_cls, throttle_time=0, error_code=self.error_code,
                     session_id=self.session_id, responses=topics)
+
+
+def _diverging_kio(partition_cls: type[Any], diverging: tuple[int, int] | None) -> dict[str, Any]:
+    if diverging is None:
+        return {}
+    return {"diverging_epoch": make(nested(partition_cls, "EpochEndOffset"), epoch=diverging[0],
+                                    end_offset=diverging[1])}
+
+
+def _tagged(diverging: tuple[int, int] | None) -> bytes:
+    """A partition's tagged fields (v12+): none, or diverging_epoch (tag 0: epoch, end
+    offset and the struct's own empty tagged fields, 13 bytes)."""
+    if diverging is None:
+        return b"\x00"
+    return b"\x01\x00\x0d" + _I32.pack(diverging[0]) + _I64.pack(diverging[1]) + b"\x00"
 
 
 def _uvarint(value: int) -> bytes:
@@ -183,7 +201,7 @@ def _frame(answer: FetchAnswer, correlation_id: int) -> list[Buffer]:
                 size += records.size
                 head = bytearray()
             if flexible:
-                head.append(0)  # the partition's tagged fields
+                head += _tagged(p.diverging)  # the partition's tagged fields
         if flexible:
             head.append(0)  # the topic's tagged fields
     if flexible:

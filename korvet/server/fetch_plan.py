@@ -36,6 +36,8 @@ class PartitionFetch:
     committed: bool = False  # isolation_level read_committed: records end at the last stable offset
     last_stable_offset: int = -1
     aborted: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset), read_committed
+    last_fetched_epoch: int = -1  # v12+: the request's (-1: none)
+    diverging: tuple[int, int] | None = None  # (epoch, end offset) where the fetcher's log parts
 
     @property
     def readable(self) -> bool:

@@ -50,11 +50,11 @@ def produce_request(topic: str, partitions: dict[int, bytes], acks: int = -1,
 def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
                   min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
                   partition_max_bytes: int = 1024 * 1024, version: int = 12,
-                  current_leader_epoch: int = -1) -> Any:
+                  current_leader_epoch: int = -1, last_fetched_epoch: int = -1) -> Any:
     cls = load_request_schema(1, version)
     part = make(nested(cls, "FetchPartition"), partition=partition,
                 current_leader_epoch=current_leader_epoch,
-                fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                fetch_offset=offset, last_fetched_epoch=last_fetched_epoch, log_start_offset=-1,
                 partition_max_bytes=partition_max_bytes)
     return make(cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
                 min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,

@@ -80,7 +80,78 @@ def test_the_epoch_is_kafkas_leader_epoch_on_the_wire(korvet: KorvetProcess,
         newer = _fetch(client, unique_name, 0, epoch + 1).responses[0].partitions[0]
         assert newer.error_code == ErrorCode.unknown_leader_epoch
         assert _end_offset(client, unique_name, epoch) == (epoch, 3)
-        assert _end_offset(client, unique_name, epoch - 1) == (-1, -1)  # older than the first
+        # older than the first (Kafka: the epoch asked, ending where the first begins)
+        assert _end_offset(client, unique_name, epoch - 1) == (epoch - 1, 0)
+        assert _end_offset(client, unique_name, epoch + 1) == (-1, -1)  # newer: none
+
+
+def test_a_fetch_naming_its_last_epoch_is_told_where_the_logs_diverge(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """Fetch v12's last_fetched_epoch (a follower's, or any fetcher's that keeps it): the
+    partition answers where the fetcher's log and its own part, as Kafka's leader does
+    (diverging_epoch: the epoch and its end offset; no records, at once even on a long
+    poll), reads on when they agree, and refuses an epoch it never had."""
+    create_dense(korvet.bootstrap, unique_name)
+    with WireClient(korvet.bootstrap) as client:
+        client.request(produce_request(unique_name, {0: batch(3)}))
+        epoch = _metadata_epoch(client, unique_name)
+
+        def fetch(offset: int, last: int) -> Any:
+            started = time.monotonic()
+            answered = client.request(fetch_request(
+                unique_name, 0, offset, current_leader_epoch=epoch, last_fetched_epoch=last,
+                max_wait_ms=5000)).responses[0].partitions[0]
+            return answered, time.monotonic() - started
+
+        agreed, _ = fetch(1, epoch)  # read up to 0 in this epoch: it reads on
+        assert agreed.error_code == ErrorCode.none and len(bytes(agreed.records)) > 0
+        assert (agreed.diverging_epoch.epoch, agreed.diverging_epoch.end_offset) == (-1, -1)
+        past, waited = fetch(5, epoch)  # past the end of its own epoch: the end is 3
+        assert past.error_code == ErrorCode.none and not past.records
+        assert (past.diverging_epoch.epoch, past.diverging_epoch.end_offset) == (epoch, 3)
+        assert int(past.high_watermark) == 3 and waited < 4, "a divergence waits for nothing"
+        # an epoch older than the partition's first (a log before a lost history): it ended
+        # where the first begins, 0
+        older, _ = fetch(2, epoch - 5)
+        assert (older.diverging_epoch.epoch, older.diverging_epoch.end_offset) == (epoch - 5, 0)
+        never, _ = fetch(2, epoch + 1)  # newer than the partition's: no end to give
+        assert never.error_code == ErrorCode.offset_out_of_range
+
+
+def test_a_consumer_waiting_at_the_end_of_an_empty_partition_reads_its_first_records(
+        korvet: KorvetProcess, unique_name: str) -> None:
+    """A consumer that subscribes before anything is produced (auto.offset.reset=latest, the
+    default) is positioned at offset 0 with epoch 0, the epoch Metadata and ListOffsets give
+    a partition never written. The first write starts the partition's real epoch (seconds
+    since 2024): the consumer is fenced, validates its position with epoch 0 and must be
+    told it stands (OffsetForLeaderEpoch answers (0, 0), as Kafka's leader epoch cache does
+    for an epoch older than its first), then read every record from offset 0. Answered
+    (-1, -1) instead, librdkafka logged "Partition log truncation detected", reset to
+    latest and skipped the first ten records."""
+    from confluent_kafka import Consumer, Producer
+
+    create_dense(korvet.bootstrap, unique_name)
+    consumer = Consumer({"bootstrap.servers": korvet.bootstrap, "group.id": unique_name,
+                         "auto.offset.reset": "latest",
+                         "topic.metadata.refresh.interval.ms": 1000})
+    try:
+        consumer.subscribe([unique_name])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment(), "no partition assigned within 60 s"
+        settled = time.monotonic() + 3  # it asks for the end offset and fetches there
+        while time.monotonic() < settled:
+            assert consumer.poll(0.2) is None
+        producer = Producer({"bootstrap.servers": korvet.bootstrap})
+        for i in range(10):
+            producer.produce(unique_name, value=f"first-{i}".encode())
+        assert producer.flush(30) == 0
+        read = _values(consumer, 10, timeout=30)
+        assert [(o, v) for o, v in read] == [(i, f"first-{i}".encode()) for i in range(10)], (
+            "the consumer skipped the first records written to the partition")
+    finally:
+        consumer.close()
 
 
 def _values(consumer: Any, want: int, timeout: float = 60) -> list[tuple[int, bytes]]:

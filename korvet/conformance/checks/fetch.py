@@ -427,6 +427,31 @@ def future_epoch(ctx: CheckContext) -> None:
     expect_error(ok.error, ErrorCode.NONE, f"Fetch with the current leader epoch {epoch}")
 
 
+@check("fetch.last_fetched_epoch.past_its_end_diverges", api=API,
+       asserts="A Fetch v12+ naming the partition's current epoch as the epoch it last fetched "
+               "reads on from an offset inside the log; from an offset past the log's end it "
+               "answers NONE, no records and diverging_epoch (that epoch, the log end offset): "
+               "the fetcher's log goes further than the partition's.",
+       source="KIP-595 (diverging epoch in Fetch); Kafka Partition.readRecords")
+def last_fetched_epoch_diverges(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic, offsets = _topic_with(ops, ["a", "b"])
+    hw = offsets[-1] + 1
+    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
+    epoch = int(meta.partitions[0].leader_epoch)
+    version = ops.v(ApiKey.FETCH, lo=12)
+    inside = ops.fetch(topic, 0, offsets[1], current_leader_epoch=epoch, last_fetched_epoch=epoch,
+                       version=version)
+    expect_error(inside.error, ErrorCode.NONE, f"Fetch at offset {offsets[1]}, last epoch {epoch}")
+    expect_eq(([r.value for r in inside.records if r.offset >= offsets[1]], inside.diverging),
+              ([b"b"], None), "(records, diverging epoch) inside the log")
+    past = ops.fetch(topic, 0, hw + 3, current_leader_epoch=epoch, last_fetched_epoch=epoch,
+                     version=version)
+    expect_error(past.error, ErrorCode.NONE, f"Fetch at offset {hw + 3}, last epoch {epoch}")
+    expect_eq((past.records, past.diverging), ([], (epoch, hw)),
+              "(records, diverging epoch) past the log's end")
+
+
 @check("fetch.position_from_empty_partition_reads_first_record", api=API,
        asserts="A consumer that took its position on an empty partition (ListOffsets EARLIEST and "
                "LATEST) and fetches there after records arrive gets the first record, not "

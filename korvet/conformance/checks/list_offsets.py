@@ -196,6 +196,32 @@ def leader_epoch(ctx: CheckContext) -> None:
               "leader epoch (ListOffsets vs Metadata)")
 
 
+@check("offset_for_leader_epoch.position_taken_on_an_empty_partition_stands", api=OFLE,
+       asserts="A consumer positioned on an empty partition (ListOffsets LATEST: offset and "
+               "leader epoch) validates that position after records arrive: OffsetForLeaderEpoch "
+               "for that epoch answers NONE, a defined epoch and an end offset at or after the "
+               "position, so the consumer reads the first records instead of resetting past them.",
+       source="KIP-320; Kafka LeaderEpochFileCache.endOffsetFor; the Java consumer's "
+              "SubscriptionState.maybeCompleteValidation (an undefined answer resets)")
+def empty_partition_position_stands(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic = ops.create_topic()
+    listed = ops.list_offsets(topic, 0, LATEST, version=ops.v(ApiKey.LIST_OFFSETS, lo=4))
+    ctx.note("position_and_epoch", [listed.offset, listed.leader_epoch])
+    ops.produce_values(topic, 0, ["first", "second"])
+    version = ops.v(ApiKey.OFFSET_FOR_LEADER_EPOCH, lo=3)
+    response = ops.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[
+        {"topic": topic.name, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                              "leader_epoch": listed.leader_epoch}]}])
+    p = response.topics[0].partitions[0]
+    expect_error(p.error_code, ErrorCode.NONE, "OffsetForLeaderEpoch")
+    ctx.note("answer", [int(p.leader_epoch), int(p.end_offset)])
+    expect(int(p.leader_epoch) >= 0 and int(p.end_offset) >= listed.offset,
+           f"OffsetForLeaderEpoch({listed.leader_epoch}) answered epoch {int(p.leader_epoch)}, "
+           f"end offset {int(p.end_offset)}: the consumer's position {listed.offset} would be "
+           "reset by its policy")
+
+
 @check("offset_for_leader_epoch.current_epoch_end_offset", api=OFLE,
        asserts="OffsetForLeaderEpoch for the current leader epoch answers NONE with that epoch and an "
                "end offset equal to the log end offset (LATEST).",

@@ -68,6 +68,7 @@ class FetchResult:
     session_id: int = 0
     aborted: list[Any] = field(default_factory=list)
     raw_size: int = 0
+    diverging: tuple[int, int] | None = None  # v12+: diverging_epoch (epoch, end offset), if sent
 
     @property
     def offsets(self) -> list[int]:
@@ -274,7 +275,7 @@ class Ops:
                       min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
                       partition_max_bytes: int = 1024 * 1024, isolation_level: int = 0,
                       session_id: int = 0, session_epoch: int = -1, version: int | None = None,
-                      current_leader_epoch: int = -1) -> Any:
+                      current_leader_epoch: int = -1, last_fetched_epoch: int = -1) -> Any:
         ver = self.v(ApiKey.FETCH, version)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         ids: dict[str, uuid.UUID | None] = {}
@@ -284,7 +285,7 @@ class Ops:
             by_topic.setdefault(name, []).append({
                 "partition": partition, "fetch_offset": offset, "partition_max_bytes": partition_max_bytes,
                 "current_leader_epoch": current_leader_epoch, "log_start_offset": -1,
-                "last_fetched_epoch": -1,
+                "last_fetched_epoch": last_fetched_epoch,
             })
         topics = []
         for name, partitions in by_topic.items():
@@ -472,4 +473,13 @@ def fetch_result(response: Any, p: Any) -> FetchResult:
         session_id=int(getattr(response, "session_id", 0)),
         aborted=list(getattr(p, "aborted_transactions", None) or []),
         raw_size=len(data or b""),
+        diverging=_diverging(p),
     )
+
+
+def _diverging(p: Any) -> tuple[int, int] | None:
+    """A partition's diverging_epoch (v12+), None when absent (its default, -1 and -1)."""
+    found = getattr(p, "diverging_epoch", None)
+    if found is None or (int(found.epoch), int(found.end_offset)) == (-1, -1):
+        return None
+    return int(found.epoch), int(found.end_offset)

@@ -1,7 +1,8 @@
 """Fetch (v4-18) as a ``FetchCall``: the limits, and what the request says about sessions.
 
 Versions below 7 have no session fields (sessionless: session 0, final epoch), below 9 no
-current leader epoch (-1: not checked), below 3 no response limit; from v13 topics are named
+current leader epoch (-1: not checked), below 12 no last fetched epoch (-1: none), below 3
+no response limit; from v13 topics are named
 by id (their text keys the session's partitions) and ``forgotten_topics_data`` names ids too.
 """
 
@@ -27,7 +28,8 @@ def decode_fetch(fetch: FetchRequest) -> FetchCall:
         for p in topic_entry.partitions:
             partitions.append(sessions.PartitionRequest(
                 key, p.partition, p.fetch_offset, p.partition_max_bytes,
-                p.current_leader_epoch if layout.leader_epochs else -1))
+                p.current_leader_epoch if layout.leader_epochs else -1,
+                p.last_fetched_epoch if layout.last_fetched else -1))
     if not layout.sessions:
         return FetchCall(limits, sessions.FetchRequested(
             sessions.INVALID_SESSION_ID, sessions.FINAL_EPOCH, by_id, tuple(partitions)))
@@ -50,13 +52,14 @@ def topic_id_of(topic: Any) -> Any:
 class _Layout:
     """What a version of the request has, asked once per kio class."""
 
-    __slots__ = ("by_id", "leader_epochs", "max_bytes", "sessions")
+    __slots__ = ("by_id", "last_fetched", "leader_epochs", "max_bytes", "sessions")
 
     def __init__(self, cls: type[Any]) -> None:
         self.max_bytes = has_field(cls, "max_bytes")
         self.sessions = has_field(cls, "session_id")
         self.by_id = has_field(nested(cls, "FetchTopic"), "topic_id")
         self.leader_epochs = has_field(nested(cls, "FetchPartition"), "current_leader_epoch")
+        self.last_fetched = has_field(nested(cls, "FetchPartition"), "last_fetched_epoch")
 
 
 _LAYOUTS: dict[type[Any], _Layout] = {}

@@ -153,7 +153,10 @@ class FetchHandler:
         edit, answer = sessions.on_response(
             self.sessions, self.session_config, plan,
             [sessions.PartitionResult(part.session_key, part.error, part.high_watermark,
-                                      part.log_start_offset, bool(part.records)) for part in wanted],
+                                      part.log_start_offset,
+                                      # a divergence is always sent, as records are
+                                      bool(part.records) or part.diverging is not None)
+             for part in wanted],
             self.services.now_ms(), self._new_session_id())
         sessions.apply_edit(self.sessions, edit)
         if plan.context is sessions.Context.FULL:
@@ -225,7 +228,8 @@ class FetchHandler:
                 error=rules.partition_error(topic is not None, by_id, p.partition,
                                             topic.partitions if topic is not None else 0,
                                             -1 if dense else p.leader_epoch),
-                leader_epoch=p.leader_epoch if dense else -1, committed=committed))
+                leader_epoch=p.leader_epoch if dense else -1, committed=committed,
+                last_fetched_epoch=p.last_fetched_epoch))
         return wanted
 
     async def _read_or_take_prepared(self, ctx: Connection, wanted: list[PartitionFetch],
@@ -262,7 +266,7 @@ class FetchHandler:
         notifier = self.services.notifier
         stream_keys = [self.services.store.stream_key(part.topic.name, part.partition)
                        for part in wanted if part.topic is not None and part.readable]
-        any_error = any(part.error is not ErrorCode.NONE for part in wanted)
+        any_error = _at_once(wanted)
         while stream_keys and not rules.answered(used, limits, any_error):
             remaining = limits.max_wait_ms / 1000 - (time.monotonic() - started)
             if remaining <= 0:
@@ -274,7 +278,7 @@ class FetchHandler:
             if not await notifier.wait(stream_keys, remaining):
                 break
             used = await self._read(wanted, limits.max_bytes)
-            any_error = any(part.error is not ErrorCode.NONE for part in wanted)
+            any_error = _at_once(wanted)
         return used
 
     async def _read(self, wanted: list[PartitionFetch], max_bytes: int) -> int:
@@ -287,6 +291,7 @@ class FetchHandler:
             if not part.readable:
                 continue
             assert part.topic is not None
+            part.diverging = None
             stream = store.stream_key(part.topic.name, part.partition)
             known = notifier.caught_up(stream, part.offset)
             epochs = self._caught_up_epochs.get(stream, FIXED) if known is not None else FIXED
@@ -295,9 +300,7 @@ class FetchHandler:
                 # read before and unchanged since: nothing past the offset
                 part.high_watermark, part.log_start_offset = known
                 part.last_stable_offset = known[0]  # at the high watermark: nothing open past it
-                part.error = (epochs.fence(part.leader_epoch) if part.topic.config.dense
-                              else ErrorCode.NONE) or rules.offset_error(part.offset, known[1],
-                                                                          known[0])
+                part.error = _checked(part, epochs)
                 part.records, part.taken, part.next_offset = None, 0, -1
                 continue
             count = self.estimates.count_for(stream, min(part.max_bytes, max_bytes),
@@ -317,10 +320,8 @@ class FetchHandler:
             if committed:
                 part.aborted = tuple((pid, first) for pid, first, last in result.aborted
                                      if last >= part.offset)
-            part.error = (result.epochs.fence(part.leader_epoch) or
-                          rules.offset_error(part.offset, result.log_start_offset,
-                                             result.high_watermark))
-            if part.error is not ErrorCode.NONE or not result.raw:
+            part.error = _checked(part, result.epochs)
+            if part.error is not ErrorCode.NONE or not result.raw or part.diverging:
                 part.records, part.taken = None, 0
                 used += await self._past_removed(part, result)
                 if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
@@ -368,6 +369,8 @@ class FetchHandler:
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
                     limits: rules.FetchLimits) -> None:
         """Start reading the response to the request that will most likely come next."""
+        if any(part.last_fetched_epoch >= 0 for part in answered):
+            return  # its next request names an epoch too: no prepared read would answer it
         offsets = rules.predicted_offsets([(part.offset, part.taken, part.next_offset)
                                            for part in answered])
         if offsets is None:
@@ -411,9 +414,32 @@ class FetchHandler:
             task.add_done_callback(self._background.discard)
 
 
+def _at_once(wanted: list[PartitionFetch]) -> bool:
+    """An error or a divergence is answered without waiting for data (as Kafka does)."""
+    return any(part.error is not ErrorCode.NONE or part.diverging for part in wanted)
+
+
+def _checked(part: PartitionFetch, epochs: Epochs) -> ErrorCode:
+    """A partition's error once its bounds are read: the request's current epoch against
+    the partition's (a dense topic's; a time topic's is not checked), then, for a fetch
+    naming the epoch it last fetched (v12+), where the logs diverge, into ``part.diverging``
+    (answered with no records; ``Epochs.diverging``), then the fetch offset's range."""
+    assert part.topic is not None
+    error = epochs.fence(part.leader_epoch) if part.topic.config.dense else ErrorCode.NONE
+    if error is ErrorCode.NONE:
+        error, part.diverging = epochs.diverging(part.last_fetched_epoch, part.offset,
+                                                 part.log_start_offset, part.high_watermark)
+    if error is ErrorCode.NONE and part.diverging is None:
+        error = rules.offset_error(part.offset, part.log_start_offset, part.high_watermark)
+    return error
+
+
 def _signature(wanted: list[PartitionFetch], max_bytes: int,
                log_start_moves: int) -> Hashable | None:
-    """What a request asks for, to match a prepared response (``rules.read_ahead_key``)."""
+    """What a request asks for, to match a prepared response (``rules.read_ahead_key``);
+    None for one naming a last fetched epoch (rare: no read-ahead checks divergence)."""
+    if any(part.last_fetched_epoch >= 0 for part in wanted):
+        return None
     return rules.read_ahead_key(
         ((part.topic.topic_id, part.partition, part.offset, part.max_bytes, part.committed)
          if part.topic is not None and part.readable else None for part in wanted),
@@ -426,7 +452,8 @@ def _response(version: int, wanted: list[PartitionFetch], session_id: int) -> Fe
         stable = part.last_stable_offset if part.last_stable_offset >= 0 else part.high_watermark
         grouped.setdefault(part.topic_key, []).append(PartitionAnswer(
             part.partition, part.error, part.high_watermark, stable,
-            part.log_start_offset, part.records or RecordSet(), part.aborted or None))
+            part.log_start_offset, part.records or RecordSet(), part.aborted or None,
+            part.diverging))
     return FetchAnswer(version, ErrorCode.NONE, session_id,
                        [TopicAnswer(key, partitions) for key, partitions in grouped.items()])
 

@@ -17,7 +17,9 @@ Every state of spec/DenseLog.tla is rebuilt in a real redis-server by real calls
   (``Epochs.parse(...).current``, as ``RedisStore.current_epochs``); a fetch goes through
   ``Epochs.fence`` (FENCED_LEADER_EPOCH is FetchFenced), ``RedisStore.read``, the range
   check ``korvet.core.fetch.offset_error`` and ``Epochs.epoch_of`` for the epoch of the last
-  record; Validate is OffsetForLeaderEpoch's ``dense_epoch_end``. What the client does with
+  record; ListLatest is the ListOffsets handler's LATEST answer (its offset and leader
+  epoch, 0 on a partition never written); Validate is OffsetForLeaderEpoch's
+  ``dense_epoch_end``. What the client does with
   the answers (reset to the log start, go back to the end of its epoch) is the test's, as
   Kafka's consumer does it.
 - Redis' persistence is the test's: Fsync copies the partition's three keys to three "disk"
@@ -397,22 +399,21 @@ class DenseReplay:
 
     # --- the consumer (Kafka's, KIP-320) ------------------------------------------------
 
-    def epochs_now(self, snapshot: Snapshot) -> Epochs | None:
-        """The partition's epoch history as the broker reads it; None before its first
-        write. (The broker's Metadata then says epoch 0, Kafka's first; the model has no
-        epoch there and its consumer waits. Real epochs are seconds since 2024, so a
-        consumer's epoch is never 0 and a fetch with it is refused, UNKNOWN_LEADER_EPOCH,
-        until the next write: the model's clock starting at 0 is what makes 0 a real epoch
-        here.)"""
+    def epochs_now(self, snapshot: Snapshot) -> Epochs:
+        """The partition's epoch history as the broker reads it (``Epochs.parse``): before
+        its first write, or once Redis lost all of it, none, whose current epoch is 0,
+        Kafka's first (the spec's ``Hist``). Real epochs are seconds since 2024; the model's
+        clock starting at 0 is what lets a real first epoch be 0 here too."""
         self.store.restore(snapshot)
         raw: bytes | None = self.store.client.hget(META, "epochs")  # type: ignore[assignment]
-        return Epochs.parse(raw) if raw else None
+        return Epochs.parse(raw)
 
     def consumer(self, s: dict[str, TlaValue], snapshot: Snapshot) -> Iterator[Successor]:
         known, fenced, last_epoch = _int(s["known"]), s["fenced"] is True, _int(s["lastEpoch"])
         epochs = self.epochs_now(snapshot)
-        if epochs is None:
-            return
+        if (not fenced and known == epochs.current and not _seq(s["got"]) and last_epoch == -1
+                and s["pos"] == s["base"]):
+            yield Successor("ListLatest", self.list_latest(s, snapshot), snapshot)
         if epochs.current > known:  # clients take no metadata that goes back
             yield Successor("Metadata", {**s, "known": epochs.current,
                                          "fenced": fenced or last_epoch != -1}, snapshot)
@@ -443,6 +444,16 @@ class DenseReplay:
             return None
         return {**s, "pos": got[-1][0] + 1, "got": _seq(s["got"]) + tuple(got),
                 "lastEpoch": read.epochs.epoch_of(got[-1][0])}
+
+    def list_latest(self, s: dict[str, TlaValue], snapshot: Snapshot) -> dict[str, TlaValue]:
+        """The consumer positions at the end: the ListOffsets handler's LATEST answer, its
+        offset and leader epoch kept as the position and its epoch (Kafka's consumer)."""
+        self.store.restore(snapshot)
+        services = cast(Services, SimpleNamespace(store=self.redis))
+        answer = self.run(_answers(services, self.topic, [offset_rules.LATEST]))[0]
+        assert answer.error is ErrorCode.NONE, answer.error
+        return {**s, "pos": answer.offset, "base": answer.offset,
+                "lastEpoch": answer.leader_epoch}
 
     def validate(self, s: dict[str, TlaValue], snapshot: Snapshot, epochs: Epochs, known: int,
                  last_epoch: int) -> dict[str, TlaValue]:
@@ -527,7 +538,7 @@ def actions_of(c: Constants) -> tuple[str, ...]:
     if c.delete_to:
         actions.append("DeleteRecords")
     if c.consumer:
-        actions += ["Metadata", "Fetch", "FetchFenced", "Validate"]
+        actions += ["Metadata", "Fetch", "FetchFenced", "Validate", "ListLatest"]
     return tuple(actions)
 
 
@@ -577,7 +588,8 @@ def walked(redis_url: str) -> Callable[[str], WalkReport]:
     "DenseLog", "DenseLog-batches",
     pytest.param("DenseLog-consumer", marks=pytest.mark.spec(
         "DenseLog", "FetchCount", "Consumer", "pos", "base", "got", "lastEpoch", "known", "fenced",
-        "EpochOf", "EndOffset", note="the consumer's fetches, fences and validation"))])
+        "EpochOf", "EndOffset", "Hist", "CurEpoch",
+        note="the consumer's fetches, fences, positioning at the end and validation"))])
 def test_every_transition_replays_through_the_scripts(walked: Callable[[str], WalkReport],
                                                       name: str) -> None:
     graph, c = _graph(name), CONSTANTS[name]

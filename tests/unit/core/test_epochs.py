@@ -25,13 +25,16 @@ def _spec_epoch_of(epochs: Epochs, offset: int) -> int:
 
 
 def _spec_end_offset(epochs: Epochs, epoch: int, hw: int) -> int:
-    """DenseLog.tla's EndOffset."""
-    first, current = epochs.history[0][0], epochs.history[-1][0]
-    if epoch < first or epoch > current:
+    """DenseLog.tla's EndOffset (Hist: the history, or epoch 0 from offset 0 when empty)."""
+    history = epochs.history or ((0, 0),)
+    first, current = history[0][0], history[-1][0]
+    if epoch < 0 or epoch > current:
         return -1
     if epoch == current:
         return hw
-    return min(s for e, s in epochs.history if e > epoch)
+    if epoch < first:
+        return history[0][1]
+    return min(s for e, s in history if e > epoch)
 
 
 @given(histories(), st.integers(0, 120))
@@ -39,14 +42,29 @@ def test_a_record_is_in_the_last_epoch_started_at_or_before_it(epochs: Epochs, o
     assert epochs.epoch_of(offset) == _spec_epoch_of(epochs, offset)
 
 
-@given(histories(), st.integers(-2, 60), st.integers(100, 120))
+@given(st.one_of(histories(), st.just(NEVER_WRITTEN)), st.integers(-2, 60),
+       st.integers(100, 120))
 def test_an_epoch_ends_where_the_spec_and_kafka_say(epochs: Epochs, epoch: int, hw: int) -> None:
     answered_epoch, end = epochs.end_offset(epoch, hw)
     assert end == _spec_end_offset(epochs, epoch, hw)
-    if end >= 0:  # Kafka answers the largest epoch it has at or below the one asked
-        assert answered_epoch == max(e for e, _ in epochs.history if e <= epoch)
-    else:
+    history = epochs.history or ((0, 0),)
+    if end < 0:
         assert answered_epoch == -1
+    elif epoch < history[0][0]:  # Kafka: the epoch asked, ending where the first begins
+        assert answered_epoch == epoch
+    else:  # Kafka answers the largest epoch it has at or below the one asked
+        assert answered_epoch == max(e for e, _ in history if e <= epoch)
+
+
+def test_an_epoch_older_than_the_history_ends_where_the_first_begins() -> None:
+    """A consumer that positioned at the end of a partition never written holds epoch 0;
+    the first write starts epoch 90,000,000 at offset 0. Kafka's leader epoch cache answers
+    (0, 0) for epoch 0 there, and the consumer's position 0 stands; (-1, -1) would send it
+    to its reset policy, past the first records with `latest`."""
+    assert Epochs(((90_000_000, 0),)).end_offset(0, 10) == (0, 0)
+    assert Epochs(((90_000_000, 4), (90_000_300, 9))).end_offset(7, 12) == (7, 4)
+    assert NEVER_WRITTEN.end_offset(0, 0) == (0, 0)
+    assert NEVER_WRITTEN.end_offset(1, 0) == (-1, -1)  # newer than any: none
 
 
 @given(histories(), st.integers(-1, 60))
@@ -80,3 +98,35 @@ def test_the_history_is_read_from_the_meta_hash_and_a_time_topic_has_epoch_zero(
     assert epochs.current == 90000412
     assert Epochs.parse(None) is NEVER_WRITTEN and NEVER_WRITTEN.current == 0
     assert FIXED.epoch_of(10**12) == 0 and FIXED.end_offset(0, 7) == (0, 7)
+
+
+@given(st.one_of(histories(), st.just(NEVER_WRITTEN)), st.integers(-1, 60), st.integers(0, 130),
+       st.integers(0, 10), st.integers(100, 120))
+def test_a_fetch_naming_its_last_epoch_diverges_where_kafkas_leader_says(
+        epochs: Epochs, last_fetched: int, offset: int, log_start: int, hw: int) -> None:
+    """Kafka's Partition.readRecords: the end of the epoch last fetched (OffsetForLeaderEpoch's
+    answer) below the fetch offset, or an earlier epoch answered, is the divergence; no end,
+    or an offset below the log start, is OFFSET_OUT_OF_RANGE; -1 names no epoch."""
+    error, diverging = epochs.diverging(last_fetched, offset, log_start, hw)
+    if last_fetched < 0:
+        assert (error, diverging) == (ErrorCode.NONE, None)
+        return
+    epoch, end = epochs.end_offset(last_fetched, hw)
+    if end < 0 or offset < log_start:
+        assert (error, diverging) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
+    elif end < offset or epoch < last_fetched:
+        assert (error, diverging) == (ErrorCode.NONE, (epoch, end))
+    else:
+        assert (error, diverging) == (ErrorCode.NONE, None)
+
+
+def test_divergence_at_the_partitions_epochs() -> None:
+    epochs = Epochs(((90_000_000, 0), (90_000_300, 9)))
+    assert epochs.diverging(90_000_300, 12, 0, 12) == (ErrorCode.NONE, None)  # at the end
+    assert epochs.diverging(90_000_300, 14, 0, 12) == (ErrorCode.NONE, (90_000_300, 12))
+    # read up to 11 in the first epoch: that epoch ended at 9 here
+    assert epochs.diverging(90_000_000, 11, 0, 12) == (ErrorCode.NONE, (90_000_000, 9))
+    # an epoch between the two (lost with its records): the one before it, ending at 9
+    assert epochs.diverging(90_000_100, 9, 0, 12) == (ErrorCode.NONE, (90_000_000, 9))
+    assert epochs.diverging(90_000_400, 5, 0, 12) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
+    assert epochs.diverging(90_000_300, 2, 3, 12) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)

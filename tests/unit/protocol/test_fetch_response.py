@@ -48,6 +48,13 @@ def _record_set(draw: st.DrawFn) -> RecordSet:
     return records
 
 
+def _diverging(version: int) -> st.SearchStrategy[tuple[int, int] | None]:
+    """v12+: a diverging epoch (a tagged field), sometimes."""
+    if version < 12:
+        return st.none()
+    return st.one_of(st.none(), st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)))
+
+
 @st.composite
 def _answer(draw: st.DrawFn) -> FetchAnswer:
     version = draw(st.sampled_from(list(VERSIONS)))
@@ -56,7 +63,8 @@ def _answer(draw: st.DrawFn) -> FetchAnswer:
         key: Any = (uuid.UUID(int=draw(st.integers(0, 2**128 - 1))) if version >= 13
                     else draw(st.text(max_size=150)))
         partitions = [PartitionAnswer(draw(st.integers(0, 2**31 - 1)), draw(_CODES),
-                                      hw := draw(_INT64), hw, draw(_INT64), draw(_record_set()))
+                                      hw := draw(_INT64), hw, draw(_INT64), draw(_record_set()),
+                                      diverging=draw(_diverging(version)))
                       for _ in range(draw(st.integers(0, 3)))]
         topics.append(TopicAnswer(key, partitions))
     return FetchAnswer(version, draw(_CODES), draw(st.integers(-(2**31), 2**31 - 1)), topics)
