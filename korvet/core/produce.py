@@ -250,15 +250,30 @@ def append_refusal(status: AppendStatus, topic: str, partition: int, producer_id
 
 class SequenceGaps:
     """Rule 7: per partition and idempotent producer, the first sequence of its batch that
-    failed on the way to Redis, until a batch of it to that partition is stored."""
+    failed on the way to Redis, until a batch of it to that partition is stored.
 
-    def __init__(self) -> None:
+    At most ``limit`` of them are kept, the oldest failure forgotten first: a producer that
+    failed and then went away (closed, crashed, fenced) never stores again and would be kept
+    for ever. A forgotten gap only gives back the script's OUT_OF_ORDER_SEQUENCE_NUMBER for
+    that producer, as before rule 7; it takes ``limit`` producers failing at once."""
+
+    LIMIT = 10_000
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self._limit = limit
         self._failed: dict[tuple[str, int], tuple[int, int]] = {}  # -> (epoch, base sequence)
 
+    def __len__(self) -> int:
+        return len(self._failed)
+
     def failed(self, partition: str, producer_id: int, epoch: int, base_sequence: int) -> None:
-        known = self._failed.get((partition, producer_id))
+        key = (partition, producer_id)
+        known = self._failed.get(key)
         if known is None or known[0] != epoch or base_sequence < known[1]:
-            self._failed[(partition, producer_id)] = (epoch, base_sequence)
+            self._failed.pop(key, None)  # to the end: the newest failure
+            self._failed[key] = (epoch, base_sequence)
+            if len(self._failed) > self._limit:
+                del self._failed[next(iter(self._failed))]
 
     def stored(self, partition: str, producer_id: int) -> None:
         """A batch of the producer was stored (or found stored): its sequence is whole."""

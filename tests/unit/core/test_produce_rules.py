@@ -219,3 +219,22 @@ def test_a_gap_behind_a_failed_batch_is_retriable() -> None:
     assert not gaps.behind("p0", 7, 0, 16)
     refusal = rules.gap_refusal(7, 15)
     assert refusal.code is ErrorCode.KAFKA_STORAGE_ERROR and "send it again" in refusal.message
+
+
+def test_the_gaps_kept_are_bounded_and_the_oldest_failure_goes_first() -> None:
+    """Rule 7's table does not grow for ever with producers that failed and went away: past
+    its limit the oldest failure is forgotten (its producer gets the script's refusal back),
+    and a producer failing again counts as the newest."""
+    gaps = rules.SequenceGaps(limit=3)
+    for producer in range(3):
+        gaps.failed("p0", producer, 0, 10)
+    gaps.failed("p0", 0, 1, 4)  # producer 0 fails again under a new epoch: now the newest
+    gaps.failed("p0", 3, 0, 10)  # a fourth: producer 1's, the oldest, is forgotten
+    assert len(gaps) == 3
+    assert not gaps.behind("p0", 1, 0, 11)
+    assert gaps.behind("p0", 0, 1, 5) and gaps.behind("p0", 2, 0, 11) and gaps.behind("p0", 3, 0, 11)
+    broker = rules.SequenceGaps()  # the handler's: 10,000 kept
+    for producer in range(10_001):
+        broker.failed("p1", producer, 0, 1)
+    assert len(broker) == 10_000
+    assert not broker.behind("p1", 0, 0, 2) and broker.behind("p1", 10_000, 0, 2)
