@@ -222,7 +222,13 @@ class KorvetProcess:
 
 @pytest.fixture(scope="session")
 def korvet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KorvetProcess]:
-    broker = KorvetProcess(tmp_path_factory.mktemp("korvet-shared"))
+    # Share groups may hold records for as little as 1 s and members go unheard for as
+    # little as 1 s (Kafka's least: 15 s and 45 s): tests see locks and sessions run out
+    # without waiting, as Kafka's own tests lower its broker's bounds.
+    broker = KorvetProcess(tmp_path_factory.mktemp("korvet-shared"), extra_args=[
+        "--share-min-record-lock-duration-ms", "1000",
+        "--groups-share-min-session-timeout-ms", "1000",
+        "--groups-share-min-heartbeat-interval-ms", "100"])
     broker.start()
     yield broker
     broker.stop()

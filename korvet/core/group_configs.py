@@ -63,6 +63,10 @@ class GroupConfigDef:
     doc: str
     minimum: int | None = None  # ints: the least value Kafka's GroupConfig accepts
     check: Callable[[str], str | None] | None = None  # strings: why a value is refused
+    # ints: the broker configs that bound a group's value, with their Kafka defaults
+    # (Kafka's GroupConfig.validateValues: "... must be greater than or equal to <lower>")
+    lower: tuple[str, int] | None = None
+    upper: tuple[str, int] | None = None
 
     @property
     def broker_synonym(self) -> str:
@@ -76,24 +80,38 @@ def _one_of(*values: str) -> Callable[[str], str | None]:
 
 GROUP_CONFIG_DEFS: tuple[GroupConfigDef, ...] = (
     GroupConfigDef("consumer.session.timeout.ms", "int", "45000",
-                   "the session timeout of a consumer group's members (KIP-848)", minimum=1),
+                   "the session timeout of a consumer group's members (KIP-848)", minimum=1,
+                   lower=("group.consumer.min.session.timeout.ms", 45_000),
+                   upper=("group.consumer.max.session.timeout.ms", 60_000)),
     GroupConfigDef("consumer.heartbeat.interval.ms", "int", "5000",
-                   "the heartbeat interval of a consumer group's members (KIP-848)", minimum=1),
+                   "the heartbeat interval of a consumer group's members (KIP-848)", minimum=1,
+                   lower=("group.consumer.min.heartbeat.interval.ms", 5_000),
+                   upper=("group.consumer.max.heartbeat.interval.ms", 15_000)),
     GroupConfigDef("consumer.assignment.interval.ms", "int", "1000",
-                   "the interval between assignment updates of a consumer group", minimum=0),
+                   "the interval between assignment updates of a consumer group", minimum=0,
+                   upper=("group.consumer.max.assignment.interval.ms", 15_000)),
     GroupConfigDef("share.session.timeout.ms", "int", "45000",
-                   "how long a share-group member may go unheard before it leaves", minimum=1),
+                   "how long a share-group member may go unheard before it leaves", minimum=1,
+                   lower=("group.share.min.session.timeout.ms", 45_000),
+                   upper=("group.share.max.session.timeout.ms", 60_000)),
     GroupConfigDef("share.heartbeat.interval.ms", "int", "5000",
-                   "the heartbeat interval given to a share group's members", minimum=1),
+                   "the heartbeat interval given to a share group's members", minimum=1,
+                   lower=("group.share.min.heartbeat.interval.ms", 5_000),
+                   upper=("group.share.max.heartbeat.interval.ms", 15_000)),
     GroupConfigDef("share.assignment.interval.ms", "int", "1000",
-                   "the interval between assignment updates of a share group", minimum=0),
+                   "the interval between assignment updates of a share group", minimum=0,
+                   upper=("group.share.max.assignment.interval.ms", 15_000)),
     GroupConfigDef("share.record.lock.duration.ms", "int", "30000",
                    "how long a share consumer holds the records it was given before they are "
-                   "offered again", minimum=1000),
+                   "offered again", minimum=1000,
+                   lower=("group.share.min.record.lock.duration.ms", 15_000),
+                   upper=("group.share.max.record.lock.duration.ms", 60_000)),
     GroupConfigDef("share.delivery.count.limit", "int", "5",
-                   "deliveries of a record after which it is archived", minimum=2),
+                   "deliveries of a record after which it is archived", minimum=2,
+                   upper=("group.share.max.delivery.count.limit", 10)),
     GroupConfigDef("share.partition.max.record.locks", "int", "2000",
-                   "records of one share partition acquired at once", minimum=100),
+                   "records of one share partition acquired at once", minimum=100,
+                   upper=("group.share.max.partition.max.record.locks", 4_000)),
     GroupConfigDef("share.auto.offset.reset", "string", "latest",
                    "where a share group starts on a partition it never read: earliest, latest "
                    "or by_duration:<ISO-8601 duration> (from now, back)", check=_reset_error),
@@ -104,13 +122,19 @@ GROUP_CONFIG_DEFS: tuple[GroupConfigDef, ...] = (
                    "whether a share consumer may renew its records' locks (RENEW)",
                    check=_one_of("true", "false")),
     GroupConfigDef("streams.session.timeout.ms", "int", "45000",
-                   "the session timeout of a streams group's members (KIP-1071)", minimum=1),
+                   "the session timeout of a streams group's members (KIP-1071)", minimum=1,
+                   lower=("group.streams.min.session.timeout.ms", 45_000),
+                   upper=("group.streams.max.session.timeout.ms", 60_000)),
     GroupConfigDef("streams.heartbeat.interval.ms", "int", "5000",
-                   "the heartbeat interval of a streams group's members", minimum=1),
+                   "the heartbeat interval of a streams group's members", minimum=1,
+                   lower=("group.streams.min.heartbeat.interval.ms", 5_000),
+                   upper=("group.streams.max.heartbeat.interval.ms", 15_000)),
     GroupConfigDef("streams.assignment.interval.ms", "int", "1000",
-                   "the interval between assignment updates of a streams group", minimum=0),
+                   "the interval between assignment updates of a streams group", minimum=0,
+                   upper=("group.streams.max.assignment.interval.ms", 15_000)),
     GroupConfigDef("streams.num.standby.replicas", "int", "0",
-                   "standby replicas of each task of a streams group", minimum=0),
+                   "standby replicas of each task of a streams group", minimum=0,
+                   upper=("group.streams.max.standby.replicas", 2)),
     GroupConfigDef("streams.initial.rebalance.delay.ms", "int", "3000",
                    "how long a new streams group waits for more members", minimum=0),
 )
@@ -186,12 +210,41 @@ def _invalid(wanted: Mapping[str, str], broker: Mapping[str, str]) -> Refusal | 
         if why is not None:
             return Refusal(ErrorCode.INVALID_CONFIG,
                            f"Invalid value {value} for configuration {name}: {why}")
+    for name, value in wanted.items():
+        refused = _out_of_bounds(GROUP_CONFIGS[name], int(value), broker) \
+            if GROUP_CONFIGS[name].kind == "int" else None
+        if refused is not None:
+            return refused
     values = effective(wanted, broker)
     for interval, timeout in _INTERVAL_BELOW_TIMEOUT:
         if (interval in wanted or timeout in wanted) and int(values[interval]) >= int(values[timeout]):
             return Refusal(ErrorCode.INVALID_CONFIG,
                            f"{interval} ({values[interval]}) must be less than {timeout} "
                            f"({values[timeout]})")
+    return None
+
+
+def _out_of_bounds(definition: GroupConfigDef, value: int,
+                   broker: Mapping[str, str]) -> Refusal | None:
+    """A group's own value outside the broker's bounds for it (Kafka's broker configs
+    group.<kind>.min/max.*, at their defaults unless the broker sets them): INVALID_CONFIG in
+    Kafka's words. Only the group's own values are held to them, as Kafka holds a group's
+    properties. The broker's own value of the config is always within them: Kafka's broker
+    refuses to start with it outside, Korvet lets a broker run with a shorter session or
+    lock than Kafka's least (tests do), and a group may then set as much."""
+    own = broker.get(definition.broker_synonym)
+    for bound, below in ((definition.lower, True), (definition.upper, False)):
+        if bound is None:
+            continue
+        name, default = bound
+        limit = int(broker.get(name, default))
+        if own is not None:
+            limit = min(limit, int(own)) if below else max(limit, int(own))
+        if (value < limit) if below else (value > limit):
+            side = "greater" if below else "less"
+            return Refusal(ErrorCode.INVALID_CONFIG,
+                           f"{definition.name} must be {side} than or equal to {name} "
+                           f"({limit}; asked {value})")
     return None
 
 

@@ -115,6 +115,8 @@ class GroupsSection:
     max_size: int
     share_session_timeout_ms: int
     share_heartbeat_interval_ms: int
+    share_min_session_timeout_ms: int
+    share_min_heartbeat_interval_ms: int
     share_max_size: int
     retention_check_interval_ms: int
     offsets_retention_ms: int
@@ -153,6 +155,8 @@ class ShareSection:
     """``share.*``: share groups' partitions (KIP-932, server/handlers/share.py)."""
 
     record_lock_duration_ms: int
+    min_record_lock_duration_ms: int
+    max_record_lock_duration_ms: int
     delivery_count_limit: int
     partition_max_record_locks: int
     auto_offset_reset: str
@@ -230,6 +234,8 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("connections.max.idle.ms", "broker.connections-max-idle-ms"),
     ("max.incremental.fetch.session.cache.slots", "fetch.max-sessions"),
     ("group.share.record.lock.duration.ms", "share.record-lock-duration-ms"),
+    ("group.share.min.record.lock.duration.ms", "share.min-record-lock-duration-ms"),
+    ("group.share.max.record.lock.duration.ms", "share.max-record-lock-duration-ms"),
     ("group.share.delivery.count.limit", "share.delivery-count-limit"),
     ("group.share.partition.max.record.locks", "share.partition-max-record-locks"),
     ("group.share.max.share.sessions", "share.max-sessions"),
@@ -239,6 +245,8 @@ KAFKA_NAMES: tuple[tuple[str, Setting], ...] = tuple((kafka, BY_NAME[name]) for 
     ("group.max.size", "groups.max-size"),
     ("group.share.session.timeout.ms", "groups.share-session-timeout-ms"),
     ("group.share.heartbeat.interval.ms", "groups.share-heartbeat-interval-ms"),
+    ("group.share.min.session.timeout.ms", "groups.share-min-session-timeout-ms"),
+    ("group.share.min.heartbeat.interval.ms", "groups.share-min-heartbeat-interval-ms"),
     ("group.share.max.size", "groups.share-max-size"),
     ("transaction.max.timeout.ms", "transactions.max-timeout-ms"),
     ("transactional.id.expiration.ms", "transactions.id-expiration-ms"),

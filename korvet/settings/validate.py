@@ -71,6 +71,7 @@ def _validate_topic_defaults(config: Config) -> None:
 
 def _validate_group_settings(config: Config) -> None:
     for name in ("groups.share-session-timeout-ms", "groups.share-heartbeat-interval-ms",
+                 "groups.share-min-session-timeout-ms", "groups.share-min-heartbeat-interval-ms",
                  "groups.share-max-size"):
         if config.get_int(name) < 1:
             raise ConfigError(f"{name} must be at least 1")
@@ -103,6 +104,14 @@ def _validate_limits(config: Config) -> None:
         raise ConfigError("transactions.version must be 0, 1 or 2")
     if config.get_int("fetch.max-sessions") < 0:
         raise ConfigError("fetch.max-sessions must not be negative")
+    _validate_share(config)
+
+
+def _validate_share(config: Config) -> None:
+    if not 1 <= config.get_int("share.min-record-lock-duration-ms") \
+            <= config.get_int("share.max-record-lock-duration-ms"):
+        raise ConfigError("share.min-record-lock-duration-ms must be at least 1 and at most "
+                          "share.max-record-lock-duration-ms")
     for name in ("share.record-lock-duration-ms", "share.delivery-count-limit",
                  "share.partition-max-record-locks", "share.max-sessions"):
         if config.get_int(name) < 1:

@@ -129,6 +129,14 @@ SETTINGS: tuple[Setting, ...] = (
             "offered again (Kafka's group.share.record.lock.duration.ms; Kafka allows 15 s..60 s, "
             "Korvet any positive time, so tests need not wait 30 s)", unit="ms",
             also=("group.share.record.lock.duration.ms",)),
+    Setting("share.min-record-lock-duration-ms", int, 15_000,
+            "the least share.record.lock.duration.ms a group config may set (Kafka's "
+            "group.share.min.record.lock.duration.ms; lower it to test lock expiry quickly)",
+            unit="ms", also=("group.share.min.record.lock.duration.ms",)),
+    Setting("share.max-record-lock-duration-ms", int, 60_000,
+            "the largest share.record.lock.duration.ms a group config may set (Kafka's "
+            "group.share.max.record.lock.duration.ms)",
+            unit="ms", also=("group.share.max.record.lock.duration.ms",)),
     Setting("share.delivery-count-limit", int, 5,
             "deliveries of a record to a share group after which it is archived, never offered "
             "again (Kafka's group.share.delivery.count.limit)",
@@ -236,6 +244,14 @@ SETTINGS: tuple[Setting, ...] = (
             "how often share-group members are told to heartbeat, as Kafka's "
             "group.share.heartbeat.interval.ms", unit="ms",
             also=("group.share.heartbeat.interval.ms",)),
+    Setting("groups.share-min-session-timeout-ms", int, 45_000,
+            "the least share.session.timeout.ms a group config may set (Kafka's "
+            "group.share.min.session.timeout.ms)", unit="ms",
+            also=("group.share.min.session.timeout.ms",)),
+    Setting("groups.share-min-heartbeat-interval-ms", int, 5_000,
+            "the least share.heartbeat.interval.ms a group config may set (Kafka's "
+            "group.share.min.heartbeat.interval.ms)", unit="ms",
+            also=("group.share.min.heartbeat.interval.ms",)),
     Setting("groups.share-max-size", int, 200,
             "members a share group may have; more joins answer GROUP_MAX_SIZE_REACHED (Kafka's "
             "group.share.max.size)", also=("group.share.max.size",)),

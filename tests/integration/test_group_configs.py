@@ -41,6 +41,15 @@ def test_a_groups_configs_are_set_read_back_refused_deleted_and_kept_across_a_re
     broker = KorvetProcess(tmp_path / "korvet").start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        # Kafka's bounds, from its broker configs (group.share.min/max.record.lock.duration.ms)
+        for value, bound in (("2000", "greater than or equal to group.share.min.record"),
+                             ("60001", "less than or equal to group.share.max.record")):
+            with pytest.raises(KafkaException, match=bound):
+                alter(broker, "queue", ("share.record.lock.duration.ms", value))
+        broker.stop()
+        broker = KorvetProcess(tmp_path / "korvet", extra_args=[
+            "--share-min-record-lock-duration-ms", "1000"]).start()  # as Kafka's tests lower it
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         before = describe(admin, "queue")  # a group nobody joined has configs too
         assert before["share.auto.offset.reset"] == ("latest", 4)  # the broker setting (default latest)
         assert before["share.record.lock.duration.ms"][0] == "30000"

@@ -282,3 +282,29 @@ def renew_only_asks_for_nothing(ctx: CheckContext) -> None:
     expect_error(plain.error_code, ErrorCode.NONE, "ShareFetch (top level) with a RENEW acknowledgement")
     expect_error(_ack_error(plain), ErrorCode.INVALID_REQUEST,
                  "a RENEW acknowledgement in a request without IsRenewAck")
+
+
+@check("share.group_config.kept_within_the_brokers_bounds", api="IncrementalAlterConfigs (44)",
+       asserts="A share group's own configs are held within the broker's bounds at Kafka's "
+               "defaults: share.record.lock.duration.ms 15000..60000, share.delivery.count.limit "
+               "2..10, share.partition.max.record.locks 100..4000, share.session.timeout.ms "
+               "45000..60000, share.heartbeat.interval.ms 5000..15000; a value just outside is "
+               "INVALID_CONFIG (40) and stores nothing, a value at each end is accepted.",
+       source="KIP-932 (group.share.min/max.* broker configs); Kafka GroupConfig.validate; "
+              "measured on Apache Kafka 4.3.1 with its default broker configs")
+def group_config_bounds(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    cases = [("share.record.lock.duration.ms", "15000", "14999", "60000", "60001"),
+             ("share.delivery.count.limit", "2", "1", "10", "11"),
+             ("share.partition.max.record.locks", "100", "99", "4000", "4001"),
+             ("share.session.timeout.ms", "45000", "44999", "60000", "60001"),
+             ("share.heartbeat.interval.ms", "5000", "4999", "15000", "15001")]
+    group = f"share-{uuid.uuid4().hex[:12]}"
+    for name, least, below, most, above in cases:
+        for value, expected in ((below, ErrorCode.INVALID_CONFIG), (above, ErrorCode.INVALID_CONFIG),
+                                (least, ErrorCode.NONE), (most, ErrorCode.NONE)):
+            response = ops.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, None, validate_only=False,
+                                resources=[{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                                            "configs": [{"name": name, "config_operation": 0,
+                                                         "value": value}]}])
+            expect_error(response.responses[0].error_code, expected, f"{name}={value}")

@@ -17,7 +17,9 @@ from korvet.core.group_configs import (
     source_of,
 )
 
-BROKER = {"group.share.record.lock.duration.ms": "20000"}
+# a broker that lowers the least lock duration (as tests do, to see locks expire quickly)
+BROKER = {"group.share.record.lock.duration.ms": "20000",
+          "group.share.min.record.lock.duration.ms": "1000"}
 
 
 def alter(*changes: ConfigChange, current: dict[str, str] | None = None,
@@ -63,6 +65,69 @@ def test_a_value_kafka_refuses_is_invalid_config(name: str, value: str) -> None:
     verdict = alter(ConfigChange(name, value))
     assert isinstance(verdict, Refusal) and verdict.code is ErrorCode.INVALID_CONFIG, verdict
     assert name in verdict.message
+
+
+# Apache Kafka 4.3.1 with its default broker configs, measured 2026-11-30 (IncrementalAlterConfigs
+# of one group config each): the last value accepted and the first refused at each bound.
+KAFKAS_BOUNDS = [
+    ("consumer.session.timeout.ms", "45000", "44999", "60000", "60001"),
+    ("consumer.heartbeat.interval.ms", "5000", "4999", "15000", "15001"),
+    ("consumer.assignment.interval.ms", "0", None, "15000", "15001"),
+    ("share.session.timeout.ms", "45000", "44999", "60000", "60001"),
+    ("share.heartbeat.interval.ms", "5000", "4999", "15000", "15001"),
+    ("share.assignment.interval.ms", "0", None, "15000", "15001"),
+    ("share.record.lock.duration.ms", "15000", "14999", "60000", "60001"),
+    ("share.delivery.count.limit", "2", "1", "10", "11"),
+    ("share.partition.max.record.locks", "100", "99", "4000", "4001"),
+    ("streams.session.timeout.ms", "45000", "44999", "60000", "60001"),
+    ("streams.heartbeat.interval.ms", "5000", "4999", "15000", "15001"),
+    ("streams.assignment.interval.ms", "0", None, "15000", "15001"),
+    ("streams.num.standby.replicas", "0", "-1", "2", "3"),
+]
+
+
+@pytest.mark.parametrize(("name", "least", "below", "most", "above"), KAFKAS_BOUNDS)
+def test_a_groups_value_is_held_within_kafkas_broker_bounds(
+        name: str, least: str, below: str | None, most: str, above: str) -> None:
+    for accepted in (least, most):
+        verdict = decide(ConfigResource(GROUP_RESOURCE, "g", (ConfigChange(name, accepted),)),
+                         {}, {}, incremental=True, validate_only=False)
+        assert isinstance(verdict, NewGroupConfigs), (accepted, verdict)
+    for refused in (below, above):
+        if refused is None:
+            continue
+        verdict = decide(ConfigResource(GROUP_RESOURCE, "g", (ConfigChange(name, refused),)),
+                         {}, {}, incremental=True, validate_only=False)
+        assert isinstance(verdict, Refusal) and verdict.code is ErrorCode.INVALID_CONFIG, refused
+        assert name in verdict.message
+    over = decide(ConfigResource(GROUP_RESOURCE, "g", (ConfigChange(name, above),)), {}, {},
+                  incremental=True, validate_only=False)
+    assert isinstance(over, Refusal)
+    assert f"{name} must be less than or equal to group." in over.message  # Kafka's words
+
+
+def test_the_brokers_bounds_are_its_settings() -> None:
+    """A broker that sets group.share.min.record.lock.duration.ms lower lets a group hold its
+    records for less (Kafka's own tests do so); one that sets the max lower refuses more."""
+    lowered = {"group.share.min.record.lock.duration.ms": "1000",
+               "group.share.max.record.lock.duration.ms": "20000"}
+    for value, accepted in (("1000", True), ("999", False), ("20000", True), ("20001", False)):
+        verdict = decide(ConfigResource(GROUP_RESOURCE, "g", (
+            ConfigChange("share.record.lock.duration.ms", value),)), {}, lowered,
+            incremental=True, validate_only=False)
+        assert isinstance(verdict, NewGroupConfigs) is accepted, (value, verdict)
+
+
+def test_a_group_may_always_set_what_its_broker_runs_with() -> None:
+    """A broker run with a shorter share session than Kafka's least (Korvet allows it, for
+    tests) lets a group set as much, no less."""
+    broker = {"group.share.session.timeout.ms": "1500", "group.share.heartbeat.interval.ms": "500"}
+    for value, accepted in (("1500", True), ("1499", False)):
+        verdict = decide(ConfigResource(GROUP_RESOURCE, "g", (
+            ConfigChange("share.session.timeout.ms", value),
+            ConfigChange("share.heartbeat.interval.ms", "500"))), {}, broker,
+            incremental=True, validate_only=False)
+        assert isinstance(verdict, NewGroupConfigs) is accepted, (value, verdict)
 
 
 def test_what_is_not_a_group_config_or_not_a_set_is_refused() -> None:

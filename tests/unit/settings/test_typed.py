@@ -68,7 +68,9 @@ def test_describe_configs_answers_the_settings_under_kafkas_names() -> None:
     assert answered["log.cleaner.backoff.ms"] == ("15000", "korvet serve --cleaner-backoff-ms")
     assert answered["log.cleaner.enable"][0] == "true"
     assert answered["group.share.record.lock.duration.ms"][0] == "30000"
-    assert len(answered) == 25
+    assert answered["group.share.min.record.lock.duration.ms"][0] == "15000"  # Kafka's bounds
+    assert answered["group.share.max.record.lock.duration.ms"][0] == "60000"
+    assert len(answered) == 29
 
 
 # --- no setting is read by its name outside korvet/settings ---------------------------------
