@@ -238,21 +238,26 @@ def test_a_fetch_acquires_what_fits_in_its_bytes(redis_url: str,
     client = redis.Redis.from_url(redis_url)
     client.delete(STREAM, META)
     fetch, _, release = (client.register_script(_lua(name)) for name in SCRIPTS)
-    raw = []
+    command: Any = client.execute_command  # redis-py leaves it untyped
+    raw: list[Any] = []
     for o, (key, value, headers) in enumerate(records):
         fields = entry_fields((1_700_000_000_000 + o, key, value, headers))
-        client.execute_command("XADD", STREAM, f"{o + 1}-1", *fields)
+        command(b"XADD", STREAM, f"{o + 1}-1", *fields)  # a header name may come twice
         raw.append([f"{o + 1}-1".encode(), fields])
     client.hset(META, mapping={"last": f"{len(records)}-1", "start": "1-1"})
-    args = [GROUP, "m:a", LIMITS.lock_ms, LIMITS.delivery_limit, 100, released, "0", PARK, "0"]
+
+    def args(wanted: int, *budget: int) -> list[Any]:
+        return [GROUP, "m:a", LIMITS.lock_ms, LIMITS.delivery_limit, 100, wanted, "0", PARK, "0",
+                *budget]
+
     if released:  # some records delivered once and released: claimed first, then new ones
-        fetch(keys=[STREAM, META], args=args)
+        fetch(keys=[STREAM, META], args=args(released))
         release(keys=[STREAM, META], args=[GROUP, "m:a", LIMITS.lock_ms,
                                            LIMITS.delivery_limit, PARK])
     alone = [len(entries_to_batches([e], 0, 1 << 62, force_first=True)[0]) for e in raw]
     fitting = data.draw(st.integers(1, len(raw)))
     budget = max(sum(alone[:fitting]) + data.draw(st.integers(-2, 2)), 0)
-    _, _, got = fetch(keys=[STREAM, META], args=[*args[:5], 100, *args[6:], budget])
+    _, _, got = fetch(keys=[STREAM, META], args=args(100, budget))
     taken = [e[0] for e in got]
     expected = max(1, *(n for n in range(len(raw) + 1) if sum(alone[:n]) <= budget))
     assert taken == [e[0] for e in raw[:expected]]
