@@ -16,8 +16,10 @@ One request:
    stores batches, which share groups do not read yet);
 3. acknowledgements, per partition all or none (INVALID_RECORD_STATE when one is not the
    member's under a live lock);
-4. ShareFetch acquires up to MaxRecords over the session's partitions, in order; when it
-   acquired nothing it long-polls: it waits for an append to one of the streams (the fetch
+4. ShareFetch acquires up to MaxRecords over the session's partitions, in order, each
+   partition within its even share of MaxBytes (its first record always: records that would
+   not fit are not acquired, so they stay available to the group); when it acquired nothing
+   it long-polls: it waits for an append to one of the streams (the fetch
    wake-ups, storage/notifier.py) and tries again, up to MaxWaitMs. Records become available
    without an append too (a lock runs out, another member releases), so a wait lasts at most
    ``_RECHECK_S`` before the next try;
