@@ -242,7 +242,7 @@ class ShareHandler:
                    for p in wanted if p.usable and p.topic is not None]
         notifier = self.services.notifier
         # MaxBytes shared out evenly over the partitions fetched, each answering at least its
-        # first record (as Kafka 4.3.1 does, conformance check share.fetch.max_bytes)
+        # first record (as Kafka 4.3.1 does: share.fetch.max_bytes_limits_acquisition)
         usable = sum(1 for p in wanted if p.usable)
         part_bytes = max(int(request.max_bytes), 0) // max(usable, 1)
         while True:
