@@ -76,17 +76,20 @@ class ShareStore:
 
     async def acquire(self, topic: TopicInfo, partition: int, group: str, member: str,
                       limits: ShareLimits, max_records: int, *, start: str,
-                      committed: bool = False) -> Acquired:
+                      committed: bool = False, max_bytes: int | None = None) -> Acquired:
         """``start``: where the group starts on the partition if it has no Redis consumer
         group there yet (XGROUP CREATE's id: '0' earliest, '$' latest, or an entry id).
         ``committed``: share.isolation.level=read_committed (records below the last stable
-        offset only; those of aborted transactions archived, never acquired)."""
+        offset only; those of aborted transactions archived, never acquired).
+        ``max_bytes``: the partition's share of the response; the records acquired, as
+        record batches, stay within it, but for the first, which always comes (None: no
+        limit)."""
         stream = self._stream_key(topic.name, partition)
         reply = await self._fetch(
             keys=[stream, self._meta_key(topic.name, partition), RedisStore.aborted_key(stream)],
             args=[redis_group_of(group), consumer_of(member), limits.lock_ms,
                   limits.delivery_limit, limits.max_locks, max_records, start, PARK,
-                  "1" if committed else "0"])
+                  "1" if committed else "0", *([] if max_bytes is None else [max_bytes])])
         epochs_text, archived, entries = reply
         codec = topic.config.codec
         raw: list[Any] = []

@@ -24,11 +24,13 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from korvet.core.share_partition import PARK, AckType, RedisGroupModel, ShareLimits
+from korvet.server.batching import entries_to_batches
+from korvet.storage.entries import entry_fields
 from korvet.storage.redis_store import _lua
 
 LIMITS = ShareLimits(lock_ms=60_000, delivery_limit=2, max_locks=4)  # Kafka's least limit
@@ -215,3 +217,52 @@ def test_a_broken_script_diverges(redis_url: str, guard: str) -> None:
     assert texts != original, "the mutation no longer applies to the script"
     with pytest.raises(AssertionError):
         _play(redis_url, texts, steps)
+
+
+_HEADERS = st.lists(st.tuples(st.text("abcxyz", min_size=1, max_size=8),
+                              st.none() | st.binary(max_size=40)), max_size=3)
+_RECORDS = st.lists(st.tuples(st.none() | st.binary(max_size=150),
+                              st.none() | st.binary(max_size=2500), _HEADERS),
+                    min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(records=_RECORDS, released=st.integers(0, 8), data=st.data())
+def test_a_fetch_acquires_what_fits_in_its_bytes(redis_url: str,
+                                                records: list[tuple[Any, Any, Any]],
+                                                released: int, data: st.DataObject) -> None:
+    """share_fetch.lua with a byte budget (ShareFetch's MaxBytes) acquires the longest run of
+    records, lowest first (released ones, then new), whose sizes as record batches of their
+    own fit in it, and at least one; the response built from them (the handler's
+    entries_to_batches) stays within the budget, so nothing acquired is held back."""
+    client = redis.Redis.from_url(redis_url)
+    client.delete(STREAM, META)
+    fetch, _, release = (client.register_script(_lua(name)) for name in SCRIPTS)
+    command: Any = client.execute_command  # redis-py leaves it untyped
+    raw: list[Any] = []
+    for o, (key, value, headers) in enumerate(records):
+        fields = entry_fields((1_700_000_000_000 + o, key, value, headers))
+        command(b"XADD", STREAM, f"{o + 1}-1", *fields)  # a header name may come twice
+        raw.append([f"{o + 1}-1".encode(), fields])
+    client.hset(META, mapping={"last": f"{len(records)}-1", "start": "1-1"})
+
+    def args(wanted: int, *budget: int) -> list[Any]:
+        return [GROUP, "m:a", LIMITS.lock_ms, LIMITS.delivery_limit, 100, wanted, "0", PARK, "0",
+                *budget]
+
+    if released:  # some records delivered once and released: claimed first, then new ones
+        fetch(keys=[STREAM, META], args=args(released))
+        release(keys=[STREAM, META], args=[GROUP, "m:a", LIMITS.lock_ms,
+                                           LIMITS.delivery_limit, PARK])
+    alone = [len(entries_to_batches([e], 0, 1 << 62, force_first=True)[0]) for e in raw]
+    fitting = data.draw(st.integers(1, len(raw)))
+    budget = max(sum(alone[:fitting]) + data.draw(st.integers(-2, 2)), 0)
+    _, _, got = fetch(keys=[STREAM, META], args=args(100, budget))
+    taken = [e[0] for e in got]
+    expected = max(1, *(n for n in range(len(raw) + 1) if sum(alone[:n]) <= budget))
+    assert taken == [e[0] for e in raw[:expected]]
+    sent = entries_to_batches([[e[0], e[2]] for e in got], 0, 1 << 62, force_first=True)
+    assert sent[1] == len(got)
+    assert len(sent[0]) <= budget or len(got) == 1
+    pending = client.xpending(STREAM, GROUP)["pending"]
+    assert pending == max(len(got), min(released, len(raw)))  # nothing else was locked

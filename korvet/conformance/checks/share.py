@@ -17,7 +17,7 @@ from typing import Any
 from korvet.conformance.harness.context import CheckContext, expect, expect_eq, expect_error
 from korvet.conformance.harness.registry import check
 from korvet.conformance.kafka.ops import Ops, Topic
-from korvet.conformance.kafka.records import Rec
+from korvet.conformance.kafka.records import Rec, decode_records
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 
@@ -35,16 +35,17 @@ class ShareMember:
     group: str
     member: str
     session_epoch: int = 0
+    last: Any = None  # the last ShareFetch response acquire() got
 
     def topic_id(self, topic: Topic) -> uuid.UUID:
         return topic.topic_id or self.ops.topic_id_of(topic.name)
 
     def fetch(self, topic: Topic, *, acks: list[tuple[int, int, int]] | None = None,
-              max_records: int = 100, max_wait_ms: int = 500) -> Any:
+              max_records: int = 100, max_wait_ms: int = 500, max_bytes: int = 1 << 20) -> Any:
         response = self.ops.call(
             ApiKey.SHARE_FETCH, self.ops.v(ApiKey.SHARE_FETCH, lo=1, hi=1),
             group_id=self.group, member_id=self.member, share_session_epoch=self.session_epoch,
-            max_wait=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+            max_wait=max_wait_ms, min_bytes=1, max_bytes=max_bytes, max_records=max_records,
             batch_size=max_records, topics=[{"topic_id": self.topic_id(topic), "partitions": [
                 {"partition_index": 0, "acknowledgement_batches": _batches(acks or [])}]}],
             forgotten_topics_data=[])
@@ -63,7 +64,8 @@ class ShareMember:
         return response
 
     def acquire(self, topic: Topic, wanted: int, *, seconds: float = 20.0,
-                acks: list[tuple[int, int, int]] | None = None) -> list[tuple[int, int]]:
+                acks: list[tuple[int, int, int]] | None = None,
+                max_bytes: int = 1 << 20) -> list[tuple[int, int]]:
         """ShareFetch until ``wanted`` records were acquired: (offset, delivery count) each,
         in offset order. A share group's first fetches may come back empty, or with an error
         on the partition, while the broker initializes the share partition (Apache Kafka
@@ -74,8 +76,9 @@ class ShareMember:
         deadline = time.monotonic() + seconds
         pending = acks
         while len(found) < wanted:
-            response = self.fetch(topic, acks=pending)
+            response = self.fetch(topic, acks=pending, max_bytes=max_bytes)
             expect_error(response.error_code, ErrorCode.NONE, "ShareFetch")
+            self.last = response
             for part in _partitions(response):
                 if int(part.error_code) != ErrorCode.NONE:
                     errors.append(f"error {int(part.error_code)}")
@@ -232,6 +235,35 @@ def new_session_keeps_the_members_records(ctx: CheckContext) -> None:
     accepted = member.acknowledge(topic, [(offsets[0], offsets[-1], ACCEPT)])
     expect_error(accepted.error_code, ErrorCode.NONE, "ShareAcknowledge in the new session")
     expect_error(_ack_error(accepted), ErrorCode.NONE, "ACCEPT of the records of the old session")
+
+
+@check("share.fetch.max_bytes_limits_acquisition", api=API,
+       asserts="ShareFetch MaxBytes limits what is acquired, not only what is sent: over five "
+               "records of 1 KB, each produced in a batch of its own, MaxBytes 1 still acquires "
+               "and returns the first record (and only it); MaxBytes 2500 then acquires the next "
+               "two, exactly the records of the complete batches returned, within 2500 bytes; "
+               "the last two were never acquired, so another member of the group acquires them "
+               "at once, delivery count 1.",
+       source=f"{SOURCE}; KIP-74 (the first batch is returned even if larger than the limit); "
+              "observed on Apache Kafka 4.3.1 (SharePartition.acquire takes the batches the "
+              "log read returned within MaxBytes)")
+def max_bytes_limits_acquisition(ctx: CheckContext) -> None:
+    ops = Ops(ctx)
+    topic = ops.create_topic()
+    offsets = [ops.produce_ok(topic, 0, [Rec(b"%d" % i + b"." * 1000)]) for i in range(5)]
+    member = join(ops, topic)
+    for max_bytes, wanted in ((1, offsets[:1]), (2500, offsets[1:3])):
+        acquired = member.acquire(topic, 1, max_bytes=max_bytes)
+        expect_eq(acquired, [(o, 1) for o in wanted], f"acquired with MaxBytes {max_bytes}")
+        batches, records, _ = decode_records(_partitions(member.last)[0].records)
+        expect_eq([r.offset for r in records], wanted,
+                  f"records returned with MaxBytes {max_bytes}")
+        size = sum(b.size for b in batches)
+        expect(len(batches) == 1 or size <= max_bytes,
+               f"{len(batches)} batches of {size} bytes in all returned with MaxBytes {max_bytes}")
+    other = ShareMember(ops, member.group, str(uuid.uuid4()))
+    expect_eq(other.acquire(topic, 2), [(o, 1) for o in offsets[3:]],
+              "what another member acquires: the records the size-limited fetches left")
 
 
 RENEW = 4  # AcknowledgeType.RENEW (ShareFetch and ShareAcknowledge v2, KIP-1222)

@@ -16,8 +16,10 @@ One request:
    stores batches, which share groups do not read yet);
 3. acknowledgements, per partition all or none (INVALID_RECORD_STATE when one is not the
    member's under a live lock);
-4. ShareFetch acquires up to MaxRecords over the session's partitions, in order; when it
-   acquired nothing it long-polls: it waits for an append to one of the streams (the fetch
+4. ShareFetch acquires up to MaxRecords over the session's partitions, in order, each
+   partition within its even share of MaxBytes (its first record always: records that would
+   not fit are not acquired, so they stay available to the group); when it acquired nothing
+   it long-polls: it waits for an append to one of the streams (the fetch
    wake-ups, storage/notifier.py) and tries again, up to MaxWaitMs. Records become available
    without an append too (a lock runs out, another member releases), so a wait lasts at most
    ``_RECHECK_S`` before the next try;
@@ -239,8 +241,13 @@ class ShareHandler:
         streams = [self.services.store.stream_key(p.topic.name, p.index)
                    for p in wanted if p.usable and p.topic is not None]
         notifier = self.services.notifier
+        # MaxBytes shared out evenly over the partitions fetched, each answering at least its
+        # first record (as Kafka 4.3.1 does: share.fetch.max_bytes_limits_acquisition)
+        usable = sum(1 for p in wanted if p.usable)
+        part_bytes = max(int(request.max_bytes), 0) // max(usable, 1)
         while True:
-            if await self._acquire(key, wanted, max(int(request.max_records), 1), group) > 0:
+            if await self._acquire(key, wanted, max(int(request.max_records), 1), part_bytes,
+                                   group) > 0:
                 return
             remaining = max_wait - (time.monotonic() - started)
             if not streams or remaining <= 0 or int(request.min_bytes) <= 0:
@@ -250,7 +257,7 @@ class ShareHandler:
             await notifier.wait(streams, min(remaining, _RECHECK_S))
 
     async def _acquire(self, key: sessions.SessionKey, wanted: list[_Part], budget: int,
-                       group: _GroupSettings) -> int:
+                       part_bytes: int, group: _GroupSettings) -> int:
         taken = 0
         for part in wanted:
             if taken >= budget:
@@ -259,7 +266,8 @@ class ShareHandler:
                 continue
             start = await self._start(part, group.reset)
             got = await self.store.acquire(part.topic, part.index, key[0], key[1], group.limits,
-                                           budget - taken, start=start, committed=group.committed)
+                                           budget - taken, start=start, committed=group.committed,
+                                           max_bytes=part_bytes)
             part.raw, part.counts = part.raw + got.raw, part.counts + got.counts
             part.epochs = got.epochs
             part.epoch = got.epochs.current if part.topic.config.dense else 0

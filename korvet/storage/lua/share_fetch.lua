@@ -11,6 +11,14 @@
 --   aborted transaction is archived (XACK) as it is read or claimed, never delivered, as
 --   Kafka's share partition archives it at acquisition. Markers stay what they are under
 --   read_uncommitted too: acquired, a control batch the client acknowledges.
+-- ARGV[10] the partition's byte budget (ShareFetch's MaxBytes, shared out over the
+--   partitions fetched): the first record is always acquired, however big (KIP-74, as
+--   Kafka's share fetch returns the first batch); after it, only records whose sizes still
+--   fit. A record's size is what it takes as a record batch of its own (61 bytes of batch
+--   header and the record), which is what the response's batches cannot exceed: records
+--   batched together share one header, and their deltas cost at most 14 bytes more each. So
+--   the response stays within the budget and everything acquired is sent: nothing is left
+--   acquired that the member never got. Each record is sized before it is claimed or read.
 --
 -- One share group on one partition is one Redis consumer group on the partition's stream,
 -- so its state is in the partition's slot. The rules are SharePartitionRedis.tla's (and
@@ -121,11 +129,51 @@ local function of_aborted(id, entry)
   return false
 end
 
+-- The bytes a record-format entry takes as a record batch of its own (storage/entries.py's
+-- fields; Kafka's record: varint lengths, zigzag-encoded, deltas 0 in a batch of its own).
+-- A transaction marker is a control batch of 78 bytes.
+local function varint(n)
+  local v, size = (n >= 0) and 2 * n or -2 * n - 1, 1
+  while v >= 128 do v, size = math.floor(v / 128), size + 1 end
+  return size
+end
+local function bytes_of(entry)
+  local key, value, headers, body = 1, 1, 0, 3  -- null key, null value; attributes, deltas
+  for i = 1, #entry, 2 do
+    local name, data = entry[i], entry[i + 1]
+    if name == 'control' then return 78 end
+    if name == 'key' then key = varint(#data) + #data
+    elseif name == 'value' then value = varint(#data) + #data
+    elseif string.sub(name, 1, 7) == 'header.' then
+      headers = headers + 1
+      body = body + varint(#name - 7) + #name - 7 + varint(#data) + #data
+    elseif string.sub(name, 1, 12) == 'header-null.' then
+      headers = headers + 1
+      body = body + varint(#name - 12) + #name - 12 + 1
+    end
+  end
+  body = body + key + value + varint(headers)
+  return 61 + varint(body) + body
+end
+local budget, used = tonumber(ARGV[10]) or math.huge, 0  -- absent: no byte limit
+-- Whether an entry of this size still goes in the response (the first always does).
+local function fits(size)
+  if used > 0 and used + size > budget then return false end
+  used = used + size
+  return true
+end
+
 local room = math.min(wanted, max_locks - live)
 local got = {}
 local taken, looked = 0, 0  -- room used (an entry gone from the stream too), claimable seen
+local full = false  -- the byte budget stopped the fetch
 for _, c in ipairs(claimable) do
   if taken >= room then break end
+  local entry = redis.call('XRANGE', stream, c[1], c[1])[1]
+  if entry and not of_aborted(entry[1], entry[2]) and not fits(bytes_of(entry[2])) then
+    full = true
+    break
+  end
   looked = looked + 1
   local reply = redis.call('XCLAIM', stream, group, consumer, lock, c[1])
   if reply[1] and of_aborted(reply[1][1], reply[1][2]) then
@@ -136,27 +184,35 @@ for _, c in ipairs(claimable) do
     taken = taken + 1
   end
 end
+-- Up to `count` new entries (XREADGROUP >): below the last stable offset only under
+-- read_committed, and only as many as the byte budget takes (an aborted transaction's
+-- records cost nothing: they are archived, not sent). The entries after the group's last
+-- delivered id are looked at first (XRANGE), then exactly that many read.
 local function read_new(count)
-  if stable then
-    -- only entries below the last stable offset: count those after the group's last
-    -- delivered id, then read exactly that many
-    local last = '0-0'
-    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-      local info = {}
-      for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
-      if info['name'] == group then last = info['last-delivered-id'] end
-    end
-    count = #redis.call('XRANGE', stream, '(' .. last, '(' .. stable, 'COUNT', count)
-    if count == 0 then return {} end
+  local last = '0-0'
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local info = {}
+    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    if info['name'] == group then last = info['last-delivered-id'] end
   end
-  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count,
+  local upto = stable and ('(' .. stable) or '+'
+  local n = 0
+  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. last, upto, 'COUNT', count)) do
+    if not of_aborted(e[1], e[2]) and not fits(bytes_of(e[2])) then
+      full = true
+      break
+    end
+    n = n + 1
+  end
+  if n == 0 then return {} end
+  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
                            'STREAMS', stream, '>')
   return reply and reply[1][2] or {}
 end
-if looked == #claimable then
+if looked == #claimable and not full then
   -- none left claimable: new entries while there is room, those of aborted transactions
   -- archived and more read in their place
-  while taken < room do
+  while taken < room and not full do
     local entries = read_new(room - taken)
     local skipped = 0
     for _, e in ipairs(entries) do
