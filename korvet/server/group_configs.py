@@ -15,6 +15,9 @@ from korvet.server.services import Services
 from korvet.storage.group_configs import GroupConfigStore
 
 CACHE_SECONDS = 1.0
+# Group ids asked about are the clients' to choose: the cache keeps at most this many, the
+# entry read longest ago dropped first (it is read again from Redis when asked for).
+CACHE_ENTRIES = 10_000
 
 
 class GroupConfigs:
@@ -35,7 +38,7 @@ class GroupConfigs:
         """The group's own configs, read from Redis (no cache: for DescribeConfigs and
         alterations)."""
         found = await self.store.get(group)
-        self._cache[group] = (time.monotonic(), found)
+        self._remember(group, found)
         return found
 
     async def own(self, group: str) -> dict[str, str]:
@@ -52,4 +55,10 @@ class GroupConfigs:
 
     async def put(self, group: str, configs: dict[str, str]) -> None:
         await self.store.put(group, configs)
-        self._cache[group] = (time.monotonic(), dict(configs))
+        self._remember(group, dict(configs))
+
+    def _remember(self, group: str, configs: dict[str, str]) -> None:
+        self._cache.pop(group, None)  # to the end: the newest
+        self._cache[group] = (time.monotonic(), configs)
+        if len(self._cache) > CACHE_ENTRIES:
+            del self._cache[next(iter(self._cache))]

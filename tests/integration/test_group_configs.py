@@ -87,3 +87,33 @@ def test_kafka_configs_sets_and_describes_a_groups_configs(korvet: KorvetProcess
                                        "share.auto.offset.reset=newest"], check=False)
     assert refused.returncode != 0
     assert "share.auto.offset.reset" in refused.stdout + refused.stderr
+
+
+def test_the_brokers_cache_of_group_configs_is_bounded(redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group ids are the clients' to choose (a fetch, a DescribeConfigs): the broker keeps
+    the configs of at most CACHE_ENTRIES groups, dropping the one read longest ago, which is
+    read again from Redis, with what another broker set meanwhile."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import redis.asyncio as aioredis
+
+    from korvet.server import group_configs
+
+    monkeypatch.setattr(group_configs, "CACHE_ENTRIES", 5)
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        services: Any = SimpleNamespace(store=SimpleNamespace(redis=client, ks="cache-test"))
+        configs = group_configs.GroupConfigs(services)
+        await configs.put("first", {"share.auto.offset.reset": "earliest"})
+        for number in range(200):
+            await configs.own(f"asked-{number}")
+        assert len(configs._cache) == 5 and "first" not in configs._cache
+        other = group_configs.GroupConfigs(services)  # another broker changes it
+        await other.put("first", {"share.auto.offset.reset": "by_duration:PT1H"})
+        assert await configs.own("first") == {"share.auto.offset.reset": "by_duration:PT1H"}
+        await client.aclose()
+
+    asyncio.run(scenario())
