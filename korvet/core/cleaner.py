@@ -163,15 +163,14 @@ class BatchVerdict:
 def judge_batch(batch: BatchFacts, latest: dict[bytes, tuple[EntryId, int]], aborted: Aborted,
                 *, now: int, last_swap: int, retention_ms: int) -> BatchVerdict:
     """The spec's Keep and Mark for each record of a batch below the head (clean.lua does the
-    same for the records format): markers and keyless records stay; aborted data goes; a
-    record goes when a later one of its key was mapped; a tombstone, its key's latest, stays
-    until its horizon (pending at its first clean, then the last swap's time plus
+    same for the records format): keyless records stay; aborted data goes; a record goes
+    when a later one of its key was mapped; a tombstone, its key's latest, and a marker stay
+    until their horizon (pending at their first clean, then the last swap's time plus
     delete.retention.ms) has passed. A batch is cleaned whole in one pass (an id bound never
     cuts it), so its tombstones share one horizon, as in a Kafka batch."""
     every = frozenset(delta for delta, _, _ in batch.records)
-    if batch.control:
-        return BatchVerdict(every, batch.horizon, 0)
-    if batch.transactional and is_aborted(aborted, batch.producer, batch.at):
+    if batch.transactional and not batch.control and is_aborted(aborted, batch.producer,
+                                                                batch.at):
         return BatchVerdict(frozenset(), None, len(every))
     if batch.horizon is None:
         horizon = PENDING
@@ -180,6 +179,9 @@ def judge_batch(batch: BatchFacts, latest: dict[bytes, tuple[EntryId, int]], abo
     else:
         horizon = batch.horizon
     expired = horizon != PENDING and now >= int(horizon)
+    if batch.control:  # a marker: as a tombstone, until its horizon
+        return (BatchVerdict(frozenset(), None, len(every)) if expired
+                else BatchVerdict(every, horizon, 0))
     kept: set[int] = set()
     tombstones = False
     for delta, key, has_value in batch.records:

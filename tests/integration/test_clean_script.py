@@ -268,6 +268,73 @@ def test_an_open_transaction_bounds_the_pass_and_aborted_data_goes(idle: KorvetP
                    b"key-1": updates(2, 2, tag="later")[1].value}
 
 
+@pytest.mark.spec("Compaction", "Horizon", "Mark", "CopyChunk", note="transaction markers")
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_transaction_markers_go_after_their_delete_horizon(idle: KorvetProcess,
+                                                           storage: str) -> None:
+    """A compacted topic written in transactions (Kafka Streams' changelogs and Connect's
+    topics under exactly-once: a marker per transaction and partition) does not keep every
+    marker for ever: a marker's first pass sets its horizon pending, the next fixes it at
+    that swap's time plus delete.retention.ms (0 here), and the pass after it has passed
+    removes it, as Kafka's cleaner does. Readers, read_committed or not, still end with each
+    key's committed value; the aborted one is never seen."""
+    name = f"markers-{storage}-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": storage, "delete.retention.ms": "0"})
+    txn = transactional_producer(idle.bootstrap, f"markers-{name}")
+    for number in range(3):
+        txn.begin_transaction()
+        txn.produce(name, key=b"k", value=f"committed-{number}".encode(), partition=0)
+        txn.commit_transaction(30)
+    txn.begin_transaction()
+    txn.produce(name, key=b"k", value=b"aborted", partition=0)
+    txn.flush(30)
+    txn.abort_transaction(30)
+    r = Redis.from_url(idle.redis_url)
+
+    def markers() -> int:
+        return sum(1 for _, f in entries_of(r, name)
+                   if b"control" in f or (b"batch" in f and DefaultRecordBatch(
+                       f[b"batch"]).attributes & CONTROL_FLAG))
+
+    assert markers() == 4
+    driver = Driver(idle, name)
+    seen = []
+    for round_ in range(4):  # each pass needs dirty records: another key's update
+        clients.confluent_produce(idle.bootstrap, name, updates(1, 1, tag=f"round-{round_}"))
+        time.sleep(0.2)  # the active segment rolls (max.compaction.lag.ms 100)
+        swapped, _ = run_to_swap(driver, start_pass(driver), 3)
+        assert swapped.outcome == "SWAPPED", swapped
+        seen.append(markers())
+        if seen[-1] == 0:
+            break
+    assert seen[0] == 4 and seen[-1] == 0, f"markers left after each pass: {seen}"
+    expected = {b"k": b"committed-2", b"key-0": updates(1, 1, tag=f"round-{len(seen) - 1}")[0].value}
+    assert dict(read_committed(idle.bootstrap, name)) == expected
+    assert {m.key(): m.value() for m in read_all(idle, name)} == expected
+
+
+@pytest.mark.spec("Compaction", "Begin", note="max.compaction.lag.ms, both formats")
+@pytest.mark.parametrize("storage", ["records", "batches"])
+def test_a_record_dirty_past_the_max_lag_starts_a_pass(idle: KorvetProcess, storage: str) -> None:
+    """max.compaction.lag.ms: one update among twenty clean keys is far below
+    min.cleanable.dirty.ratio (0.5), yet once it has been dirty for longer than the lag a pass
+    begins, as Kafka's LogCleanerManager does (the first dirty batch's max timestamp). A
+    batches topic's entries carry their timestamp as max-timestamp: read as none, the lag
+    never passed and such a topic was cleaned by the ratio alone."""
+    name = f"lag-{storage}-{uuid.uuid4().hex[:8]}"
+    create(idle, name, {**CONFIGS, "korvet.storage.format": storage})
+    clients.confluent_produce(idle.bootstrap, name, updates(20, 20))
+    driver = Driver(idle, name)
+    assert run_to_swap(driver, start_pass(driver), 50)[0].outcome == "SWAPPED"
+    clients.confluent_produce(idle.bootstrap, name, updates(1, 20, tag="late"))
+    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while (token := driver.begin()) is None:
+        assert time.monotonic() < deadline, "the overdue record started no pass"
+        time.sleep(0.15)
+    assert run_to_swap(driver, token, 50)[0].outcome == "SWAPPED"
+
+
 def entries_of(r: Redis, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
     found: Any = r.xrange(stream(topic))
     return list(found)

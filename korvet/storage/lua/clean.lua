@@ -99,6 +99,7 @@ local function facts(f)
   for i = 1, #f, 2 do
     local name = f[i]
     if name == 'timestamp' then r.ts = tonumber(f[i + 1])
+    elseif name == 'max-timestamp' then r.ts = tonumber(f[i + 1])  -- a stored batch's
     elseif name == 'key' then r.key = f[i + 1]
     elseif name == 'value' then r.value = true
     elseif name == 'producer' then r.producer = string.match(f[i + 1], '^(%S+)')
@@ -338,6 +339,29 @@ if batches then
 end
 local aborted = (n > 0 and not plan) and aborted_from(got[1][1]) or {}
 local latest = {}
+-- A tombstone (its key's latest) or a transaction marker below the head: its delete horizon
+-- is fixed from the swap that first made it visible (first clean: pending; the next pass:
+-- that swap's time plus delete.retention.ms), and it goes once the horizon has passed
+-- (spec/Compaction.tla Keep, Mark). Whether it stays; the entry's fields carry the horizon.
+local function horizon_keeps(r, f)
+  local h
+  if r.horizon == nil then
+    h = 'pending'
+  elseif r.horizon == 'pending' then
+    h = string.format('%d', prev + keep_ms)
+  else
+    h = r.horizon
+  end
+  if h ~= 'pending' and now >= tonumber(h) then
+    return false
+  elseif r.horizon == nil then
+    f[#f + 1] = 'delete-horizon'
+    f[#f + 1] = h
+  else
+    f[r.hpos + 1] = h
+  end
+  return true
+end
 for i = 1, n do
   local id, f = got[i][1], got[i][2]
   local keep = true
@@ -354,8 +378,10 @@ for i = 1, n do
     end
   elseif less(id, upto) then
     local r = facts(f)
-    if r.control or r.key == nil then
-      keep = true  -- markers, and keyless records written before they were refused, stay
+    if r.control then
+      keep = horizon_keeps(r, f)  -- a marker: until its delete horizon, as a tombstone
+    elseif r.key == nil then
+      keep = true  -- keyless records written before they were refused stay
     elseif r.producer and is_aborted(aborted, r.producer, id) then
       keep = false  -- aborted data: no reader ever applies it
     else
@@ -367,25 +393,7 @@ for i = 1, n do
       if l and less(id, l) then
         keep = false  -- superseded by a later record of its key
       elseif not r.value then
-        -- a tombstone, its key's latest: its delete horizon is fixed from the swap that
-        -- first made it visible (first clean: pending; the next pass: that swap's time plus
-        -- delete.retention.ms), and it goes once the horizon has passed
-        local h
-        if r.horizon == nil then
-          h = 'pending'
-        elseif r.horizon == 'pending' then
-          h = string.format('%d', prev + keep_ms)
-        else
-          h = r.horizon
-        end
-        if h ~= 'pending' and now >= tonumber(h) then
-          keep = false
-        elseif r.horizon == nil then
-          f[#f + 1] = 'delete-horizon'
-          f[#f + 1] = h
-        else
-          f[r.hpos + 1] = h
-        end
+        keep = horizon_keeps(r, f)  -- a tombstone, its key's latest
       end
     end
     if keep then kept = kept + 1 end

@@ -582,8 +582,8 @@ def test_transition_replays(walked: Callable[[str], WalkReport], name: str, acti
                  id="swap-without-trim", marks=pytest.mark.spec("Compaction", "Swap", "KeepFrom")),
     # A tombstone's horizon set from the clock of the chunk that first copies it (Kafka's
     # rule per chunk), not pending until the swap that makes it visible.
-    pytest.param("Compaction-replay", "clean.lua", "          h = 'pending'\n",
-                 "          h = string.format('%d', now + keep_ms)\n", id="horizon-from-chunk",
+    pytest.param("Compaction-replay", "clean.lua", "    h = 'pending'\n",
+                 "    h = string.format('%d', now + keep_ms)\n", id="horizon-from-chunk",
                  marks=pytest.mark.spec("Compaction", "CopyChunk", "FirstHorizon", "Mark")),
     # The pending horizon fixed from the second pass's clock, not the last swap's time.
     pytest.param("Compaction-replay", "clean.lua", "h = string.format('%d', prev + keep_ms)",

@@ -107,6 +107,27 @@ def test_aborted_batches_go_and_markers_stay_and_neither_is_mapped() -> None:
     assert mapped.latest == {b"k": ((12, 0), 0)} and mapped.mapped == 3
 
 
+@pytest.mark.spec("Compaction", "Horizon", "Mark", note="Format batches: markers")
+def test_a_marker_stays_until_its_delete_horizon_then_goes() -> None:
+    """A transaction marker below the head is kept, its horizon pending, at its first clean;
+    the next pass fixes the horizon at the last swap's time plus delete.retention.ms, and
+    once that has passed the marker goes, as a tombstone does (spec Keep, Mark): a compacted
+    topic written by transactions (Kafka Streams' and Connect's exactly-once) does not keep a
+    marker per transaction for ever."""
+    marker = batch((9, 0), [(0, None, True)], producer=7, transactional=True, control=True)
+    first = judge_batch(marker, {}, {}, now=10, last_swap=0, retention_ms=50)
+    assert (first.keep, first.horizon, first.removed) == (frozenset({0}), PENDING, 0)
+    pending = batch((9, 0), [(0, None, True)], producer=7, transactional=True, control=True,
+                    horizon=PENDING)
+    fixed = judge_batch(pending, {}, {}, now=120, last_swap=100, retention_ms=50)
+    assert (fixed.keep, fixed.horizon) == (frozenset({0}), "150")
+    timed = batch((9, 0), [(0, None, True)], producer=7, transactional=True, control=True,
+                  horizon="150")
+    assert judge_batch(timed, {}, {}, now=149, last_swap=100, retention_ms=50).keep == {0}
+    gone = judge_batch(timed, {}, {}, now=150, last_swap=100, retention_ms=50)
+    assert (gone.keep, gone.removed) == (frozenset(), 1)
+
+
 @pytest.mark.spec("Compaction", "Young", note="Format batches")
 def test_the_map_stops_at_the_first_young_batch() -> None:
     old = batch((1, 0), [(0, b"k", True)], max_timestamp=10)
