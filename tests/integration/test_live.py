@@ -115,6 +115,26 @@ def test_storage_path_on_kafka_follows_the_models(kafka_live: KafkaServer) -> No
     assert env.stats.replies_compared > count * 5
 
 
+@pytest.mark.spec("PartitionLog", "DeleteRecords", note="a mutant broker: the storage oracle")
+def test_a_broken_storage_rule_is_caught(tmp_path: Path) -> None:
+    """The storage path's live oracle can fail: a broker whose DeleteRecords takes an offset
+    past the high watermark (Kafka: OFFSET_OUT_OF_RANGE) is caught by the storage run, which
+    shrinks the sequence to the DeleteRecords that shows it."""
+    mutant = KorvetProcess(tmp_path / "mutant", extra_args=KORVET_FLAGS, command=[
+        sys.executable, "-m", "tests.support.mutant_broker", "delete-records-past-the-end"])
+    mutant.start()
+    try:
+        with pytest.raises(machine.LiveFailure) as caught:
+            storage.run_storage(_korvet_env(mutant), examples=examples(0.2), steps=STEPS,
+                                seed=18, shrink_seconds=30)
+        print(f"\nmutant caught:\n{caught.value}\n{caught.value.script.dumps()}")
+        assert "DeleteRecords" in str(caught.value)
+        assert "OFFSET_OUT_OF_RANGE" in str(caught.value)
+        assert len(caught.value.script.actions) <= 6, "the shrunk script is still long"
+    finally:
+        mutant.stop()
+
+
 @pytest.mark.spec("GroupCoordinator", "Heartbeat", note="a mutant broker")
 def test_a_broken_rule_is_caught_and_its_script_replays(
         tmp_path: Path, korvet_live: KorvetProcess) -> None:

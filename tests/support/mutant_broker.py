@@ -1,9 +1,10 @@
-"""A Korvet broker with one rule of its coordinator machine deliberately broken.
+"""A Korvet broker with one rule deliberately broken: of its coordinator machine, or of its
+storage path.
 
 ``python -m tests.support.mutant_broker MUTATION serve [korvet serve flags]`` patches the
-machine (korvet/core/coordinator/machine.py) in this process only, then runs
-``korvet serve``: the live run (``korvet spec test-live``), whose oracle is the intact
-machine in the test's process, must find the difference.
+rule (korvet/core/coordinator/machine.py, korvet/core/admin.py) in this process only, then
+runs ``korvet serve``: the live run (``korvet spec test-live``), whose oracle is the intact
+machine or models in the test's process, must find the difference.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
+from korvet.core import admin
 from korvet.core import coordinator as core
 from korvet.core.coordinator import machine
 
@@ -42,7 +44,19 @@ def _stale_commit_accepted() -> None:
     machine._offset_commit = broken
 
 
+def _delete_records_past_the_end() -> None:
+    """DeleteRecords to an offset past the high watermark moves the log start to the high
+    watermark (Kafka: OFFSET_OUT_OF_RANGE, and the log start stays)."""
+    original = admin.delete_records
+
+    def broken(requested: int, log_start: int, high_watermark: int) -> admin.Deletion:
+        return original(min(requested, high_watermark), log_start, high_watermark)
+
+    admin.delete_records = broken
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
+    "delete-records-past-the-end": _delete_records_past_the_end,
     "heartbeat-ignores-rebalance": _heartbeat_ignores_rebalance,
     "stale-commit-accepted": _stale_commit_accepted,
 }
