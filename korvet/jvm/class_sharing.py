@@ -100,9 +100,12 @@ def finish(sharing: Sharing, java: str, classpath: str, *, exited: bool) -> None
         return
     try:
         if exited and sharing.writing.is_file():
+            # a bad archive crashes this JVM on purpose: no crash report in the caller's
+            # folder (hs_err_pid*.log), no core dump
             check = subprocess.run(
                 [java, f"-XX:SharedArchiveFile={sharing.writing}", "-XX:+VerifySharedSpaces",
-                 QUIET, "-cp", classpath, "-version"],
+                 QUIET, f"-XX:ErrorFile={os.devnull}", "-XX:-CreateCoredumpOnCrash",
+                 "-cp", classpath, "-version"],
                 capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
             if check.returncode == 0:
                 sharing.writing.replace(sharing.archive)

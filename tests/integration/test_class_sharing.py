@@ -54,7 +54,9 @@ def test_the_first_run_writes_the_archive_and_later_runs_map_it_and_print_the_sa
     assert "Opened archive" in logged.stdout and str(archive) in logged.stdout, logged.stdout[-2000:]
 
 
-def test_an_archive_that_cannot_be_mapped_is_not_kept(archives: Path) -> None:
+def test_an_archive_that_cannot_be_mapped_is_not_kept(
+        archives: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a crashed check would leave its hs_err_pid*.log
     java, classpath = java_binary(), jar_classpath()
     sharing = class_sharing.plan(java, classpath, TOPICS_MAIN)
     assert sharing.writing is not None and sharing.archive is not None
@@ -64,6 +66,7 @@ def test_an_archive_that_cannot_be_mapped_is_not_kept(archives: Path) -> None:
     sharing.writing.write_bytes(sharing.writing.read_bytes()[:5000])  # as if killed mid-write
     class_sharing.finish(sharing, java, classpath, exited=True)
     assert not sharing.archive.exists() and not sharing.writing.exists()
+    assert not list(tmp_path.glob("hs_err_pid*")), "the crashed check left a crash report"
     # and a run killed while writing is not kept either, whatever it left
     sharing = class_sharing.plan(java, classpath, TOPICS_MAIN)
     assert sharing.writing is not None and sharing.archive is not None
