@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from korvet.jvm import class_sharing
 from korvet.jvm.kafka_server import (
     JAR_SET,
     KAFKA_GC_OPTIONS,
@@ -197,7 +198,14 @@ class KafkaJavaTools:
         self.jvm_options = tuple(jvm_options)
 
     def command(self, main_class: str, args: Sequence[str], *, benchmark: bool = False) -> list[str]:
-        """The java command line; ``benchmark`` picks the JVM flags of Kafka's perf-test scripts."""
+        """The java command line; ``benchmark`` picks the JVM flags of Kafka's perf-test scripts.
+        It maps the class archive an earlier ``run`` of the same tool wrote (class_sharing)."""
+        java, classpath = java_binary(), jar_classpath(JAR_SET)
+        return self._command(java, classpath, main_class, args, benchmark=benchmark,
+                             sharing=class_sharing.options_for(java, classpath, main_class))
+
+    def _command(self, java: str, classpath: str, main_class: str, args: Sequence[str], *,
+                 benchmark: bool, sharing: Sequence[str]) -> list[str]:
         if benchmark:
             # kafka-producer-perf-test.sh: 512 MB heap, G1 and the full JIT, so that
             # figures compare with ones measured with Kafka's own scripts.
@@ -207,14 +215,15 @@ class KafkaJavaTools:
             tuning = [f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                       "-Djava.awt.headless=true"]
         return [
-            java_binary(),
+            java,
             *tuning,
+            *sharing,
             "-Dfile.encoding=UTF-8",
             "-Dsun.stdout.encoding=UTF-8",
             "-Dsun.stderr.encoding=UTF-8",
             f"-Dlog4j2.configurationFile={tools_log4j2_config()}",
             *self.jvm_options,
-            "-cp", jar_classpath(JAR_SET),
+            "-cp", classpath,
             main_class,
             *args,
         ]
@@ -231,7 +240,11 @@ class KafkaJavaTools:
     ) -> subprocess.CompletedProcess[str]:
         """Run one tool to completion; with ``check``, a non-zero exit raises ``JavaToolError``."""
         limit = self.timeout if timeout is None else timeout
-        command = self.command(main_class, args, benchmark=benchmark)
+        java, classpath = java_binary(), jar_classpath(JAR_SET)
+        sharing = class_sharing.plan(java, classpath, main_class)
+        command = self._command(java, classpath, main_class, args, benchmark=benchmark,
+                                sharing=sharing.options)
+        exited = False  # by itself: a JVM killed at the time limit may be writing its archive
         try:
             process = subprocess.run(
                 command,
@@ -244,8 +257,11 @@ class KafkaJavaTools:
                 timeout=limit,
                 check=False,
             )
+            exited = process.returncode >= 0
         except subprocess.TimeoutExpired as exc:
             raise JavaToolError(f"{main_class} did not finish in {limit:.0f} s") from exc
+        finally:
+            class_sharing.finish(sharing, java, classpath, exited=exited)
         if check and process.returncode != 0:
             raise JavaToolError(
                 f"{main_class} exited with {process.returncode}:\n{process.stdout[-2000:]}"

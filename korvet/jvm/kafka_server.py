@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from korvet.jvm import maven
+from korvet.jvm import class_sharing, maven
 from korvet.process import die_with_parent, find_java, free_ports, stop_process
 from korvet.protocol.frame_io import call_blocking
 
@@ -241,6 +241,7 @@ class KafkaServer:
         self._log_handle: IO[bytes] | None = None
         self._log_offset = 0
         self._finalizer: weakref.finalize[[subprocess.Popen[bytes]], KafkaServer] | None = None
+        self._sharing = class_sharing.Sharing(())
 
     # -- where things are -------------------------------------------------
 
@@ -315,9 +316,9 @@ class KafkaServer:
 
     # -- life cycle -------------------------------------------------------
 
-    def _java_command(self, main: str, *args: str, log4j: Path) -> list[str]:
+    def _java_command(self, main: str, *args: str, log4j: Path, sharing: Sequence[str]) -> list[str]:
         return [
-            java_binary(), *self.jvm_options,
+            java_binary(), *self.jvm_options, *sharing,
             f"-Dlog4j2.configurationFile={log4j}",
             "-cp", jar_classpath(JAR_SET), main, *args,
         ]
@@ -336,17 +337,23 @@ class KafkaServer:
         """``kafka-storage format`` with this server's cluster id (a fresh data dir only)."""
         self._write_config()
         started = time.monotonic()
+        java, classpath = java_binary(), jar_classpath(JAR_SET)
+        sharing = class_sharing.plan(java, classpath, STORAGE_TOOL_MAIN)
         command = [
-            java_binary(), "-Xmx256m", f"-Dlog4j2.configurationFile={tools_log4j2_config()}",
-            "-cp", jar_classpath(JAR_SET), STORAGE_TOOL_MAIN,
+            java, "-Xmx256m", *sharing.options, f"-Dlog4j2.configurationFile={tools_log4j2_config()}",
+            "-cp", classpath, STORAGE_TOOL_MAIN,
             "format", "--config", str(self.config_path), "--cluster-id", self.cluster_id,
             "--ignore-formatted",
             *(self.security.format_arguments() if self.security is not None else ()),
         ]
+        exited = False
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+            exited = result.returncode >= 0
         except subprocess.TimeoutExpired as exc:
             raise KafkaToolsError("kafka-storage format did not finish in 120 s") from exc
+        finally:
+            class_sharing.finish(sharing, java, classpath, exited=exited)
         if result.returncode != 0:
             raise KafkaToolsError(
                 f"kafka-storage format failed ({result.returncode}):\n{result.stdout}{result.stderr}"
@@ -380,7 +387,10 @@ class KafkaServer:
 
     def _start_once(self) -> None:
         self.format_storage()
-        command = self._java_command(SERVER_MAIN, str(self.config_path), log4j=self.log4j_path)
+        # The server's archive is written when it exits after a clean shutdown (stop()).
+        self._sharing = class_sharing.plan(java_binary(), jar_classpath(JAR_SET), SERVER_MAIN)
+        command = self._java_command(SERVER_MAIN, str(self.config_path), log4j=self.log4j_path,
+                                     sharing=self._sharing.options)
         self._log_handle = self.log_path.open("ab")
         self._log_offset = self._log_handle.tell()
         started = time.monotonic()
@@ -429,6 +439,10 @@ class KafkaServer:
         code: int | None = None
         if process is not None:
             code = stop_process(process, timeout=self.shutdown_timeout)
+            # killed (a negative code): it may have died while writing its class archive
+            class_sharing.finish(self._sharing, java_binary(), jar_classpath(JAR_SET),
+                                 exited=code is not None and code >= 0)
+            self._sharing = class_sharing.Sharing(())
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
