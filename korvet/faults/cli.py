@@ -99,6 +99,10 @@ def _check(args: argparse.Namespace) -> int:
         print(f"transactions: {sum(report.transactions.values()):,} "
               f"({report.in_transactions:,} records); the client was told: "
               + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())))
+    if report.unmarked:
+        print(f"Kafka completed {report.unmarked} transaction(s) without their markers on some "
+              "partitions; allowed, as Kafka's: "
+              + ("; ".join(f"{a.kind}: {a.detail}" for a in report.allowed_unmarked) or "none"))
     for anomaly in report.anomalies:
         print(f"{anomaly.kind}: {anomaly.detail}")
     print("anomalies: " + (", ".join(f"{k} {n}" for k, n in report.by_kind.items()) or "none"))
