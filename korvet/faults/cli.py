@@ -52,8 +52,8 @@ def add_parser(commands: Any) -> None:
                           "clean run)")
     run.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     run.add_argument("--client-log", action="store_true",
-                     help="write the producers' librdkafka log (debug eos,msg) to "
-                          "producers.log in the work directory")
+                     help="write the producers' librdkafka log (debug eos,msg; with "
+                          "--workload transactions: eos) to producers.log in the work directory")
     run.set_defaults(func=_run)
     check = sub.add_parser("check", help="check a history written by `run --history`")
     check.add_argument("history", type=Path)

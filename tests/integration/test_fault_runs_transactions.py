@@ -3,9 +3,12 @@ transactions aborted, a fenced or failed producer replaced by a new one with the
 transactional.id) and read_committed readers on one broker under kill -9 of the broker and
 a restart of Redis: no aborted read, no torn transaction, no committed transaction lost,
 no read beyond the last stable offset. The same on Apache Kafka, the baseline (which needs
-some 20 to 25 s after a kill -9 before its producers commit again: fewer transactions;
+some 20 to 34 s after a kill -9 before its producers commit again: fewer transactions;
 meanwhile it aborts the open ones on their timeout and fences their producers, so this run
-also meets transactions of unknown fate).
+also meets transactions of unknown fate). After a kill -9 Kafka sometimes completes a
+transaction without writing its markers to some partitions (its log says so): what that
+does to that transaction is Kafka's and allowed (counted in the summary), any other anomaly
+fails the test (docs/users/fault-runs.md#the-kafka-baseline).
 """
 
 from __future__ import annotations
