@@ -50,6 +50,13 @@ checks. For transactions, the checker reports:
 - a read_committed read of a record before its transaction's commit was even asked for:
   a read beyond the last stable offset (``UNCOMMITTED_READ``).
 
+Apache Kafka, just after a restart, sometimes completes a transaction without writing its
+marker to some partitions (``MarkersSkipped``, from its log: ``korvet.faults.kafka_log``);
+the records there take the fate of the producer's next transaction in the partition. The
+``TORN``, ``LOST_COMMITTED`` and ``ABORTED_READ`` of such a transaction whose records out
+of place are all in those partitions are Kafka's: counted (``Report.allowed_unmarked``),
+not reported.
+
 Times are the recorder's monotonic seconds; the checker orders two events by time only
 when one ended before the other began, so threads scheduled late cannot fake an anomaly.
 The module is pure: events in, a report out (``to_json``/``from_json`` keep a history in
