@@ -29,6 +29,7 @@ from korvet.faults.history import MarkersSkipped
 _SENDING = re.compile(r"Sending txn markers for TransactionalIdCoordinatorEpochAndTransitMetadata"
                       r"\((?P<id>[^,]+),\d+,(?P<result>COMMIT|ABORT),TransactionMetadata\(.*?"
                       r"txnStartTimestamp=(?P<started>\d+)")
+_STARTING = "] Starting broker (kafka.server.BrokerServer)"
 _SKIPPED = re.compile(r"Couldn't find leader endpoint for partitions Set\((?P<partitions>[^)]*)\) "
                       r"while trying to send transaction markers for (?P<id>\S+?),")
 
@@ -43,6 +44,9 @@ def markers_skipped(lines: Iterable[str], topic: str, ids: dict[str, str],
     found: list[MarkersSkipped] = []
     notes: list[str] = []
     for line in lines:
+        if _STARTING in line:  # what the broker loaded before a restart names nothing after
+            loaded.clear()
+            continue
         sending = _SENDING.search(line)
         if sending is not None:
             loaded[sending["id"]] = (sending["result"], int(sending["started"]))

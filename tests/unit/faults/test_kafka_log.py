@@ -41,8 +41,12 @@ def test_a_skip_names_the_transaction_loaded_before_it() -> None:
 
 
 def test_a_skip_of_an_unknown_transaction_is_noted_and_others_ignored() -> None:
+    """faults-4-txn0 was never loaded; faults-4-txn2 was, but by the broker before its
+    restart, which does not name what the restarted one skips."""
+    restart = "[2026-11-30 00:43:55,379] INFO [BrokerServer id=1] Starting broker (kafka.server.BrokerServer)"
     lines = [SENDING, skipped("faults-4-1", txn_id="faults-4-txn0"),
-             skipped("faults-4-1", txn_id="another-txn")]
+             skipped("faults-4-1", txn_id="another-txn"), restart, skipped("faults-4-0")]
     found, notes = markers_skipped(lines, "faults-4", IDS, clock_offset=0.0)
     assert found == []
-    assert len(notes) == 1 and "faults-4-txn0" in notes[0] and "[1]" in notes[0]
+    assert len(notes) == 2 and "faults-4-txn0" in notes[0] and "[1]" in notes[0]
+    assert "faults-4-txn2" in notes[1] and "[0]" in notes[1]
