@@ -52,8 +52,8 @@ def add_parser(commands: Any) -> None:
                           "clean run)")
     run.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     run.add_argument("--client-log", action="store_true",
-                     help="write the producers' librdkafka log (debug eos,msg) to "
-                          "producers.log in the work directory")
+                     help="write the producers' librdkafka log (debug eos,msg; with "
+                          "--workload transactions: eos) to producers.log in the work directory")
     run.set_defaults(func=_run)
     check = sub.add_parser("check", help="check a history written by `run --history`")
     check.add_argument("history", type=Path)
@@ -99,6 +99,10 @@ def _check(args: argparse.Namespace) -> int:
         print(f"transactions: {sum(report.transactions.values()):,} "
               f"({report.in_transactions:,} records); the client was told: "
               + ", ".join(f"{fate} {n:,}" for fate, n in sorted(report.transactions.items())))
+    if report.unmarked:
+        print(f"Kafka completed {report.unmarked} transaction(s) without their markers on some "
+              "partitions; allowed, as Kafka's: "
+              + ("; ".join(f"{a.kind}: {a.detail}" for a in report.allowed_unmarked) or "none"))
     for anomaly in report.anomalies:
         print(f"{anomaly.kind}: {anomaly.detail}")
     print("anomalies: " + (", ".join(f"{k} {n}" for k, n in report.by_kind.items()) or "none"))

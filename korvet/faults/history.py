@@ -50,6 +50,13 @@ checks. For transactions, the checker reports:
 - a read_committed read of a record before its transaction's commit was even asked for:
   a read beyond the last stable offset (``UNCOMMITTED_READ``).
 
+Apache Kafka, just after a restart, sometimes completes a transaction without writing its
+marker to some partitions (``MarkersSkipped``, from its log: ``korvet.faults.kafka_log``);
+the records there take the fate of the producer's next transaction in the partition. The
+``TORN``, ``LOST_COMMITTED`` and ``ABORTED_READ`` of such a transaction whose records out
+of place are all in those partitions are Kafka's: counted (``Report.allowed_unmarked``),
+not reported.
+
 Times are the recorder's monotonic seconds; the checker orders two events by time only
 when one ended before the other began, so threads scheduled late cannot fake an anomaly.
 The module is pure: events in, a report out (``to_json``/``from_json`` keep a history in
@@ -222,12 +229,26 @@ class TxnEnded:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class MarkersSkipped:
+    """Apache Kafka's coordinator said in its log that it completed a transaction of
+    ``producer`` without writing its marker (``result``: COMMIT or ABORT) to ``partitions``:
+    it found no leader for them in its metadata just after a restart and took them for
+    deleted. ``started`` is the transaction's start by the coordinator's clock, on the run's
+    clock: it names the transaction (``korvet.faults.kafka_log``)."""
+
+    producer: str
+    partitions: tuple[int, ...]
+    result: str
+    started: float
+
+
 Event = (Sent | Acked | SendFailed | Assigned | Consumed | Committed | CommittedRead | Stored
-         | TxnSent | TxnEnded)
+         | TxnSent | TxnEnded | MarkersSkipped)
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (Sent, Acked, SendFailed, Assigned, Consumed, Committed, CommittedRead, Stored,
-                TxnSent, TxnEnded)
+                TxnSent, TxnEnded, MarkersSkipped)
 }
 
 
@@ -235,6 +256,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 class Anomaly:
     kind: str
     detail: str
+    unmarked: bool = False  # explained by a marker Kafka skipped (``MarkersSkipped``)
 
 
 @dataclass(frozen=True)
@@ -251,6 +273,8 @@ class Report:
     by_kind: dict[str, int] = field(default_factory=dict)
     transactions: dict[str, int] = field(default_factory=dict)  # by the fate the client was told
     in_transactions: int = 0  # records handed to transactional producers
+    unmarked: int = 0  # transactions Kafka completed without a marker on some partition
+    allowed_unmarked: tuple[Anomaly, ...] = ()  # what that did to them (Kafka's fault, known)
 
     @property
     def clean(self) -> bool:
@@ -271,6 +295,8 @@ def check(events: Iterable[Event]) -> Report:
         *_transactions_at_the_end(history),
         *_transactional_reads(history),
     ]
+    unmarked = [a for a in anomalies if a.unmarked]
+    anomalies = [a for a in anomalies if not a.unmarked]
     copies = Counter(s.rec for s in history.stored if s.rec is not None)
     allowed = sum(n - 1 for rec, n in copies.items() if n > 1 and not history.idempotent(rec))
     return Report(
@@ -279,7 +305,8 @@ def check(events: Iterable[Event]) -> Report:
         commits=len(history.commits), allowed_duplicates=allowed, allowed_reorders=len(reorders),
         anomalies=tuple(anomalies), by_kind=dict(Counter(a.kind for a in anomalies)),
         transactions=dict(Counter(history.fate(key) for key in history.txns)),
-        in_transactions=len(history.txn_of))
+        in_transactions=len(history.txn_of), unmarked=len(history.unmarked),
+        allowed_unmarked=tuple(unmarked))
 
 
 class _Sorted:
@@ -304,6 +331,8 @@ class _Sorted:
         self.txns = {(e.producer, e.txn): e for e in events if isinstance(e, TxnSent)}
         self.txn_ends = {(e.producer, e.txn): e for e in events if isinstance(e, TxnEnded)}
         self.txn_of = {rec: key for key, sent in self.txns.items() for rec, _ in sent.records}
+        self.unmarked = _unmarked(self.txns, self.txn_ends,
+                                  [e for e in events if isinstance(e, MarkersSkipped)])
 
     def idempotent(self, rec: Rec) -> bool:
         sent = self.sent.get(rec)
@@ -316,6 +345,29 @@ class _Sorted:
     def fate(self, key: tuple[str, int]) -> str:
         ended = self.txn_ends.get(key)
         return UNKNOWN if ended is None else ended.outcome
+
+
+def _unmarked(txns: dict[tuple[str, int], TxnSent], ends: dict[tuple[str, int], TxnEnded],
+              skips: Sequence[MarkersSkipped]) -> dict[tuple[str, int], set[int]]:
+    """Per transaction, the partitions where Kafka wrote none of its markers.
+
+    One producer's transactions follow one another: the coordinator's start of a
+    transaction (its first AddPartitionsToTxn) comes after the previous one ended for the
+    client and before this one does, so the skipped transaction is the producer's first
+    whose end was told after that start (by a millisecond: Kafka's clock has no finer
+    grain), or the last, unended one. Only partitions it wrote to count."""
+    unmarked: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for skip in skips:
+        mine = sorted(key for key in txns if key[0] == skip.producer)
+        later = [key for key in mine
+                 if key not in ends or ends[key].at >= skip.started + 0.001]
+        if not later:
+            continue
+        key = later[0]
+        written = {partition for _, partition in txns[key].records}
+        if written & set(skip.partitions):
+            unmarked[key] |= written & set(skip.partitions)
+    return dict(unmarked)
 
 
 def _lost_and_moved(history: _Sorted) -> Iterable[Anomaly]:
@@ -485,21 +537,32 @@ def _transactions_at_the_end(history: _Sorted) -> Iterable[Anomaly]:
         fate = history.fate(key)
         shown = [(rec, p) for rec, p in sent.records if rec in history.where]
         missing = [(rec, p) for rec, p in sent.records if rec not in history.where]
+        # Where Kafka skipped a marker the records take the fate of the producer's next
+        # transaction on that partition: explained when every record out of place is there.
+        skipped = history.unmarked.get(key, set())
         if shown and missing:
+            odd = {COMMITTED: [missing], ABORTED: [shown]}.get(fate, [missing, shown])
             yield Anomaly(TORN, f"{_txn_name(key)} ({fate}): readable {_places(history, shown)}; "
-                                f"not readable {_records(missing)}")
+                                f"not readable {_records(missing)}",
+                          unmarked=any(_within(records, skipped) for records in odd))
         if fate == COMMITTED and missing:
             yield Anomaly(LOST_COMMITTED, f"{_txn_name(key)}: commit acknowledged, not readable "
-                                          f"{_records(missing)}")
+                                          f"{_records(missing)}",
+                          unmarked=_within(missing, skipped))
         if fate == ABORTED and shown:
             yield Anomaly(ABORTED_READ, f"{_txn_name(key)}: abort acknowledged, the read-back "
-                                        f"reads {_places(history, shown)}")
+                                        f"reads {_places(history, shown)}",
+                          unmarked=_within(shown, skipped))
+
+
+def _within(records: Sequence[tuple[Rec, int]], partitions: set[int]) -> bool:
+    return bool(partitions) and all(p in partitions for _, p in records)
 
 
 def _transactional_reads(history: _Sorted) -> Iterable[Anomaly]:
     """The readers' reads during the run (all read_committed), one report per kind and
     transaction."""
-    reported: set[tuple[str, tuple[str, int]]] = set()
+    reported: set[tuple[str, tuple[str, int], bool]] = set()
     for read in history.consumed:
         key = history.txn_of.get(read.rec) if read.rec is not None else None
         if key is None:
@@ -509,7 +572,8 @@ def _transactional_reads(history: _Sorted) -> Iterable[Anomaly]:
         found: list[Anomaly] = []
         if fate == ABORTED:
             found.append(Anomaly(ABORTED_READ, f"{where}, of {_txn_name(key)}, whose abort was "
-                                               "acknowledged"))
+                                               "acknowledged",
+                                 unmarked=read.partition in history.unmarked.get(key, ())))
         elif not any(rec in history.where for rec, _ in history.txns[key].records):
             found.append(Anomaly(ABORTED_READ, f"{where}, of {_txn_name(key)} ({fate}), of which "
                                                "the read-back reads nothing"))
@@ -520,8 +584,8 @@ def _transactional_reads(history: _Sorted) -> Iterable[Anomaly]:
                                                    f"{'commit' if history.txns[key].commit else 'abort'}"
                                                    " was asked for"))
         for anomaly in found:
-            if (anomaly.kind, key) not in reported:
-                reported.add((anomaly.kind, key))
+            if (anomaly.kind, key, anomaly.unmarked) not in reported:
+                reported.add((anomaly.kind, key, anomaly.unmarked))
                 yield anomaly
 
 

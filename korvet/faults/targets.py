@@ -342,6 +342,12 @@ class KafkaTarget:
         assert self.server is not None
         return self.server.bootstrap
 
+    @property
+    def log_path(self) -> Path:
+        """The broker's log, appended to by every start (``korvet.faults.kafka_log``)."""
+        assert self.server is not None
+        return self.server.log_path
+
     def start(self) -> None:
         server = KafkaServer(self.folder / "kafka", group_initial_rebalance_delay_ms=0)
         server.start()

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from korvet.faults.history import (
@@ -38,7 +39,7 @@ from korvet.faults.history import (
     TxnEnded,
     TxnSent,
 )
-from korvet.faults.workload import Recorder, join_all, spawn
+from korvet.faults.workload import Recorder, client_logger, join_all, spawn
 
 PADDING = b"t" * 80
 ATTEMPTS = 5  # of one commit or abort call that fails with a retriable error
@@ -58,6 +59,7 @@ class TransactionalWorkload:
     sizes: tuple[int, int] = (2, 5)  # records per transaction, from .. to
     abort_share: float = 0.2  # of transactions the producer asks to abort
     transaction_timeout_ms: int = 20_000
+    client_log: Path | None = None  # librdkafka's log of the producers (with its `eos` debug)
     stop_producing: threading.Event = field(default_factory=threading.Event)
     stop_consuming: threading.Event = field(default_factory=threading.Event)
     positions: dict[str, dict[int, int]] = field(default_factory=dict)  # reader -> next offsets
@@ -74,9 +76,15 @@ class TransactionalWorkload:
         return {p: min(seen.get(p, 0) for seen in self.positions.values())
                 for p in range(self.partitions)}
 
+    @property
+    def producer_names(self) -> list[str]:
+        return [f"txn{number}" for number in range(self.producers)]
+
+    def transactional_id(self, name: str) -> str:
+        return f"{self.topic}-{name}"
+
     def start(self) -> None:
-        for number in range(self.producers):
-            name = f"txn{number}"
+        for name in self.producer_names:
             self._producers.append(self._spawn(name, functools.partial(self._produce, name)))
         for number in range(self.readers):
             name = f"reader{number}"
@@ -101,14 +109,19 @@ class TransactionalWorkload:
         away); a fatal error on the way makes another."""
         from confluent_kafka import KafkaException, Producer
 
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "client.id": name,
+            "transactional.id": self.transactional_id(name), "acks": "all", "linger.ms": 5,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+            "request.timeout.ms": 10_000, "reconnect.backoff.max.ms": 1000, "log_level": 2,
+        }
+        if self.client_log is not None:
+            # what librdkafka did about a transaction's end (EndTxn, epoch bumps) is not in
+            # the history: what it was told of each transaction is
+            config.update({"debug": "eos", "log_level": 7,
+                           "logger": client_logger(self.client_log)})
         while True:
-            producer = Producer({
-                "bootstrap.servers": self.bootstrap, "client.id": name,
-                "transactional.id": f"{self.topic}-{name}", "acks": "all", "linger.ms": 5,
-                "transaction.timeout.ms": self.transaction_timeout_ms,
-                "request.timeout.ms": 10_000, "reconnect.backoff.max.ms": 1000,
-                "log_level": 2,
-            })
+            producer = Producer(config)
             for _ in range(20):
                 try:
                     producer.init_transactions(CALL_TIMEOUT)

@@ -70,6 +70,18 @@ def group_generation(consumer: Any) -> int:
     return int.from_bytes(raw, sys.byteorder, signed=True)
 
 
+def client_logger(path: Path) -> logging.Logger:
+    """The logger librdkafka's log of a run's producers goes to (one file per run)."""
+    logger = logging.getLogger("korvet.faults.clients")
+    if not logger.handlers:
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return logger
+
+
 @dataclass
 class Workload:
     bootstrap: str
@@ -123,21 +135,12 @@ class Workload:
         }
         if self.client_log is not None:
             # the idempotent producer's state changes (retries, epoch bumps) explain anomalies
-            config.update({"debug": "eos,msg", "log_level": 7, "logger": self._logger()})
+            config.update({"debug": "eos,msg", "log_level": 7,
+                           "logger": client_logger(self.client_log)})
         if not idempotent:
             # order over one connection (not across a partition's move: korvet.faults.history)
             config["max.in.flight.requests.per.connection"] = 1
         return config
-
-    def _logger(self) -> logging.Logger:
-        logger = logging.getLogger("korvet.faults.clients")
-        if self.client_log is not None and not logger.handlers:
-            handler = logging.FileHandler(self.client_log)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
-            logger.propagate = False
-        return logger
 
     def _produce(self, name: str, idempotent: bool) -> None:
         from confluent_kafka import KafkaError, KafkaException, Producer

@@ -5,6 +5,10 @@ The clean history has one producer's four transactions over two partitions: one 
 commit was acknowledged, one whose abort was, and two of unknown fate (the first ended
 committed, the second aborted; both are allowed). Its markers take offsets, so the
 read_committed read-back skips offsets, as Kafka's does.
+
+Apache Kafka sometimes completes a transaction without writing its marker to a partition
+(``MarkersSkipped``, read from its log: korvet.faults.kafka_log): what that does to that
+transaction on that partition is allowed, and nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from korvet.faults.history import (
     Assigned,
     Consumed,
     Event,
+    MarkersSkipped,
     Rec,
     Stored,
     TxnEnded,
@@ -127,3 +132,41 @@ def test_what_a_fault_cost_transactions() -> None:
     assert round(found.read_gap, 3) == 0.65  # from the read at 3.5 to 1 s after the heal
     blocked = cost(clean(), start=4.15, end=4.16, settle=0.0)  # transaction 4 waits through it
     assert (round(blocked.ack_wait, 3), blocked.failed) == (0.1, 1)
+
+
+def _lost_on_partition_1() -> list[Event]:
+    """Transaction 1 (commit acknowledged) without its record on partition 1."""
+    return without(Stored(1, 0, X[1]), Consumed("reader0", 1, 0, X[1], at=1.3))
+
+
+def test_a_commit_whose_marker_kafka_skipped_is_allowed_as_kafkas() -> None:
+    """Kafka's coordinator started transaction 1 at 1.05 s and skipped its marker on
+    partition 1: the record there took the fate of the producer's next transaction."""
+    events = [*_lost_on_partition_1(), MarkersSkipped("txn0", (1,), "COMMIT", started=1.05)]
+    report = check(events)
+    assert report.clean, report.anomalies
+    assert report.unmarked == 1
+    assert [a.kind for a in report.allowed_unmarked] == [TORN, LOST_COMMITTED]
+
+
+def test_a_skipped_marker_explains_only_its_own_partitions_and_transaction() -> None:
+    other_partition = MarkersSkipped("txn0", (0,), "COMMIT", started=1.05)
+    next_transaction = MarkersSkipped("txn0", (1,), "ABORT", started=2.05)
+    other_producer = MarkersSkipped("txn1", (1,), "COMMIT", started=1.05)
+    for skip in (other_partition, next_transaction, other_producer):
+        report = check([*_lost_on_partition_1(), skip])
+        assert [a.kind for a in report.anomalies] == [TORN, LOST_COMMITTED], skip
+        assert report.allowed_unmarked == (), skip
+
+
+def test_an_abort_whose_marker_kafka_skipped_may_be_read() -> None:
+    """Transaction 2's abort was acknowledged; Kafka skipped its marker on partition 0 and
+    the producer's next transaction there committed it: read during the run and at the
+    end. The same read on partition 1, where the marker was written, is an aborted read."""
+    skip = MarkersSkipped("txn0", (0,), "ABORT", started=2.05)
+    read = [*clean(), Consumed("reader0", 0, 2, X[2], at=2.5), Stored(0, 2, X[2]), skip]
+    report = check(read)
+    assert report.clean, report.anomalies
+    assert sorted(a.kind for a in report.allowed_unmarked) == [ABORTED_READ, ABORTED_READ, TORN]
+    elsewhere = [*clean(), Consumed("reader0", 1, 2, X[3], at=2.5), Stored(1, 2, X[3]), skip]
+    assert sorted(kinds(elsewhere)) == [ABORTED_READ, ABORTED_READ, TORN]
