@@ -276,8 +276,9 @@ def test_transaction_markers_go_after_their_delete_horizon(idle: KorvetProcess,
     topics under exactly-once: a marker per transaction and partition) does not keep every
     marker for ever: a marker's first pass sets its horizon pending, the next fixes it at
     that swap's time plus delete.retention.ms (0 here), and the pass after it has passed
-    removes it, as Kafka's cleaner does. Readers, read_committed or not, still end with each
-    key's committed value; the aborted one is never seen."""
+    removes it, as Kafka's cleaner does; the aborted transaction, nothing of it left, leaves
+    the aborted index. Readers, read_committed or not, still end with each key's committed
+    value; the aborted one is never seen."""
     name = f"markers-{storage}-{uuid.uuid4().hex[:8]}"
     create(idle, name, {**CONFIGS, "korvet.storage.format": storage, "delete.retention.ms": "0"})
     txn = transactional_producer(idle.bootstrap, f"markers-{name}")
@@ -308,6 +309,8 @@ def test_transaction_markers_go_after_their_delete_horizon(idle: KorvetProcess,
         if seen[-1] == 0:
             break
     assert seen[0] == 4 and seen[-1] == 0, f"markers left after each pass: {seen}"
+    # the aborted transaction, its data and its marker gone, leaves the aborted index too
+    assert r.zcard(stream(name).removesuffix(":stream") + ":aborted") == 0
     expected = {b"k": b"committed-2", b"key-0": updates(1, 1, tag=f"round-{len(seen) - 1}")[0].value}
     assert dict(read_committed(idle.bootstrap, name)) == expected
     assert {m.key(): m.value() for m in read_all(idle, name)} == expected

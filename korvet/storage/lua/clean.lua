@@ -50,6 +50,8 @@ local op = ARGV[1]
 local now = tonumber(ARGV[4])
 local chunk = tonumber(ARGV[5])
 
+local FORGET_AT_ONCE = 1000  -- aborted transactions a swap looks at to forget
+
 local function split(id)
   local dash = string.find(id, '-', 1, true)
   return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
@@ -450,6 +452,19 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
     end
   end
 end
+-- The aborted index forgets a transaction once neither its data nor its marker is left (spec
+-- Swap): its data below `upto` went in this pass, its marker once past its horizon. At most
+-- FORGET_AT_ONCE are looked at by one swap (a call stays short); later passes see the rest.
+local forget = {}
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', split(upto), 'LIMIT', 0,
+                                   FORGET_AT_ONCE)) do
+  local marker = string.match(member, '^%S+ %S+ (%S+)$')
+  if marker and less(marker, upto)
+      and #redis.call('XRANGE', KEYS[6], marker, marker, 'COUNT', 1) == 0 then
+    forget[#forget + 1] = member
+  end
+end
+if #forget > 0 then redis.call('ZREM', KEYS[3], unpack(forget)) end
 redis.call('RENAME', KEYS[6], KEYS[1])
 redis.call('HSET', KEYS[2], 'cleaned', upto, 'swapped', string.format('%d', now),
            'cclean', kept)
