@@ -115,7 +115,7 @@ def test_storage_path_on_kafka_follows_the_models(kafka_live: KafkaServer) -> No
     assert env.stats.replies_compared > count * 5
 
 
-@pytest.mark.spec("PartitionLog", "DeleteRecords", note="a mutant broker: the storage oracle")
+@pytest.mark.spec("DenseLog", "DeleteRecords", note="a mutant broker: the storage live oracle")
 def test_a_broken_storage_rule_is_caught(tmp_path: Path) -> None:
     """The storage path's live oracle can fail: a broker whose DeleteRecords takes an offset
     past the high watermark (Kafka: OFFSET_OUT_OF_RANGE) is caught by the storage run, which
