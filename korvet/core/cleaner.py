@@ -163,8 +163,9 @@ class BatchVerdict:
 def judge_batch(batch: BatchFacts, latest: dict[bytes, tuple[EntryId, int]], aborted: Aborted,
                 *, now: int, last_swap: int, retention_ms: int) -> BatchVerdict:
     """The spec's Keep and Mark for each record of a batch below the head (clean.lua does the
-    same for the records format): keyless records stay; aborted data goes; a record goes
-    when a later one of its key was mapped; a tombstone, its key's latest, and a marker stay
+    same for the records format): a record without a key goes (written before the topic
+    became compacted; Kafka's cleaner drops it); aborted data goes; a record goes when a
+    later one of its key was mapped; a tombstone, its key's latest, and a marker stay
     until their horizon (pending at their first clean, then the last swap's time plus
     delete.retention.ms) has passed. A batch is cleaned whole in one pass (an id bound never
     cuts it), so its tombstones share one horizon, as in a Kafka batch."""
@@ -185,14 +186,15 @@ def judge_batch(batch: BatchFacts, latest: dict[bytes, tuple[EntryId, int]], abo
     kept: set[int] = set()
     tombstones = False
     for delta, key, has_value in batch.records:
-        if key is not None:
-            newer = latest.get(key)
-            if newer is not None and (batch.at, delta) < newer:
+        if key is None:
+            continue  # written before the topic became compacted: Kafka's cleaner drops it
+        newer = latest.get(key)
+        if newer is not None and (batch.at, delta) < newer:
+            continue
+        if not has_value:
+            if expired:
                 continue
-            if not has_value:
-                if expired:
-                    continue
-                tombstones = True
+            tombstones = True
         kept.add(delta)
     return BatchVerdict(frozenset(kept), horizon if tombstones else None,
                         len(every) - len(kept))

@@ -383,7 +383,9 @@ for i = 1, n do
     if r.control then
       keep = horizon_keeps(r, f)  -- a marker: until its delete horizon, as a tombstone
     elseif r.key == nil then
-      keep = true  -- keyless records written before they were refused stay
+      -- a record without a key (written before the topic became compacted): Kafka's cleaner
+      -- drops it (LogCleaner.shouldRetainRecord), it can never be a key's latest
+      keep = false
     elseif r.producer and is_aborted(aborted, r.producer, id) then
       keep = false  -- aborted data: no reader ever applies it
     else
