@@ -407,12 +407,21 @@ class TopicConfig:
         return found
 
     def source(self, name: str) -> str:
-        """'topic', 'broker' or 'default' (DescribeConfigs' config source)."""
+        """'topic', 'broker' or 'default' (DescribeConfigs' config source). A setting fixed at
+        creation is stored with every topic; it is the topic's own ('topic') only where it
+        differs from what a new topic gets (``new_topic_default``), so that tools do not see
+        every topic overriding Korvet's settings nor try to delete them."""
+        if CONFIGS[name].read_only_after_create:
+            return "topic" if self.get(name) != self.new_topic_default(name) else "default"
         if name in self.explicit:
             return "topic"
-        if name in self.defaults and not CONFIGS[name].read_only_after_create:
+        if name in self.defaults:
             return "broker"
         return "default"
+
+    def new_topic_default(self, name: str) -> str:
+        """What a topic created now would get: the broker's setting, else the built-in."""
+        return self.defaults.get(name, CONFIGS[name].default)
 
     @property
     def sequence_bits(self) -> int:

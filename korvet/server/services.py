@@ -209,5 +209,10 @@ def topic_defaults(topics: TopicsSection) -> dict[str, str]:
     defaults = {
         "retention.ms": str(topics.retention_ms),
         "message.timestamp.after.max.ms": str(topics.timestamp_after_max_ms),
+        # fixed at creation: what a new topic of this broker is given (each topic keeps its
+        # own, stored with it; DescribeConfigs reports a value equal to this as the default)
+        "korvet.sequence.bits": str(topics.sequence_bits),
+        topic_rules.STORAGE_FORMAT: topics.storage_format,
+        topic_rules.OFFSET_SCHEME: topics.offset_scheme,
     }
     return {k: v for k, v in defaults.items() if v != topic_rules.CONFIGS[k].default}

@@ -13,6 +13,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
 )
@@ -145,6 +146,23 @@ def test_describe_and_alter_topic_configs(korvet: KorvetProcess, unique_name: st
     assert configs["korvet.sequence.bits"].value == "10"
     assert configs["korvet.sequence.bits"].is_read_only
     assert configs["max.message.bytes"].is_default
+    # Korvet's settings fixed at creation are not the topic's overrides when they are what a
+    # new topic gets (kafka-topics --topics-with-overrides, GitOps tools comparing configs)
+    for name, value in (("korvet.offset.scheme", "dense"), ("korvet.storage.format", "records")):
+        assert (configs[name].value, configs[name].is_default) == (value, True), name
+        assert configs[name].source == ConfigSource.DEFAULT_CONFIG.value
+    client.create_topics([NewTopic(unique_name + "-time", 1, config={
+        "korvet.offset.scheme": "time"})])[unique_name + "-time"].result(30)
+    resource = ConfigResource("topic", unique_name + "-time")
+    timed = dict(client.describe_configs([resource])[resource].result(30))
+    scheme = timed["korvet.offset.scheme"]
+    assert (scheme.value, scheme.is_default) == ("time", False)
+    assert scheme.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # its default synonym is what a new topic gets, not the built-in 'time' of old topics
+    # (librdkafka keeps one synonym per name: the last, the default)
+    defaults = [s.value for s in scheme.synonyms.values()
+                if s.source == ConfigSource.DEFAULT_CONFIG.value]
+    assert defaults == ["dense"], defaults
     resource = ConfigResource("topic", unique_name, incremental_configs=[
         ConfigEntry("korvet.retention.records", "2", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),

@@ -178,7 +178,14 @@ def _topic_entry(entry_cls: type[Any], synonym_cls: type[Any], definition: rules
                  config: TopicConfig, synonyms_wanted: bool, docs_wanted: bool) -> Any:
     source = config.source(definition.name)
     synonyms: tuple[Any, ...] = ()
-    if synonyms_wanted:
+    if synonyms_wanted and definition.read_only_after_create:
+        # the topic's own value if it differs, then what a new topic gets
+        own = [make(synonym_cls, name=definition.name, value=config.get(definition.name),
+                    source=SOURCE_CODES["topic"])] if source == "topic" else []
+        synonyms = (*own, make(synonym_cls, name=definition.name,
+                               value=config.new_topic_default(definition.name),
+                               source=SOURCE_CODES["default"]))
+    elif synonyms_wanted:
         chain = []
         if definition.name in config.explicit:
             chain.append(make(synonym_cls, name=definition.name,
