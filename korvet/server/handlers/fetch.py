@@ -66,6 +66,7 @@ from korvet.server.metrics import BrokerMetrics
 from korvet.server.read_ahead import PREDICTION_MAX_BYTES
 from korvet.server.services import Services
 from korvet.storage.groups import PartitionRef
+from korvet.storage.notifier import ReadTicket
 from korvet.storage.redis_store import PartitionRead
 
 log = logging.getLogger("korvet.fetch")
@@ -321,14 +322,8 @@ class FetchHandler:
                 part.aborted = tuple((pid, first) for pid, first, last in result.aborted
                                      if last >= part.offset)
             part.error = _checked(part, result.epochs)
-            if part.error is not ErrorCode.NONE or not result.raw or part.diverging:
-                part.records, part.taken = None, 0
-                used += await self._past_removed(part, result)
-                if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
-                    notifier.note_caught_up(ticket, result.high_watermark,
-                                            result.log_start_offset)
-                    if part.topic.config.dense:
-                        self._remember_epochs(ticket.stream, result.epochs)
+            if part.diverging or part.error is not ErrorCode.NONE or not result.raw:
+                used += await self._nothing_read(part, result, ticket)
                 continue
             budget = rules.partition_budget(part.max_bytes, max_bytes, used)
             if part.topic.config.stores_batches:
@@ -345,6 +340,23 @@ class FetchHandler:
                                        data.size)
             part.records, part.taken = (data or None), taken
             used += data.size
+        return used
+
+    async def _nothing_read(self, part: PartitionFetch, result: PartitionRead,
+                            ticket: ReadTicket) -> int:
+        """A partition that answers no records of the read (an error, a divergence, nothing
+        there): a compacted partition's removed tail (``_past_removed``), and, at the high
+        watermark, the mark that the next fetch there needs no read. Its bytes."""
+        part.records, part.taken = None, 0
+        if part.diverging:  # answered with no records, not even a compacted tail's
+            return 0
+        used = await self._past_removed(part, result)
+        if part.error is ErrorCode.NONE and part.offset == result.high_watermark:
+            assert part.topic is not None
+            self.services.notifier.note_caught_up(ticket, result.high_watermark,
+                                                  result.log_start_offset)
+            if part.topic.config.dense:
+                self._remember_epochs(ticket.stream, result.epochs)
         return used
 
     async def _past_removed(self, part: PartitionFetch, result: PartitionRead) -> int:
