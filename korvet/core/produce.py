@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, TypeVar
 
+from korvet.core.bounded import put_newest
 from korvet.core.errors import ErrorCode
 from korvet.core.topics import TopicConfig, TopicInfo, compacted
 
@@ -270,10 +271,7 @@ class SequenceGaps:
         key = (partition, producer_id)
         known = self._failed.get(key)
         if known is None or known[0] != epoch or base_sequence < known[1]:
-            self._failed.pop(key, None)  # to the end: the newest failure
-            self._failed[key] = (epoch, base_sequence)
-            if len(self._failed) > self._limit:
-                del self._failed[next(iter(self._failed))]
+            put_newest(self._failed, key, (epoch, base_sequence), self._limit)
 
     def stored(self, partition: str, producer_id: int) -> None:
         """A batch of the producer was stored (or found stored): its sequence is whole."""

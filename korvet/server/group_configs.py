@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from korvet.core import group_configs as rules
+from korvet.core.bounded import put_newest
 from korvet.server.services import Services
 from korvet.storage.group_configs import GroupConfigStore
 
@@ -58,7 +59,4 @@ class GroupConfigs:
         self._remember(group, dict(configs))
 
     def _remember(self, group: str, configs: dict[str, str]) -> None:
-        self._cache.pop(group, None)  # to the end: the newest
-        self._cache[group] = (time.monotonic(), configs)
-        if len(self._cache) > CACHE_ENTRIES:
-            del self._cache[next(iter(self._cache))]
+        put_newest(self._cache, group, (time.monotonic(), configs), CACHE_ENTRIES)
