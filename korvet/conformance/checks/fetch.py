@@ -417,8 +417,7 @@ def unknown_session(ctx: CheckContext) -> None:
 def future_epoch(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["e"])
-    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
-    epoch = int(meta.partitions[0].leader_epoch)
+    epoch = ops.leader_epoch(topic.name)
     ctx.note("leader_epoch", epoch)
     result = ops.fetch(topic, 0, offsets[0], current_leader_epoch=epoch + 5,
                        version=ops.v(ApiKey.FETCH, lo=9))
@@ -437,8 +436,7 @@ def last_fetched_epoch_diverges(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic, offsets = _topic_with(ops, ["a", "b"])
     hw = offsets[-1] + 1
-    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
-    epoch = int(meta.partitions[0].leader_epoch)
+    epoch = ops.leader_epoch(topic.name)
     version = ops.v(ApiKey.FETCH, lo=12)
     inside = ops.fetch(topic, 0, offsets[1], current_leader_epoch=epoch, last_fetched_epoch=epoch,
                        version=version)

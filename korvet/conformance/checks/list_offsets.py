@@ -191,8 +191,7 @@ def leader_epoch(ctx: CheckContext) -> None:
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["x"])
     listed = ops.list_offsets(topic, 0, LATEST, version=ops.v(ApiKey.LIST_OFFSETS, lo=4))
-    meta = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
-    expect_eq(listed.leader_epoch, int(meta.partitions[0].leader_epoch),
+    expect_eq(listed.leader_epoch, ops.leader_epoch(topic.name),
               "leader epoch (ListOffsets vs Metadata)")
 
 
@@ -209,11 +208,7 @@ def empty_partition_position_stands(ctx: CheckContext) -> None:
     listed = ops.list_offsets(topic, 0, LATEST, version=ops.v(ApiKey.LIST_OFFSETS, lo=4))
     ctx.note("position_and_epoch", [listed.offset, listed.leader_epoch])
     ops.produce_values(topic, 0, ["first", "second"])
-    version = ops.v(ApiKey.OFFSET_FOR_LEADER_EPOCH, lo=3)
-    response = ops.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[
-        {"topic": topic.name, "partitions": [{"partition": 0, "current_leader_epoch": -1,
-                                              "leader_epoch": listed.leader_epoch}]}])
-    p = response.topics[0].partitions[0]
+    p = ops.epoch_end(topic.name, listed.leader_epoch)
     expect_error(p.error_code, ErrorCode.NONE, "OffsetForLeaderEpoch")
     ctx.note("answer", [int(p.leader_epoch), int(p.end_offset)])
     expect(int(p.leader_epoch) >= 0 and int(p.end_offset) >= listed.offset,
@@ -230,13 +225,8 @@ def epoch_end_offset(ctx: CheckContext) -> None:
     ops = Ops(ctx)
     topic = ops.create_topic()
     ops.produce_values(topic, 0, ["a", "b"])
-    metadata = ops.topic_metadata(topic.name, version=ops.v(ApiKey.METADATA, lo=7))
-    epoch = int(metadata.partitions[0].leader_epoch)
-    version = ops.v(ApiKey.OFFSET_FOR_LEADER_EPOCH, lo=3)
-    response = ops.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[
-        {"topic": topic.name, "partitions": [{"partition": 0, "current_leader_epoch": epoch,
-                                              "leader_epoch": epoch}]}])
-    p = response.topics[0].partitions[0]
+    epoch = ops.leader_epoch(topic.name)
+    p = ops.epoch_end(topic.name, epoch, current_leader_epoch=epoch)
     expect_error(p.error_code, ErrorCode.NONE, "OffsetForLeaderEpoch")
     expect_eq((int(p.leader_epoch), int(p.end_offset)), (epoch, ops.offset_of(topic, 0, LATEST)),
               "(leader epoch, end offset)")

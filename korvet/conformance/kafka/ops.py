@@ -145,6 +145,22 @@ class Ops:
         raise KafkaCallFailed(f"Metadata for topic {name!r} does not list it", topics=[t.name for t in
                               response.topics])
 
+    def leader_epoch(self, name: str, partition: int = 0) -> int:
+        """The partition's leader epoch as Metadata v7+ gives it (KIP-320)."""
+        topic = self.topic_metadata(name, version=self.v(ApiKey.METADATA, lo=7))
+        return int(next(p for p in topic.partitions if p.partition_index == partition).leader_epoch)
+
+    def epoch_end(self, name: str, leader_epoch: int, *, current_leader_epoch: int = -1,
+                  partition: int = 0) -> Any:
+        """OffsetForLeaderEpoch v3+ of one partition (replica_id -1, a consumer's): its
+        answer (error_code, leader_epoch, end_offset)."""
+        response = self.call(ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                             self.v(ApiKey.OFFSET_FOR_LEADER_EPOCH, lo=3), replica_id=-1, topics=[
+                                 {"topic": name, "partitions": [{
+                                     "partition": partition, "leader_epoch": leader_epoch,
+                                     "current_leader_epoch": current_leader_epoch}]}])
+        return response.topics[0].partitions[0]
+
     def wait_topic_ready(self, name: str, partitions: int, timeout: float = 15.0) -> Any:
         """Metadata lists every partition with a leader: the topic takes produce and fetch."""
         deadline = time.monotonic() + timeout

@@ -381,7 +381,7 @@ class FetchHandler:
     def _read_ahead(self, ctx: Connection, answered: list[PartitionFetch],
                     limits: rules.FetchLimits) -> None:
         """Start reading the response to the request that will most likely come next."""
-        if any(part.last_fetched_epoch >= 0 for part in answered):
+        if _names_last_epoch(answered):
             return  # its next request names an epoch too: no prepared read would answer it
         offsets = rules.predicted_offsets([(part.offset, part.taken, part.next_offset)
                                            for part in answered])
@@ -426,6 +426,11 @@ class FetchHandler:
             task.add_done_callback(self._background.discard)
 
 
+def _names_last_epoch(parts: list[PartitionFetch]) -> bool:
+    """A fetch naming the epoch it last fetched (v12+): read-ahead does not check divergence."""
+    return any(part.last_fetched_epoch >= 0 for part in parts)
+
+
 def _at_once(wanted: list[PartitionFetch]) -> bool:
     """An error or a divergence is answered without waiting for data (as Kafka does)."""
     return any(part.error is not ErrorCode.NONE or part.diverging for part in wanted)
@@ -450,7 +455,7 @@ def _signature(wanted: list[PartitionFetch], max_bytes: int,
                log_start_moves: int) -> Hashable | None:
     """What a request asks for, to match a prepared response (``rules.read_ahead_key``);
     None for one naming a last fetched epoch (rare: no read-ahead checks divergence)."""
-    if any(part.last_fetched_epoch >= 0 for part in wanted):
+    if _names_last_epoch(wanted):
         return None
     return rules.read_ahead_key(
         ((part.topic.topic_id, part.partition, part.offset, part.max_bytes, part.committed)
