@@ -96,7 +96,9 @@ class TxnRecord:
     state: TxnState = TxnState.EMPTY
     partitions: frozenset[Participant] = frozenset()
     groups: frozenset[str] = frozenset()
-    started_ms: int = -1  # the transaction's start (-1: none open)
+    # the last transaction's start, kept after it completes as Kafka keeps it (ListTransactions'
+    # duration filter and DescribeTransactions show it); -1: none since InitProducerId
+    started_ms: int = -1
     updated_ms: int = 0
     tv2: bool = False  # the open or last transaction was started under transactions v2
     last_epoch: int = -1  # the epoch before the last InitProducerId (its retry is recognised)
@@ -362,7 +364,7 @@ def complete(record: TxnRecord | None, decision: Decision, now_ms: int) -> Step:
             or record.version != decision.coordinator_epoch):
         return Step(ErrorCode.NONE)
     done = replace(record, state=_finish(record.state), partitions=frozenset(),
-                   groups=frozenset(), started_ms=-1, updated_ms=now_ms)
+                   groups=frozenset(), updated_ms=now_ms)  # the start stays, as in Kafka
     if record.next_pid != NO_PRODUCER:  # the producer goes on with the id the decision gave
         done = replace(done, producer_id=record.next_pid, producer_epoch=0,
                        next_pid=NO_PRODUCER, last_pid=record.producer_id,

@@ -1,5 +1,5 @@
-"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
-DescribeConfigs (32), IncrementalAlterConfigs (44), DescribeCluster (60)."""
+"""Administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
+DescribeConfigs (32), IncrementalAlterConfigs (44), DescribeCluster (60), ListTransactions (66)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ DELETE = "DeleteTopics (20)"
 PARTITIONS = "CreatePartitions (37)"
 CONFIGS = "DescribeConfigs (32) / IncrementalAlterConfigs (44)"
 CLUSTER = "DescribeCluster (60)"
+TRANSACTIONS = "ListTransactions (66)"
 KIP4 = "KIP-4 (admin APIs)"
 
 
@@ -395,3 +396,47 @@ def describe_cluster(ctx: CheckContext) -> None:
     theirs = sorted((int(b.node_id), b.host, int(b.port)) for b in meta.brokers)
     expect_eq(ours, theirs, "brokers (DescribeCluster vs Metadata)")
 
+
+
+@check("list_transactions.duration_filter_counts_from_the_last_start", api=TRANSACTIONS,
+       asserts="ListTransactions v1's duration filter lists the ids whose last transaction started "
+               "longer ago than it: a committed or aborted transaction keeps its start after it "
+               "completes (listed under a filter shorter than its age, not under a longer one, "
+               "like the open one), and an id with no transaction since InitProducerId "
+               "(Empty) passes every filter.",
+       source="KIP-994 (ListTransactions DurationFilter); measured on Kafka 4.3.1")
+def duration_filter(ctx: CheckContext) -> None:
+    from korvet.conformance.harness.drivers import confluent_producer
+
+    ops = Ops(ctx)
+    topic = ops.create_topic()
+    ids: dict[str, str] = {}
+    for kind in ("committed", "aborted", "empty", "open"):
+        ids[kind] = ctx.name(kind)
+        producer = confluent_producer(ctx, transactional_id=ids[kind], acks="all",
+                                      transaction_timeout_ms=60_000)
+        producer.init_transactions(30)
+        if kind == "empty":
+            continue
+        producer.begin_transaction()
+        producer.produce(topic.name, value=kind.encode(), partition=0)
+        producer.flush(30)
+        if kind == "committed":
+            producer.commit_transaction(30)
+        elif kind == "aborted":
+            producer.abort_transaction(30)
+    time.sleep(2.5)
+
+    def listed(duration_ms: int) -> dict[str, str]:
+        answer = ops.call(ApiKey.LIST_TRANSACTIONS, ops.v(ApiKey.LIST_TRANSACTIONS, lo=1),
+                          state_filters=[], producer_id_filters=[], duration_filter=duration_ms)
+        expect_error(answer.error_code, ErrorCode.NONE, f"ListTransactions duration {duration_ms}")
+        states = {str(s.transactional_id): str(s.transaction_state)
+                  for s in answer.transaction_states}
+        return {kind: states[name] for kind, name in ids.items() if name in states}
+
+    expect_eq(listed(1500), {"committed": "CompleteCommit", "aborted": "CompleteAbort",
+                             "empty": "Empty", "open": "Ongoing"},
+              "ids listed under a 1.5 s filter, each transaction started 2.5 s ago or more")
+    expect_eq(listed(600_000), {"empty": "Empty"},
+              "ids listed under a 10 min filter")

@@ -370,8 +370,10 @@ async def describe_transactions(services: Services, ctx: RequestContext, request
 
 
 async def list_transactions(services: Services, ctx: RequestContext, request: Any) -> Any:
-    """Every transactional id one may DESCRIBE, filtered by state, producer id, how long its
-    transaction has been open (v1+) and a regular expression on the id (v2+)."""
+    """Every transactional id one may DESCRIBE, filtered by state, producer id, how long ago
+    its last transaction started (v1+: as Kafka's, a completed transaction keeps its start and
+    an id with none since InitProducerId passes every duration) and a regular expression on
+    the id (v2+)."""
     response_cls = response_type(type(request))
     state_cls = nested(response_cls, "TransactionState")
     unknown = tuple(s for s in request.state_filters if s not in _STATE_NAMES)
@@ -400,7 +402,7 @@ async def list_transactions(services: Services, ctx: RequestContext, request: An
                                     r.transactional_id)
               and (not states or r.state.value in states)
               and (not pids or r.producer_id in pids)
-              and (duration < 0 or (r.started_ms >= 0 and now - r.started_ms >= duration))
+              and (duration < 0 or now - r.started_ms > duration)
               and (pattern is None or pattern.fullmatch(r.transactional_id) is not None)]
     return make(response_cls, throttle_time=0, error_code=ErrorCode.NONE,
                 unknown_state_filters=unknown, transaction_states=tuple(

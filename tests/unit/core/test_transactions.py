@@ -145,6 +145,19 @@ def test_a_late_end_of_the_last_transaction_never_commits_the_next_one() -> None
     assert late.error is ErrorCode.PRODUCER_FENCED and late.record is None
 
 
+def test_a_completed_transaction_keeps_its_start_until_the_next_init_producer_id() -> None:
+    """As Kafka's coordinator: ListTransactions' duration filter and DescribeTransactions see
+    a completed transaction's start; InitProducerId clears it (-1: passes every filter)."""
+    record = ongoing(fresh(pid=7))
+    committing = written(rules.end_txn(record, 7, 0, True, tv2=True, now_ms=NOW + 5), 3)
+    done = written(rules.complete(committing, rules.decision_of(committing), NOW + 9), 4)
+    assert (done.state, done.started_ms, done.updated_ms) == (TxnState.COMPLETE_COMMIT, NOW,
+                                                              NOW + 9)
+    again = rules.init_producer_id(done, "tx", 60_000, max_timeout_ms=MAX_TIMEOUT,
+                                   now_ms=NOW + 20)
+    assert again.record is not None and again.record.started_ms == -1
+
+
 def test_transactions_v1_end_keeps_the_epoch() -> None:
     record = ongoing(fresh(pid=7), tv2=False)
     decided = written(rules.end_txn(record, 7, 0, False, tv2=False, now_ms=NOW), 3)
