@@ -45,7 +45,7 @@
 (* reading (`ListLatest`), keeping the epoch ListOffsets gives, 0 on a     *)
 (* partition never written; `ValidationFindsAnEnd`: its validation always  *)
 (* gets an end offset, never the UNDEFINED that sends it to its reset      *)
-(* policy.                                                                 *)
+(* policy; `EndsInsideTheLog`: never one below the log start.             *)
 (*                                                                         *)
 (* Names: spec/README.md; explained in docs/spec/dense-offsets.md.         *)
 (***************************************************************************)
@@ -127,18 +127,27 @@ CurEpoch == Hist[Len(Hist)][1]
 \* The epoch a record was written in: the last epoch starting at or before it.
 EpochOf(o) == LET k == MaxOf({j \in DOMAIN Hist : Hist[j][2] <= o})
               IN  Hist[k][1]
-\* OffsetForLeaderEpoch(e), as Kafka's LeaderEpochFileCache.endOffsetFor answers it: the
-\* high watermark for the current epoch; for an older one, the start of the first epoch
-\* after it (an epoch the log lost lies between two it has); for one older than the
-\* first the log has, the first's start (Kafka: "the requested epoch is smaller than any
-\* known epoch"); -1 (UNDEFINED_EPOCH_OFFSET) only for an epoch newer than the current.
+\* The history as Kafka's leader epoch cache holds it once the log start moved
+\* (LeaderEpochFileCache.truncateFromStart, on every move of the log start): the epochs
+\* starting after the log start, after the last one starting at or before it, which now
+\* starts there.
+Cache == LET below == {j \in DOMAIN Hist : Hist[j][2] <= LogStart}
+         IN  IF below = {} THEN Hist
+             ELSE <<<<Hist[MaxOf(below)][1], LogStart>>>>
+                    \o SubSeq(Hist, MaxOf(below) + 1, Len(Hist))
+\* OffsetForLeaderEpoch(e), as Kafka's LeaderEpochFileCache.endOffsetFor answers it from
+\* that cache: the high watermark for the current epoch; for an older one, the start of the
+\* first epoch after it (an epoch the log lost lies between two it has); for one older
+\* than the first the cache has, the first's start (Kafka: "the requested epoch is smaller
+\* than any known epoch"), the log start when retention or DeleteRecords removed the
+\* epochs before; -1 (UNDEFINED_EPOCH_OFFSET) only for an epoch newer than the current.
 EndOffset(e) ==
     IF e < 0 \/ e > CurEpoch THEN -1
     ELSE IF e = CurEpoch THEN HW
-    ELSE IF e < Hist[1][1] THEN Hist[1][2]
-    ELSE LET later == {j \in DOMAIN Hist : Hist[j][1] > e}
+    ELSE IF e < Cache[1][1] THEN Cache[1][2]
+    ELSE LET later == {j \in DOMAIN Cache : Cache[j][1] > e}
              j == CHOOSE j \in later : \A i \in later : j <= i
-         IN  Hist[j][2]
+         IN  Cache[j][2]
 
 \* Kafka's answer to ListOffsets for time t: the first record at or after the log start
 \* whose timestamp is at or after t; -1 when there is none.
@@ -373,6 +382,13 @@ EpochsOrdered ==
 (* written, which the history does not hold once the first write started its epoch.     *)
 ValidationFindsAnEnd ==
     (fenced /\ known = CurEpoch /\ lastEpoch # -1) => EndOffset(lastEpoch) # -1
+
+(* An epoch's end is never below the log start: a consumer that validates an epoch whose  *)
+(* records retention or DeleteRecords removed is sent to the log start, as by Kafka,     *)
+(* not below it to an OFFSET_OUT_OF_RANGE and its reset policy (latest: a skip).          *)
+EndsInsideTheLog ==
+    \A e \in {Hist[j][1] : j \in DOMAIN Hist} \cup {Hist[1][1] - 1} :
+        EndOffset(e) = -1 \/ LogStart <= EndOffset(e)
 
 (* The consumer never moves past a record of the log without having read it: every   *)
 (* record still in the log between where it last positioned and its position is one  *)

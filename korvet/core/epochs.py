@@ -7,11 +7,13 @@ pairs, the start being the epoch's first offset, epochs and starts growing
 
 - ``epoch_of(offset)``: the epoch a record was written in (a fetched batch carries it as its
   partition leader epoch, and a consumer validates its position with it);
-- ``end_offset(epoch, high_watermark)``: OffsetForLeaderEpoch's answer, as Kafka's leader
-  epoch cache gives it (spec/DenseLog.tla `EndOffset`): the current epoch ends at the high
+- ``end_offset(epoch, high_watermark, log_start)``: OffsetForLeaderEpoch's answer, as Kafka's
+  leader epoch cache gives it (spec/DenseLog.tla `EndOffset`), the cache being the history
+  trimmed at the log start as Kafka trims it (``cache``; `EndsInsideTheLog`: no end below
+  the log start): the current epoch ends at the high
   watermark; an older one at the start of the first epoch after it (an epoch the log lost
   lies between two it has, and ends where the next begins), with the largest epoch at or
-  below the one asked; one older than the first the history holds, at the first's start,
+  below the one asked; one older than the first the cache holds, at the first's start,
   with the epoch asked; only an epoch newer than the current has none (-1, -1: the client
   falls back to its reset policy). A partition never written answers as Kafka's first
   epoch, 0 from offset 0: a consumer that positioned at its end then holds epoch 0, older
@@ -68,9 +70,20 @@ class Epochs:
             found = epoch
         return found
 
-    def end_offset(self, epoch: int, high_watermark: int) -> tuple[int, int]:
-        """(epoch, end offset) as OffsetForLeaderEpoch answers ``epoch``."""
+    def cache(self, log_start: int) -> tuple[tuple[int, int], ...]:
+        """The history as Kafka's leader epoch cache holds it once the log start moved there
+        (truncateFromStart; spec `Cache`): the epochs starting after the log start, after
+        the last one starting at or before it, which now starts at the log start."""
         history = self.history or _KAFKAS_FIRST
+        below = [i for i, (_, start) in enumerate(history) if start <= log_start]
+        if not below:
+            return history
+        kept = below[-1]
+        return ((history[kept][0], log_start), *history[kept + 1:])
+
+    def end_offset(self, epoch: int, high_watermark: int, log_start: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers ``epoch``."""
+        history = self.cache(log_start)
         if epoch < 0 or epoch > history[-1][0]:
             return NO_EPOCH, -1
         if epoch == history[-1][0]:
@@ -96,7 +109,7 @@ class Epochs:
         epoch is not given (clients' fetches send -1: only followers name one)."""
         if last_fetched_epoch < 0:
             return ErrorCode.NONE, None
-        epoch, end = self.end_offset(last_fetched_epoch, high_watermark)
+        epoch, end = self.end_offset(last_fetched_epoch, high_watermark, log_start)
         if end < 0 or fetch_offset < log_start:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
         if epoch < last_fetched_epoch or end < fetch_offset:

@@ -135,7 +135,7 @@ class EpochEnd:
     needs_end: bool = False
 
 
-def dense_epoch_end(partition: EpochPartition, epochs: Epochs,
+def dense_epoch_end(partition: EpochPartition, epochs: Epochs, log_start: int,
                     high_watermark: int) -> tuple[ErrorCode, int, int]:
     """A dense topic's partition: (error, epoch, end offset) as Kafka answers
     OffsetForLeaderEpoch, from the partition's epoch history (korvet/core/epochs.py): the
@@ -143,7 +143,7 @@ def dense_epoch_end(partition: EpochPartition, epochs: Epochs,
     fenced = epochs.fence(partition.current_leader_epoch)
     if fenced is not ErrorCode.NONE:
         return fenced, -1, -1
-    epoch, end = epochs.end_offset(partition.leader_epoch, high_watermark)
+    epoch, end = epochs.end_offset(partition.leader_epoch, high_watermark, log_start)
     return ErrorCode.NONE, epoch, end
 
 

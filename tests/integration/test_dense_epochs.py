@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from korvet.protocol.kbuild import make, nested
 from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
+from tests.integration.test_admin_tools import delete_records
 from tests.integration.test_broker_behaviour import batch, fetch_request, produce_request
 from tests.integration.test_dense_offsets import create_dense
 from tests.support.wire import WireClient
@@ -83,6 +84,10 @@ def test_the_epoch_is_kafkas_leader_epoch_on_the_wire(korvet: KorvetProcess,
         # older than the first (Kafka: the epoch asked, ending where the first begins)
         assert _end_offset(client, unique_name, epoch - 1) == (epoch - 1, 0)
         assert _end_offset(client, unique_name, epoch + 1) == (-1, -1)  # newer: none
+        # the log start past the older epoch's end: Kafka's trimmed cache ends it there
+        assert delete_records(client, unique_name, [(0, 2)]) == [(0, 0, 2)]
+        assert _end_offset(client, unique_name, epoch - 1) == (epoch - 1, 2)
+        assert _end_offset(client, unique_name, epoch) == (epoch, 3)
 
 
 def test_a_fetch_naming_its_last_epoch_is_told_where_the_logs_diverge(

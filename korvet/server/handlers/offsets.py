@@ -168,9 +168,9 @@ async def offset_for_leader_epoch(services: Services, ctx: RequestContext,
             error, epoch, end = ended.error, ended.leader_epoch, -1
             if topic is not None and topic.config.dense and error is not \
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                error, epoch, end = rules.dense_epoch_end(
-                    wanted, await services.store.epochs(topic, wanted.index),
-                    (await services.store.offsets(topic, wanted.index))[1])
+                epochs = await services.store.epochs(topic, wanted.index)
+                start, high_watermark = await services.store.offsets(topic, wanted.index)
+                error, epoch, end = rules.dense_epoch_end(wanted, epochs, start, high_watermark)
             elif ended.needs_end:
                 assert topic is not None
                 end = (await services.store.offsets(topic, wanted.index))[1]

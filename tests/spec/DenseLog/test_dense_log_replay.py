@@ -465,7 +465,7 @@ class DenseReplay:
         self.store.restore(snapshot)
         start, high_watermark = self.run(self.redis.offsets(self.topic, 0))
         error, _epoch, end = dense_epoch_end(
-            offset_rules.EpochPartition(0, known, last_epoch), epochs, high_watermark)
+            offset_rules.EpochPartition(0, known, last_epoch), epochs, start, high_watermark)
         assert error is ErrorCode.NONE, error
         if end == -1:
             return {**unfenced, "pos": start, "base": start, "got": (), "lastEpoch": -1}

@@ -3,6 +3,7 @@ EpochOf and EndOffset, and as Kafka's leader epoch cache (OffsetForLeaderEpoch).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,9 +25,18 @@ def _spec_epoch_of(epochs: Epochs, offset: int) -> int:
     return starting[-1] if starting else epochs.history[0][0]
 
 
-def _spec_end_offset(epochs: Epochs, epoch: int, hw: int) -> int:
-    """DenseLog.tla's EndOffset (Hist: the history, or epoch 0 from offset 0 when empty)."""
+def _spec_cache(epochs: Epochs, log_start: int) -> tuple[tuple[int, int], ...]:
+    """DenseLog.tla's Cache (Hist: the history, or epoch 0 from offset 0 when empty)."""
     history = epochs.history or ((0, 0),)
+    below = [j for j, (_, start) in enumerate(history) if start <= log_start]
+    if not below:
+        return history
+    return ((history[below[-1]][0], log_start),) + history[below[-1] + 1:]
+
+
+def _spec_end_offset(epochs: Epochs, epoch: int, hw: int, log_start: int) -> int:
+    """DenseLog.tla's EndOffset, from Cache."""
+    history = _spec_cache(epochs, log_start)
     first, current = history[0][0], history[-1][0]
     if epoch < 0 or epoch > current:
         return -1
@@ -43,11 +53,13 @@ def test_a_record_is_in_the_last_epoch_started_at_or_before_it(epochs: Epochs, o
 
 
 @given(st.one_of(histories(), st.just(NEVER_WRITTEN)), st.integers(-2, 60),
-       st.integers(100, 120))
-def test_an_epoch_ends_where_the_spec_and_kafka_say(epochs: Epochs, epoch: int, hw: int) -> None:
-    answered_epoch, end = epochs.end_offset(epoch, hw)
-    assert end == _spec_end_offset(epochs, epoch, hw)
-    history = epochs.history or ((0, 0),)
+       st.integers(100, 120), st.integers(0, 100))
+def test_an_epoch_ends_where_the_spec_and_kafka_say(epochs: Epochs, epoch: int, hw: int,
+                                                    log_start: int) -> None:
+    answered_epoch, end = epochs.end_offset(epoch, hw, log_start)
+    assert end == _spec_end_offset(epochs, epoch, hw, log_start)
+    assert end == -1 or log_start <= end <= hw  # EndsInsideTheLog
+    history = _spec_cache(epochs, log_start)
     if end < 0:
         assert answered_epoch == -1
     elif epoch < history[0][0]:  # Kafka: the epoch asked, ending where the first begins
@@ -61,10 +73,27 @@ def test_an_epoch_older_than_the_history_ends_where_the_first_begins() -> None:
     the first write starts epoch 90,000,000 at offset 0. Kafka's leader epoch cache answers
     (0, 0) for epoch 0 there, and the consumer's position 0 stands; (-1, -1) would send it
     to its reset policy, past the first records with `latest`."""
-    assert Epochs(((90_000_000, 0),)).end_offset(0, 10) == (0, 0)
-    assert Epochs(((90_000_000, 4), (90_000_300, 9))).end_offset(7, 12) == (7, 4)
-    assert NEVER_WRITTEN.end_offset(0, 0) == (0, 0)
-    assert NEVER_WRITTEN.end_offset(1, 0) == (-1, -1)  # newer than any: none
+    assert Epochs(((90_000_000, 0),)).end_offset(0, 10, 0) == (0, 0)
+    assert Epochs(((90_000_000, 4), (90_000_300, 9))).end_offset(7, 12, 0) == (7, 4)
+    assert NEVER_WRITTEN.end_offset(0, 0, 0) == (0, 0)
+    assert NEVER_WRITTEN.end_offset(1, 0, 0) == (-1, -1)  # newer than any: none
+
+
+@pytest.mark.spec("DenseLog", "Cache", "EndOffset", "EndsInsideTheLog",
+                  note="Kafka's cache trimmed at the log start")
+def test_an_epoch_whose_records_were_removed_ends_at_the_log_start() -> None:
+    """Kafka trims its leader epoch cache when the log start moves: an epoch wholly below
+    the log start (DeleteRecords, retention) ends there, not where the next epoch began;
+    a consumer sent below the log start would be OFFSET_OUT_OF_RANGE and reset (latest: a
+    skip of every record since)."""
+    epochs = Epochs(((90_000_000, 0), (90_000_300, 4), (90_000_600, 9)))
+    assert epochs.end_offset(90_000_000, 12, 0) == (90_000_000, 4)  # nothing removed
+    assert epochs.end_offset(90_000_000, 12, 6) == (90_000_000, 6)  # its records removed
+    assert epochs.end_offset(90_000_300, 12, 6) == (90_000_300, 9)  # the log start within it
+    assert epochs.end_offset(90_000_000, 12, 10) == (90_000_000, 10)  # both removed
+    assert epochs.end_offset(90_000_300, 12, 10) == (90_000_300, 10)
+    assert epochs.end_offset(90_000_600, 12, 10) == (90_000_600, 12)  # the current: the end
+    assert epochs.end_offset(89_000_000, 12, 10) == (89_000_000, 10)  # older than any
 
 
 @given(histories(), st.integers(-1, 60))
@@ -97,7 +126,7 @@ def test_the_history_is_read_from_the_meta_hash_and_a_time_topic_has_epoch_zero(
     assert epochs.history == ((90000000, 0), (90000412, 57))
     assert epochs.current == 90000412
     assert Epochs.parse(None) is NEVER_WRITTEN and NEVER_WRITTEN.current == 0
-    assert FIXED.epoch_of(10**12) == 0 and FIXED.end_offset(0, 7) == (0, 7)
+    assert FIXED.epoch_of(10**12) == 0 and FIXED.end_offset(0, 7, 0) == (0, 7)
 
 
 @given(st.one_of(histories(), st.just(NEVER_WRITTEN)), st.integers(-1, 60), st.integers(0, 130),
@@ -111,7 +140,7 @@ def test_a_fetch_naming_its_last_epoch_diverges_where_kafkas_leader_says(
     if last_fetched < 0:
         assert (error, diverging) == (ErrorCode.NONE, None)
         return
-    epoch, end = epochs.end_offset(last_fetched, hw)
+    epoch, end = epochs.end_offset(last_fetched, hw, log_start)
     if end < 0 or offset < log_start:
         assert (error, diverging) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
     elif end < offset or epoch < last_fetched:
