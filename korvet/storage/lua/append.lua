@@ -143,7 +143,10 @@ local function advance(ms, seq, count)
   return ms + math.floor(s / limit), s % limit
 end
 
-local meta = redis.call('HMGET', KEYS[2], 'last', 'start')
+-- A dense topic's epoch and time index state come in the same call (used below).
+local meta = dense and redis.call('HMGET', KEYS[2], 'last', 'start', 'epoch', 'inc', 'epochs',
+                                  'tmax', 'since')
+                   or redis.call('HMGET', KEYS[2], 'last', 'start')
 -- The log start offset: the first offset not removed by retention. A log that never had an
 -- entry starts at its first batch (set below), so ListOffsets EARLIEST and the lag tools count
 -- from the first record, as with Kafka. bounds.lua gives an empty partition a start too.
@@ -445,7 +448,7 @@ if dense then
   local max_ts, bytes, trailer = batch_stats()
   local interval = tonumber(ARGV[trailer]) or 4096
   local life, clock = ARGV[trailer + 1] or '', tonumber(ARGV[trailer + 2]) or 0
-  local known = redis.call('HMGET', KEYS[2], 'epoch', 'inc', 'epochs')
+  local known = {meta[3], meta[4], meta[5]}  -- epoch, inc, epochs
   local epoch = tonumber(known[1])
   if epoch == nil or known[2] ~= life then
     epoch = epoch == nil and math.max(0, clock) or math.max(epoch + 1, clock)
@@ -456,9 +459,8 @@ if dense then
     redis.call('HSET', KEYS[2], 'epoch', string.format('%d', epoch), 'inc', life,
                'epochs', history)
   end
-  local stats = redis.call('HMGET', KEYS[2], 'tmax', 'since')
-  tmax = math.max(tonumber(stats[1]) or -1, max_ts)
-  since = (tonumber(stats[2]) or 0) + bytes
+  tmax = math.max(tonumber(meta[6]) or -1, max_ts)
+  since = (tonumber(meta[7]) or 0) + bytes
   if since >= interval then
     redis.call('XADD', KEYS[5], string.format('%d-0', last_ms + 1), 't', string.format('%d', tmax))
     since = 0
@@ -534,11 +536,17 @@ if trimmed then
   end
 end
 
-redis.call('HSET', KEYS[2], 'last', last_id, 'start', fmt(start_ms, start_seq))
+local new_start = fmt(start_ms, start_seq)
 if dense then
-  redis.call('HSET', KEYS[2], 'tmax', string.format('%d', tmax), 'since', string.format('%d', since))
-  -- checkpoints that end at or below the log start say nothing of the records left
-  redis.call('XTRIM', KEYS[5], 'MINID', string.format('%d-0', start_ms + 1))
+  redis.call('HSET', KEYS[2], 'last', last_id, 'start', new_start,
+             'tmax', string.format('%d', tmax), 'since', string.format('%d', since))
+  -- checkpoints that end at or below the log start say nothing of the records left; every
+  -- move of the start drops them (here and in delete_records.lua), so only a move here does
+  if new_start ~= meta[2] then
+    redis.call('XTRIM', KEYS[5], 'MINID', string.format('%d-0', start_ms + 1))
+  end
+else
+  redis.call('HSET', KEYS[2], 'last', last_id, 'start', new_start)
 end
 
 if pstate_field then
