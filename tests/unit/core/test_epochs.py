@@ -31,7 +31,7 @@ def _spec_cache(epochs: Epochs, log_start: int) -> tuple[tuple[int, int], ...]:
     below = [j for j, (_, start) in enumerate(history) if start <= log_start]
     if not below:
         return history
-    return ((history[below[-1]][0], log_start),) + history[below[-1] + 1:]
+    return ((history[below[-1]][0], log_start), *history[below[-1] + 1:])
 
 
 def _spec_end_offset(epochs: Epochs, epoch: int, hw: int, log_start: int) -> int:
