@@ -333,6 +333,7 @@ class _Sorted:
         self.txn_of = {rec: key for key, sent in self.txns.items() for rec, _ in sent.records}
         self.unmarked = _unmarked(self.txns, self.txn_ends,
                                   [e for e in events if isinstance(e, MarkersSkipped)])
+        self.blocked = _blocked(self.txns, self.txn_ends, self.unmarked)
 
     def idempotent(self, rec: Rec) -> bool:
         sent = self.sent.get(rec)
@@ -368,6 +369,30 @@ def _unmarked(txns: dict[tuple[str, int], TxnSent], ends: dict[tuple[str, int], 
         if written & set(skip.partitions):
             unmarked[key] |= written & set(skip.partitions)
     return dict(unmarked)
+
+
+def _blocked(txns: dict[tuple[str, int], TxnSent], ends: dict[tuple[str, int], TxnEnded],
+             unmarked: dict[tuple[str, int], set[int]]) -> dict[int, float]:
+    """The partitions whose last stable offset a skipped marker held to the end of the run,
+    each with the send time of the transaction that holds it.
+
+    Kafka's partition keeps a transaction whose marker it never got open until the
+    producer's next transaction there ends; read_committed readers read nothing past its
+    first record meanwhile. When no later transaction of that producer wrote to the
+    partition and was told its end, the records every transaction sent there after it stay
+    unreadable: Kafka's fault too."""
+    blocked: dict[int, float] = {}
+    for key, partitions in unmarked.items():
+        for partition in partitions:
+            resolved = any(
+                other[0] == key[0] and other[1] > key[1] and other in ends
+                and ends[other].outcome in (COMMITTED, ABORTED)
+                and any(p == partition for _, p in sent.records)
+                for other, sent in txns.items())
+            if not resolved:
+                since = txns[key].at
+                blocked[partition] = min(since, blocked.get(partition, since))
+    return blocked
 
 
 def _lost_and_moved(history: _Sorted) -> Iterable[Anomaly]:
@@ -540,15 +565,18 @@ def _transactions_at_the_end(history: _Sorted) -> Iterable[Anomaly]:
         # Where Kafka skipped a marker the records take the fate of the producer's next
         # transaction on that partition: explained when every record out of place is there.
         skipped = history.unmarked.get(key, set())
+        # ... and hold back the records sent after them on that partition while unresolved
+        hidden = skipped | {p for p, since in history.blocked.items() if sent.at >= since}
         if shown and missing:
             odd = {COMMITTED: [missing], ABORTED: [shown]}.get(fate, [missing, shown])
             yield Anomaly(TORN, f"{_txn_name(key)} ({fate}): readable {_places(history, shown)}; "
                                 f"not readable {_records(missing)}",
-                          unmarked=any(_within(records, skipped) for records in odd))
+                          unmarked=(any(_within(records, skipped) for records in odd)
+                                    or (fate != ABORTED and _within(missing, hidden))))
         if fate == COMMITTED and missing:
             yield Anomaly(LOST_COMMITTED, f"{_txn_name(key)}: commit acknowledged, not readable "
                                           f"{_records(missing)}",
-                          unmarked=_within(missing, skipped))
+                          unmarked=_within(missing, hidden))
         if fate == ABORTED and shown:
             yield Anomaly(ABORTED_READ, f"{_txn_name(key)}: abort acknowledged, the read-back "
                                         f"reads {_places(history, shown)}",

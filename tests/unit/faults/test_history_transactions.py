@@ -159,6 +159,40 @@ def test_a_skipped_marker_explains_only_its_own_partitions_and_transaction() -> 
         assert report.allowed_unmarked == (), skip
 
 
+def _held_back(resolved: bool, sent_at: float = 2.0) -> list[Event]:
+    """txn0's transaction 1 (partitions 0 and 1) lost its marker on partition 1, and txn1's
+    transaction sent at ``sent_at`` wrote there too; with ``resolved`` txn0's next
+    transaction writes to partition 1 and commits (its marker ends the open one)."""
+    a, b = [Rec("txn0", 0), Rec("txn0", 1)], [Rec("txn1", 0), Rec("txn1", 1)]
+    events: list[Event] = [
+        TxnSent("txn0", 1, ((a[0], 0), (a[1], 1)), True, 1.0),
+        TxnEnded("txn0", 1, COMMITTED, requested=1.1, at=1.2),
+        TxnSent("txn1", 1, ((b[0], 0), (b[1], 1)), True, sent_at),
+        TxnEnded("txn1", 1, COMMITTED, requested=sent_at + 0.1, at=sent_at + 0.2),
+        Stored(0, 0, a[0]), Stored(0, 2, b[0]),
+        MarkersSkipped("txn0", (1,), "COMMIT", started=1.05)]
+    if resolved:
+        c = Rec("txn0", 2)
+        events += [TxnSent("txn0", 2, ((c, 1),), True, 3.0),
+                   TxnEnded("txn0", 2, COMMITTED, requested=3.1, at=3.2), Stored(1, 5, c)]
+    return events
+
+
+def test_a_partition_a_skipped_marker_left_open_hides_what_others_wrote_after() -> None:
+    """Kafka's partition 1 keeps txn0's transaction open (its marker skipped) and its last
+    stable offset there: txn1's committed record sent after it is never readable (a fault
+    run on Kafka 4.3.1, 2026-11-30: txn2#122 behind txn0#119). Kafka's fault, allowed; not
+    once txn0 ended a later transaction on partition 1, nor for a record sent before."""
+    report = check(_held_back(resolved=False))
+    assert report.clean, report.anomalies
+    assert sorted(a.kind for a in report.allowed_unmarked) == [LOST_COMMITTED, LOST_COMMITTED,
+                                                                TORN, TORN]
+    for events in (_held_back(resolved=True), _held_back(resolved=False, sent_at=0.5)):
+        found = check(events)
+        assert sorted(a.kind for a in found.anomalies) == [LOST_COMMITTED, TORN]
+        assert all("txn1#1" in a.detail for a in found.anomalies)
+
+
 def test_an_abort_whose_marker_kafka_skipped_may_be_read() -> None:
     """Transaction 2's abort was acknowledged; Kafka skipped its marker on partition 0 and
     the producer's next transaction there committed it: read during the run and at the
