@@ -103,7 +103,7 @@ def watermarks(bootstrap: str, topic: str, isolation: str) -> tuple[int, int]:
         consumer.close()
 
 
-def list_latest(bootstrap: str, topic: str, isolation: str) -> int:
+def list_latest(bootstrap: str, topic: str, isolation: str, timeout: float = 10) -> int:
     """ListOffsets LATEST as a consumer of ``isolation`` asks it (read_committed: the LSO)."""
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -112,7 +112,7 @@ def list_latest(bootstrap: str, topic: str, isolation: str) -> int:
     level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
              else IsolationLevel.READ_UNCOMMITTED)
     futures = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-                                 isolation_level=level, request_timeout=10)
+                                 isolation_level=level, request_timeout=timeout)
     return int(next(iter(futures.values())).result().offset)
 
 
