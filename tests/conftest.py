@@ -184,7 +184,8 @@ class KorvetProcess:
                    *self.extra_args]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **self.env})
+                                        env={**{k: v for k, v in os.environ.items() if k != _TLC_RUNS},
+                                             **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if port_file.is_file() and port_file.read_text().strip():

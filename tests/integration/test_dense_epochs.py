@@ -5,7 +5,6 @@ where the logs diverge and reads the records written since, instead of skipping 
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import redis
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from korvet.process import free_port
 from korvet.protocol.kbuild import make, nested
 from korvet.server.embedded_redis import EmbeddedRedis
 from tests.conftest import KorvetProcess
@@ -24,13 +24,6 @@ from tests.integration.test_dense_offsets import create_dense
 from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.clients
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _metadata_epoch(client: WireClient, topic: str) -> int:
@@ -177,7 +170,7 @@ def test_a_consumer_past_a_cut_goes_back_and_reads_what_was_written_since(tmp_pa
     ended (offset 10) and reads the new records from there: none of them is skipped."""
     from confluent_kafka import Consumer, TopicPartition
 
-    server = EmbeddedRedis(tmp_path / "redis", appendfsync="always", port=_free_port())
+    server = EmbeddedRedis(tmp_path / "redis", appendfsync="always", port=free_port())
     url = server.start()
     broker = KorvetProcess(tmp_path / "broker", extra_args=["--redis-url", url])
     broker.start()

@@ -99,29 +99,43 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("several-brokers")
     server = EmbeddedRedis(folder / "redis", appendfsync="everysec")
     url = server.start()
-    ports = iter(free_ports(7))
-    listeners = [{"PLAINTEXT": next(ports), "SASL_PLAINTEXT": next(ports)} for _ in range(3)]
-    listeners[2]["INTERNAL"] = next(ports)  # broker 3 only
-    brokers = [KorvetProcess(folder / f"b{i}", extra_args=[
-        "--redis-url", url, "--multi-broker", "--broker-id", str(i),
-        "--listeners", ",".join(f"{name}://127.0.0.1:{port}"
-                                for name, port in listeners[i - 1].items()),
-        "--broker-listener-security-protocol-map", "INTERNAL:PLAINTEXT",
-        "--cluster-lease-ms", str(LEASE_MS), "--cluster-lease-margin-ms", "500",
-        "--cluster-broker-ttl-ms", "1500", "--groups-initial-rebalance-delay-ms", "0"])
-        for i in (1, 2, 3)]
+    names = [("PLAINTEXT", "SASL_PLAINTEXT"), ("PLAINTEXT", "SASL_PLAINTEXT"),
+             ("PLAINTEXT", "SASL_PLAINTEXT", "INTERNAL")]  # INTERNAL: broker 3 only
+    listeners: list[dict[str, int]] = []
+    brokers: list[KorvetProcess] = []
+
+    def broker(i: int) -> KorvetProcess:
+        ports = dict(zip(names[i - 1], free_ports(len(names[i - 1])), strict=True))
+        listeners[i - 1:i] = [ports]
+        return KorvetProcess(folder / f"b{i}", extra_args=[
+            "--redis-url", url, "--multi-broker", "--broker-id", str(i),
+            "--listeners", ",".join(f"{name}://127.0.0.1:{port}"
+                                    for name, port in ports.items()),
+            "--broker-listener-security-protocol-map", "INTERNAL:PLAINTEXT",
+            "--cluster-lease-ms", str(LEASE_MS), "--cluster-lease-margin-ms", "500",
+            "--cluster-broker-ttl-ms", "1500", "--groups-initial-rebalance-delay-ms", "0"])
+
     try:
         subprocess.run([*KORVET, "users", "--redis-url", url, "add", USER],
                        input=f"{PASSWORD}\n", text=True, cwd=ROOT, check=True,
                        capture_output=True, timeout=60)
-        for broker in brokers:
-            broker.start()
+        for i in (1, 2, 3):
+            for attempt in range(3):
+                brokers[i - 1:i] = [broker(i)]
+                try:
+                    brokers[i - 1].start()
+                    break
+                except RuntimeError as failed:
+                    # A port picked free was taken before the broker bound it (a busy
+                    # machine): pick others; anything else fails the fixture.
+                    if "address already in use" not in str(failed) or attempt == 2:
+                        raise
         yield Cluster(url, brokers, listeners, folder)
     finally:
-        for broker in brokers:
-            if broker.process is not None:
-                os.kill(broker.process.pid, signal.SIGCONT)
-            broker.stop()
+        for started in brokers:
+            if started.process is not None and started.process.poll() is None:
+                os.kill(started.process.pid, signal.SIGCONT)
+            started.stop()
         server.stop()
 
 
