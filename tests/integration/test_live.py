@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from korvet.jvm.kafka_server import KafkaServer, KafkaToolsError
-from korvet.verification.live import machine, storage
+from korvet.verification.live import machine, storage, transactions
 from korvet.verification.live.actions import Script
 from korvet.verification.live.env import Divergence, Environment, Stats, connect
 from korvet.verification.live.oracle import Flavour
@@ -115,6 +115,56 @@ def test_storage_path_on_kafka_follows_the_models(kafka_live: KafkaServer) -> No
     assert env.stats.replies_compared > count * 5
 
 
+@pytest.mark.spec("Transactions", "ClientInit", "ClientWrite", "EndVerdict", "MarkerArrives",
+                  "NoAbortedRead", "LsoBounds", "OffsetsOnlyOnCommit")
+def test_transactions_on_korvet_follow_the_model(korvet_live: KorvetProcess) -> None:
+    env = _korvet_env(korvet_live)
+    count = examples(0.1)
+    transactions.run_transactions(env, examples=count, steps=STEPS, seed=18)
+    _report("transactions on Korvet", env.stats)
+    _assert_transactions_exercised(env.stats, count)
+
+
+@pytest.mark.spec("Transactions", "ClientInit", "ClientWrite", "EndVerdict", "MarkerArrives",
+                  "NoAbortedRead", "LsoBounds", "OffsetsOnlyOnCommit")
+def test_transactions_on_kafka_follow_the_model(kafka_live: KafkaServer) -> None:
+    env = connect(kafka_live.bootstrap)
+    count = examples(0.1)
+    transactions.run_transactions(env, examples=count, steps=STEPS, seed=18)
+    _report("transactions on Kafka", env.stats)
+    _assert_transactions_exercised(env.stats, count)
+
+
+def _assert_transactions_exercised(stats: Stats, count: int) -> None:
+    """The runs reached the rules that matter: fencing, a retried EndTxn, an abort with
+    nothing open, and both refusals of a fenced producer."""
+    assert stats.sequences >= count
+    assert stats.replies_compared > count * 10
+    for rule in ("open transaction fenced by InitProducerId", "EndTxn retried after its decision"):
+        assert stats.kafka_rules.get(rule, 0) > 0, (rule, stats.kafka_rules)
+    for error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE"):
+        assert stats.errors_seen.get(error, 0) > 0, (error, stats.errors_seen)
+
+
+@pytest.mark.spec("Transactions", "EndVerdict", note="a mutant broker: the transactions live oracle")
+def test_a_broken_transaction_rule_is_caught(tmp_path: Path) -> None:
+    """The transactions oracle can fail: a broker that answers a retried EndTxn NONE even
+    when it asks for the other result (Kafka: INVALID_TXN_STATE) is caught, and the shrunk
+    script ends with that EndTxn."""
+    mutant = KorvetProcess(tmp_path / "mutant", extra_args=KORVET_FLAGS, command=[
+        sys.executable, "-m", "tests.support.mutant_broker", "end-txn-retry-ignores-result"])
+    mutant.start()
+    try:
+        with pytest.raises(machine.LiveFailure) as caught:
+            transactions.run_transactions(_korvet_env(mutant), examples=examples(0.2),
+                                          steps=STEPS, seed=18, shrink_seconds=30)
+        print(f"\nmutant caught:\n{caught.value}\n{caught.value.script.dumps()}")
+        assert "EndTxn" in str(caught.value) and "INVALID_TXN_STATE" in str(caught.value)
+        assert len(caught.value.script.actions) <= 8, "the shrunk script is still long"
+    finally:
+        mutant.stop()
+
+
 @pytest.mark.spec("DenseLog", "DeleteRecords", note="a mutant broker: the storage live oracle")
 def test_a_broken_storage_rule_is_caught(tmp_path: Path) -> None:
     """The storage path's live oracle can fail: a broker whose DeleteRecords takes an offset
@@ -170,6 +220,7 @@ def test_the_command_runs_and_replays(tmp_path: Path, korvet_live: KorvetProcess
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no difference" in result.stdout
     assert "groups: 2 sequences" in result.stdout and "storage: 2 sequences" in result.stdout
+    assert "transactions: 2 sequences" in result.stdout
     script = tmp_path / "script.json"
     script.write_text('{"korvet-live-script": 1, "part": "groups", "static": [false, true],\n'
                       ' "actions": [{"do": "join", "sim": 0, "version": 9},\n'

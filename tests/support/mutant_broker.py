@@ -1,8 +1,9 @@
-"""A Korvet broker with one rule deliberately broken: of its coordinator machine, or of its
-storage path.
+"""A Korvet broker with one rule deliberately broken: of its coordinator machine, of its
+storage path, or of its transaction coordinator.
 
 ``python -m tests.support.mutant_broker MUTATION serve [korvet serve flags]`` patches the
-rule (korvet/core/coordinator/machine.py, korvet/core/admin.py) in this process only, then
+rule (korvet/core/coordinator/machine.py, korvet/core/admin.py,
+korvet/core/transactions.py) in this process only, then
 runs ``korvet serve``: the live run (``korvet spec test-live``), whose oracle is the intact
 machine or models in the test's process, must find the difference.
 """
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from korvet.core import admin
+from korvet.core import admin, transactions
 from korvet.core import coordinator as core
 from korvet.core.coordinator import machine
 
@@ -55,7 +56,19 @@ def _delete_records_past_the_end() -> None:
     admin.delete_records = broken
 
 
+def _end_txn_retry_ignores_result() -> None:
+    """An EndTxn retried after its decision is answered NONE whatever result it asks for
+    (the rule: INVALID_TXN_STATE when it asks for the other one)."""
+    original = transactions._retry
+
+    def broken(record: transactions.TxnRecord, commit: bool) -> transactions.Step:
+        return original(record, record.state.commits)
+
+    transactions._retry = broken
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
+    "end-txn-retry-ignores-result": _end_txn_retry_ignores_result,
     "delete-records-past-the-end": _delete_records_past_the_end,
     "heartbeat-ignores-rebalance": _heartbeat_ignores_rebalance,
     "stale-commit-accepted": _stale_commit_accepted,

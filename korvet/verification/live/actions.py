@@ -176,11 +176,72 @@ class DeleteRecords:
     which: int = 0
 
 
+# --- transactions (transactions v2: Produce v12 and TxnOffsetCommit v5 add implicitly) ------
+# Client slots 0 and 1 share one transactional id (1 fences 0 when it starts), slot 2 has
+# its own.
+
+@dataclass(frozen=True, slots=True)
+class TxnInit:
+    """InitProducerId with the slot's transactional id, retried as clients retry."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProduce:
+    """A transactional batch of ``records`` records from the slot to ``partition``."""
+
+    slot: int
+    partition: int
+    records: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsets:
+    """TxnOffsetCommit of ``offset`` for partition 0 in the run's group."""
+
+    slot: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """EndTxn: commit or abort; ``again`` resends the slot's last EndTxn with the epoch it
+    had then (its reply lost), with ``commit`` as this request's result."""
+
+    slot: int
+    commit: bool = True
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRead:
+    """Fetch the partition from its log start, read_committed or read_uncommitted."""
+
+    partition: int
+    committed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TxnLatest:
+    """ListOffsets LATEST, read_committed (the LSO) or read_uncommitted (the HW)."""
+
+    partition: int
+    committed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TxnFetchOffsets:
+    """OffsetFetch v7+ of the run's group with RequireStable."""
+
+
 Action = (Join | Sync | Heartbeat | Leave | Commit | FetchOffsets | Describe | Reconnect | Advance
-          | Produce | Bump | NewProducer | Fetch | ListOffsets | DeleteRecords)
+          | Produce | Bump | NewProducer | Fetch | ListOffsets | DeleteRecords
+          | TxnInit | TxnProduce | TxnOffsets | TxnEnd | TxnRead | TxnLatest | TxnFetchOffsets)
 KINDS: Mapping[str, type[Any]] = {cls.__name__.lower(): cls for cls in (
     Join, Sync, Heartbeat, Leave, Commit, FetchOffsets, Describe, Reconnect, Advance,
-    Produce, Bump, NewProducer, Fetch, ListOffsets, DeleteRecords)}
+    Produce, Bump, NewProducer, Fetch, ListOffsets, DeleteRecords,
+    TxnInit, TxnProduce, TxnOffsets, TxnEnd, TxnRead, TxnLatest, TxnFetchOffsets)}
 
 
 def to_json(action: Action) -> dict[str, Any]:

@@ -32,9 +32,11 @@ def add_parser(spec_commands: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     live.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
-    live.add_argument("--part", choices=("groups", "storage", "all"), default="all",
+    live.add_argument("--part", choices=("groups", "storage", "transactions", "all"),
+                      default="all",
                       help="the group protocol, the storage path (produce/fetch/list-offsets), "
-                           "or both (default)")
+                           "transactions (v2: InitProducerId, Produce, TxnOffsetCommit, EndTxn, "
+                           "read_committed reads), or all three (default)")
     live.add_argument("--members", type=int, default=3, help="simulated group members (3)")
     live.add_argument("--examples", type=int, default=25,
                       help="request sequences per part (25)")
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(env: Environment, path: Path, as_json: bool) -> int:
-    from korvet.verification.live import machine, storage
+    from korvet.verification.live import machine, storage, transactions
 
     try:
         script = Script.load(path)
@@ -97,6 +99,8 @@ def _replay(env: Environment, path: Path, as_json: bool) -> int:
     try:
         if script.part == "storage":
             storage.replay_storage(env, script)
+        elif script.part == "transactions":
+            transactions.replay_transactions(env, script)
         else:
             machine.replay_groups(env, script)
     except Divergence as exc:
@@ -108,9 +112,9 @@ def _replay(env: Environment, path: Path, as_json: bool) -> int:
 
 
 def _generate(env: Environment, args: argparse.Namespace, started: float) -> int:
-    from korvet.verification.live import machine, storage
+    from korvet.verification.live import machine, storage, transactions
 
-    parts = ("groups", "storage") if args.part == "all" else (args.part,)
+    parts = ("groups", "storage", "transactions") if args.part == "all" else (args.part,)
     figures: dict[str, Stats] = {}
     for part in parts:
         env.stats = Stats()
@@ -123,9 +127,15 @@ def _generate(env: Environment, args: argparse.Namespace, started: float) -> int
                 machine.run_groups(env, members=args.members, examples=args.examples,
                                    steps=args.steps, seed=args.seed,
                                    shrink_seconds=args.shrink_seconds)
-            else:
+            elif part == "storage":
                 storage.run_storage(env, examples=args.examples, steps=args.steps,
                                     seed=args.seed, shrink_seconds=args.shrink_seconds)
+            else:
+                transactions.run_transactions(env, examples=args.examples, steps=args.steps,
+                                              seed=args.seed, shrink_seconds=args.shrink_seconds)
+        except LiveError as exc:
+            print(f"korvet spec test-live: {exc}", file=sys.stderr)
+            return 2
         except machine.LiveFailure as exc:
             Path(args.script_out).write_text(exc.script.dumps())
             print(f"\nDIFFERENCE ({part}):\n{exc}\n\nshrunk request script "
@@ -149,7 +159,9 @@ def _print_stats(figures: dict[str, Stats], as_json: bool) -> None:
               f"{s.held_back_confirmed} held back as predicted, {s.clock_moves} clock moves, "
               f"{s.leader_choices} leaders chosen among several")
         if s.kafka_rules:
-            print("  Kafka's rule used where Korvet differs: " + ", ".join(
+            label = ("rules exercised" if part == "transactions"
+                     else "Kafka's rule used where Korvet differs")
+            print(f"  {label}: " + ", ".join(
                 f"{name} ({count})" for name, count in sorted(s.kafka_rules.items())))
         if s.errors_seen:
             print("  error codes answered: " + ", ".join(

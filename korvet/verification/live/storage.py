@@ -12,7 +12,8 @@ predicts every answer:
   BAD_EPOCH (INVALID_PRODUCER_EPOCH) or OUT_OF_ORDER (OUT_OF_ORDER_SEQUENCE_NUMBER);
 - offsets are compared through the models' abstraction: the broker picks an OK batch's
   base offset, which must be past every offset handed out before (and, where offsets are
-  dense, as on Kafka, exactly the high watermark); the records get consecutive offsets
+  dense, as on Kafka and on a Korvet topic of the ``dense`` scheme, the default, exactly the
+  high watermark); the records get consecutive offsets
   from it (OffsetCodec ``BatchConsecutive``, ``StrictlyIncreasing``);
 - a fetch at an offset below the log start or above the high watermark is
   OFFSET_OUT_OF_RANGE; otherwise it returns the log's records from that offset on, in
@@ -197,10 +198,11 @@ class StorageRun:
         self._await_leader()
         start, _ = self._list(EARLIEST, 1)
         hw, _ = self._list(LATEST, 1)
-        self.model = PartitionModel(dense=not korvet, retention=KORVET_RETENTION_RECORDS
+        dense = not korvet or self._scheme() == "dense"
+        self.model = PartitionModel(dense=dense, retention=KORVET_RETENTION_RECORDS
                                     if korvet else -1, start=start, high_watermark=hw)
         self.position = start
-        if (start, hw) != ((0, 0) if not korvet else (start, start)):
+        if (start, hw) != ((0, 0) if dense else (start, start)):
             raise Divergence(f"a new partition has log start {start}, high watermark {hw}")
         for slot in self.slots[:PRODUCERS]:
             self._new_producer(slot)
@@ -208,6 +210,20 @@ class StorageRun:
 
     def close(self) -> None:
         self.conn.close()
+
+    def _scheme(self) -> str:
+        """The Korvet topic's offset scheme (``korvet.offset.scheme``): ``dense``, Kafka's
+        (new topics' default), or ``time``, sparse offsets (a broker set to it)."""
+        response = self._call(build_request(
+            ApiKey.DESCRIBE_CONFIGS, self._version(ApiKey.DESCRIBE_CONFIGS, 4, 4),
+            resources=[{"resource_type": 2, "resource_name": self.topic,
+                        "configuration_keys": ["korvet.offset.scheme"]}],
+            include_synonyms=False, include_documentation=False))
+        found = [c.value for c in response.results[0].configs
+                 if c.name == "korvet.offset.scheme"]
+        if int(response.results[0].error_code) != ErrorCode.NONE or not found:
+            raise Divergence(f"DescribeConfigs of {self.topic} lists no korvet.offset.scheme")
+        return str(found[0])
 
     def _version(self, api: int, wanted: int, cap: int) -> int:
         lo, hi = self.env.versions[api]
