@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from korvet.jvm.kafka_server import KafkaServer, KafkaToolsError
-from korvet.verification.live import machine, storage, transactions
+from korvet.verification.live import machine, share, storage, transactions
 from korvet.verification.live.actions import Script
 from korvet.verification.live.env import Divergence, Environment, Stats, connect
 from korvet.verification.live.oracle import Flavour
@@ -165,6 +165,52 @@ def test_a_broken_transaction_rule_is_caught(tmp_path: Path) -> None:
         mutant.stop()
 
 
+@pytest.mark.spec("SharePartition", "Acquire", "Accept", "Release", "Reject", "AckRefused",
+                  "CountWithinLimit", "SpsoTerminal", "AckOnlyByOwner")
+def test_share_groups_on_korvet_follow_the_model(korvet_live: KorvetProcess) -> None:
+    env = _korvet_env(korvet_live)
+    count = examples(0.1)
+    share.run_share(env, examples=count, steps=STEPS, seed=18)
+    _report("share groups on Korvet", env.stats)
+    _assert_share_exercised(env.stats, count)
+
+
+@pytest.mark.spec("SharePartition", "Acquire", "Accept", "Release", "Reject", "AckRefused",
+                  "CountWithinLimit", "SpsoTerminal", "AckOnlyByOwner")
+def test_share_groups_on_kafka_follow_the_model(kafka_live: KafkaServer) -> None:
+    env = connect(kafka_live.bootstrap)
+    count = examples(0.1)
+    share.run_share(env, examples=count, steps=STEPS, seed=18)
+    _report("share groups on Kafka", env.stats)
+    _assert_share_exercised(env.stats, count)
+
+
+def _assert_share_exercised(stats: Stats, count: int) -> None:
+    """The runs reached the delivery limit and had acknowledgements refused."""
+    assert stats.sequences >= count
+    assert stats.replies_compared > count * 10
+    assert stats.kafka_rules.get("released at the delivery limit: archived", 0) > 0, stats
+    assert stats.errors_seen.get("INVALID_RECORD_STATE", 0) > 0, stats.errors_seen
+
+
+@pytest.mark.spec("SharePartition", "Release", note="a mutant broker: the share live oracle")
+def test_a_broken_share_rule_is_caught(tmp_path: Path) -> None:
+    """The share-group oracle can fail: a broker whose RELEASE at the delivery limit makes
+    the record available again (Kafka: archived) is caught, shrunk to a short script."""
+    mutant = KorvetProcess(tmp_path / "mutant", extra_args=KORVET_FLAGS, command=[
+        sys.executable, "-m", "tests.support.mutant_broker", "release-past-the-limit"])
+    mutant.start()
+    try:
+        with pytest.raises(machine.LiveFailure) as caught:
+            share.run_share(_korvet_env(mutant), examples=examples(0.2), steps=STEPS, seed=18,
+                            shrink_seconds=30)
+        print(f"\nmutant caught:\n{caught.value}\n{caught.value.script.dumps()}")
+        assert "ShareFetch" in str(caught.value) or "DescribeShareGroupOffsets" in str(caught.value)
+        assert len(caught.value.script.actions) <= 10, "the shrunk script is still long"
+    finally:
+        mutant.stop()
+
+
 @pytest.mark.spec("DenseLog", "DeleteRecords", note="a mutant broker: the storage live oracle")
 def test_a_broken_storage_rule_is_caught(tmp_path: Path) -> None:
     """The storage path's live oracle can fail: a broker whose DeleteRecords takes an offset
@@ -220,7 +266,7 @@ def test_the_command_runs_and_replays(tmp_path: Path, korvet_live: KorvetProcess
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no difference" in result.stdout
     assert "groups: 2 sequences" in result.stdout and "storage: 2 sequences" in result.stdout
-    assert "transactions: 2 sequences" in result.stdout
+    assert "transactions: 2 sequences" in result.stdout and "share: 2 sequences" in result.stdout
     script = tmp_path / "script.json"
     script.write_text('{"korvet-live-script": 1, "part": "groups", "static": [false, true],\n'
                       ' "actions": [{"do": "join", "sim": 0, "version": 9},\n'

@@ -1,9 +1,9 @@
 """A Korvet broker with one rule deliberately broken: of its coordinator machine, of its
-storage path, or of its transaction coordinator.
+storage path, of its transaction coordinator or of its share partitions.
 
 ``python -m tests.support.mutant_broker MUTATION serve [korvet serve flags]`` patches the
 rule (korvet/core/coordinator/machine.py, korvet/core/admin.py,
-korvet/core/transactions.py) in this process only, then
+korvet/core/transactions.py, korvet/storage/shares.py) in this process only, then
 runs ``korvet serve``: the live run (``korvet spec test-live``), whose oracle is the intact
 machine or models in the test's process, must find the difference.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from korvet.core import admin, transactions
 from korvet.core import coordinator as core
@@ -67,7 +68,23 @@ def _end_txn_retry_ignores_result() -> None:
     transactions._retry = broken
 
 
+def _release_past_the_limit() -> None:
+    """A RELEASE acknowledgement of a record at its delivery limit makes it AVAILABLE again
+    (the rule: ARCHIVED): the store is told a limit one higher than the group's."""
+    from korvet.storage.shares import ShareStore
+
+    original = ShareStore.acknowledge
+
+    async def broken(self: ShareStore, topic: Any, partition: int, group: str, member: str,
+                     limits: Any, acks: Any) -> Any:
+        return await original(self, topic, partition, group, member,
+                              replace(limits, delivery_limit=limits.delivery_limit + 1), acks)
+
+    ShareStore.acknowledge = broken  # type: ignore[method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
+    "release-past-the-limit": _release_past_the_limit,
     "end-txn-retry-ignores-result": _end_txn_retry_ignores_result,
     "delete-records-past-the-end": _delete_records_past_the_end,
     "heartbeat-ignores-rebalance": _heartbeat_ignores_rebalance,

@@ -235,13 +235,52 @@ class TxnFetchOffsets:
     """OffsetFetch v7+ of the run's group with RequireStable."""
 
 
+# --- share groups --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ShareAppend:
+    """``records`` records appended, one batch each."""
+
+    records: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ShareFetch:
+    """ShareFetch of share member ``member`` for ``most`` records, acknowledging (``ack``:
+    none, accept, release, reject) a record chosen by ``whose`` (own: one it holds, other:
+    one the other member holds, none: one nobody holds) and ``which``."""
+
+    member: int
+    most: int = 1
+    ack: str = "none"
+    whose: str = "own"
+    which: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShareAck:
+    """ShareAcknowledge of one record, chosen as ShareFetch's acknowledgement is."""
+
+    member: int
+    kind: str = "accept"  # accept | release | reject
+    whose: str = "own"
+    which: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStart:
+    """DescribeShareGroupOffsets: the share-partition start offset."""
+
+
 Action = (Join | Sync | Heartbeat | Leave | Commit | FetchOffsets | Describe | Reconnect | Advance
           | Produce | Bump | NewProducer | Fetch | ListOffsets | DeleteRecords
-          | TxnInit | TxnProduce | TxnOffsets | TxnEnd | TxnRead | TxnLatest | TxnFetchOffsets)
+          | TxnInit | TxnProduce | TxnOffsets | TxnEnd | TxnRead | TxnLatest | TxnFetchOffsets
+          | ShareAppend | ShareFetch | ShareAck | ShareStart)
 KINDS: Mapping[str, type[Any]] = {cls.__name__.lower(): cls for cls in (
     Join, Sync, Heartbeat, Leave, Commit, FetchOffsets, Describe, Reconnect, Advance,
     Produce, Bump, NewProducer, Fetch, ListOffsets, DeleteRecords,
-    TxnInit, TxnProduce, TxnOffsets, TxnEnd, TxnRead, TxnLatest, TxnFetchOffsets)}
+    TxnInit, TxnProduce, TxnOffsets, TxnEnd, TxnRead, TxnLatest, TxnFetchOffsets,
+    ShareAppend, ShareFetch, ShareAck, ShareStart)}
 
 
 def to_json(action: Action) -> dict[str, Any]:

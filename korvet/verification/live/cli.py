@@ -32,11 +32,12 @@ def add_parser(spec_commands: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     live.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
-    live.add_argument("--part", choices=("groups", "storage", "transactions", "all"),
+    live.add_argument("--part", choices=("groups", "storage", "transactions", "share", "all"),
                       default="all",
                       help="the group protocol, the storage path (produce/fetch/list-offsets), "
                            "transactions (v2: InitProducerId, Produce, TxnOffsetCommit, EndTxn, "
-                           "read_committed reads), or all three (default)")
+                           "read_committed reads), share groups (ShareFetch, ShareAcknowledge), "
+                           "or all four (default)")
     live.add_argument("--members", type=int, default=3, help="simulated group members (3)")
     live.add_argument("--examples", type=int, default=25,
                       help="request sequences per part (25)")
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(env: Environment, path: Path, as_json: bool) -> int:
-    from korvet.verification.live import machine, storage, transactions
+    from korvet.verification.live import machine, share, storage, transactions
 
     try:
         script = Script.load(path)
@@ -101,6 +102,8 @@ def _replay(env: Environment, path: Path, as_json: bool) -> int:
             storage.replay_storage(env, script)
         elif script.part == "transactions":
             transactions.replay_transactions(env, script)
+        elif script.part == "share":
+            share.replay_share(env, script)
         else:
             machine.replay_groups(env, script)
     except Divergence as exc:
@@ -112,9 +115,10 @@ def _replay(env: Environment, path: Path, as_json: bool) -> int:
 
 
 def _generate(env: Environment, args: argparse.Namespace, started: float) -> int:
-    from korvet.verification.live import machine, storage, transactions
+    from korvet.verification.live import machine, share, storage, transactions
 
-    parts = ("groups", "storage", "transactions") if args.part == "all" else (args.part,)
+    parts = ("groups", "storage", "transactions", "share") if args.part == "all" \
+        else (args.part,)
     figures: dict[str, Stats] = {}
     for part in parts:
         env.stats = Stats()
@@ -130,9 +134,12 @@ def _generate(env: Environment, args: argparse.Namespace, started: float) -> int
             elif part == "storage":
                 storage.run_storage(env, examples=args.examples, steps=args.steps,
                                     seed=args.seed, shrink_seconds=args.shrink_seconds)
-            else:
+            elif part == "transactions":
                 transactions.run_transactions(env, examples=args.examples, steps=args.steps,
                                               seed=args.seed, shrink_seconds=args.shrink_seconds)
+            else:
+                share.run_share(env, examples=args.examples, steps=args.steps, seed=args.seed,
+                                shrink_seconds=args.shrink_seconds)
         except LiveError as exc:
             print(f"korvet spec test-live: {exc}", file=sys.stderr)
             return 2
@@ -159,7 +166,7 @@ def _print_stats(figures: dict[str, Stats], as_json: bool) -> None:
               f"{s.held_back_confirmed} held back as predicted, {s.clock_moves} clock moves, "
               f"{s.leader_choices} leaders chosen among several")
         if s.kafka_rules:
-            label = ("rules exercised" if part == "transactions"
+            label = ("rules exercised" if part in ("transactions", "share")
                      else "Kafka's rule used where Korvet differs")
             print(f"  {label}: " + ", ".join(
                 f"{name} ({count})" for name, count in sorted(s.kafka_rules.items())))
