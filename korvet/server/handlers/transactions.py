@@ -276,6 +276,11 @@ async def _commit_pending(services: Services, ctx: RequestContext, transactional
     except (RedisError, OSError) as exc:
         log.warning("TxnOffsetCommit for %r: %s", transactional_id, exc)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if step.error is ErrorCode.PRODUCER_FENCED and ctx.api_version >= TV2_TXN_OFFSET_COMMIT:
+        # Kafka adds the group through its broker-side verification, which turns
+        # PRODUCER_FENCED into INVALID_PRODUCER_EPOCH (as for a Produce v12): found by
+        # `korvet spec test-live --part transactions` against Kafka 4.3.1
+        return ErrorCode.INVALID_PRODUCER_EPOCH
     if step.error is not ErrorCode.NONE:
         return rules.fence_error(step.error, new_enough=ctx.api_version >= 3)
     try:

@@ -5,18 +5,24 @@ partition (spec/SharePartition.tla) written here, independent of the code it jud
 Each sequence has its own topic (one partition, a record per batch) and share group (starting
 at the earliest record, ``share.delivery.count.limit`` 3, so the limit is reached within a
 run). Two members join with ShareGroupHeartbeat; each has its own connection and share
-session. ``ShareModel`` predicts every answer:
+session; ShareFetch v2 in the ``record_limit`` acquire mode (``max_records`` a hard limit).
+``ShareModel`` predicts every answer:
 
 - ShareFetch acquires the lowest AVAILABLE records at or above the share-partition start
   offset, in offset order, at most ``max_records`` of them, each delivered once more (its
-  delivery count in the answer); a fetch with nothing available acquires nothing;
+  delivery count in the answer); a fetch with nothing available acquires nothing. Korvet
+  acquires as many as asked when there are; Kafka 4.3.1 acquires redelivered records and
+  new ones in separate fetches, so its answer may be a shorter run of the same records;
 - acknowledgements (in ShareAcknowledge, or piggybacked on a ShareFetch and applied before
-  it acquires) of the member's own acquired records succeed: ACCEPT makes a record
+  it acquires; on Kafka a record they release may or may not be acquired by that same
+  fetch) of the member's own acquired records succeed: ACCEPT makes a record
   ACKNOWLEDGED, REJECT ARCHIVED, RELEASE AVAILABLE again, or ARCHIVED once its delivery
   count reached the limit; an acknowledgement of a record the member does not hold (another
   member's, or one not acquired) is INVALID_RECORD_STATE and changes nothing;
 - DescribeShareGroupOffsets answers the share-partition start offset: the first offset
-  that is not ACKNOWLEDGED or ARCHIVED.
+  that is not ACKNOWLEDGED or ARCHIVED (Korvet); Kafka 4.3.1 answers the start offset it
+  last persisted, which it writes with each acknowledgement as it was before that
+  acknowledgement moved it, so its answer trails by the last acknowledgement's move.
 
 No lock expires during a run (Kafka's locks last 30 s; a run takes seconds). Before the run
 the share partition is made ready: Kafka initializes it on the first fetch, so one record is
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +45,17 @@ from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
 from korvet.verification.live.env import Divergence, Environment, LiveError, Stats, create_topic
+from korvet.verification.live.oracle import Flavour
 
 MEMBERS = 2
 LIMIT = 3  # share.delivery.count.limit of the run's group
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 KINDS = {"accept": ACCEPT, "release": RELEASE, "reject": REJECT}
 GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP
-VERSIONS: dict[int, int] = {ApiKey.SHARE_GROUP_HEARTBEAT: 1, ApiKey.SHARE_FETCH: 1,
+# ShareFetch v2's acquire mode (KIP-1206): max_records a hard limit, as the model has it
+# (batch_optimized, v1's only mode, may hand out a whole batch acquired together before)
+RECORD_LIMIT = 1
+VERSIONS: dict[int, int] = {ApiKey.SHARE_GROUP_HEARTBEAT: 1, ApiKey.SHARE_FETCH: 2,
                             ApiKey.SHARE_ACKNOWLEDGE: 1,
                             ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 0}
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVED"
@@ -68,22 +78,35 @@ class ShareModel:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.limit_hits = 0  # releases that archived a record at the delivery limit
+        # Kafka's persisted start offset (DescribeShareGroupOffsets reads it): the share
+        # partition writes its state with each acknowledgement, the start offset it had
+        # before that acknowledgement moved it
+        self.persisted = 0
+        self.fetched_to = 0  # one past the highest offset ever acquired
 
     def spso(self) -> int:
         return next((o for o, r in enumerate(self.records)
                      if r.state not in (ACKNOWLEDGED, ARCHIVED)), len(self.records))
 
-    def acquire(self, member: int, most: int) -> list[tuple[int, int]]:
-        """Acquire: (offset, delivery count) of what a fetch of ``most`` records gets."""
+    def acquire(self, member: int, most: int,
+                skip: Set[int] = frozenset()) -> list[tuple[int, int]]:
+        """Acquire: (offset, delivery count) of what a fetch of ``most`` records gets (none
+        of ``skip``)."""
         taken: list[tuple[int, int]] = []
         for offset, record in enumerate(self.records):
             if len(taken) == most:
                 break
-            if record.state == AVAILABLE:
+            if record.state == AVAILABLE and offset not in skip:
                 record.state, record.owner = ACQUIRED, member
                 record.count += 1
                 taken.append((offset, record.count))
+                self.fetched_to = max(self.fetched_to, offset + 1)
         return taken
+
+    def preview(self, most: int, skip: Set[int] = frozenset()) -> list[tuple[int, int]]:
+        """What ``acquire`` would hand out, without acquiring."""
+        return [(o, r.count + 1) for o, r in enumerate(self.records)
+                if r.state == AVAILABLE and o not in skip][:most]
 
     def held(self, member: int) -> list[int]:
         return [o for o, r in enumerate(self.records) if r.state == ACQUIRED and r.owner == member]
@@ -93,6 +116,7 @@ class ShareModel:
         if not offsets or any(o >= len(self.records) or self.records[o].state != ACQUIRED
                               or self.records[o].owner != member for o in offsets):
             return "INVALID_RECORD_STATE"
+        self.persisted = self.spso()
         for o in offsets:
             record = self.records[o]
             record.owner = -1
@@ -217,9 +241,10 @@ class ShareRun:
     def _fetch(self, member: Member, *, most: int, acks: Sequence[tuple[int, int, int]] = (),
                wait_ms: int = 0) -> Any:
         response = self._call(
-            member.conn, ApiKey.SHARE_FETCH, 1, group_id=self.group, member_id=member.member_id,
+            member.conn, ApiKey.SHARE_FETCH, 2, group_id=self.group, member_id=member.member_id,
             share_session_epoch=member.epoch, max_wait=wait_ms, min_bytes=1, max_bytes=1 << 20,
-            max_records=most, batch_size=most, topics=[{"topic_id": self.topic_id, "partitions": [
+            max_records=most, batch_size=most, share_acquire_mode=RECORD_LIMIT,
+            is_renew_ack=False, topics=[{"topic_id": self.topic_id, "partitions": [
                 {"partition_index": 0, "acknowledgement_batches": [
                     {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}
                     for first, last, kind in acks]}]}], forgotten_topics_data=[])
@@ -262,8 +287,7 @@ class ShareRun:
                     self.env.stats.skipped += 1
                     return False
             case act.ShareStart():
-                self._check("DescribeShareGroupOffsets: start offset", self._start_offset(),
-                            self.model.spso())
+                self._start(self._start_offset())
             case _:
                 return False
         self.done.append(action)
@@ -299,12 +323,34 @@ class ShareRun:
                         error_name(int(response.error_code)), "INVALID_REQUEST")
             return
         self._check(what + ": error", error_name(int(response.error_code)), "NONE")
+        kafka = self.env.flavour is Flavour.KAFKA
+        held = set(self.model.held(index))
         if acks:
             self._check(what + ": acknowledgement", _ack_error(response),
-                        self.model.acknowledge(index, targets, KINDS[a.ack]))
+                        self._acknowledge(index, targets, KINDS[a.ack]))
+        # Kafka: a record the fetch's own acknowledgements released may or may not be
+        # acquired by that fetch (it depends on where its log read started); and it acquires
+        # redelivered (in-flight) records and new ones in separate fetches, so its answer
+        # may be a shorter run of the same lowest records. Korvet: the acknowledgements,
+        # then as many of the lowest available records as asked.
         got = _acquired(response)
+        skip: set[int] = set()
+        if kafka:
+            released = {o for o in targets
+                        if o in held and self.model.records[o].state == AVAILABLE}
+            for option in ([set(), released] if released else [set()]):
+                full = self.model.preview(most, option)
+                if got == full[: len(got)] and (got or not full):
+                    skip = option
+                    if len(got) < len(full):
+                        self.env.stats.note_rule("redeliveries and new records in separate "
+                                                 "fetches")
+                        most = len(got)
+                    break
+            if skip:
+                self.env.stats.note_rule("a record released by a fetch not acquired by it")
         self._check(what + ": acquired (offset, delivery count)", got,
-                    self.model.acquire(index, most))
+                    self.model.acquire(index, most, skip))
 
     def _share_ack(self, a: act.ShareAck) -> bool:
         index = a.member % MEMBERS
@@ -328,8 +374,31 @@ class ShareRun:
         self._check(what + ": error", error_name(int(response.error_code)), "NONE")
         self._check(what + ": partition error",
                     error_name(int(response.responses[0].partitions[0].error_code)),
-                    self.model.acknowledge(index, targets, kind))
+                    self._acknowledge(index, targets, kind))
         return True
+
+    def _acknowledge(self, index: int, targets: Sequence[int], kind: int) -> str:
+        """The model's answer to an acknowledgement. On Kafka, one naming an offset past
+        every record the share partition ever handed out is INVALID_REQUEST, and one naming
+        only offsets below the start offset is ignored and answered NONE (Korvet:
+        INVALID_RECORD_STATE for both, as for any record the member does not hold)."""
+        if self.env.flavour is Flavour.KAFKA:
+            if any(o >= self.model.fetched_to for o in targets):
+                self.env.stats.note_rule("an offset never handed out: INVALID_REQUEST")
+                return "INVALID_REQUEST"
+            if targets and all(o < self.model.spso() for o in targets):
+                self.env.stats.note_rule("an offset below the start offset: ignored, NONE")
+                return "NONE"
+        return self.model.acknowledge(index, targets, kind)
+
+    def _start(self, got: int) -> None:
+        """Korvet answers the start offset the share partition has; Kafka the one it last
+        persisted, which trails it by the last acknowledgement's move."""
+        expected = self.model.spso()
+        if self.env.flavour is Flavour.KAFKA and self.model.persisted != expected:
+            expected = self.model.persisted
+            self.env.stats.note_rule("start offset persisted before the acknowledgement moved it")
+        self._check("DescribeShareGroupOffsets: start offset", got, expected)
 
     def _start_offset(self) -> int:
         response = self._call(self.admin, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, groups=[{

@@ -15,7 +15,8 @@ own. A topic of two partitions and one group. Each sequence's ids, topic and gro
   if it was idle; a fenced producer's batch is refused (INVALID_PRODUCER_EPOCH) and nothing
   is written;
 - TxnOffsetCommit v5: the current producer's offset is pending in the transaction; a fenced
-  producer is told PRODUCER_FENCED;
+  producer is told INVALID_PRODUCER_EPOCH (Kafka adds the group through the verification a
+  Produce v12 goes through, which answers PRODUCER_FENCED so);
 - EndTxn v5: an open transaction is decided and the epoch bumped (the reply carries it);
   commit of nothing open: INVALID_TXN_STATE; abort of nothing open: allowed, epoch bumped
   (KAFKA-18401); the previous EndTxn again with the epoch before its bump (its reply lost):
@@ -179,10 +180,34 @@ class TxnRun:
         self.counter = 0
         self.done: list[act.Action] = []
         self._await_leaders()
+        for transactional_id in self.ids:
+            self._find_coordinator(transactional_id)
         env.stats.sequences += 1
 
     def close(self) -> None:
         self.conn.close()
+
+    def _find_coordinator(self, transactional_id: str, timeout: float = 60.0) -> None:
+        """FindCoordinator for the transactional id, as a client asks before InitProducerId
+        (a fresh Kafka makes its transaction state topic on the first such request and
+        answers NOT_COORDINATOR to an InitProducerId until then): retried while the
+        coordinator is not available; it must be this broker."""
+        version = min(self.env.versions[ApiKey.FIND_COORDINATOR][1], 3)
+        deadline = time.monotonic() + timeout
+        while True:
+            entry = self.conn.call(build_request(ApiKey.FIND_COORDINATOR, version,
+                                                 key=transactional_id, key_type=1),
+                                   self.env.reply_timeout)
+            self.env.stats.requests += 1
+            code = int(entry.error_code)
+            if code == ErrorCode.NONE:
+                if int(entry.port) != self.env.port:
+                    raise LiveError(f"the coordinator of {transactional_id} is another broker "
+                                    f"({entry.host}:{entry.port}): the run needs one broker")
+                return
+            if code not in RETRIABLE or time.monotonic() > deadline:
+                raise LiveError(f"FindCoordinator of {transactional_id}: {error_name(code)}")
+            time.sleep(0.2)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -416,7 +441,7 @@ class TxnRun:
         what = f"TxnOffsetCommit of {a.offset} by slot {slot}"
         model = self.model
         if not model.current(client):
-            self._check(what + " (fenced): error", error, "PRODUCER_FENCED")
+            self._check(what + " (fenced): error", error, "INVALID_PRODUCER_EPOCH")
             return True
         self._check(what + ": error", error, "NONE")
         txn = model.txns[client.tid]
