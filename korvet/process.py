@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import random
 import shutil
 import signal
 import socket
@@ -39,38 +38,12 @@ def find_java() -> str | None:
     return shutil.which("java")
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (where outgoing connections get their
-    local port); 32768 when /proc does not say."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Distinct ports free on ``host`` right now, taken below the kernel's ephemeral range
-    when there is room there: a port the kernel hands out for ``bind(0)`` is one an outgoing
-    connection of any process may take next, which made listeners fail to bind on a busy
-    machine. Still only free unless someone takes one right away (callers retry on a failed
-    bind)."""
-    low = _ephemeral_low()
-    floor = 10000
+    """Distinct ports the kernel just handed out on ``host``; free unless someone takes one
+    right away (callers retry on a failed bind)."""
     with contextlib.ExitStack() as stack:
         ports: list[int] = []
-        attempts = 0
-        while len(ports) < count and low - floor > 1000 and attempts < 50 * count:
-            attempts += 1
-            candidate = random.randrange(floor, low)
-            if candidate in ports:
-                continue
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            try:
-                sock.bind((host, candidate))
-            except OSError:
-                continue
-            ports.append(candidate)
-        while len(ports) < count:
+        for _ in range(count):
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind((host, 0))
             ports.append(sock.getsockname()[1])

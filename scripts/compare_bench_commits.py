@@ -2,14 +2,16 @@
 alternating, in one run.
 
     .venv/bin/python scripts/compare_bench_commits.py --base REV [--rounds 3]
-        [--out bench-commits] [-- BENCH ARGS...]
+        [--out bench-commits] [--head-extra ARGS] [-- BENCH ARGS...]
 
 Checks REV out into a temporary git worktree and runs ``python -m korvet.cli bench`` there and
 here, once each per round (the base first in odd rounds, this tree first in even ones, so a
 drift of the machine's load falls on both), with ``--repeats 1`` and the bench arguments
 given after ``--`` (default: korvet-embedded, librdkafka and Java, 100 B and 1 KiB,
 300,000 records, one warm-up, latency runs cut to 0.5 s). The base runs with this tree's
-virtualenv and jars (.jars, linked); flags its bench does not know must be left out. Prints
+virtualenv and jars (.jars, linked); flags its bench does not know must be left out, and
+``--head-extra`` gives this tree's bench flags of its own (``"--share-consumers none"`` when
+the base has no share-consumer runs). Prints
 per target, client, mode and record size the median records/s [min-max] of each side and
 the verdict: this tree's median within or above the base's spread, or how far below its
 lowest run. Writes each run's results.json under ``--out`` and the table to
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -86,6 +89,8 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-commits"))
+    parser.add_argument("--head-extra", default="",
+                        help="bench flags for this tree only, as one string")
     parser.add_argument("--compare", action="store_true",
                         help="only compare the folders already under --out")
     args = parser.parse_args(argv)
@@ -103,8 +108,9 @@ def main() -> None:
                 for number in range(1, args.rounds + 1):
                     order = SIDES if number % 2 else SIDES[::-1]
                     for side in order:
-                        run_bench(worktree if side == "base" else ROOT, bench,
-                                  out / f"{side}-{number}")
+                        run_bench(worktree if side == "base" else ROOT,
+                                  bench if side == "base" else [*bench, *shlex.split(
+                                      args.head_extra)], out / f"{side}-{number}")
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(worktree)],
                                cwd=ROOT, check=False)

@@ -162,9 +162,14 @@ def java_share_consume(tools: KafkaJavaTools, run: Run, topic: str, *, num_recor
     group = f"{topic}-share"
     try:
         set_group_configs(tools.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        limit = _timeout(num_records)
+        # The tool's --timeout bounds each consumer thread's whole run in Kafka 4.3.1 (it
+        # waits on the thread's future that long), not only the gap between records: 10 s
+        # failed one consumer reading 300,000 records at 24,000 records/s. It gets the
+        # run's own limit, less a margin so that the tool, not the kill, ends a stuck run.
         result = tools.share_consumer_performance(
             topic, num_records=num_records, group=group, consumers=consumers,
-            timeout=_timeout(num_records))
+            idle_timeout_ms=int((limit - 20) * 1000), timeout=limit)
         unacknowledged = tools.share_group_lag(group, topic)
     except JavaToolError as exc:
         raise ClientError(str(exc).splitlines()[0]) from exc
