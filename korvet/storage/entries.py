@@ -144,7 +144,8 @@ def pack_records(records: Sequence[Record], timestamp: int | None = None,
     what ``hiredis.pack_command`` makes of those arguments (tests/unit/storage/test_entries.py),
     at a fraction of the cost, for this is the produce path's hottest loop."""
     if producer is not None:
-        return _pack_fields(records, timestamp, producer)
+        return (_pack_tagged(records, timestamp, producer)
+                or _pack_fields(records, timestamp, producer))
     return (_pack_values(records, timestamp) or _pack_keyed(records, timestamp)
             or _pack_fields(records, timestamp))
 
@@ -187,6 +188,44 @@ def _pack_keyed(records: Sequence[Record], timestamp: int | None) -> PackedRecor
     body = (_KEYED_BULK + _KEYED_RECORD * len(records)) % tuple(args)
     size = sum(args[1::5]) + sum(args[3::5])  # type: ignore[arg-type]
     return PackedRecords(body, 1 + 3 * len(records), size)
+
+
+# A transactional producer's record without headers in the FIELDS layout (_pack_fields'
+# order: the pair count, the producer tag, the timestamp, the key if any, the value).
+_TAGGED_RECORD = b"%s%s" + _VALUE_BULK + b"$%d\r\n%s\r\n"
+_TAGGED_KEYED_RECORD = b"%s%s" + _KEY_BULK + b"$%d\r\n%s\r\n" + _VALUE_BULK \
+    + b"$%d\r\n%s\r\n"
+
+
+def _pack_tagged(records: Sequence[Record], timestamp: int | None,
+                 producer: bytes) -> PackedRecords | None:
+    """``_pack_fields`` of a producer's records in one %-format of the whole batch (a
+    transactional batch's hot path); None as soon as a record has headers or no value."""
+    tag = _bulk(PRODUCER) + _bulk(producer) + _TIMESTAMP_BULK
+    unkeyed, keyed = _bulk(b"3") + tag, _bulk(b"4") + tag
+    formats: list[bytes] = []
+    args: list[bytes | int] = []
+    extend = args.extend
+    fixed = timestamp is not None  # LogAppendTime: every record gets the broker's time
+    last, stamp_bulk = timestamp, b"" if timestamp is None else _bulk(b"%d" % timestamp)
+    size = 0
+    count = 1
+    for stamp, key, value, headers in records:
+        if value is None or headers:
+            return None
+        if stamp != last and not fixed:
+            last, stamp_bulk = stamp, _bulk(b"%d" % stamp)
+        if key is None:
+            formats.append(_TAGGED_RECORD)
+            extend((unkeyed, stamp_bulk, len(value), value))
+            size += len(value)
+            count += 7
+        else:
+            formats.append(_TAGGED_KEYED_RECORD)
+            extend((keyed, stamp_bulk, len(key), key, len(value), value))
+            size += len(key) + len(value)
+            count += 9
+    return PackedRecords(_FIELDS_BULK + b"".join(formats) % tuple(args), count, size)
 
 
 def _pack_fields(records: Sequence[Record], timestamp: int | None,

@@ -33,11 +33,13 @@ _keyed: st.SearchStrategy[entries.Record] = st.tuples(
 _batches = st.one_of(_records, st.lists(_plain, max_size=20), st.lists(_keyed, max_size=20))
 
 
-@given(_batches, st.one_of(st.none(), st.integers(0, 2**45)))
+@given(_batches, st.one_of(st.none(), st.integers(0, 2**45)),
+       st.one_of(st.none(), st.binary(min_size=1, max_size=24)))
 def test_pack_records_sends_what_hiredis_packs_of_the_append_arguments(
-        records: list[entries.Record], timestamp: int | None) -> None:
-    fields, size = entries.append_arguments(records, timestamp)
-    packed = entries.pack_records(records, timestamp)
+        records: list[entries.Record], timestamp: int | None, producer: bytes | None) -> None:
+    """Every layout, and a transactional producer's records (tagged with it) too."""
+    fields, size = entries.append_arguments(records, timestamp, producer)
+    packed = entries.pack_records(records, timestamp, producer)
     head = ("EVALSHA", "0" * 40, 1, "k")
     expected = hiredis.pack_command((*head, *fields))  # type: ignore[arg-type]
     assert packed.args == len(fields)
