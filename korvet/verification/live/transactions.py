@@ -287,7 +287,7 @@ class TxnRun:
         error, pid, epoch = int(response.error_code), int(response.producer_id), \
             int(response.producer_epoch)
         self._check(what + "): error", error_name(error), "NONE")
-        fenced: set[int] = set()
+        fenced: set[int] | None = None  # the partitions of a transaction this fenced
         if txn is None:
             if pid in model.pids or pid < 0:
                 raise Divergence(f"{what}, new): producer id {pid}, already another id's or "
@@ -312,7 +312,7 @@ class TxnRun:
             txn.epoch += 1
         txn.state, txn.parts, txn.group, txn.ended_by = EMPTY, set(), False, None
         client.pid, client.epoch, client.seq, client.last_end = pid, epoch, {}, None
-        if fenced:
+        if fenced is not None:  # its markers (and the group's) land after the answer
             self._settle(fenced, what + ")")
 
     def _end(self, a: act.TxnEnd) -> bool:
