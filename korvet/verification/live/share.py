@@ -11,8 +11,9 @@ session; ShareFetch v2 in the ``record_limit`` acquire mode (``max_records`` a h
 - ShareFetch acquires the lowest AVAILABLE records at or above the share-partition start
   offset, in offset order, at most ``max_records`` of them, each delivered once more (its
   delivery count in the answer); a fetch with nothing available acquires nothing. Korvet
-  acquires as many as asked when there are; Kafka 4.3.1 acquires redelivered records and
-  new ones in separate fetches, so its answer may be a shorter run of the same records;
+  acquires as many as asked when there are; Kafka 4.3.1's acquisition follows its in-flight
+  batches (records delivered apart, a redelivery and new records, come back in separate
+  fetches), so its answer may be a shorter run of the same records;
 - acknowledgements (in ShareAcknowledge, or piggybacked on a ShareFetch and applied before
   it acquires; on Kafka a record they release may or may not be acquired by that same
   fetch) of the member's own acquired records succeed: ACCEPT makes a record
@@ -326,12 +327,15 @@ class ShareRun:
         kafka = self.env.flavour is Flavour.KAFKA
         held = set(self.model.held(index))
         if acks:
-            self._check(what + ": acknowledgement", _ack_error(response),
-                        self._acknowledge(index, targets, KINDS[a.ack]))
+            answered = _ack_error(response)
+            self._check(what + ": acknowledgement", answered,
+                        self._acknowledge(index, targets, KINDS[a.ack], answered))
         # Kafka: a record the fetch's own acknowledgements released may or may not be
-        # acquired by that fetch (it depends on where its log read started); and it acquires
-        # redelivered (in-flight) records and new ones in separate fetches, so its answer
-        # may be a shorter run of the same lowest records. Korvet: the acknowledgements,
+        # acquired by that fetch (it depends on where its log read started); and its
+        # acquisition follows its in-flight batches (records delivered apart, or a
+        # redelivery and new records, come back in separate fetches), so its answer may be a
+        # shorter run of the same lowest records. Seen: [(0, 3)] of [(0, 3), (1, 2)], the two
+        # acquired by different members and released apart. Korvet: the acknowledgements,
         # then as many of the lowest available records as asked.
         got = _acquired(response)
         skip: set[int] = set()
@@ -343,8 +347,7 @@ class ShareRun:
                 if got == full[: len(got)] and (got or not full):
                     skip = option
                     if len(got) < len(full):
-                        self.env.stats.note_rule("redeliveries and new records in separate "
-                                                 "fetches")
+                        self.env.stats.note_rule("a shorter run of the lowest records")
                         most = len(got)
                     break
             if skip:
@@ -372,20 +375,24 @@ class ShareRun:
             member.epoch += 1
         what = f"ShareAcknowledge {a.kind} {targets} by member {index} ({a.whose})"
         self._check(what + ": error", error_name(int(response.error_code)), "NONE")
-        self._check(what + ": partition error",
-                    error_name(int(response.responses[0].partitions[0].error_code)),
-                    self._acknowledge(index, targets, kind))
+        answered = error_name(int(response.responses[0].partitions[0].error_code))
+        self._check(what + ": partition error", answered,
+                    self._acknowledge(index, targets, kind, answered))
         return True
 
-    def _acknowledge(self, index: int, targets: Sequence[int], kind: int) -> str:
-        """The model's answer to an acknowledgement. On Kafka, one naming an offset past
-        every record the share partition ever handed out is INVALID_REQUEST, and one naming
-        only offsets below the start offset is ignored and answered NONE (Korvet:
-        INVALID_RECORD_STATE for both, as for any record the member does not hold)."""
+    def _acknowledge(self, index: int, targets: Sequence[int], kind: int, got: str) -> str:
+        """The model's answer to an acknowledgement (``got``: the broker's). On Kafka, one
+        naming an offset past every record the share partition ever handed out is
+        INVALID_REQUEST, or INVALID_RECORD_STATE when a fetch's read of the log already
+        covered it (what the read covered the model does not know), and one naming only
+        offsets below the start offset is ignored and answered NONE (Korvet:
+        INVALID_RECORD_STATE for all, as for any record the member does not hold)."""
         if self.env.flavour is Flavour.KAFKA:
             if any(o >= self.model.fetched_to for o in targets):
-                self.env.stats.note_rule("an offset never handed out: INVALID_REQUEST")
-                return "INVALID_REQUEST"
+                self.env.stats.note_rule("an offset never handed out: INVALID_REQUEST or "
+                                         "INVALID_RECORD_STATE")
+                return got if got in ("INVALID_REQUEST", "INVALID_RECORD_STATE") \
+                    else "INVALID_REQUEST or INVALID_RECORD_STATE"
             if targets and all(o < self.model.spso() for o in targets):
                 self.env.stats.note_rule("an offset below the start offset: ignored, NONE")
                 return "NONE"
