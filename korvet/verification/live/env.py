@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from korvet.conformance.kafka.messages import build_request
+from korvet.conformance.kafka.messages import build_request, error_name
 from korvet.conformance.kafka.wire import parse_bootstrap
 from korvet.core import coordinator as core
 from korvet.core.api_keys import ApiKey
@@ -61,6 +61,29 @@ class Stats:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
+
+
+def error_label(code: int) -> str:
+    """An error code's name as Kafka's Errors enum spells it (``error N`` if unknown): how
+    the transactions and share models write the answers they expect."""
+    return error_name(code).split(" (")[0]
+
+
+class ModelChecks:
+    """Comparing an answer with a model's: a run that has ``env``."""
+
+    env: Environment
+
+    def _check(self, what: str, got: Any, expected: Any) -> None:
+        """The broker's answer must be the model's; a non-NONE error name expected (alone
+        or first in a tuple) is counted in the run's figures."""
+        if got != expected:
+            raise Divergence(f"{what}: the broker answered\n    {got}\n  the model says\n"
+                             f"    {expected}")
+        self.env.stats.replies_compared += 1
+        error = expected[0] if isinstance(expected, tuple) and expected else expected
+        if isinstance(error, str) and error != "NONE":
+            self.env.stats.note_error(error)
 
 
 class ClockClient:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from korvet.core.api_keys import ApiKey
 from korvet.verification.live import actions as act
@@ -201,28 +201,85 @@ def run_groups(env: Environment, *, members: int = 3, examples: int = 25, steps:
                seed: int | None = None, database: Any = None,
                shrink_seconds: float = SHRINK_SECONDS) -> None:
     """Run the group machine; raise ``LiveFailure`` (with the shrunk script) on a difference."""
-    recorder = Recorder()
-    run_machine(group_machine(env, members, recorder), recorder,
-                lambda script: _replay_quietly(env, script), examples=examples, steps=steps,
+    run_part(env, lambda e, recorder: group_machine(e, members, recorder), replay_groups,
+             part="groups", examples=examples, steps=steps, seed=seed, database=database,
+             shrink_seconds=shrink_seconds)
+
+
+def run_part(env: Environment, machine: Callable[[Environment, Recorder], type[Any]],
+             replay: Callable[[Environment, act.Script], object], *, part: str, examples: int,
+             steps: int, seed: int | None, database: Any = None,
+             shrink_seconds: float = SHRINK_SECONDS) -> None:
+    """Run one part's machine (``run_machine``); a failure is shrunk by replaying scripts
+    with ``replay``, whose figures are not the run's."""
+    recorder = Recorder(part=part)
+
+    def quietly(script: act.Script) -> None:
+        stats = env.stats
+        env.stats = Stats()
+        try:
+            replay(env, script)
+        finally:
+            env.stats = stats
+
+    run_machine(machine(env, recorder), recorder, quietly, examples=examples, steps=steps,
                 seed=seed, database=database, shrink_seconds=shrink_seconds)
 
 
-def _replay_quietly(env: Environment, script: act.Script) -> None:
-    """A replay while shrinking: its figures are not the run's."""
-    stats = env.stats
-    env.stats = Stats()
-    try:
-        replay_groups(env, script)
-    finally:
-        env.stats = stats
+class LiveRun(Protocol):
+    """One sequence against the broker: its actions, then its connections closed."""
+
+    def perform(self, action: act.Action) -> bool: ...
+
+    def close(self) -> None: ...
 
 
-def replay_groups(env: Environment, script: act.Script) -> GroupRun:
+RunT = TypeVar("RunT", bound=LiveRun)
+
+
+def play(run: RunT, script: act.Script) -> RunT:
     """Run a script's actions in order; raises ``Divergence`` at the first difference."""
-    run = GroupRun(env, script.static)
     try:
         for action in script.actions:
             run.perform(action)
     finally:
         run.close()
     return run
+
+
+def replay_groups(env: Environment, script: act.Script) -> GroupRun:
+    return play(GroupRun(env, script.static), script)
+
+
+def part_machine(env: Environment, recorder: Recorder, part: str,
+                 start: Callable[[Environment], LiveRun]) -> type[Any]:
+    """The base of a part's RuleBasedStateMachine: each sequence starts a run with
+    ``start`` (then ``begin``, the actions every sequence opens with), records each action
+    for the script and performs it, and closes the run at the end. The part adds its
+    rules."""
+    from hypothesis.stateful import RuleBasedStateMachine, initialize
+
+    class LivePart(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.run: LiveRun | None = None
+
+        @initialize()
+        def start(self) -> None:
+            recorder.static, recorder.actions, recorder.part = (), [], part
+            self.run = start(env)
+            self.begin()
+
+        def begin(self) -> None:
+            """Actions every sequence opens with (none)."""
+
+        def do(self, action: act.Action) -> None:
+            assert self.run is not None
+            recorder.actions.append(action)
+            self.run.perform(action)
+
+        def teardown(self) -> None:
+            if self.run is not None:
+                self.run.close()
+
+    return LivePart

@@ -39,13 +39,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from korvet.conformance.kafka.messages import build_request
-from korvet.conformance.kafka.messages import error_name as _numbered
 from korvet.conformance.kafka.records import Rec, build_batch
 from korvet.conformance.kafka.wire import WireClient, WireError
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
-from korvet.verification.live.env import Divergence, Environment, LiveError, Stats, create_topic
+from korvet.verification.live.env import (
+    Divergence,
+    Environment,
+    LiveError,
+    ModelChecks,
+    create_topic,
+    error_label,
+)
 from korvet.verification.live.oracle import Flavour
 
 MEMBERS = 2
@@ -61,9 +67,6 @@ VERSIONS: dict[int, int] = {ApiKey.SHARE_GROUP_HEARTBEAT: 1, ApiKey.SHARE_FETCH:
                             ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 0}
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVED"
 
-
-def error_name(code: int) -> str:
-    return _numbered(code).split(" (")[0]
 
 
 @dataclass
@@ -141,7 +144,7 @@ class Member:
     acquired: list[int] = field(default_factory=list)
 
 
-class ShareRun:
+class ShareRun(ModelChecks):
     def __init__(self, env: Environment) -> None:
         self.env = env
         missing = [ApiKey(api).name for api, version in VERSIONS.items()
@@ -182,15 +185,6 @@ class ShareRun:
         self.env.stats.requests += 1
         return response
 
-    def _check(self, what: str, got: Any, expected: Any) -> None:
-        if got != expected:
-            raise Divergence(f"{what}: the broker answered\n    {got}\n  the model says\n"
-                             f"    {expected}")
-        self.env.stats.replies_compared += 1
-        error = expected[0] if isinstance(expected, tuple) and expected else expected
-        if isinstance(error, str) and error != "NONE":
-            self.env.stats.note_error(error)
-
     def _topic_id(self) -> uuid.UUID:
         version = min(self.env.versions[ApiKey.METADATA][1], 12)
         meta = self._call(self.admin, ApiKey.METADATA, version, topics=[{
@@ -214,7 +208,7 @@ class ShareRun:
         code = int(response.responses[0].error_code)
         if code != ErrorCode.NONE:
             raise LiveError(f"IncrementalAlterConfigs of share group {self.group}: "
-                            f"{error_name(code)}")
+                            f"{error_label(code)}")
 
     def _join(self, member: Member) -> None:
         beat = self._call(member.conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, group_id=self.group,
@@ -222,7 +216,7 @@ class ShareRun:
                           subscribed_topic_names=[self.topic])
         if int(beat.error_code) != ErrorCode.NONE or int(beat.member_epoch) <= 0:
             raise LiveError(f"ShareGroupHeartbeat joining {self.group}: "
-                            f"{error_name(int(beat.error_code))}, epoch {beat.member_epoch}")
+                            f"{error_label(int(beat.error_code))}, epoch {beat.member_epoch}")
 
     def _append(self, count: int) -> None:
         """``count`` records, one batch each (a Produce v3+ carries one batch)."""
@@ -235,7 +229,7 @@ class ShareRun:
                     "index": 0, "records": build_batch([Rec(f"s{self.counter}".encode())])}]}])
             answer = response.responses[0].partition_responses[0]
             self._check("Produce of a record: error and base offset",
-                        (error_name(int(answer.error_code)), int(answer.base_offset)),
+                        (error_label(int(answer.error_code)), int(answer.base_offset)),
                         ("NONE", len(self.model.records)))
             self.model.records.append(Record())
 
@@ -321,9 +315,9 @@ class ShareRun:
             # the fetch that opens a share session may not acknowledge (Kafka's
             # ShareFetchRequest rule): refused whole
             self._check(what + " opening its session: error",
-                        error_name(int(response.error_code)), "INVALID_REQUEST")
+                        error_label(int(response.error_code)), "INVALID_REQUEST")
             return
-        self._check(what + ": error", error_name(int(response.error_code)), "NONE")
+        self._check(what + ": error", error_label(int(response.error_code)), "NONE")
         kafka = self.env.flavour is Flavour.KAFKA
         held = set(self.model.held(index))
         if acks:
@@ -374,8 +368,8 @@ class ShareRun:
         if int(response.error_code) == ErrorCode.NONE:
             member.epoch += 1
         what = f"ShareAcknowledge {a.kind} {targets} by member {index} ({a.whose})"
-        self._check(what + ": error", error_name(int(response.error_code)), "NONE")
-        answered = error_name(int(response.responses[0].partitions[0].error_code))
+        self._check(what + ": error", error_label(int(response.error_code)), "NONE")
+        answered = error_label(int(response.responses[0].partitions[0].error_code))
         self._check(what + ": partition error", answered,
                     self._acknowledge(index, targets, kind, answered))
         return True
@@ -413,7 +407,7 @@ class ShareRun:
                                                 "partitions": [0]}]}])
         group = response.groups[0]
         if int(group.error_code) != ErrorCode.NONE:
-            raise Divergence(f"DescribeShareGroupOffsets: {error_name(int(group.error_code))}")
+            raise Divergence(f"DescribeShareGroupOffsets: {error_label(int(group.error_code))}")
         return int(group.topics[0].partitions[0].start_offset)
 
 
@@ -425,33 +419,21 @@ def _acquired(response: Any) -> list[tuple[int, int]]:
 
 def _ack_error(response: Any) -> str:
     codes = [int(p.acknowledge_error_code) for t in response.responses for p in t.partitions]
-    return error_name(codes[0]) if codes else "NONE"
+    return error_label(codes[0]) if codes else "NONE"
 
 
 # --- the Hypothesis machine ------------------------------------------------------------------
 
 def share_machine(env: Environment, recorder: Any) -> type[Any]:
     from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+    from hypothesis.stateful import rule
+
+    from korvet.verification.live.machine import part_machine
 
     members = st.integers(0, MEMBERS - 1)
     whose = st.sampled_from(["own"] * 6 + ["other", "none"])
 
-    class LiveShare(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.run: ShareRun | None = None
-
-        @initialize()
-        def start(self) -> None:
-            recorder.static, recorder.actions, recorder.part = (), [], "share"
-            self.run = ShareRun(env)
-
-        def do(self, action: act.Action) -> None:
-            assert self.run is not None
-            recorder.actions.append(action)
-            self.run.perform(action)
-
+    class LiveShare(part_machine(env, recorder, "share", ShareRun)):  # type: ignore[misc]
         @rule(records=st.integers(1, 4))
         def append(self, records: int) -> None:
             self.do(act.ShareAppend(records))
@@ -477,36 +459,19 @@ def share_machine(env: Environment, recorder: Any) -> type[Any]:
         def start_offset(self) -> None:
             self.do(act.ShareStart())
 
-        def teardown(self) -> None:
-            if self.run is not None:
-                self.run.close()
-
     return LiveShare
 
 
-def run_share(env: Environment, *, examples: int = 25, steps: int = 30, seed: int | None = None,
-              database: Any = None, shrink_seconds: float = 60.0) -> None:
-    from korvet.verification.live.machine import Recorder, run_machine
+def run_share(env: Environment, *, examples: int = 25, steps: int = 30,
+              seed: int | None = None, database: Any = None,
+              shrink_seconds: float = 60.0) -> None:
+    from korvet.verification.live.machine import run_part
 
-    recorder = Recorder(part="share")
-
-    def replay(script: act.Script) -> None:
-        stats = env.stats
-        env.stats = Stats()
-        try:
-            replay_share(env, script)
-        finally:
-            env.stats = stats
-
-    run_machine(share_machine(env, recorder), recorder, replay, examples=examples, steps=steps,
-                seed=seed, database=database, shrink_seconds=shrink_seconds)
+    run_part(env, share_machine, replay_share, part="share", examples=examples, steps=steps,
+             seed=seed, database=database, shrink_seconds=shrink_seconds)
 
 
 def replay_share(env: Environment, script: act.Script) -> ShareRun:
-    run = ShareRun(env)
-    try:
-        for action in script.actions:
-            run.perform(action)
-    finally:
-        run.close()
-    return run
+    from korvet.verification.live.machine import play
+
+    return play(ShareRun(env), script)

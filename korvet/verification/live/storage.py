@@ -43,7 +43,7 @@ from korvet.core.admin import delete_records
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
-from korvet.verification.live.env import Divergence, Environment, Stats, create_topic
+from korvet.verification.live.env import Divergence, Environment, create_topic
 from korvet.verification.live.oracle import Flavour
 
 CACHE_SIZE = 5  # ProducerState CacheSize: append.lua CACHED_BATCHES, Kafka's NUM_BATCHES_TO_RETAIN
@@ -432,9 +432,11 @@ class StorageRun:
 
 # --- the Hypothesis machine ------------------------------------------------------------------
 
-def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901 -- one flat method per Hypothesis rule
+def storage_machine(env: Environment, recorder: Any) -> type[Any]:
     from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+    from hypothesis.stateful import rule
+
+    from korvet.verification.live.machine import part_machine
 
     def versions(api: int, cap: int, floor: int = 0) -> Any:
         lo, hi = env.versions[api]
@@ -443,21 +445,7 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
     slots = st.integers(0, PRODUCERS)
     index = st.integers(0, 20)
 
-    class LiveStorage(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.run: StorageRun | None = None
-
-        @initialize()
-        def start(self) -> None:
-            recorder.static, recorder.actions, recorder.part = (), [], "storage"
-            self.run = StorageRun(env)
-
-        def do(self, action: act.Action) -> None:
-            assert self.run is not None
-            recorder.actions.append(action)
-            self.run.perform(action)
-
+    class LiveStorage(part_machine(env, recorder, "storage", StorageRun)):  # type: ignore[misc]
         @rule(producer=slots, version=versions(ApiKey.PRODUCE, 12, MIN_PRODUCE), records=st.integers(1, 3),
               kind=st.sampled_from(["next"] * 5 + ["retry"] * 3 + ["gap", "old-epoch"]),
               which=index)
@@ -487,40 +475,22 @@ def storage_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901
         def delete_records(self, **kw: Any) -> None:
             self.do(act.DeleteRecords(**kw))
 
-        def teardown(self) -> None:
-            if self.run is not None:
-                self.run.close()
-
     return LiveStorage
 
 
 def run_storage(env: Environment, *, examples: int = 25, steps: int = 30,
                 seed: int | None = None, database: Any = None,
                 shrink_seconds: float = 60.0) -> None:
-    from korvet.verification.live.machine import Recorder, run_machine
+    from korvet.verification.live.machine import run_part
 
-    recorder = Recorder(part="storage")
-
-    def replay(script: act.Script) -> None:
-        stats = env.stats
-        env.stats = Stats()
-        try:
-            replay_storage(env, script)
-        finally:
-            env.stats = stats
-
-    run_machine(storage_machine(env, recorder), recorder, replay, examples=examples,
-                steps=steps, seed=seed, database=database, shrink_seconds=shrink_seconds)
+    run_part(env, storage_machine, replay_storage, part="storage", examples=examples, steps=steps,
+             seed=seed, database=database, shrink_seconds=shrink_seconds)
 
 
 def replay_storage(env: Environment, script: act.Script) -> StorageRun:
-    run = StorageRun(env)
-    try:
-        for action in script.actions:
-            run.perform(action)
-    finally:
-        run.close()
-    return run
+    from korvet.verification.live.machine import play
+
+    return play(StorageRun(env), script)
 
 
 def actions_of(run: StorageRun) -> Sequence[act.Action]:

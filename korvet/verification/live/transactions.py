@@ -46,14 +46,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from korvet.conformance.kafka.messages import build_request
-from korvet.conformance.kafka.messages import error_name as _numbered
 from korvet.conformance.kafka.ops import LATEST
 from korvet.conformance.kafka.records import Rec, build_batch, decode_records
 from korvet.conformance.kafka.wire import WireClient, WireError
 from korvet.core.api_keys import ApiKey
 from korvet.core.errors import ErrorCode
 from korvet.verification.live import actions as act
-from korvet.verification.live.env import Divergence, Environment, LiveError, Stats, create_topic
+from korvet.verification.live.env import (
+    Divergence,
+    Environment,
+    LiveError,
+    ModelChecks,
+    create_topic,
+    error_label,
+)
 from korvet.verification.live.oracle import Flavour
 
 SLOTS = 3
@@ -71,10 +77,6 @@ VERSIONS: dict[int, int] = {ApiKey.INIT_PRODUCER_ID: 5, ApiKey.PRODUCE: 12, ApiK
 EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT = "Empty", "Ongoing", "CompleteCommit", \
     "CompleteAbort"
 
-
-def error_name(code: int) -> str:
-    """An error code's name as Kafka's Errors enum spells it (``error N`` if unknown)."""
-    return _numbered(code).split(" (")[0]
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -158,7 +160,7 @@ class TxnModel:
 
 # --- the run ------------------------------------------------------------------------------
 
-class TxnRun:
+class TxnRun(ModelChecks):
     def __init__(self, env: Environment) -> None:
         self.env = env
         missing = [ApiKey(api).name for api, version in VERSIONS.items()
@@ -206,7 +208,7 @@ class TxnRun:
                                     f"({entry.host}:{entry.port}): the run needs one broker")
                 return
             if code not in RETRIABLE or time.monotonic() > deadline:
-                raise LiveError(f"FindCoordinator of {transactional_id}: {error_name(code)}")
+                raise LiveError(f"FindCoordinator of {transactional_id}: {error_label(code)}")
             time.sleep(0.2)
 
     # -- calls ---------------------------------------------------------------------------
@@ -231,17 +233,8 @@ class TxnRun:
             if error not in retriable or time.monotonic() > deadline:
                 return response, retried
             retried.append(error)
-            self.env.stats.note_error(f"{error_name(error)} (retried)")
+            self.env.stats.note_error(f"{error_label(error)} (retried)")
             time.sleep(0.05)
-
-    def _check(self, what: str, got: Any, expected: Any) -> None:
-        if got != expected:
-            raise Divergence(f"{what}: the broker answered\n    {got}\n  the model says\n"
-                             f"    {expected}")
-        self.env.stats.replies_compared += 1
-        error = expected[0] if isinstance(expected, tuple) and expected else expected
-        if isinstance(error, str) and error != "NONE":
-            self.env.stats.note_error(error)
 
     def perform(self, action: act.Action) -> bool:
         match action:
@@ -286,7 +279,7 @@ class TxnRun:
         what = f"InitProducerId of slot {slot} (id {client.tid}"
         error, pid, epoch = int(response.error_code), int(response.producer_id), \
             int(response.producer_epoch)
-        self._check(what + "): error", error_name(error), "NONE")
+        self._check(what + "): error", error_label(error), "NONE")
         fenced: set[int] | None = None  # the partitions of a transaction this fenced
         if txn is None:
             if pid in model.pids or pid < 0:
@@ -299,7 +292,7 @@ class TxnRun:
             # fenced: the first answer is CONCURRENT_TRANSACTIONS, the transaction aborted at
             # the bumped epoch, the retry bumps again
             self._check(what + ", open transaction): first answer",
-                        error_name(retried[0]) if retried else "NONE",
+                        error_label(retried[0]) if retried else "NONE",
                         "CONCURRENT_TRANSACTIONS")
             self.env.stats.note_rule("open transaction fenced by InitProducerId")
             self._check(what + ", open transaction): producer id and epoch", (pid, epoch),
@@ -331,7 +324,7 @@ class TxnRun:
         result = "commit" if a.commit else "abort"
         what = (f"EndTxn {result} of slot {slot} at epoch {epoch}{' again' if a.again else ''} "
                 f"({txn.state} at epoch {txn.epoch})")
-        got = (error_name(int(response.error_code)), int(response.producer_id),
+        got = (error_label(int(response.error_code)), int(response.producer_id),
                int(response.producer_epoch))
         decided: set[int] = set()
         if epoch == txn.epoch and txn.pid == client.pid:
@@ -407,7 +400,7 @@ class TxnRun:
             send, lambda r: int(r.responses[0].partition_responses[0].error_code),
             PRODUCE_RETRIABLE)
         answer = response.responses[0].partition_responses[0]
-        error, base = error_name(int(answer.error_code)), int(answer.base_offset)
+        error, base = error_label(int(answer.error_code)), int(answer.base_offset)
         what = f"Produce of {len(values)} records by slot {slot} to partition {partition}"
         if not model.current(client):
             self._check(what + " (fenced): error", error, "INVALID_PRODUCER_EPOCH")
@@ -437,7 +430,7 @@ class TxnRun:
                         "partition_index": 0, "committed_offset": a.offset,
                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]),
             lambda r: int(r.topics[0].partitions[0].error_code), RETRIABLE)
-        error = error_name(int(response.topics[0].partitions[0].error_code))
+        error = error_label(int(response.topics[0].partitions[0].error_code))
         what = f"TxnOffsetCommit of {a.offset} by slot {slot}"
         model = self.model
         if not model.current(client):
@@ -463,7 +456,7 @@ class TxnRun:
                     break
                 if time.monotonic() > deadline:
                     raise LiveError(f"{self.topic}/{partition}: ListOffsets answers "
-                                    f"{error_name(code)} after {timeout:.0f} s")
+                                    f"{error_label(code)} after {timeout:.0f} s")
                 time.sleep(0.1)
 
     def _list_response(self, partition: int, *, committed: bool) -> Any:
@@ -476,7 +469,7 @@ class TxnRun:
         answer = self._list_response(partition, committed=committed).topics[0].partitions[0]
         if int(answer.error_code) != ErrorCode.NONE:
             raise Divergence(f"ListOffsets LATEST of partition {partition}: "
-                             f"{error_name(int(answer.error_code))}")
+                             f"{error_label(int(answer.error_code))}")
         return int(answer.offset)
 
     def _latest(self, partition: int, committed: bool) -> None:
@@ -499,7 +492,7 @@ class TxnRun:
         what = f"Fetch of partition {partition} from 0 " \
                f"{'read_committed' if committed else 'read_uncommitted'}"
         self._check(what + ": error, high watermark, LSO",
-                    (error_name(int(answer.error_code)), int(answer.high_watermark),
+                    (error_label(int(answer.error_code)), int(answer.high_watermark),
                      int(answer.last_stable_offset)), ("NONE", part.hw, part.lso()))
         batches, fetched, _ = decode_records(answer.records)
         listed = sorted((int(a.producer_id), int(a.first_offset))
@@ -525,9 +518,9 @@ class TxnRun:
         response = self._call(ApiKey.OFFSET_FETCH, group_id=self.group, require_stable=True,
                               topics=[{"name": self.topic, "partition_indexes": [0]}])
         if int(response.error_code) != ErrorCode.NONE:
-            return error_name(int(response.error_code)), -1
+            return error_label(int(response.error_code)), -1
         answer = response.topics[0].partitions[0]
-        return error_name(int(answer.error_code)), int(answer.committed_offset)
+        return error_label(int(answer.error_code)), int(answer.committed_offset)
 
     def _fetch_offsets(self) -> None:
         expected = ("UNSTABLE_OFFSET_COMMIT", -1) if self.model.pending else \
@@ -556,27 +549,17 @@ def _dropped(offset: int, batches: Sequence[Any], aborted: Sequence[tuple[int, i
 
 def transaction_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: C901 -- one flat method per Hypothesis rule
     from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+    from hypothesis.stateful import rule
+
+    from korvet.verification.live.machine import part_machine
 
     slots = st.sampled_from([0, 0, 0, 2, 2, 1])
     partitions = st.integers(0, PARTITIONS - 1)
 
-    class LiveTransactions(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.run: TxnRun | None = None
-
-        @initialize()
-        def start(self) -> None:
-            recorder.static, recorder.actions, recorder.part = (), [], "transactions"
-            self.run = TxnRun(env)
+    class LiveTransactions(part_machine(env, recorder, "transactions", TxnRun)):  # type: ignore[misc]
+        def begin(self) -> None:
             for slot in (0, 2):
                 self.do(act.TxnInit(slot))
-
-        def do(self, action: act.Action) -> None:
-            assert self.run is not None
-            recorder.actions.append(action)
-            self.run.perform(action)
 
         @rule(slot=st.sampled_from([0, 2, 1, 1]))
         def init(self, slot: int) -> None:
@@ -620,37 +603,20 @@ def transaction_machine(env: Environment, recorder: Any) -> type[Any]:  # noqa: 
         def fetch_offsets(self) -> None:
             self.do(act.TxnFetchOffsets())
 
-        def teardown(self) -> None:
-            if self.run is not None:
-                self.run.close()
-
     return LiveTransactions
 
 
 def run_transactions(env: Environment, *, examples: int = 25, steps: int = 30,
                      seed: int | None = None, database: Any = None,
                      shrink_seconds: float = 60.0) -> None:
-    from korvet.verification.live.machine import Recorder, run_machine
+    from korvet.verification.live.machine import run_part
 
-    recorder = Recorder(part="transactions")
-
-    def replay(script: act.Script) -> None:
-        stats = env.stats
-        env.stats = Stats()
-        try:
-            replay_transactions(env, script)
-        finally:
-            env.stats = stats
-
-    run_machine(transaction_machine(env, recorder), recorder, replay, examples=examples,
-                steps=steps, seed=seed, database=database, shrink_seconds=shrink_seconds)
+    run_part(env, transaction_machine, replay_transactions, part="transactions",
+             examples=examples, steps=steps, seed=seed, database=database,
+             shrink_seconds=shrink_seconds)
 
 
 def replay_transactions(env: Environment, script: act.Script) -> TxnRun:
-    run = TxnRun(env)
-    try:
-        for action in script.actions:
-            run.perform(action)
-    finally:
-        run.close()
-    return run
+    from korvet.verification.live.machine import play
+
+    return play(TxnRun(env), script)
